@@ -1,0 +1,1 @@
+"""Pure metric functions and their registry; no Ray inside."""

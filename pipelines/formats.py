@@ -1,0 +1,207 @@
+"""The review file formats rexeval reads, and how their fields map onto REVIEWS.
+
+Known layouts:
+- `amazon2014`: JSON lines of the 2014 and 2018 Amazon dumps (`reviewerID`, `asin`,
+  `overall`, `unixReviewTime`, ...), `.json`/`.jsonl`, optionally gzipped; lines may be
+  Python literals (the 2014 "strict=False" files) instead of strict JSON.
+- `amazon2023`: JSON lines of the 2023 dump (`user_id`, `parent_asin`, `rating`,
+  `timestamp` in milliseconds, ...).
+- `kaggle_csv`: the headerless CSV with the nine 2014 columns, in their order.
+- `csv` / `parquet`: any table, with a `--columns` mapping from our field names to
+  the file's column names (or 0-based positions for a headerless CSV).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Our field -> the source field, per layout. A tuple lists alternatives, first wins.
+AMAZON2014_FIELDS = {
+    "user_id": "reviewerID", "item_id": "asin", "rating": "overall",
+    "timestamp": "unixReviewTime", "text": "reviewText", "summary": "summary",
+    "user_name": "reviewerName", "helpful_votes": ("helpful", "vote"), "category": "category",
+}
+AMAZON2023_FIELDS = {
+    "user_id": "user_id", "item_id": ("parent_asin", "asin"), "rating": "rating",
+    "timestamp": "timestamp", "text": "text", "summary": "title",
+    "helpful_votes": "helpful_vote", "category": "category",
+}
+KAGGLE_CSV_COLUMNS = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText",
+                      "overall", "summary", "unixReviewTime", "reviewTime"]
+KAGGLE_CSV_FIELDS = {
+    "user_id": "reviewerID", "item_id": "asin", "rating": "overall",
+    "timestamp": "unixReviewTime", "text": "reviewText", "summary": "summary",
+    "user_name": "reviewerName", "helpful_votes": "helpful",
+}
+REQUIRED_FIELDS = ("user_id", "item_id", "rating", "timestamp", "text")
+OPTIONAL_FIELDS = ("summary", "user_name", "helpful_votes", "category")
+MAPPABLE_FIELDS = REQUIRED_FIELDS + OPTIONAL_FIELDS
+FORMATS = ("auto", "amazon2014", "amazon2023", "kaggle_csv", "csv", "parquet")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A resolved input layout: format, field mapping, and CSV header handling."""
+
+    format: str
+    fields: dict = field(default_factory=dict)
+    csv_columns: tuple[str, ...] | None = None  # names to give a headerless CSV
+    has_header: bool = False
+
+
+def parse_columns(spec: str | dict | None) -> dict[str, str]:
+    """Parse `user_id=reviewer,item_id=product,...` into a field mapping."""
+    if not spec:
+        return {}
+    if isinstance(spec, dict):
+        pairs = list(spec.items())
+    else:
+        pairs = []
+        for part in spec.split(","):
+            if not part.strip():
+                continue
+            if "=" not in part:
+                raise ValueError(f"--columns entry '{part}' is not FIELD=COLUMN")
+            k, v = part.split("=", 1)
+            pairs.append((k.strip(), v.strip()))
+    out = {}
+    for k, v in pairs:
+        if k not in MAPPABLE_FIELDS:
+            raise ValueError(f"--columns: unknown field '{k}' (fields: {', '.join(MAPPABLE_FIELDS)})")
+        out[k] = str(v)
+    return out
+
+
+def open_bytes(path: Path):
+    """Open a file for reading bytes, transparently decompressing gzip."""
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(2) == b"\x1f\x8b"
+
+
+def _first_record(path: Path) -> bytes:
+    with open_bytes(path) as fh:
+        for line in fh:
+            if line.strip():
+                return line.strip()
+    return b""
+
+
+def _json_keys(line: bytes) -> set[str]:
+    try:
+        obj = json.loads(line)
+    except ValueError:
+        import ast
+
+        try:
+            obj = ast.literal_eval(line.decode("utf-8", "replace"))
+        except (ValueError, SyntaxError):
+            return set()
+    return set(obj) if isinstance(obj, dict) else set()
+
+
+def detect_layout(path: str | Path, fmt: str = "auto", columns: dict[str, str] | None = None) -> Layout:
+    """Decide how to read `path`: from `fmt` when given, else from its name and content."""
+    path = Path(path)
+    columns = columns or {}
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format '{fmt}' (formats: {', '.join(FORMATS)})")
+    if not path.exists():
+        raise FileNotFoundError(f"input file not found: {path}")
+    name = path.name.lower().removesuffix(".gz")
+    if fmt == "auto":
+        if name.endswith(".parquet"):
+            fmt = "parquet"
+        elif name.endswith((".csv", ".tsv")):
+            fmt = "csv" if columns else _sniff_csv(path)
+        else:
+            first = _first_record(path)
+            if first.startswith(b"{"):
+                keys = _json_keys(first)
+                if "reviewerID" in keys or "asin" in keys and "parent_asin" not in keys:
+                    fmt = "amazon2014"
+                elif "parent_asin" in keys or {"user_id", "rating"} <= keys:
+                    fmt = "amazon2023"
+                else:
+                    raise ValueError(f"{path}: JSON lines with unknown keys {sorted(keys)[:12]}; "
+                                     "pass --format")
+            else:
+                fmt = "csv" if columns else _sniff_csv(path)
+    if fmt == "amazon2014":
+        return Layout("json", {**AMAZON2014_FIELDS, **columns})
+    if fmt == "amazon2023":
+        return Layout("json", {**AMAZON2023_FIELDS, **columns})
+    if fmt == "kaggle_csv":
+        return Layout("csv", {**KAGGLE_CSV_FIELDS, **columns}, tuple(KAGGLE_CSV_COLUMNS), False)
+    if fmt == "csv":
+        return _csv_layout(path, columns)
+    # parquet
+    _require_mapping(path, columns, _parquet_names(path))
+    return Layout("parquet", _default_mapping(columns, _parquet_names(path)))
+
+
+def _sniff_csv(path: Path) -> str:
+    import csv
+    import io
+
+    first = _first_record(path).decode("utf-8", "replace")
+    row = next(csv.reader(io.StringIO(first)), [])
+    if len(row) == len(KAGGLE_CSV_COLUMNS) and row[0] != "reviewerID":
+        return "kaggle_csv"
+    if row[:2] == KAGGLE_CSV_COLUMNS[:2]:
+        return "csv"
+    raise ValueError(f"{path}: CSV layout not recognised (first row has {len(row)} fields); "
+                     "pass --columns FIELD=COLUMN,... to map it")
+
+
+def _csv_layout(path: Path, columns: dict[str, str]) -> Layout:
+    import csv
+    import io
+
+    first = _first_record(path).decode("utf-8", "replace")
+    header = next(csv.reader(io.StringIO(first)), [])
+    if columns and all(v.isdigit() for v in columns.values()):
+        # Headerless: positions name the columns.
+        names = tuple(f"c{i}" for i in range(len(header)))
+        mapping = {k: f"c{int(v)}" for k, v in columns.items()}
+        _require_mapping(path, mapping, names)
+        return Layout("csv", mapping, names, False)
+    if header[:2] == KAGGLE_CSV_COLUMNS[:2] and not columns:
+        return Layout("csv", dict(KAGGLE_CSV_FIELDS), None, True)
+    mapping = _default_mapping(columns, header)
+    _require_mapping(path, mapping, header)
+    return Layout("csv", mapping, None, True)
+
+
+def _parquet_names(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path).names
+
+
+def _default_mapping(columns: dict[str, str], names) -> dict[str, str]:
+    """Fields not mapped explicitly are taken from columns of the same name."""
+    mapping = {f: f for f in MAPPABLE_FIELDS if f in names}
+    if "text" not in mapping and "review_text" in names:
+        mapping["text"] = "review_text"
+    mapping.update(columns)
+    return mapping
+
+
+def _require_mapping(path: Path, mapping: dict[str, str], names) -> None:
+    missing = [f for f in REQUIRED_FIELDS if f not in mapping]
+    if missing:
+        raise ValueError(f"{path}: no column for required field(s) {', '.join(missing)}; "
+                         f"available columns: {', '.join(map(str, names))}; "
+                         "map them with --columns FIELD=COLUMN,...")
+    absent = [f"{k}={v}" for k, v in mapping.items() if v not in names]
+    if absent:
+        raise ValueError(f"{path}: --columns names column(s) not in the file: {', '.join(absent)}; "
+                         f"available: {', '.join(map(str, names))}")

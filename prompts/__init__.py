@@ -1,0 +1,1 @@
+"""Prompt templates and domain topic tables as data files, plus their loader."""

