@@ -1,0 +1,39 @@
+"""`rexeval`: the command line, one command per module of ray_jobs/."""
+from __future__ import annotations
+
+import click
+
+from ray_jobs.demo import demo_cmd
+from ray_jobs.info import info_cmd
+from ray_jobs.ingest import ingest_cmd
+from ray_jobs.split import split_cmd
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rexeval")
+def cli():
+    """rexeval: build benchmarks from product reviews and evaluate the explanations
+    recommender systems give, on a laptop or a Ray cluster, with the same code.
+
+    Jobs start a local Ray, or join the cluster named by RAY_ADDRESS.
+    """
+
+
+cli.add_command(ingest_cmd)
+cli.add_command(split_cmd)
+cli.add_command(info_cmd)
+cli.add_command(demo_cmd)
+try:
+    from ray_jobs.models_cmd import models_group
+
+    cli.add_command(models_group)
+except ImportError:  # pragma: no cover - models/ not installed in a trimmed checkout
+    pass
+
+
+def main():
+    cli()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`rexeval info`: dataset statistics in the layout of seed 000's Table II."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pipelines.io import read_table
+from pipelines.schema import SPLIT_NAMES
+from pipelines.split_pipeline import reviews_path
+from pipelines.stats import dataset_stats, format_table
+from ray_jobs.common import echo_json, user_errors
+
+
+def load_dataset(path: str | Path) -> dict:
+    """A split folder gives its three splits; anything else is one reviews table."""
+    p = Path(path)
+    if all((p / n).exists() for n in SPLIT_NAMES):
+        return {n: read_table(p / n, "reviews") for n in SPLIT_NAMES}
+    return {"all": read_table(reviews_path(p), "reviews")}
+
+
+def dataset_name(path: str | Path) -> str:
+    p = Path(path).resolve()
+    return p.parent.name if p.name in ("split", "ingest", "reviews") else p.name
+
+
+@click.command("info")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--name", "names", multiple=True, help="Column name per PATH (default: folder name).")
+@click.option("--statements", type=click.Path(exists=True),
+              help="A statements table: adds the Statements rows (averages, unique, total).")
+@click.option("--markdown", is_flag=True, help="Print a Markdown table.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw numbers as JSON.")
+@user_errors
+def info_cmd(paths, names, statements, markdown, as_json):
+    """Print dataset statistics (users, items, interactions, split sizes, statements)
+    for one or more datasets side by side, as in seed 000's Table II.
+
+    Each PATH is a `rexeval split` output folder, an ingest folder or a reviews table.
+
+    Example: rexeval info runs/toys/split runs/sports/split
+    """
+    if names and len(names) != len(paths):
+        raise click.UsageError("give one --name per PATH")
+    st = read_table(statements, "statements") if statements else None
+    stats = {}
+    for i, p in enumerate(paths):
+        data = load_dataset(p)
+        splits = data if "all" not in data else data["all"]
+        stats[names[i] if names else dataset_name(p)] = dataset_stats(splits, st)
+    if as_json:
+        echo_json(stats)
+    else:
+        click.echo(format_table(stats, markdown=markdown))
+    return stats
+
+
+def main():  # python -m ray_jobs.info
+    info_cmd()
+
+
+if __name__ == "__main__":
+    main()
