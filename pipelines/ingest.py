@@ -5,9 +5,9 @@ Three steps, each resumable:
    CSV), remembering the line each range starts at; a gzip file is one range;
 2. parse (Ray Data actor pool, one task per range): parse, map fields, validate with
    vectorised pyarrow kernels; every bad row becomes an error row with its line;
-3. finalise (Ray Data again): drop duplicate reviews (same user, item and time; the
-   first one in file order is kept and the others become error rows), join item
-   titles, and write the final shards.
+3. finalise: drop duplicate reviews (same user, item and time; the first one in file
+   order is kept and the others become error rows). Only shards holding duplicates are
+   rewritten; the others are hard-linked into place, which costs no I/O.
 So every input row ends either in `reviews/` or in `errors/`: in = out + errors.
 """
 from __future__ import annotations
@@ -472,16 +472,24 @@ def _errors_table(rows: list[dict]) -> pa.Table:
 
 
 class ParseStage(Stage):
-    """Parse and validate one chunk per call, writing it as one shard."""
+    """Parse and validate one chunk per call (joining item titles), writing one shard."""
 
     name = "ingest-parse"
     resources = Resources(cpus=1)
     batch_size = 1
 
     def __init__(self, output, chunks: dict[int, Chunk], min_rating: float, max_rating: float,
-                 category: str | None):
+                 category: str | None, titles_ref=None):
         self.output, self.chunks = output, chunks
         self.min_rating, self.max_rating, self.category = min_rating, max_rating, category
+        self.titles_ref = titles_ref
+        self.titles = None
+
+    def setup(self) -> None:
+        if self.titles_ref is not None:
+            import ray
+
+            self.titles = ray.get(self.titles_ref)
 
     def process(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -489,21 +497,30 @@ class ParseStage(Stage):
             chunk = self.chunks[shard]
             parsed = parse_chunk(chunk)
             reviews, errors = normalise(parsed, self.min_rating, self.max_rating, self.category)
+            reviews = join_titles(reviews, self.titles)
             counts = {"in": parsed.records, "out": reviews.num_rows, "errors": errors.num_rows}
             self.output.write_shard(shard, {"reviews": reviews, "errors": errors}, counts)
             rows.append({"shard": shard, **counts})
         return pa.Table.from_pylist(rows)
 
 
-def find_duplicates(parsed_reviews: pa.Table) -> pa.Table:
+def join_titles(reviews: pa.Table, titles: pa.Table | None) -> pa.Table:
+    """Fill item_title from a (item_id, item_title) table where the review has none."""
+    if titles is None or not titles.num_rows or not reviews.num_rows:
+        return reviews
+    idx = pc.index_in(reviews.column("item_id"), value_set=titles.column("item_id"))
+    found = pc.take(titles.column("item_title"), idx)
+    return reviews.set_column(reviews.schema.get_field_index("item_title"), "item_title",
+                              pc.coalesce(reviews.column("item_title"), found))
+
+
+def find_duplicates(ids: pa.Table) -> pa.Table:
     """Rows whose review id appeared earlier in (shard, row) order, with that first place.
 
-    Input columns: review_id, source, line, shard, row. Returns shard, row, review_id,
-    source, line, first_source, first_line for every duplicate.
+    Input columns: review_id, source, line, shard, row (in shard, row order). Returns
+    shard, row, review_id, source, line, first_source, first_line for every duplicate.
     """
-    import pandas as pd
-
-    df = parsed_reviews.to_pandas()
+    df = ids.to_pandas()
     dup = df.duplicated("review_id", keep="first").to_numpy()
     if not dup.any():
         return pa.table({"shard": pa.array([], pa.int64()), "row": pa.array([], pa.int64())})
@@ -513,55 +530,19 @@ def find_duplicates(parsed_reviews: pa.Table) -> pa.Table:
     return pa.Table.from_pandas(dups, preserve_index=False)
 
 
-class FinaliseStage(Stage):
-    """Drop duplicates and join item titles for one parsed shard; write the final shard."""
-
-    name = "ingest-finalise"
-    resources = Resources(cpus=1)
-    batch_size = 1
-
-    def __init__(self, parsed_output, output, duplicates_ref, titles_ref):
-        self.parsed_output, self.output = parsed_output, output
-        self.duplicates_ref, self.titles_ref = duplicates_ref, titles_ref
-
-    def setup(self) -> None:
-        import ray
-
-        self.duplicates = ray.get(self.duplicates_ref) if self.duplicates_ref is not None else {}
-        self.titles = ray.get(self.titles_ref) if self.titles_ref is not None else None
-
-    def process(self, batch: pa.Table) -> pa.Table:
-        rows = []
-        for shard in batch.column("shard").to_pylist():
-            reviews = pq.read_table(self.parsed_output.shard_path("reviews", shard))
-            errors = pq.read_table(self.parsed_output.shard_path("errors", shard))
-            reviews, errors = finalise_shard(reviews, errors, self.duplicates.get(shard), self.titles)
-            counts = self.parsed_output.shard_counts(shard)
-            counts.update(out=reviews.num_rows, errors=errors.num_rows)
-            self.output.write_shard(shard, {"reviews": reviews, "errors": errors}, counts)
-            rows.append({"shard": shard, **counts})
-        return pa.Table.from_pylist(rows)
-
-
-def finalise_shard(reviews: pa.Table, errors: pa.Table, dups: pa.Table | None,
-                   titles: pa.Table | None) -> tuple[pa.Table, pa.Table]:
-    """Pure part of finalisation: remove duplicate rows (as error rows), add titles."""
-    if dups is not None and dups.num_rows:
-        mask = np.ones(reviews.num_rows, dtype=bool)
-        mask[dups.column("row").to_numpy()] = False
-        d = dups.to_pylist()
-        dup_rows = reviews.take(pa.array([x["row"] for x in d])).to_pylist()
-        extra = [{"stage": STAGE, "source": x["source"], "line": x["line"], "row_id": x["review_id"],
-                  "field": None, "error_type": "duplicate",
-                  "message": f"duplicate review (same user, item and time) of {x['first_source']} "
-                             f"line {x['first_line']}",
-                  "raw": json.dumps({k: r[k] for k in ("user_id", "item_id", "timestamp", "rating", "text")})}
-                 for x, r in zip(d, dup_rows)]
-        reviews = reviews.filter(pa.array(mask))
-        errors = pa.concat_tables([errors, pa.Table.from_pylist(extra, schema=ERRORS)])
-    if titles is not None and titles.num_rows:
-        idx = pc.index_in(reviews.column("item_id"), value_set=titles.column("item_id"))
-        found = pc.take(titles.column("item_title"), idx)
-        reviews = reviews.set_column(reviews.schema.get_field_index("item_title"), "item_title",
-                                     pc.coalesce(reviews.column("item_title"), found))
-    return reviews, errors
+def drop_duplicates(reviews: pa.Table, errors: pa.Table, dups: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Move a shard's duplicate rows (from `find_duplicates`) into its errors table."""
+    if dups is None or not dups.num_rows:
+        return reviews, errors
+    rows = dups.column("row").to_numpy()
+    mask = np.ones(reviews.num_rows, dtype=bool)
+    mask[rows] = False
+    dup_rows = reviews.take(pa.array(rows)).to_pylist()
+    extra = [{"stage": STAGE, "source": x["source"], "line": x["line"], "row_id": x["review_id"],
+              "field": None, "error_type": "duplicate",
+              "message": f"duplicate review (same user, item and time) of {x['first_source']} "
+                         f"line {x['first_line']}",
+              "raw": json.dumps({k: r[k] for k in ("user_id", "item_id", "timestamp", "rating", "text")})}
+             for x, r in zip(dups.to_pylist(), dup_rows)]
+    return (reviews.filter(pa.array(mask)),
+            pa.concat_tables([errors, pa.Table.from_pylist(extra, schema=ERRORS)]))

@@ -1,15 +1,21 @@
 """The ingest job's configuration and its wiring on Ray Data (see pipelines.ingest)."""
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from typing import Callable
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipelines.formats import FORMATS, detect_layout, parse_columns
-from pipelines.ingest import FinaliseStage, ParseStage, find_duplicates, plan_chunks
+from pipelines.ingest import ParseStage, drop_duplicates, find_duplicates, plan_chunks
 from pipelines.io import ShardedOutput
 from pipelines.metadata import load_titles
 from pipelines.ray_runtime import run_tasks
@@ -65,52 +71,72 @@ def run_ingest(cfg: IngestConfig, overwrite: bool = False,
     root = Path(cfg.out)
     final = ShardedOutput(root, "ingest", conf, ["reviews", "errors"])
     final.open(overwrite=overwrite)
-    parsed = ShardedOutput(root / "_stage" / "parse", "ingest-parse", conf, ["reviews", "errors"]).open()
+    manifest = final.read_manifest()
+    if manifest and manifest.get("status") == "complete":
+        progress(f"ingest: {root} is already complete for these settings")
+        return manifest
+    stage_dir = root / "_stage" / "parse"
+    parsed = ShardedOutput(stage_dir, "ingest-parse", conf, ["reviews", "errors"]).open(overwrite=True)
     progress(f"ingest: {len(cfg.inputs)} file(s), {len(chunks)} chunk(s) -> {root}")
 
-    import ray
+    final_done = final.done_shards()
+    need = [c for c in chunks if c.shard not in final_done]
+    parsed_done = parsed.done_shards()
+    todo = [{"shard": c.shard} for c in need if c.shard not in parsed_done]
+    if len(todo) < len(chunks):
+        progress(f"  resuming: {len(chunks) - len(todo)} of {len(chunks)} chunk(s) already done")
+    titles_ref = None
+    if cfg.meta and todo:
+        import ray
 
-    done = parsed.done_shards()
-    todo = [{"shard": c.shard} for c in chunks if c.shard not in done]
-    if done:
-        progress(f"  parse: resuming, {len(done)} of {len(chunks)} chunk(s) already done")
-    stage = ParseStage(parsed, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating, cfg.category)
-    _drive(run_tasks(todo, stage, cfg.workers), len(todo), "parse", progress)
+        titles = load_titles(cfg.meta)
+        progress(f"  metadata: {titles.num_rows:,} item title(s)")
+        titles_ref = ray.put(titles)
+    stage = ParseStage(parsed, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating,
+                       cfg.category, titles_ref)
+    n = 0
+    for row in run_tasks(todo, stage, cfg.workers):
+        n += 1
+        progress(f"  parse: chunk {row['shard']} done ({n}/{len(todo)}): in={row['in']} "
+                 f"out={row['out']} errors={row['errors']}")
 
-    # Duplicates are found over all shards at once: only ids and positions are read.
+    # Duplicates are judged over all shards at once, reading ids and positions only.
+    # Finished shards are read from the final output: the duplicates they lost had their
+    # first occurrence in the same or an earlier shard, so the decision is unchanged.
     ids = []
     for c in chunks:
-        t = pa.parquet.read_table(parsed.shard_path("reviews", c.shard),
-                                  columns=["review_id", "item_id", "source", "line"])
-        ids.append(t.append_column("shard", pa.array([c.shard] * t.num_rows, pa.int64()))
-                    .append_column("row", pa.array(range(t.num_rows), pa.int64())))
-    allids = pa.concat_tables(ids) if ids else None
-    dup_by_shard: dict[int, pa.Table] = {}
-    if allids is not None and allids.num_rows:
-        dups = find_duplicates(allids.drop_columns(["item_id"]))
-        if dups.num_rows:
-            for shard in set(dups.column("shard").to_pylist()):
-                dup_by_shard[shard] = dups.filter(pa.compute.equal(dups.column("shard"), shard))
-    titles = None
-    if cfg.meta:
-        items = allids.column("item_id").unique() if allids is not None else pa.array([], pa.string())
-        titles = load_titles(cfg.meta, items)
-        progress(f"  metadata: titles for {titles.num_rows} of {len(items)} item(s)")
+        src = final if c.shard in final_done else parsed
+        t = pq.read_table(src.shard_path("reviews", c.shard), columns=["review_id", "source", "line"])
+        ids.append(t.append_column("shard", pa.array(np.full(t.num_rows, c.shard), pa.int64()))
+                    .append_column("row", pa.array(np.arange(t.num_rows), pa.int64())))
+    dups = find_duplicates(pa.concat_tables(ids)) if ids else None
+    for c in need:
+        mine = dups.filter(pc.equal(dups.column("shard"), c.shard)) if dups is not None and dups.num_rows else None
+        counts = parsed.shard_counts(c.shard)
+        if mine is None or not mine.num_rows:
+            for table in ("reviews", "errors"):
+                _link(parsed.shard_path(table, c.shard), final.shard_path(table, c.shard))
+            final.mark_done(c.shard, counts)
+            continue
+        reviews, errors = drop_duplicates(pq.read_table(parsed.shard_path("reviews", c.shard)),
+                                          pq.read_table(parsed.shard_path("errors", c.shard)), mine)
+        counts = {**counts, "out": reviews.num_rows, "errors": errors.num_rows}
+        final.write_shard(c.shard, {"reviews": reviews, "errors": errors}, counts)
+        progress(f"  dedup: chunk {c.shard}: {mine.num_rows} duplicate review(s) moved to errors")
 
-    fin_done = final.done_shards()
-    todo = [{"shard": c.shard} for c in chunks if c.shard not in fin_done]
-    stage = FinaliseStage(parsed, final, ray.put(dup_by_shard), ray.put(titles) if titles is not None else None)
-    _drive(run_tasks(todo, stage, cfg.workers), len(todo), "finalise", progress)
-
-    counts = final.total_counts()
-    manifest = final.finish(len(chunks), counts)
+    manifest = final.finish(len(chunks))
+    shutil.rmtree(root / "_stage", ignore_errors=True)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
 
 
-def _drive(results, total: int, what: str, progress: Callable[[str], None]) -> None:
-    n = 0
-    for row in results:
-        n += 1
-        progress(f"  {what}: chunk {row['shard']} done ({n}/{total}): in={row['in']} "
-                 f"out={row['out']} errors={row['errors']}")
+def _link(src: Path, dst: Path) -> None:
+    """Place a finished file at `dst` without copying it (hard link; copy if impossible)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.link.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)

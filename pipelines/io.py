@@ -178,6 +178,10 @@ class ShardedOutput:
             if name in TABLES:
                 table = validate_table(table, name, source=f"{self.job} shard {shard}")
             write_parquet_atomic(self.shard_path(name, shard), table)
+        self.mark_done(shard, counts)
+
+    def mark_done(self, shard: int, counts: dict[str, int]) -> None:
+        """Commit a shard whose files are already in place."""
         write_json_atomic(self.marker_path(shard), {"shard": shard, "counts": counts})
 
     def shard_counts(self, shard: int) -> dict[str, int]:

@@ -237,19 +237,23 @@ def test_interrupted_ingest_resumes_to_identical_output(tmp_path, ray_session):
     # Put the folder in the states a crash can leave: the later shards of both steps
     # missing, one shard written without its marker, a stray temporary file.
     root = tmp_path / "b"
-    for step in (root, root / "_stage" / "parse"):
-        for marker in sorted((step / "_done").glob("*.json"))[1:]:
-            marker.unlink()
-        for table in ("reviews", "errors"):
-            for part in sorted((step / table).glob("part-*.parquet"))[2:]:
-                part.unlink()
+    assert not (root / "_stage").exists()  # parse-stage files are cleaned up at the end
+    for marker in sorted((root / "_done").glob("*.json"))[1:]:
+        marker.unlink()
+    for table in ("reviews", "errors"):
+        for part in sorted((root / table).glob("part-*.parquet"))[2:]:
+            part.unlink()
     (root / "reviews" / ".part-00009.parquet.123.tmp").write_bytes(b"half")
     m = json.loads((root / "manifest.json").read_text())
     m["status"] = "running"
     (root / "manifest.json").write_text(json.dumps(m))
     lines = []
     run_ingest(b, progress=lines.append)
-    assert any("resuming" in l for l in lines)
+    assert any("resuming: 1 of" in l for l in lines)
+    # A complete output is not recomputed.
+    again = []
+    run_ingest(b, progress=again.append)
+    assert any("already complete" in l for l in again)
     (root / "reviews" / ".part-00009.parquet.123.tmp").unlink()
     assert _tree_bytes(root) == reference
 

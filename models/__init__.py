@@ -1,0 +1,1 @@
+"""Everything that holds weights: model references, profiles, backends and encoders."""

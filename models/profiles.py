@@ -1,0 +1,181 @@
+"""Model profiles: a named, complete set of models, one per role, from profiles.yaml.
+
+Why: every stage asks for a model by its role ("nli", "embedder", ...) rather than by
+name, so the same job runs the seed papers' models on a GPU cluster (`paper`) or the
+packaged offline models on a laptop (`local`), and any single role can be swapped on the
+command line (`--model nli=/path/to/checkpoint`). A role that a profile leaves empty
+fails loudly through `Profile.require` instead of being silently replaced.
+"""
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Literal, Mapping
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from models.refs import ModelUnavailable, ResolvedModel, resolve
+
+PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
+Backend = Literal["hf", "vllm", "openai"]
+
+
+class ProfileError(ValueError):
+    """A profile name, role or override is not valid; the message lists valid ones."""
+
+
+class ModelSet(BaseModel):
+    """One reference (or null) per role. Every role must be written out in the YAML."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    llm: str | None = Field(description="extraction / verification LLM")
+    judge_llm: str | None = Field(description="LLM judge (Likert, pairwise, St2Exp)")
+    judge_llm_alt: str | None = Field(description="second judge, for judge ensembles")
+    embedder: str | None = Field(description="bi-encoder for paraphrase clustering / ANN")
+    cross_encoder: str | None = Field(description="pair scorer that filters paraphrase pairs")
+    nli: str | None = Field(description="NLI classifier (StEnt, StCoh, SummaC)")
+    bertscore_model: str | None = Field(description="encoder behind BERTScore")
+    sts: str | None = Field(description="sentence encoder for STS cosine similarity")
+    spacy: str | None = Field(description="spaCy pipeline (parsing, AlignScore splitting)")
+    sentence_splitter: str | None = Field(description="Punkt sentence splitter")
+
+
+ROLES: dict[str, str] = {name: f.description or "" for name, f in ModelSet.model_fields.items()}
+"""Every role a profile names, with what it is used for."""
+
+SETTINGS = ("llm_backend", "bertscore_num_layers")
+"""Non-model profile values that can be overridden like roles."""
+
+
+class Profile(BaseModel):
+    """A resolved profile: which reference plays each role, and the LLM backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    llm_backend: Backend
+    bertscore_num_layers: int | None = None
+    models: ModelSet
+    notes: dict[str, str] = Field(default_factory=dict)
+    overridden: tuple[str, ...] = ()
+
+    def ref(self, role: str) -> str | None:
+        """The reference for ``role`` (None when the profile has no model for it)."""
+        _check_role(role)
+        return getattr(self.models, role)
+
+    def roles(self) -> dict[str, str | None]:
+        """All roles and their references, in declaration order."""
+        return {role: getattr(self.models, role) for role in ROLES}
+
+    def require(self, role: str) -> str:
+        """The reference for ``role``, or ``ModelUnavailable`` saying how to supply one."""
+        ref = self.ref(role)
+        if ref is None:
+            why = self.notes.get(role)
+            raise ModelUnavailable(
+                f"profile {self.name!r} has no {role!r} model ({ROLES[role]})"
+                + (f": {why}" if why else "")
+                + f". Pass a checkpoint with `--model {role}=/path/to/checkpoint` "
+                f"(or a Hugging Face id on a machine with hub access)."
+            )
+        return ref
+
+    def resolve(self, role: str, *, prepare: bool = True,
+                cache_dir: str | os.PathLike | None = None) -> ResolvedModel:
+        """``require(role)`` then resolve it to a location (see ``models.refs.resolve``)."""
+        return resolve(self.require(role), prepare=prepare, cache_dir=cache_dir)
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ProfileError(f"unknown model role {role!r}; valid roles: {', '.join(ROLES)}")
+
+
+@lru_cache(maxsize=4)
+def _read_profiles(path: str) -> dict:
+    with open(path) as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ProfileError(f"{path}: expected a mapping of profile names")
+    return data
+
+
+def available_profiles(path: str | os.PathLike = PROFILES_FILE) -> list[str]:
+    """Names of the profiles defined in ``path``."""
+    return list(_read_profiles(str(path)))
+
+
+def _null(value: str | None) -> str | None:
+    if value is None:
+        return None
+    value = value.strip()
+    return None if value.casefold() in ("none", "null") else value
+
+
+def load_profile(name: str = "local", overrides: Mapping[str, str | None] | None = None,
+                 *, path: str | os.PathLike = PROFILES_FILE) -> Profile:
+    """Load profile ``name`` and apply ``overrides`` ({role or setting: ref or None}).
+
+    Overriding ``bertscore_model`` without ``bertscore_num_layers`` resets the layer
+    count to None (bert-score's own default), since the profile's count belonged to its
+    own model.
+    """
+    data = _read_profiles(str(path))
+    if name not in data:
+        raise ProfileError(f"unknown profile {name!r}; valid profiles: {', '.join(data)}")
+    raw = dict(data[name] or {})
+    raw["models"] = dict(raw.get("models") or {})
+    overrides = dict(overrides or {})
+
+    for key, value in overrides.items():
+        if key in ROLES:
+            raw["models"][key] = _null(value)
+        elif key == "llm_backend":
+            raw["llm_backend"] = _null(value)
+        elif key == "bertscore_num_layers":
+            value = _null(value)
+            try:
+                raw["bertscore_num_layers"] = None if value is None else int(value)
+            except ValueError:
+                raise ProfileError(f"bertscore_num_layers must be an integer, got {value!r}") from None
+        else:
+            raise ProfileError(
+                f"unknown model role {key!r}; valid roles: {', '.join(ROLES)} "
+                f"(settings: {', '.join(SETTINGS)})"
+            )
+    if "bertscore_model" in overrides and "bertscore_num_layers" not in overrides:
+        raw["bertscore_num_layers"] = None
+
+    try:
+        return Profile(name=name, overridden=tuple(overrides), **raw)
+    except ValidationError as exc:
+        raise ProfileError(f"profile {name!r} in {path} is invalid:\n{exc}") from None
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str | None]:
+    """Parse CLI flags like ``["nli=/ckpt", "llm=org/model", "cross_encoder=none"]``.
+
+    ``none`` / ``null`` clears a role. Raises ``ProfileError`` on a missing ``=``, an
+    unknown role, an empty value, or a role given twice.
+    """
+    out: dict[str, str | None] = {}
+    for item in items:
+        if "=" not in item:
+            raise ProfileError(f"model override {item!r} must look like ROLE=REF (e.g. nli=/path/to/checkpoint)")
+        key, value = (s.strip() for s in item.split("=", 1))
+        if key not in ROLES and key not in SETTINGS:
+            raise ProfileError(
+                f"unknown model role {key!r} in {item!r}; valid roles: {', '.join(ROLES)} "
+                f"(settings: {', '.join(SETTINGS)})"
+            )
+        if not value:
+            raise ProfileError(f"model override {item!r} has no value; use {key}=none to clear the role")
+        if key in out:
+            raise ProfileError(f"model role {key!r} given twice")
+        out[key] = _null(value)
+    return out
