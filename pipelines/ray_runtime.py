@@ -22,20 +22,23 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     if ray.is_initialized():
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     kwargs: dict = {"ignore_reinit_error": True,
                     "logging_level": logging.WARNING if quiet else logging.INFO,
                     "log_to_driver": not quiet}
     if address:
         ray.init(address=address, **kwargs)
     else:
-        # Local Ray: workers must import the project's packages from this checkout.
+        # Local Ray: no token auth (a laptop run does not need it) and workers import
+        # the project's packages from this checkout.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         kwargs["runtime_env"] = {"env_vars": {"RAY_AUTH_MODE": "disabled",
                                                "PYTHONPATH": _project_root()}}
         ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
     if quiet:
         # Jobs print their own per-shard progress; Ray Data's bars would interleave.
-        logging.getLogger("ray.data").setLevel(logging.ERROR)
+        for name in ("ray.data", "ray.data._internal.progress",
+                     "ray.data._internal.execution.streaming_executor"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False

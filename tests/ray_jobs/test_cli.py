@@ -1,0 +1,71 @@
+"""The `rexeval` commands as a user runs them: help, configs, errors, demo."""
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from ray_jobs.cli import cli
+
+SAMPLE_ARGS = ["pipelines/sample/reviews.jsonl", "pipelines/sample/reviews_noisy.jsonl",
+               "--meta", "pipelines/sample/items.jsonl"]
+
+
+def test_every_command_has_help():
+    runner = CliRunner()
+    top = runner.invoke(cli, ["--help"])
+    assert top.exit_code == 0
+    for cmd in ("ingest", "split", "info", "demo", "models"):
+        assert cmd in top.output
+        res = runner.invoke(cli, [cmd, "--help"])
+        assert res.exit_code == 0 and "Usage" in res.output
+
+
+def test_ingest_without_out_is_a_clear_usage_error():
+    res = CliRunner().invoke(cli, ["ingest", "pipelines/sample/reviews.jsonl"])
+    assert res.exit_code == 2 and "out" in res.output
+
+
+def test_bad_columns_mapping_is_reported(tmp_path):
+    res = CliRunner().invoke(cli, ["ingest", "pipelines/sample/reviews.jsonl", "--out", str(tmp_path / "o"),
+                                   "--columns", "rating"])
+    assert res.exit_code != 0 and "FIELD=COLUMN" in res.output
+
+
+@pytest.mark.slow
+def test_ingest_split_info_from_a_yaml_config(tmp_path, ray_session, monkeypatch):
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
+    runner = CliRunner()
+    cfg = tmp_path / "ingest.yaml"
+    cfg.write_text(f"out: {tmp_path / 'ing'}\nchunk_mb: 0.01\n")
+    res = runner.invoke(cli, ["ingest", *SAMPLE_ARGS, "--config", str(cfg)])
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "ing" / "manifest.json").read_text())
+    c = manifest["counts"]
+    assert c == {"in": 316, "out": 311, "errors": 5} and manifest["config"]["chunk_mb"] == 0.01
+    assert "error rows" in res.output and "reviews out" in res.output
+
+    res = runner.invoke(cli, ["split", str(tmp_path / "ing"), "--out", str(tmp_path / "spl"),
+                              "--method", "leave-last-two"])
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "spl" / "manifest.json").read_text())["counts"]
+    users = pq.read_table(tmp_path / "spl" / "test").column("user_id")
+    assert s["test"] == s["valid"] == len(users.unique())  # one test and one valid row per user
+
+    res = runner.invoke(cli, ["info", str(tmp_path / "spl"), "--name", "sample", "--json"])
+    assert res.exit_code == 0, res.output
+    stats = json.loads(res.output)["sample"]
+    assert stats["interactions"] == s["train"] + s["valid"] + s["test"]
+
+    # Same folder, other settings: refused with a message, not mixed.
+    res = runner.invoke(cli, ["split", str(tmp_path / "ing"), "--out", str(tmp_path / "spl")])
+    assert res.exit_code == 1 and "different" in res.output
+
+
+@pytest.mark.slow
+def test_demo_runs_offline(tmp_path, ray_session):
+    res = CliRunner().invoke(cli, ["demo", "--out", str(tmp_path / "demo")])
+    assert res.exit_code == 0, res.output
+    for domain in ("toys", "clothes", "beauty", "sports", "cellphones"):
+        assert domain in res.output
+    assert "error rows" in res.output and "Interactions" in res.output
