@@ -47,8 +47,8 @@ class Layout:
 
     format: str
     fields: dict = field(default_factory=dict)
-    csv_columns: tuple[str, ...] | None = None  # names to give a headerless CSV
-    has_header: bool = False
+    csv_columns: tuple[str, ...] | None = None  # CSV column names (from the header, if any)
+    has_header: bool = False  # the first record of the file is the header
 
 
 def parse_columns(spec: str | dict | None) -> dict[str, str]:
@@ -174,10 +174,10 @@ def _csv_layout(path: Path, columns: dict[str, str]) -> Layout:
         _require_mapping(path, mapping, names)
         return Layout("csv", mapping, names, False)
     if header[:2] == KAGGLE_CSV_COLUMNS[:2] and not columns:
-        return Layout("csv", dict(KAGGLE_CSV_FIELDS), None, True)
+        return Layout("csv", dict(KAGGLE_CSV_FIELDS), tuple(header), True)
     mapping = _default_mapping(columns, header)
     _require_mapping(path, mapping, header)
-    return Layout("csv", mapping, None, True)
+    return Layout("csv", mapping, tuple(header), True)
 
 
 def _parquet_names(path: Path) -> list[str]:

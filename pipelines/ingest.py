@@ -225,15 +225,13 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
     is_record = even & (width > 0)
     rec_idx = np.flatnonzero(is_record)
     rec_lines = chunk.first_line + rec_idx
-    rec_starts, rec_ends = starts[rec_idx], None
-    nxt = np.concatenate((rec_starts[1:], [len(data)]))
-    rec_ends = nxt
+    rec_starts = starts[rec_idx]
+    rec_ends = np.concatenate((rec_starts[1:], [len(data)]))  # a record runs to the next one
+    base = 0
     if skip_header and len(rec_idx):
+        base = int(rec_starts[1]) if len(rec_idx) > 1 else len(data)
         rec_lines, rec_starts, rec_ends = rec_lines[1:], rec_starts[1:], rec_ends[1:]
-        data_view = data[int(starts[rec_idx[1]]) if len(rec_idx) > 1 else len(data):]
-        base = int(starts[rec_idx[1]]) if len(rec_idx) > 1 else len(data)
-    else:
-        data_view, base = data, 0
+    data_view = data[base:]
     out.records = len(rec_lines)
     bad: list = []
 
@@ -241,11 +239,7 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
         bad.append(row)
         return "skip"
 
-    names = list(layout.csv_columns) if layout.csv_columns else None
-    if names is None:  # header row gives the names
-        import csv
-
-        names = next(csv.reader(io.StringIO(data.split(b"\n", 1)[0].decode("utf-8", "replace"))))
+    names = list(layout.csv_columns)
     wanted = {src for src in layout.fields.values() if src in names}
     try:
         table = pacsv.read_csv(

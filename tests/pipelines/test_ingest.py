@@ -98,6 +98,15 @@ def test_csv_with_header_and_columns_mapping(tmp_path):
     assert reviews.column("line").to_pylist() == [2, 3]
 
 
+def test_csv_with_header_in_many_chunks(tmp_path):
+    rows = [f"u{i},i{i % 3},{1 + i % 5},text number {i},{1556668800 + i}" for i in range(40)]
+    path = _write_lines(tmp_path / "h.csv", ["user_id,item_id,rating,text,timestamp"] + rows)
+    whole, _, n1 = _ingest_file(path, "csv")
+    pieces, errors, n2 = _ingest_file(path, "csv", chunk_bytes=64)
+    assert n1 == n2 == 40 and errors.num_rows == 0 and whole.equals(pieces)
+    assert pieces.column("line").to_pylist() == list(range(2, 42))
+
+
 def test_headerless_csv_by_position(tmp_path):
     path = _write_lines(tmp_path / "pos.csv", ["u1,i1,3,Okay case,1556668800"])
     cols = {"user_id": "0", "item_id": "1", "rating": "2", "text": "3", "timestamp": "4"}
