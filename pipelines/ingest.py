@@ -378,7 +378,7 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
         stripped = pc.utf8_trim_whitespace(col)
         empty_ = pc.fill_null(pc.equal(pc.utf8_length(stripped), 0), True)
         flag(empty_.to_numpy(zero_copy_only=False),
-             f, f"empty text" if f == "text" else f"missing field '{f}'")
+             f, "empty text" if f == "text" else f"missing field '{f}'")
 
     rating_ok = pc.fill_null(pc.match_substring_regex(cols["rating"], _NUMBER), False).to_numpy(zero_copy_only=False)
     flag(~rating_ok, "rating", "rating is not a number")

@@ -1,7 +1,6 @@
 """Ingest: every layout, every kind of bad row, chunking, and the Ray job end to end."""
 import gzip
 import json
-import shutil
 from pathlib import Path
 
 import pyarrow as pa
