@@ -94,16 +94,28 @@ def _first_record(path: Path) -> bytes:
     return b""
 
 
-def _json_keys(line: bytes) -> set[str]:
+def parse_record(text: str):
+    """Decode one line of a JSON-lines dump: strict JSON, else a Python literal.
+
+    The 2014 dumps' "strict=False" files hold Python dict literals (single quotes).
+    Raises ValueError, with the JSON parser's message, when the line is neither.
+    """
     try:
-        obj = json.loads(line)
-    except ValueError:
+        return json.loads(text)
+    except ValueError as exc:
         import ast
 
         try:
-            obj = ast.literal_eval(line.decode("utf-8", "replace"))
-        except (ValueError, SyntaxError):
-            return set()
+            return ast.literal_eval(text.strip())
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            raise ValueError(f"not JSON nor a Python literal: {exc}") from None
+
+
+def _json_keys(line: bytes) -> set[str]:
+    try:
+        obj = parse_record(line.decode("utf-8", "replace"))
+    except ValueError:
+        return set()
     return set(obj) if isinstance(obj, dict) else set()
 
 
@@ -125,7 +137,7 @@ def detect_layout(path: str | Path, fmt: str = "auto", columns: dict[str, str] |
             first = _first_record(path)
             if first.startswith(b"{"):
                 keys = _json_keys(first)
-                if "reviewerID" in keys or "asin" in keys and "parent_asin" not in keys:
+                if "reviewerID" in keys or ("asin" in keys and "parent_asin" not in keys):
                     fmt = "amazon2014"
                 elif "parent_asin" in keys or {"user_id", "rating"} <= keys:
                     fmt = "amazon2023"

@@ -12,7 +12,6 @@ So every input row ends either in `reviews/` or in `errors/`: in = out + errors.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import io
 import json
@@ -26,8 +25,8 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipelines.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes
-from pipelines.schema import ERRORS, REVIEWS, empty
+from pipelines.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes, parse_record
+from pipelines.schema import REVIEWS, error_rows
 from pipelines.stage import Resources, Stage
 
 STAGE = "ingest"
@@ -165,13 +164,10 @@ def _parse_jsonl(data: bytes, chunk: Chunk) -> ParsedChunk:
                       raw.decode("utf-8", "replace"))
             continue
         try:
-            obj = json.loads(text)
+            obj = parse_record(text)
         except ValueError as exc:
-            try:  # the 2014 dumps' "strict=False" files hold Python literals
-                obj = ast.literal_eval(text.strip())
-            except (ValueError, SyntaxError, MemoryError, RecursionError):
-                out.error(line, "invalid_json", f"not JSON nor a Python literal: {exc}", text)
-                continue
+            out.error(line, "invalid_json", str(exc), text)
+            continue
         if not isinstance(obj, dict):
             out.error(line, "invalid_record", f"expected an object, got {type(obj).__name__}", text)
             continue
@@ -445,7 +441,7 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
         "source": pa.array([parsed.source] * m, pa.string()),
         "line": pa.array(parsed.lines[good], pa.int64()),
     })
-    return reviews.cast(REVIEWS), _errors_table(errors)
+    return reviews.cast(REVIEWS), error_rows(STAGE, errors)
 
 
 def review_ids(users: list, items: list, times: list) -> list[str]:
@@ -453,13 +449,6 @@ def review_ids(users: list, items: list, times: list) -> list[str]:
     h = hashlib.blake2b
     return [h(f"{u}\x1f{i}\x1f{t}".encode(), digest_size=8).hexdigest()
             for u, i, t in zip(users, items, times)]
-
-
-def _errors_table(rows: list[dict]) -> pa.Table:
-    if not rows:
-        return empty(ERRORS)
-    return pa.Table.from_pydict({f.name: [r.get(f.name, STAGE if f.name == "stage" else None) for r in rows]
-                                 for f in ERRORS}, schema=ERRORS)
 
 
 # -- stages --------------------------------------------------------------------------
@@ -532,11 +521,11 @@ def drop_duplicates(reviews: pa.Table, errors: pa.Table, dups: pa.Table) -> tupl
     mask = np.ones(reviews.num_rows, dtype=bool)
     mask[rows] = False
     dup_rows = reviews.take(pa.array(rows)).to_pylist()
-    extra = [{"stage": STAGE, "source": x["source"], "line": x["line"], "row_id": x["review_id"],
+    extra = [{"source": x["source"], "line": x["line"], "row_id": x["review_id"],
               "field": None, "error_type": "duplicate",
               "message": f"duplicate review (same user, item and time) of {x['first_source']} "
                          f"line {x['first_line']}",
               "raw": json.dumps({k: r[k] for k in ("user_id", "item_id", "timestamp", "rating", "text")})}
              for x, r in zip(dups.to_pylist(), dup_rows)]
     return (reviews.filter(pa.array(mask)),
-            pa.concat_tables([errors, pa.Table.from_pylist(extra, schema=ERRORS)]))
+            pa.concat_tables([errors, error_rows(STAGE, extra)]))

@@ -8,14 +8,12 @@ for the titles that matter only.
 """
 from __future__ import annotations
 
-import ast
-import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.formats import open_bytes
+from pipelines.formats import open_bytes, parse_record
 
 _ID_KEYS = ("parent_asin", "asin", "item_id")
 _TITLE_KEYS = ("title", "item_title")
@@ -58,14 +56,10 @@ def _iter_meta(path: Path):
         for n, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
-            text = raw.decode("utf-8", "replace")
             try:
-                obj = json.loads(text)
+                obj = parse_record(raw.decode("utf-8", "replace"))
             except ValueError:
-                try:
-                    obj = ast.literal_eval(text.strip())
-                except (ValueError, SyntaxError):
-                    continue  # a broken metadata line only costs that item's title
+                continue  # a broken metadata line only costs that item's title
             if isinstance(obj, dict):
                 yield next((obj[k] for k in _ID_KEYS if obj.get(k)), None), next(
                     (obj[k] for k in _TITLE_KEYS if obj.get(k)), None)

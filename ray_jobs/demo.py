@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import click
+import pyarrow.compute as pc
 
 from pipelines.ingest_pipeline import IngestConfig, run_ingest
 from pipelines.io import read_table
@@ -47,8 +48,6 @@ def demo_cmd(out, overwrite):
     click.echo("[3/3] info: statistics per domain (seed 000, Table II)")
     splits = {n: read_table(root / "split" / n, "reviews") for n in ("train", "valid", "test")}
     stats = {}
-    import pyarrow.compute as pc
-
     for cat in sorted(set(splits["train"].column("category").to_pylist()) - {None}):
         stats[cat] = dataset_stats({n: t.filter(pc.equal(t.column("category"), cat)) for n, t in splits.items()})
     stats["all"] = dataset_stats(splits)
