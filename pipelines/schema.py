@@ -100,12 +100,25 @@ SCORE_AGGREGATES = pa.schema(
     ]
 )
 
+# One sentence per statement, in the ground-truth pattern ("The user would appreciate
+# this product because ..."), which the statement-level metrics score (seed 000, IV-B).
+SENTENCES = pa.schema(
+    [
+        pa.field("statement_id", pa.string(), nullable=False),
+        pa.field("review_id", pa.string(), nullable=False),
+        pa.field("sentence", pa.string(), nullable=False),
+        pa.field("topic", pa.string()),
+        pa.field("sentiment", pa.string()),
+    ]
+)
+
 TABLES: dict[str, pa.Schema] = {
     "reviews": REVIEWS,
     "statements": STATEMENTS,
     "errors": ERRORS,
     "clusters": CLUSTERS,
     "explanations": EXPLANATIONS,
+    "sentences": SENTENCES,
     "scores": SCORES,
     "score_aggregates": SCORE_AGGREGATES,
 }

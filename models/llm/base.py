@@ -1,0 +1,116 @@
+"""The contract every LLM backend honours, and the registry that builds them by name.
+
+A backend takes a list of chat requests (messages, sampling parameters, an optional
+JSON schema the output must follow) and returns one `LLMResult` per request, in order:
+the text, token counts, seconds, why it stopped, or an error. It never raises for a
+single bad request: the error goes in that request's result, so a pipeline can record
+it as an error row and go on. Backend-wide failures (model cannot load) do raise.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingParams(BaseModel):
+    """Decoding settings. temperature 0 means greedy: deterministic and cacheable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int = Field(512, ge=1)
+    seed: int = 0
+
+    @property
+    def deterministic(self) -> bool:
+        return self.temperature == 0.0
+
+
+class ChatRequest(BaseModel):
+    """One call: chat messages ({"role", "content"}), sampling, optional output schema."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[dict[str, str]]
+    sampling: SamplingParams = SamplingParams()
+    json_schema: dict[str, Any] | None = None
+
+
+class LLMResult(BaseModel):
+    """What came back for one request. `text` is None exactly when `error` is set."""
+
+    text: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    finish_reason: str | None = None  # "stop" | "length" | None when unknown
+    error: str | None = None
+    cached: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None
+
+
+class BackendSpec(BaseModel):
+    """Which backend, which model, and backend options (batch size, endpoint, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["hf", "openai", "vllm"] = "hf"
+    model: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class LLMBackend(abc.ABC):
+    """Chat requests in, results out, one per request and in the same order."""
+
+    name: str = "llm"
+
+    def __init__(self, spec: BackendSpec):
+        self.spec = spec
+
+    @property
+    def model_id(self) -> str:
+        """Stable name of the model, used in provenance and in the call cache's key."""
+        return self.spec.model
+
+    @abc.abstractmethod
+    def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
+        """Answer every request; per-request failures go in `LLMResult.error`."""
+
+    def close(self) -> None:
+        """Release the model or connections (optional)."""
+
+
+BACKENDS: dict[str, type[LLMBackend]] = {}
+_MODULES = {"hf": "models.llm.hf_backend", "openai": "models.llm.openai_backend",
+            "vllm": "models.llm.vllm_backend"}
+
+
+def register_backend(name: str) -> Callable[[type[LLMBackend]], type[LLMBackend]]:
+    """Class decorator: make a backend buildable by `build_backend` under `name`."""
+
+    def wrap(cls: type[LLMBackend]) -> type[LLMBackend]:
+        cls.name = name
+        BACKENDS[name] = cls
+        return cls
+
+    return wrap
+
+
+def backend_class(name: str) -> type[LLMBackend]:
+    """The class registered under `name`, importing its module on first use (lazily)."""
+    if name not in BACKENDS and name in _MODULES:
+        importlib.import_module(_MODULES[name])
+    if name not in BACKENDS:
+        raise ValueError(f"unknown LLM backend {name!r} (known: {', '.join(sorted(_MODULES))})")
+    return BACKENDS[name]
+
+
+def build_backend(spec: BackendSpec) -> LLMBackend:
+    return backend_class(spec.backend)(spec)
