@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import importlib
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -61,7 +61,8 @@ class BackendSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["hf", "openai", "vllm"] = "hf"
+    # "hf", "openai", "vllm", or "package.module:Class" for a backend of your own.
+    backend: str = "hf"
     model: str
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -104,11 +105,22 @@ def register_backend(name: str) -> Callable[[type[LLMBackend]], type[LLMBackend]
 
 
 def backend_class(name: str) -> type[LLMBackend]:
-    """The class registered under `name`, importing its module on first use (lazily)."""
+    """The class registered under `name`, importing its module on first use (lazily).
+
+    `name` may also be "package.module:Class", so a backend of your own plugs in
+    without editing this package (the module must be importable on every Ray worker).
+    """
     if name not in BACKENDS and name in _MODULES:
         importlib.import_module(_MODULES[name])
+    if name not in BACKENDS and ":" in name:
+        module, _, attr = name.partition(":")
+        cls = getattr(importlib.import_module(module), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, LLMBackend)):
+            raise ValueError(f"{name!r} is not an LLMBackend subclass")
+        return cls
     if name not in BACKENDS:
-        raise ValueError(f"unknown LLM backend {name!r} (known: {', '.join(sorted(_MODULES))})")
+        raise ValueError(f"unknown LLM backend {name!r} (known: {', '.join(sorted(_MODULES))}, "
+                         "or package.module:Class)")
     return BACKENDS[name]
 
 

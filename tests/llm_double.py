@@ -1,0 +1,69 @@
+"""A scripted LLM backend for tests: answers chosen by rules, no model.
+
+Rules are (substring, answer) pairs matched in order against the request's last user
+message (for a retry that is our feedback message, so a test can script "bad answer
+first, good answer after the feedback"). Special answers:
+  "!raise"  the whole generate() call raises (a crashing backend)
+  "!error"  that request gets an error result
+  "!exit"   the process exits at once (kills a Ray actor mid-job), only while the
+            file named by the `exit_flag` option exists
+Every request is appended to the file named by the `log` option (one JSON line), so
+tests count calls across Ray worker processes.
+
+Usable in-process (`ScriptedLLM.make(...)`) or through the real pipeline with
+`backend="tests.llm_double:ScriptedLLM"` and the rules in `backend_options`.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult
+
+
+class ScriptedLLM(LLMBackend):
+    name = "scripted"
+
+    def __init__(self, spec: BackendSpec):
+        super().__init__(spec)
+        self.rules = [tuple(r) for r in spec.options.get("rules", [])]
+        self.default = spec.options.get("default", "[]")
+        self.log = spec.options.get("log")
+        self.exit_flag = spec.options.get("exit_flag")
+        self.calls: list[ChatRequest] = []
+
+    @classmethod
+    def make(cls, rules=(), default="[]", model="scripted-model", **options) -> "ScriptedLLM":
+        return cls(BackendSpec(backend="tests.llm_double:ScriptedLLM", model=model,
+                               options={"rules": [list(r) for r in rules], "default": default,
+                                        **options}))
+
+    def _answer(self, req: ChatRequest) -> str:
+        last = next(m["content"] for m in reversed(req.messages) if m["role"] == "user")
+        for needle, answer in self.rules:
+            if needle in last:
+                return answer
+        return self.default
+
+    def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
+        answers = [self._answer(r) for r in requests]
+        if self.log:
+            with open(self.log, "a") as fh:
+                for r, a in zip(requests, answers):
+                    fh.write(json.dumps({"last": r.messages[-1]["content"][-200:], "answer": a[:40],
+                                         "schema": r.json_schema is not None}) + "\n")
+        self.calls.extend(requests)
+        if "!raise" in answers:
+            raise RuntimeError("scripted backend failure")
+        if "!exit" in answers and self.exit_flag and os.path.exists(self.exit_flag):
+            os._exit(1)
+        out = []
+        for a in answers:
+            if a == "!error":
+                out.append(LLMResult(error="scripted request failure"))
+            elif a == "!exit":
+                out.append(LLMResult(text="[]", prompt_tokens=10, completion_tokens=1))
+            else:
+                out.append(LLMResult(text=a, prompt_tokens=100, completion_tokens=len(a.split()),
+                                     finish_reason="stop"))
+        return out
