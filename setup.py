@@ -9,6 +9,8 @@ BASE = [
     "click>=8.1",
     "pydantic>=2.6",
     "pyyaml",
+    "jinja2>=3.1",
+    "httpx>=0.27",
     "psutil",
     "torch==2.13.0",
     "transformers>=5.16.1,<5.20",
@@ -27,7 +29,7 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.10",
-    packages=["pipelines", "models", "metrics", "serve", "prompts", "ray_jobs"],
+    packages=["pipelines", "models", "models.llm", "metrics", "serve", "prompts", "ray_jobs"],
     package_data={
         "pipelines": ["sample/*"],
         "models": ["*.yaml"],

@@ -149,28 +149,26 @@ def make_settings(cfg: ExtractConfig, models: dict[str, Any]) -> ExtractSettings
                            verify_model=models["verify"] if models["verify"] != models["llm"] else None)
 
 
-def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
-    """(generate, verify_generate, close) for this process, behind the call cache."""
+def llm_generate(backend: str, model: str, options: dict, cache_path: str | None):
+    """A backend's `generate` behind the call cache (when a cache path is given)."""
     from models.llm.base import build_backend
 
-    cache = None
-    if cfg.cache_path():
-        from models.llm.cache import LLMCache
+    llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
+    if cache_path:
+        from models.llm.cache import CachedBackend, LLMCache
 
-        Path(cfg.cache_path()).parent.mkdir(parents=True, exist_ok=True)
-        cache = LLMCache(cfg.cache_path())
+        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+        llm = CachedBackend(llm, LLMCache(cache_path))
+    return llm
 
-    def make(model: str):
-        backend = build_backend(BackendSpec(backend=models["backend"], model=model,
-                                            options=dict(cfg.backend_options)))
-        if cache is None:
-            return backend
-        from models.llm.cache import CachedBackend
 
-        return CachedBackend(backend, cache)
-
-    main = make(models["llm"])
-    verify = main if models["verify"] == models["llm"] or cfg.method != "star" else make(models["verify"])
+def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
+    """(generate, verify_generate, close) for this process, behind the call cache."""
+    main = llm_generate(models["backend"], models["llm"], cfg.backend_options, cfg.cache_path())
+    verify = main
+    if cfg.method == "star" and models["verify"] != models["llm"]:
+        verify = llm_generate(models["backend"], models["verify"], cfg.backend_options,
+                              cfg.cache_path())
 
     def close():
         for b in {id(main): main, id(verify): verify}.values():

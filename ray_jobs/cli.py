@@ -4,6 +4,8 @@ from __future__ import annotations
 import click
 
 from ray_jobs.demo import demo_cmd
+from ray_jobs.extract import extract_cmd
+from ray_jobs.extract_quality import extract_quality_cmd
 from ray_jobs.info import info_cmd
 from ray_jobs.ingest import ingest_cmd
 from ray_jobs.split import split_cmd
@@ -22,6 +24,8 @@ def cli():
 cli.add_command(ingest_cmd)
 cli.add_command(split_cmd)
 cli.add_command(info_cmd)
+cli.add_command(extract_cmd)
+cli.add_command(extract_quality_cmd)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

@@ -7,6 +7,7 @@ first, good answer after the feedback"). Special answers:
   "!error"  that request gets an error result
   "!exit"   the process exits at once (kills a Ray actor mid-job), only while the
             file named by the `exit_flag` option exists
+Option `delay_s` makes each generate() call slow (to kill a job mid-way).
 Every request is appended to the file named by the `log` option (one JSON line), so
 tests count calls across Ray worker processes.
 
@@ -30,6 +31,7 @@ class ScriptedLLM(LLMBackend):
         self.default = spec.options.get("default", "[]")
         self.log = spec.options.get("log")
         self.exit_flag = spec.options.get("exit_flag")
+        self.delay_s = float(spec.options.get("delay_s", 0))
         self.calls: list[ChatRequest] = []
 
     @classmethod
@@ -47,6 +49,10 @@ class ScriptedLLM(LLMBackend):
 
     def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
         answers = [self._answer(r) for r in requests]
+        if self.delay_s:
+            import time
+
+            time.sleep(self.delay_s)
         if self.log:
             with open(self.log, "a") as fh:
                 for r, a in zip(requests, answers):

@@ -1,0 +1,56 @@
+"""`rexeval ground-truth`: statements -> ground-truth explanations (python -m ray_jobs.ground_truth)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from pipelines.ground_truth_pipeline import STAGES, GroundTruthConfig, run_ground_truth
+from pipelines.ray_runtime import init_ray
+from ray_jobs.common import config_option, load_config, summary, user_errors
+
+
+@click.command("ground-truth")
+@click.argument("input", required=False, type=click.Path())
+@click.option("--out", "-o", help="Output folder (explanations/, sentences/, errors/, manifest.json).")
+@click.option("--stage", type=click.Choice(STAGES),
+              help="Which statements to use: 'auto' (default: verified ones if any exist, "
+                   "else triplet), 'triplet', 'candidate' or 'verified'.")
+@click.option("--workers", type=int, help="Actors (default: one per CPU).")
+@click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
+@config_option
+@user_errors
+def ground_truth_cmd(input, out, stage, workers, overwrite, config_file):
+    """Write the rule-based ground-truth explanation of every review (seed 000).
+
+    INPUT is an `rexeval extract` output folder (its statements/ shards) or a
+    statements Parquet file. Each review's statements are rewritten in the third person
+    and grouped by polarity: "The user would appreciate this product because ...
+    However, they may dislike that ... They seem indifferent to the fact that ...".
+    sentences/ holds one such sentence per statement, for the statement-level metrics.
+    Statements with an unknown sentiment go to errors/; a re-run resumes.
+
+    Example: rexeval ground-truth runs/mi/extract --out runs/mi/ground-truth
+    """
+    started = time.time()
+    cfg = load_config(GroundTruthConfig, config_file, input=input, out=out, stage=stage,
+                      workers=workers)
+    init_ray()
+    manifest = run_ground_truth(cfg, overwrite=overwrite, progress=click.echo)
+    c = manifest["counts"]
+    summary("ground-truth", {
+        "statements used": manifest.get("stage", cfg.stage),
+        "reviews in": c.get("in", 0), "explanations out": c.get("out", 0),
+        "statements in": c.get("statements", 0), "sentences out": c.get("sentences", 0),
+        "duplicate statements": c.get("duplicates", 0), "error rows": c.get("errors", 0),
+    }, started, {n: f"{cfg.out}/{n}" for n in ("explanations", "sentences", "errors")}
+        | {"manifest": f"{cfg.out}/manifest.json"})
+    return manifest
+
+
+def main():  # python -m ray_jobs.ground_truth
+    ground_truth_cmd()
+
+
+if __name__ == "__main__":
+    main()
