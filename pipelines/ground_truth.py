@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.schema import error_rows, validate_table
+from pipelines.statements import dedup_key
 
 STAGE = "ground-truth"
 SYSTEM = "ground_truth"
@@ -212,10 +213,6 @@ def clause(statement: str) -> str:
     return subject_pronoun(point_of_view(_SPACES.sub(" ", statement)))
 
 
-def _dedup_key(text: str) -> str:
-    return " ".join(re.sub(r"[\W_]+", " ", text.lower()).split())
-
-
 # -- one review ---------------------------------------------------------------------
 
 
@@ -257,7 +254,7 @@ def build_explanation(triplets: list[dict]) -> str:
     for t in triplets:
         pol = polarity(t.get("sentiment"))
         c = clause(t["statement"])
-        key = _dedup_key(c)
+        key = dedup_key(c)
         if not key or key in seen:
             continue
         seen.add(key)
@@ -269,7 +266,7 @@ def statement_sentence(statement: str, sentiment: str) -> str:
     """One statement in the ground-truth pattern, for the statement-level metrics."""
     pol = polarity(sentiment)
     c = clause(statement)
-    if not _dedup_key(c):
+    if not dedup_key(c):
         raise ValueError(f"statement {statement!r} has no words")
     return OPENERS[pol][0] + c + "."
 
@@ -306,7 +303,7 @@ def ground_truth_shard(statements: pa.Table, source: str | None = None
     # Rewrite each distinct statement once.
     enc = pc.dictionary_encode(t.column("statement").combine_chunks())
     clauses_u = [clause(s) for s in enc.dictionary.to_pylist()]
-    dedup_u = [_dedup_key(c) for c in clauses_u]
+    dedup_u = [dedup_key(c) for c in clauses_u]
     keys_u = pd.factorize(pd.Series(dedup_u, dtype=object))[0]
     empty_u = np.array([not k for k in dedup_u], dtype=bool)
     sidx = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)

@@ -6,6 +6,7 @@ import click
 from ray_jobs.demo import demo_cmd
 from ray_jobs.extract import extract_cmd
 from ray_jobs.extract_quality import extract_quality_cmd
+from ray_jobs.ground_truth import ground_truth_cmd
 from ray_jobs.info import info_cmd
 from ray_jobs.ingest import ingest_cmd
 from ray_jobs.split import split_cmd
@@ -26,6 +27,7 @@ cli.add_command(split_cmd)
 cli.add_command(info_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(extract_quality_cmd)
+cli.add_command(ground_truth_cmd)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group
