@@ -236,6 +236,8 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
     """Run extraction end to end (resuming finished shards) and return the manifest."""
     t0 = time.time()
+    if cfg.use_cache:  # resolved here, so every worker uses the driver's cache file
+        cfg = cfg.model_copy(update={"cache": str(Path(cfg.cache_path()).resolve())})
     models = resolve_models(cfg)
     reviews = load_reviews(cfg)
     n_shards = max(1, -(-reviews.num_rows // cfg.shard_size))

@@ -85,9 +85,9 @@ def summarise(judgements: pa.Table, unparsed: dict[str, int]) -> dict[str, dict]
         part = df[df["stage"] == stage]
         ok = part.dropna(subset=["explanatory", "atomic"])
         out[stage] = {"statements": int(len(ok)), "unparsed": int(unparsed.get(stage, 0)),
-                      "explanatory_pct": round(100 * ok["explanatory"].astype(bool).mean(), 2)
+                      "explanatory_pct": round(float(100 * ok["explanatory"].astype(bool).mean()), 2)
                       if len(ok) else None,
-                      "atomic_pct": round(100 * ok["atomic"].astype(bool).mean(), 2)
+                      "atomic_pct": round(float(100 * ok["atomic"].astype(bool).mean()), 2)
                       if len(ok) else None}
     return out
 
@@ -139,11 +139,7 @@ class JudgeStage(Stage):
 
             torch.set_num_threads(int(self.resources.cpus))
         self.sample = self.sample_ref if isinstance(self.sample_ref, pa.Table) else ray.get(self.sample_ref)
-        cache = None
-        if self.cfg.use_cache:
-            from models.gguf_cache import cache_root
-
-            cache = self.cfg.cache or str(cache_root() / "llm-calls.sqlite")
+        cache = self.cfg.cache if self.cfg.use_cache else None
         self.llm = llm_generate(self.model["backend"], self.model["judge"], self.cfg.backend_options, cache)
         self.prompt = load_prompt("extract_quality")
 
@@ -195,6 +191,10 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     from prompts import load_prompt
 
     t0 = time.time()
+    if cfg.use_cache and not cfg.cache:  # resolved here, so every worker uses the same file
+        from models.gguf_cache import cache_root
+
+        cfg = cfg.model_copy(update={"cache": str(cache_root() / "llm-calls.sqlite")})
     src = Path(cfg.input)
     st_path = src / "statements" if (src / "statements").is_dir() else src
     if not table_files(st_path):

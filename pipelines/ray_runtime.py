@@ -15,6 +15,9 @@ import pyarrow as pa
 from pipelines.stage import Stage
 
 
+FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
+
+
 def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True):
     """Start a local Ray or join a cluster; a no-op when Ray is already up."""
     import ray
@@ -25,13 +28,17 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     kwargs: dict = {"ignore_reinit_error": True,
                     "logging_level": logging.WARNING if quiet else logging.INFO,
                     "log_to_driver": not quiet}
+    # Settings that change what a worker computes travel with the job.
+    forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV}
     if address:
+        if forwarded:
+            kwargs["runtime_env"] = {"env_vars": forwarded}
         ray.init(address=address, **kwargs)
     else:
         # Local Ray: no token auth (a laptop run does not need it) and workers import
         # the project's packages from this checkout.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        kwargs["runtime_env"] = {"env_vars": {"RAY_AUTH_MODE": "disabled",
+        kwargs["runtime_env"] = {"env_vars": {**forwarded, "RAY_AUTH_MODE": "disabled",
                                                "PYTHONPATH": _project_root()}}
         ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
     if quiet:
