@@ -13,7 +13,13 @@ How a `generate()` call runs:
   3. each batch is LEFT padded (decoder-only models continue from the last position)
      and decoded greedily (temperature 0) or by sampling, by transformers' generate();
      the prompt prefix the whole batch shares (system prompt, few-shot examples: about
-     700 of 800 tokens for the extraction prompts) is run once into the KV cache;
+     700 of 800 tokens for the extraction prompts) is run once into the KV cache.
+     Greedy batches of supported models on CPU (Llama family) skip generate() for our
+     own loop (`_greedy_decode`, same tokens): the shared prefix's KV is kept once and
+     attended by every row ("cascade" attention, `_DecodeState`), each prompt suffix is
+     prefilled without padding, finished rows leave the batch, and Linear layers use a
+     column-major weight copy for 4+ rows (`column_major_linears`). Measured on SmolLM2-135M,
+     2 CPUs, 32 extraction prompts, batch 16: 31 s against 66 s with generate();
   4. results go back in the callers' order.
 
 Sampling is seeded with `torch.manual_seed(sampling.seed)` before each batch, so a
@@ -28,7 +34,9 @@ Options (`BackendSpec.options`): batch_size (8), max_batch_tokens (None), device
 dtype name), constrained ("auto" | "xgrammar" | "none"), num_threads (torch CPU threads),
 share_prefix (True) and min_shared_prefix (32 tokens): compute the KV cache of the prompt
 prefix a batch shares (system prompt, few-shot examples) once, static_cache (default: on
-CPU only; see `_kv_cache`), attn_implementation
+CPU only; see `_kv_cache`; generate() path only), fast_greedy ("auto": the greedy loop where
+supported; False: always generate()), column_major_weights (default: on CPU with batch_size
+> 1; doubles the memory of Linear weights), attn_implementation
 ("auto" = our GQA-aware SDPA on CPU, see `_cpu_gqa_sdpa`; or any transformers name).
 """
 from __future__ import annotations
@@ -112,6 +120,8 @@ def _cpu_gqa_sdpa(module, query, key, value, attention_mask, dropout: float = 0.
     """
     import torch
 
+    if isinstance(attention_mask, _DecodeState):  # our greedy loop (`_greedy_decode`)
+        return attention_mask.attend(module.layer_idx, query, key, value, scaling)
     causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
     causal = query.shape[2] > 1 and attention_mask is None and causal
     out = torch.nn.functional.scaled_dot_product_attention(
@@ -127,6 +137,175 @@ def _register_cpu_gqa() -> str:
     AttentionInterface.register(CPU_GQA_ATTENTION, _cpu_gqa_sdpa)
     AttentionMaskInterface.register(CPU_GQA_ATTENTION, sdpa_mask)  # same masks as "sdpa"
     return CPU_GQA_ATTENTION
+
+
+# Model families whose decoder layers `_greedy_decode` drives directly (embed_tokens,
+# rotary_emb, layers calling `past_key_values.update` and the attention function, norm,
+# lm_head with no logit scaling); any other model goes through generate().
+FAST_GREEDY_MODEL_TYPES = frozenset({"llama"})
+
+# Generation-config fields with which generate() would change greedy logits or stop
+# otherwise than on EOS / max_new_tokens: the greedy loop runs only when all are neutral.
+_NEUTRAL_GENERATION = {
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,), "min_length": (None, 0), "min_new_tokens": (None, 0),
+    "suppress_tokens": (None,), "begin_suppress_tokens": (None,),
+    "forced_bos_token_id": (None,), "forced_eos_token_id": (None,), "sequence_bias": (None,),
+    "exponential_decay_length_penalty": (None,), "stop_strings": (None,), "max_time": (None,),
+    "guidance_scale": (None, 1.0), "watermarking_config": (None,), "num_beams": (None, 1),
+    "num_return_sequences": (None, 1),
+}
+
+
+def plain_greedy_config(generation_config) -> bool:
+    """True when greedy generate() with this config is argmax + EOS / length stops only."""
+    return all(getattr(generation_config, k, None) in ok for k, ok in _NEUTRAL_GENERATION.items())
+
+
+class _DecodeState:
+    """KV cache and attention of one `_greedy_decode` batch.
+
+    The decoder layers get it as `past_key_values` (they call `update`) and as
+    `attention_mask` (our attention function sees the type and calls `attend`), so no
+    4D mask is built by transformers and no generic Cache logic runs per step.
+
+    The prompt prefix the batch shares is kept ONCE per layer (`prefix`: (kv heads, P,
+    head dim)), not copied into every row: each row's queries attend to it in one matmul
+    for the whole batch, and to the row's own KV ([left padding][prompt suffix][generated],
+    preallocated to `capacity`); the two softmax parts are merged by their log-sum-exp
+    ("cascade" attention). A copied 700-token prefix was most of a batch-16 decode step's
+    memory traffic. Without a shared prefix it is torch's SDPA with GQA, as before.
+
+    `select(rows)` drops finished rows: only the rows' own KV is copied, the prefix stays.
+    """
+
+    def __init__(self, layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
+                 dtype, device, prefix=None):
+        import torch
+
+        shape = (batch, kv_heads, capacity, head_dim)
+        # zeros: padding slots are masked, but garbage there (NaN, inf) would still leak
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(layers)]
+        self.prefix = prefix  # per layer (keys, values), or None
+        self.length = 0       # positions of the rows' own KV filled so far
+        self.min = torch.finfo(dtype).min
+        self.pad_bias = None  # (batch, capacity): 0 where a key may be seen, min at padding
+        self.bias = None      # additive mask of the current forward: (batch, 1, q, length + q)
+
+    def set_padding(self, mask) -> None:
+        """mask: (batch, width) of 1 for tokens, 0 for padding; later positions are tokens."""
+        import torch
+
+        if bool(mask.all()):
+            return
+        bias = torch.zeros((mask.shape[0], self.k[0].shape[2]), dtype=self.k[0].dtype,
+                           device=self.k[0].device)
+        bias[:, :mask.shape[1]].masked_fill_(mask.to(bias.device) == 0, self.min)
+        self.pad_bias = bias
+
+    def begin(self, q: int) -> None:
+        """Build the mask for a forward of `q` new positions per row (causal when q > 1)."""
+        import torch
+
+        end = self.length + q
+        if self.pad_bias is None and (q == 1 or (self.length == 0 and self.prefix is None)):
+            self.bias = None  # nothing hidden (q > 1: SDPA's own is_causal)
+            return
+        bias = (torch.zeros((self.k[0].shape[0], end), dtype=self.k[0].dtype,
+                            device=self.k[0].device)
+                if self.pad_bias is None else self.pad_bias[:, :end])
+        bias = bias[:, None, None, :].expand(-1, 1, q, -1)
+        if q > 1:  # key j is hidden from new position i when j > length + i
+            future = torch.ones((q, end), dtype=torch.bool, device=bias.device).triu_(self.length + 1)
+            bias = bias.masked_fill(future, self.min)  # masked_fill, not +: min + min = -inf
+        self.bias = bias
+
+    def update(self, key, value, layer_idx: int, *args, **kwargs):
+        end = self.length + key.shape[2]
+        self.k[layer_idx][:, :, self.length:end] = key
+        self.v[layer_idx][:, :, self.length:end] = value
+        return self.k[layer_idx][:, :, :end], self.v[layer_idx][:, :, :end]
+
+    def select(self, rows) -> None:
+        """Keep only these rows (a LongTensor of row indices)."""
+        self.k = [k.index_select(0, rows) for k in self.k]
+        self.v = [v.index_select(0, rows) for v in self.v]
+        if self.pad_bias is not None:
+            self.pad_bias = self.pad_bias.index_select(0, rows)
+
+    def attend(self, layer: int, query, key, value, scaling):
+        """Attention output (batch, q, heads, head dim) of `query` (batch, heads, q, head dim)."""
+        import torch
+
+        batch, heads, q, dim = query.shape
+        kv_heads, own = key.shape[1], key.shape[2]
+        if self.prefix is None:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                query, key, value, attn_mask=self.bias, scale=scaling,
+                is_causal=self.bias is None and q > 1, enable_gqa=kv_heads != heads)
+            return out.transpose(1, 2).contiguous(), None
+
+        rows = heads // kv_heads * q  # query head h reads KV head h // group (repeat_kv order)
+        qg = (query * scaling).reshape(batch, kv_heads, rows, dim)
+        # The row's own keys: (batch, kv heads, group x q, own).
+        s2 = torch.matmul(qg, key.transpose(2, 3))
+        if self.bias is not None:
+            s2 = s2.view(batch, kv_heads, -1, q, own).add_(self.bias.unsqueeze(1))
+            s2 = s2.view(batch, kv_heads, rows, own)
+        m2 = s2.amax(-1, keepdim=True)
+        s2 = s2.sub_(m2).exp_()
+        l2 = s2.sum(-1, keepdim=True)
+        o2 = torch.matmul(s2, value)
+        # The shared prefix, every row at once: (kv heads, batch x group x q, P).
+        pk, pv = self.prefix[layer]
+        s1 = torch.bmm(qg.transpose(0, 1).reshape(kv_heads, batch * rows, dim), pk.transpose(1, 2))
+        m1 = s1.amax(-1, keepdim=True)
+        s1 = s1.sub_(m1).exp_()
+        l1 = s1.sum(-1, keepdim=True)
+        o1 = torch.bmm(s1, pv)
+
+        def per_row(t):  # (kv heads, batch x rows, n) -> (batch, kv heads, rows, n)
+            return t.view(kv_heads, batch, rows, -1).transpose(0, 1)
+
+        o1, m1, l1 = per_row(o1), per_row(m1), per_row(l1)
+        m = torch.maximum(m1, m2)
+        a1, a2 = (m1 - m).exp_(), (m2 - m).exp_()
+        out = (o1 * a1 + o2 * a2).div_(l1 * a1 + l2 * a2)
+        return out.reshape(batch, heads, q, dim).transpose(1, 2).contiguous(), None
+
+
+COLUMN_MAJOR_MIN_ROWS = 4
+
+
+def _linear_by_rows(self, x):
+    """nn.Linear.forward choosing the weight copy by the number of rows (see below)."""
+    import torch
+
+    rows = x.numel() // x.shape[-1]
+    weight = self.weight_cm if rows >= COLUMN_MAJOR_MIN_ROWS else self.weight
+    return torch.nn.functional.linear(x, weight, self.bias)
+
+
+def column_major_linears(model) -> None:
+    """Give every Linear a column-major copy of its weight for inputs of 4 rows or more.
+
+    `F.linear(x, W)` is x @ W.t(): with W.t() contiguous MKL runs a plain (NN) GEMM, which
+    on CPU is 3-4x faster for a handful of rows, i.e. a batched decode step (measured:
+    16 x 576 by 576 x 1536 in 0.25 ms against 0.9 ms row-major; the 49152-row LM head
+    12.6 against 27.4 ms), the same for prompts (hundreds of rows, same results), but
+    slower for 1-2 rows (one-at-a-time decoding: 22% slower end to end). So both layouts
+    are kept (Linear weights twice in memory) and each call picks by its row count.
+    """
+    import types
+
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and not hasattr(module, "weight_cm"):
+            module.weight_cm = module.weight.detach().t().contiguous().t()
+            module.forward = types.MethodType(_linear_by_rows, module)
 
 
 def pad_batch(prompts: list[list[int]], shared: int, pad_id: int):
@@ -203,6 +382,8 @@ class HFBackend(LLMBackend):
         self.model = AutoModelForCausalLM.from_pretrained(
             location, dtype=dtype, attn_implementation=attn).to(self.device)
         self.model.eval()
+        if opts.get("column_major_weights", self.device.type == "cpu" and self.batch_size > 1):
+            column_major_linears(self.model)
 
         # Stop tokens: the generation config's EOS ids (some models list several), else
         # the tokenizer's; padding uses EOS when the tokenizer has no pad token.
@@ -216,6 +397,17 @@ class HFBackend(LLMBackend):
         if self.pad_id is None:
             self.pad_id = self.stop_ids[0]
         self._keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        fast = opts.get("fast_greedy", "auto")
+        body = getattr(self.model, "model", None)
+        self.fast_greedy = (
+            fast not in (False, "off", "none")
+            and self.model.config._attn_implementation == CPU_GQA_ATTENTION
+            and self.model.config.model_type in FAST_GREEDY_MODEL_TYPES
+            and all(hasattr(body, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm"))
+            and hasattr(self.model, "lm_head")
+            and plain_greedy_config(self.model.generation_config))
+        if fast is True and not self.fast_greedy:
+            raise ValueError("fast_greedy=True but this model/device cannot use the greedy loop")
         self.context = int(getattr(self.model.config, "max_position_embeddings", 0) or 0) or None
 
         self._grammar_compiler = None
@@ -283,36 +475,13 @@ class HFBackend(LLMBackend):
 
         t0 = time.perf_counter()
         try:
-            shared = self._shared_prefix(prompts)
-            input_ids, mask = pad_batch(prompts, shared, self.pad_id)
-            width = input_ids.shape[1]
-            kwargs: dict[str, Any] = dict(
-                max_new_tokens=sampling.max_tokens, pad_token_id=self.pad_id,
-                eos_token_id=self.stop_ids)
-            if sampling.deterministic:
-                kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-            else:
-                torch.manual_seed(sampling.seed)
-                kwargs.update(do_sample=True, temperature=sampling.temperature,
-                              top_p=sampling.top_p, top_k=None)
-            constrained = schema is not None and self.constrained
-            if constrained:
-                from transformers import LogitsProcessorList
-                from xgrammar.contrib.hf import LogitsProcessor
-
-                # A fresh processor per generate(): it keeps one matcher per sequence.
-                kwargs["logits_processor"] = LogitsProcessorList([LogitsProcessor(self._grammar(schema))])
-            with torch.inference_mode():
-                kwargs["past_key_values"] = self._kv_cache(
-                    prompts[0][:shared], len(prompts), width + sampling.max_tokens)
-                out = self.model.generate(input_ids=input_ids.to(self.device),
-                                          attention_mask=mask.to(self.device), **kwargs)
-            new = out[:, width:].tolist()
+            new = self._decode(prompts, sampling, schema)
         except Exception as e:
             msg = f"{type(e).__name__}: {e}"
             return [LLMResult(prompt_tokens=len(p), error=msg) for p in prompts]
 
         share = (time.perf_counter() - t0) / len(prompts)
+        constrained = schema is not None and self.constrained
         stops = set(self.stop_ids)
         results = []
         for ids, gen in zip(prompts, new):
@@ -326,6 +495,136 @@ class HFBackend(LLMBackend):
                 seconds=share,
                 finish_reason="length" if end is None else "stop"))
         return results
+
+    def _decode(self, prompts: list[list[int]], sampling, schema) -> list[list[int]]:
+        """New token ids per prompt (EOS included when reached; may run on after it)."""
+        import torch
+
+        shared = self._shared_prefix(prompts)
+        grammar = self._grammar(schema) if schema is not None and self.constrained else None
+        if sampling.deterministic and self.fast_greedy:
+            with torch.inference_mode():
+                return self._greedy_decode(prompts, shared, sampling.max_tokens, grammar)
+        input_ids, mask = pad_batch(prompts, shared, self.pad_id)
+        width = input_ids.shape[1]
+        kwargs: dict[str, Any] = dict(
+            max_new_tokens=sampling.max_tokens, pad_token_id=self.pad_id,
+            eos_token_id=self.stop_ids)
+        if sampling.deterministic:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            torch.manual_seed(sampling.seed)
+            kwargs.update(do_sample=True, temperature=sampling.temperature,
+                          top_p=sampling.top_p, top_k=None)
+        if grammar is not None:
+            from transformers import LogitsProcessorList
+            from xgrammar.contrib.hf import LogitsProcessor
+
+            # A fresh processor per generate(): it keeps one matcher per sequence.
+            kwargs["logits_processor"] = LogitsProcessorList([LogitsProcessor(grammar)])
+        with torch.inference_mode():
+            kwargs["past_key_values"] = self._kv_cache(
+                prompts[0][:shared], len(prompts), width + sampling.max_tokens)
+            out = self.model.generate(input_ids=input_ids.to(self.device),
+                                      attention_mask=mask.to(self.device), **kwargs)
+        return out[:, width:].tolist()
+
+    def _greedy_decode(self, prompts: list[list[int]], shared: int, max_new: int,
+                       grammar=None) -> list[list[int]]:
+        """Greedy decoding without generate(): the same tokens, less work per step.
+
+        Drives the model's decoder layers directly with a `_DecodeState` (cascade
+        attention over the shared prefix, no 4D masks, the LM head on the last position
+        only), takes the argmax of the float32 logits (after the grammar's bitmask, as
+        xgrammar's HF logits processor applies it) and drops rows from the batch as soon
+        as they emit a stop token, so the remaining rows' steps get cheaper. Each row's
+        list ends with its stop token, or has `max_new` tokens.
+        """
+        import torch
+
+        model, body, config = self.model, self.model.model, self.model.config
+        layers = body.layers[: config.num_hidden_layers]
+        kv_heads = config.num_key_value_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        dtype, device = model.dtype, self.device
+
+        def forward(state: _DecodeState, ids, positions):
+            """Run new tokens through the model; the last position's final hidden state."""
+            hidden = body.embed_tokens(ids)
+            rope = body.rotary_emb(hidden, positions)
+            state.begin(ids.shape[1])
+            for layer in layers:
+                hidden = layer(hidden, attention_mask=state, position_ids=positions,
+                               past_key_values=state, use_cache=True, position_embeddings=rope)
+            state.length += ids.shape[1]
+            return hidden[:, -1]
+
+        def prefill(tokens: list[int], start: int, prefix=None) -> _DecodeState:
+            """One row's prompt tokens from position `start` on, after `prefix` if any."""
+            state = _DecodeState(len(layers), 1, kv_heads, head_dim, len(tokens), dtype,
+                                 device, prefix)
+            state.last = forward(state, torch.tensor([tokens], device=device),
+                                 torch.arange(start, start + len(tokens), device=device)[None])
+            return state
+
+        prefix = None
+        if shared:
+            once = prefill(prompts[0][:shared], 0)
+            prefix = [(k[0], v[0]) for k, v in zip(once.k, once.v)]
+        # Each row's own KV, left padded: [padding][prompt suffix], then generated tokens.
+        # The suffixes are run one row at a time (no compute on padding: in a batch of
+        # 16 extraction prompts the padding was 60% of the positions).
+        tails = [p[shared:] for p in prompts]
+        width = max(len(t) for t in tails)
+        state = _DecodeState(len(layers), len(prompts), kv_heads, head_dim, width + max_new,
+                             dtype, device, prefix)
+        state.set_padding(torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in tails]))
+        last = []
+        for row, tail in enumerate(tails):
+            own = prefill(tail, shared, prefix)
+            for k, v, ok, ov in zip(state.k, state.v, own.k, own.v):
+                k[row, :, width - len(tail):width] = ok[0]
+                v[row, :, width - len(tail):width] = ov[0]
+            last.append(own.last)
+            del own
+        state.length = width
+        hidden = torch.cat(last)
+        positions = torch.tensor([[shared + len(t)] for t in tails], device=device)
+
+        rows = list(range(len(prompts)))  # the prompt of each row still in the batch
+        matchers, bitmask = [], None
+        if grammar is not None:
+            import xgrammar as xgr
+
+            matchers = [xgr.GrammarMatcher(grammar) for _ in prompts]
+            bitmask = xgr.allocate_token_bitmask(len(prompts), grammar.tokenizer_info.vocab_size)
+        stops = set(self.stop_ids)
+        out: list[list[int]] = [[] for _ in prompts]
+        for step in range(max_new):
+            logits = model.lm_head(body.norm(hidden)).float()
+            if matchers:
+                for j, matcher in enumerate(matchers):
+                    matcher.fill_next_token_bitmask(bitmask, j)
+                xgr.apply_token_bitmask_inplace(logits, bitmask[: len(rows)].to(logits.device))
+            tokens = logits.argmax(-1)
+            keep = []
+            for j, token in enumerate(tokens.tolist()):
+                out[rows[j]].append(token)
+                if matchers and not matchers[j].accept_token(token):
+                    raise RuntimeError(f"grammar rejected token {token}")
+                if token not in stops:
+                    keep.append(j)
+            if not keep or step == max_new - 1:
+                break
+            if len(keep) < len(rows):
+                index = torch.tensor(keep, device=device)
+                state.select(index)
+                tokens, positions = tokens[index], positions[index]
+                rows = [rows[j] for j in keep]
+                matchers = [matchers[j] for j in keep] if matchers else []
+            hidden = forward(state, tokens[:, None], positions)
+            positions = positions + 1
+        return out
 
     def _shared_prefix(self, prompts: list[list[int]]) -> int:
         """Length of the token prefix all prompts share, 0 when too short to be worth it.

@@ -95,7 +95,8 @@ def test_mixed_sampling_params_grouped(backend):
 
 def test_batch_exception_becomes_error_results(backend, monkeypatch):
     calls = {"n": 0}
-    real = backend.model.generate
+    embed = backend.model.model.embed_tokens  # run by generate() and by the greedy loop
+    real = embed.forward
 
     def flaky(*a, **kw):
         calls["n"] += 1
@@ -103,7 +104,7 @@ def test_batch_exception_becomes_error_results(backend, monkeypatch):
             raise RuntimeError("boom")
         return real(*a, **kw)
 
-    monkeypatch.setattr(backend.model, "generate", flaky)
+    monkeypatch.setattr(embed, "forward", flaky)
     results = backend.generate([chat(p) for p in PROMPTS[:4]])  # batches of 3 + 1
     errors = [r for r in results if not r.ok]
     assert len(errors) == 3 and all(r.error == "RuntimeError: boom" for r in errors)
@@ -208,3 +209,107 @@ def test_pad_batch_layout():
     ids, mask = pad_batch([[1, 2, 3, 4], [1, 2, 5]], 2, 0)
     assert ids.tolist() == [[1, 2, 3, 4], [1, 2, 0, 5]]
     assert mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 1]]
+
+
+# --- the greedy loop (`_greedy_decode`) against transformers' generate() ------------------
+
+@pytest.fixture(scope="module")
+def via_generate(tiny_model_dir):
+    b = HFBackend(BackendSpec(model=str(tiny_model_dir),
+                              options={"batch_size": 3, "fast_greedy": False}))
+    assert not b.fast_greedy
+    return b
+
+
+SHORT_SYSTEM = "You read one customer review and list its facts. Reply with JSON only. "
+
+
+@pytest.mark.parametrize("system", [None, LONG_SYSTEM])
+def test_greedy_loop_equals_generate(backend, single, via_generate, system, monkeypatch):
+    assert backend.fast_greedy and single.fast_greedy  # llama on CPU: the loop is the default
+    reqs = [ChatRequest(messages=([{"role": "system", "content": system}] if system else [])
+                        + [{"role": "user", "content": p}],
+                        sampling=SamplingParams(max_tokens=12)) for p in PROMPTS]
+    if system:
+        assert backend._shared_prefix([backend._prompt_ids(r) for r in reqs[:3]]) >= 32
+    loops = {"n": 0}
+    real = HFBackend._greedy_decode
+
+    def counted(self, *a, **kw):
+        loops["n"] += 1
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(HFBackend, "_greedy_decode", counted)
+    ref = via_generate.generate(reqs)
+    assert loops["n"] == 0
+    for b in (backend, single):
+        got = b.generate(reqs)
+        assert [(r.text, r.completion_tokens, r.finish_reason) for r in got] == \
+               [(r.text, r.completion_tokens, r.finish_reason) for r in ref]
+    ok = sum(r.ok for r in ref)  # the longest prompt can be over the context with a system
+    assert ok >= 6 and loops["n"] == -(-ok // 3) + ok  # batches of 3, then one at a time
+
+
+@pytest.mark.skipif(not _xgrammar_available(), reason="xgrammar not importable")
+@pytest.mark.parametrize("system", [None, SHORT_SYSTEM])
+def test_greedy_loop_constrained_equals_generate(backend, via_generate, system, monkeypatch):
+    from models.llm.hf_backend import _DecodeState
+
+    reqs = [ChatRequest(messages=([{"role": "system", "content": system}] if system else [])
+                        + [{"role": "user", "content": p}], json_schema=SCHEMA,
+                        sampling=SamplingParams(max_tokens=60)) for p in PROMPTS]
+    if system:
+        assert backend._shared_prefix([backend._prompt_ids(r) for r in reqs[:3]]) >= 32
+    dropped = []
+    real = _DecodeState.select
+    monkeypatch.setattr(_DecodeState, "select",
+                        lambda self, rows: dropped.append(len(rows)) or real(self, rows))
+    got, ref = backend.generate(reqs), via_generate.generate(reqs)
+    assert [(r.text, r.completion_tokens, r.finish_reason) for r in got] == \
+           [(r.text, r.completion_tokens, r.finish_reason) for r in ref]
+    assert all(r.finish_reason == "stop" for r in got)
+    for r in got:
+        json.loads(r.text)
+    lengths = [r.completion_tokens for r in got]
+    if len(set(lengths[:3])) > 1 or len(set(lengths[3:6])) > 1:
+        assert dropped  # rows that stopped early left their batch
+
+
+def test_cascade_attention_matches_sdpa():
+    """The shared-prefix + own-KV attention equals SDPA over [prefix][own] with the mask."""
+    import torch
+
+    from models.llm.hf_backend import _DecodeState
+
+    torch.manual_seed(0)
+    batch, heads, kv_heads, dim, prefix_len, width = 3, 6, 2, 8, 5, 4
+    mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]])
+    pk, pv = torch.randn(kv_heads, prefix_len, dim), torch.randn(kv_heads, prefix_len, dim)
+    state = _DecodeState(1, batch, kv_heads, dim, width + 2, torch.float32, "cpu",
+                         prefix=[(pk, pv)])
+    state.set_padding(mask)
+    seen = torch.cat([torch.ones(batch, prefix_len, dtype=torch.long), mask], 1)
+    for q in (width, 1, 1):  # the prompt suffixes, then two decode steps
+        if q == 1:
+            seen = torch.cat([seen, torch.ones(batch, 1, dtype=torch.long)], 1)
+        query = torch.randn(batch, heads, q, dim)
+        key, value = state.update(torch.randn(batch, kv_heads, q, dim),
+                                  torch.randn(batch, kv_heads, q, dim), 0)
+        state.begin(q)
+        got, _ = state.attend(0, query, key, value, 0.3)
+        keys = torch.cat([pk.expand(batch, -1, -1, -1), key], 2)
+        values = torch.cat([pv.expand(batch, -1, -1, -1), value], 2)
+        total = keys.shape[2]
+        allowed = seen[:, None, None, :total].bool() & torch.ones(q, total, dtype=torch.bool).tril(
+            total - q)
+        ref = torch.nn.functional.scaled_dot_product_attention(
+            query, keys, values, attn_mask=allowed, scale=0.3, enable_gqa=True).transpose(1, 2)
+        real_rows = mask[:, -q:].bool() if q > 1 else torch.ones(batch, 1, dtype=torch.bool)
+        assert torch.allclose(got[real_rows], ref[real_rows], atol=1e-5)  # padding rows: any
+        state.length += q
+
+
+def test_fast_greedy_true_needs_support(tiny_model_dir):
+    with pytest.raises(ValueError):
+        HFBackend(BackendSpec(model=str(tiny_model_dir),
+                              options={"fast_greedy": True, "attn_implementation": "sdpa"}))
