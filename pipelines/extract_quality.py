@@ -9,7 +9,7 @@ and the gain. Unusable judge answers are counted and reported, never guessed.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa

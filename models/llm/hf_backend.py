@@ -471,8 +471,6 @@ class HFBackend(LLMBackend):
 
     def _run_batch(self, prompts: list[list[int]], sampling, schema) -> list[LLMResult]:
         """One padded generate() call; any exception becomes an error on every request."""
-        import torch
-
         t0 = time.perf_counter()
         try:
             new = self._decode(prompts, sampling, schema)

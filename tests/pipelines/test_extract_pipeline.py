@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from pipelines.extract_pipeline import ExtractConfig, run_extract
 from pipelines.schema import REVIEWS
