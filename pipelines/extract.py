@@ -58,6 +58,7 @@ class Extractor:
         self.generate = generate
         self.verify_generate = verify_generate or generate
         self.topic_mapper = topic_mapper
+        self._domains: dict = {}
         if settings.method == "triplets":
             self.prompt = load_prompt("extract_triplets")
         else:
@@ -67,12 +68,15 @@ class Extractor:
     # -- helpers ---------------------------------------------------------------------
 
     def _domain(self, name: str | None):
+        """The domain's topic table, read once per extractor (not once per review)."""
         from prompts import PromptError, load_domain
 
-        try:
-            return load_domain(name) if name else None
-        except PromptError:
-            return None
+        if name not in self._domains:
+            try:
+                self._domains[name] = load_domain(name) if name else None
+            except PromptError:
+                self._domains[name] = None
+        return self._domains[name]
 
     def _provenance(self, stage: str, outcome: Outcome, prompt_version: str, extra: dict) -> dict:
         model = self.s.verify_model if stage == "verified" and self.s.verify_model else self.s.model
@@ -145,21 +149,11 @@ class Extractor:
         firsts: dict[int, list[dict]] = {}
         for i, out in zip(task_rows, outcomes):
             domain, version, extra = meta[i]
-            if not out.ok:
-                err(i, "extract", out.error_type, out.message, out.raw)
-                counts["reviews_failed"] += 1
-                ended[i] = True
-                continue
-            kept = self._statement_rows(i, rows[i], first_stage, out, version, extra, domain,
-                                        counts, err)
-            firsts[i] = kept
-            statements.extend(kept)
-            if not kept:
-                why = ("every item of the answer was invalid" if out.parsed.item_errors
-                       else "the model found no explanatory statement")
-                err(i, "extract", "no_statements", why, out.raw)
-                counts["reviews_empty"] += 1
-                ended[i] = True
+            kept = self._settle(i, rows[i], first_stage, out, version, extra, domain, counts,
+                                err, ended)
+            if kept is not None:
+                firsts[i] = kept
+                statements.extend(kept)
 
         if self.s.method == "triplets":
             counts["statements"] = len(statements)
@@ -184,21 +178,35 @@ class Extractor:
         out_rows: list[dict] = []
         for i, out in zip(idx, outcomes):
             _, _, extra = meta[i]
-            if not out.ok:
-                err(i, "verify", out.error_type, out.message, out.raw)
-                counts["reviews_failed"] += 1
-                ended[i] = True
-                continue
-            kept = self._statement_rows(i, rows[i], "verified", out, version, extra, None, counts, err)
-            out_rows.extend(kept)
-            if not kept:
-                err(i, "verify", "no_statements",
-                    "verification kept no statement" if not out.parsed.item_errors
-                    else "every item of the verifier's answer was invalid", out.raw)
-                counts["reviews_empty"] += 1
-                ended[i] = True
+            out_rows.extend(self._settle(i, rows[i], "verified", out, version, extra, None,
+                                         counts, err, ended) or [])
         counts["statements"] += len(out_rows)
         return out_rows
+
+    def _settle(self, i, review, stage, out: Outcome, version, extra, domain, counts,
+                err: Callable, ended: list) -> list[dict] | None:
+        """One answer -> its statement rows, or the error row that ends the review.
+
+        Returns None when the answer failed, [] when it held no usable statement.
+        """
+        err_stage = "verify" if stage == "verified" else "extract"
+        if not out.ok:
+            err(i, err_stage, out.error_type, out.message, out.raw)
+            counts["reviews_failed"] += 1
+            ended[i] = True
+            return None
+        kept = self._statement_rows(i, review, stage, out, version, extra, domain, counts, err)
+        if not kept:
+            if out.parsed.item_errors:
+                why = "every item of the answer was invalid"
+            elif stage == "verified":
+                why = "verification kept no statement"
+            else:
+                why = "the model found no explanatory statement"
+            err(i, err_stage, "no_statements", why, out.raw)
+            counts["reviews_empty"] += 1
+            ended[i] = True
+        return kept
 
     def _count_calls(self, counts: dict, outcomes: list[Outcome]) -> None:
         for o in outcomes:

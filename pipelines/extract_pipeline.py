@@ -12,18 +12,17 @@ the driver writes the shards.
 """
 from __future__ import annotations
 
-import os
 import time
-from pathlib import Path
 from typing import Any, Callable, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
-from models.llm.base import BackendSpec, SamplingParams
+from models.llm.base import SamplingParams
 from pipelines.extract import ExtractSettings, Extractor
 from pipelines.io import ShardedOutput, read_table
+from pipelines.llm_job import LLMJobSettings, llm_generate, use_cpus, worker_resources
 from pipelines.ray_runtime import run_tasks
 from pipelines.split_pipeline import reviews_path
 from pipelines.stage import Resources, Stage
@@ -33,57 +32,26 @@ COUNTERS = ("llm_calls", "cached_calls", "retries", "repaired_answers", "truncat
             "topics_mapped", "item_errors", "prompt_tokens", "completion_tokens")
 
 
-class ExtractConfig(BaseModel):
+class ExtractConfig(LLMJobSettings):
     """Settings of `rexeval extract`; every field can come from YAML or a flag."""
-
-    model_config = ConfigDict(extra="forbid")
 
     input: str = Field(description="ingest output folder, or a reviews Parquet file/folder")
     out: str
     method: Literal["triplets", "star"] = "triplets"
-    profile: str = "local"
-    models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref")
-    backend: str | None = Field(None, description="hf | openai | vllm | module:Class "
-                                "(default: the profile's llm_backend)")
-    backend_options: dict[str, Any] = Field(default_factory=dict)
     verify_model: str | None = Field(None, description="star: verifier model (default: llm)")
     domain: str | None = Field(None, description="topic table for every review (default: its category)")
     temperature: float = Field(0.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     max_tokens: int = Field(512, ge=16)
     seed: int = 0
-    max_retries: int = Field(2, ge=0, le=10)
     max_review_words: int = Field(384, ge=16)
     constrained: bool = True
     limit: int | None = Field(None, ge=1, description="only the first N reviews")
     shard_size: int = Field(32, ge=1)
-    workers: int = Field(1, ge=1, description="LLM actors (each loads the model)")
-    cpus_per_worker: float | None = Field(None, gt=0)
-    gpus_per_worker: float = Field(0.0, ge=0)
-    cache: str | None = Field(None, description="LLM-call cache file (default: under $REXEVAL_CACHE)")
-    use_cache: bool = True
-
-    @field_validator("models", mode="before")
-    @classmethod
-    def _models(cls, v):
-        if isinstance(v, (list, tuple)):
-            from models.profiles import parse_overrides
-
-            return parse_overrides(v)
-        return v
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=self.temperature, top_p=self.top_p,
                               max_tokens=self.max_tokens, seed=self.seed)
-
-    def cache_path(self) -> str | None:
-        if not self.use_cache:
-            return None
-        if self.cache:
-            return self.cache
-        from models.gguf_cache import cache_root
-
-        return str(cache_root() / "llm-calls.sqlite")
 
 
 def resolve_models(cfg: ExtractConfig) -> dict[str, Any]:
@@ -107,8 +75,7 @@ def output_config(cfg: ExtractConfig, models: dict[str, Any]) -> dict:
     if cfg.method == "triplets":
         prompts["domains"] = {d: load_prompt("extract_triplets").version_for(load_domain(d))
                               for d in list_domains()}
-    opts = {k: v for k, v in cfg.backend_options.items()
-            if k not in ("concurrency", "timeout_s", "api_key", "api_key_env", "max_retries", "backoff_s")}
+    opts = cfg.hashed_backend_options()
     return {"input": str(src.resolve()), "method": cfg.method, "models": models,
             "backend_options": opts, "prompts": prompts, "domain": cfg.domain,
             "sampling": cfg.sampling().model_dump(), "max_retries": cfg.max_retries,
@@ -147,19 +114,6 @@ def make_settings(cfg: ExtractConfig, models: dict[str, Any]) -> ExtractSettings
                            constrained=cfg.constrained, model=models["llm"],
                            backend=models["backend"],
                            verify_model=models["verify"] if models["verify"] != models["llm"] else None)
-
-
-def llm_generate(backend: str, model: str, options: dict, cache_path: str | None):
-    """A backend's `generate` behind the call cache (when a cache path is given)."""
-    from models.llm.base import build_backend
-
-    llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
-    if cache_path:
-        from models.llm.cache import CachedBackend, LLMCache
-
-        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-        llm = CachedBackend(llm, LLMCache(cache_path))
-    return llm
 
 
 def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
@@ -201,10 +155,7 @@ class ExtractStage(Stage):
     def setup(self) -> None:
         import ray
 
-        if self.resources.cpus >= 1:
-            import torch
-
-            torch.set_num_threads(int(self.resources.cpus))
+        use_cpus(self.resources)
         self.reviews = ray.get(self.reviews_ref) if not isinstance(self.reviews_ref, pa.Table) \
             else self.reviews_ref
         generate, verify, self.close = make_generators(self.cfg, self.models)
@@ -222,22 +173,11 @@ class ExtractStage(Stage):
         return pa.Table.from_pylist(rows)
 
 
-def _resources(cfg: ExtractConfig) -> Resources:
-    if cfg.cpus_per_worker:
-        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    import ray
-
-    total = ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else (os.cpu_count() or 1)
-    # A CPU model uses every core it is given (torch threads); share them among workers.
-    return Resources(cpus=max(1.0, float(int(total // cfg.workers))), gpus=cfg.gpus_per_worker)
-
-
 def run_extract(cfg: ExtractConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
     """Run extraction end to end (resuming finished shards) and return the manifest."""
     t0 = time.time()
-    if cfg.use_cache:  # resolved here, so every worker uses the driver's cache file
-        cfg = cfg.model_copy(update={"cache": str(Path(cfg.cache_path()).resolve())})
+    cfg = cfg.with_resolved_cache()
     models = resolve_models(cfg)
     reviews = load_reviews(cfg)
     n_shards = max(1, -(-reviews.num_rows // cfg.shard_size))
@@ -268,7 +208,7 @@ def _report(progress, shard: int, n: int, total: int, c: dict) -> None:
 def _run_on_actors(cfg, models, out, reviews, todo, progress) -> None:
     import ray
 
-    stage = ExtractStage(cfg, models, out, ray.put(reviews), _resources(cfg))
+    stage = ExtractStage(cfg, models, out, ray.put(reviews), worker_resources(cfg))
     for n, row in enumerate(run_tasks([{"shard": s} for s in todo], stage, cfg.workers), 1):
         _report(progress, row["shard"], n, len(todo), row)
 

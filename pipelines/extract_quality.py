@@ -9,16 +9,18 @@ and the gain. Unusable judge answers are counted and reported, never guessed.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field
 
 from models.llm.base import SamplingParams
 from pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
+from pipelines.llm_job import LLMJobSettings, llm_generate, use_cpus, worker_resources
 from pipelines.llm_outputs import QUALITY
+from pipelines.schema import error_rows
 from pipelines.ray_runtime import run_tasks
 from pipelines.stage import Resources, Stage
 from pipelines.structured import Task, answer_all
@@ -35,10 +37,8 @@ STAGE_LABEL = {"candidate": "without verification", "verified": "with verificati
                "triplet": "triplets"}
 
 
-class QualityConfig(BaseModel):
+class QualityConfig(LLMJobSettings):
     """Settings of `rexeval extract-quality`."""
-
-    model_config = ConfigDict(extra="forbid")
 
     input: str = Field(description="an `rexeval extract` output folder")
     out: str
@@ -46,25 +46,8 @@ class QualityConfig(BaseModel):
     seed: int = 0
     label: str | None = Field(None, description="row name in the report (default: input folder)")
     with_review: bool = Field(False, description="show the judge the review as context")
-    profile: str = "local"
-    models: dict[str, str | None] = Field(default_factory=dict)
-    backend: str | None = None
-    backend_options: dict[str, Any] = Field(default_factory=dict)
     max_tokens: int = Field(64, ge=8)
-    max_retries: int = Field(2, ge=0, le=10)
     shard_size: int = Field(64, ge=1)
-    workers: int = Field(1, ge=1)
-    cache: str | None = None
-    use_cache: bool = True
-
-    @field_validator("models", mode="before")
-    @classmethod
-    def _models(cls, v):
-        if isinstance(v, (list, tuple)):
-            from models.profiles import parse_overrides
-
-            return parse_overrides(v)
-        return v
 
 
 def sample_statements(statements: pa.Table, n: int, seed: int) -> pa.Table:
@@ -131,16 +114,12 @@ class JudgeStage(Stage):
     def setup(self) -> None:
         import ray
 
-        from pipelines.extract_pipeline import llm_generate
         from prompts import load_prompt
 
-        if self.resources.cpus >= 1:
-            import torch
-
-            torch.set_num_threads(int(self.resources.cpus))
+        use_cpus(self.resources)
         self.sample = self.sample_ref if isinstance(self.sample_ref, pa.Table) else ray.get(self.sample_ref)
-        cache = self.cfg.cache if self.cfg.use_cache else None
-        self.llm = llm_generate(self.model["backend"], self.model["judge"], self.cfg.backend_options, cache)
+        self.llm = llm_generate(self.model["backend"], self.model["judge"], self.cfg.backend_options,
+                                self.cfg.cache_path())
         self.prompt = load_prompt("extract_quality")
 
     def process(self, batch: pa.Table) -> pa.Table:
@@ -158,8 +137,6 @@ class JudgeStage(Stage):
 def judge(part: pa.Table, generate, prompt, cfg: QualityConfig,
           reviews: dict[str, str] | None) -> tuple[pa.Table, pa.Table]:
     """Judge each statement of `part`; unusable answers get null labels and an error row."""
-    from pipelines.schema import ERRORS
-
     rows = part.to_pylist()
     tasks = []
     for r in rows:
@@ -176,10 +153,9 @@ def judge(part: pa.Table, generate, prompt, cfg: QualityConfig,
                        "explanatory": j.explanatory if j else None,
                        "atomic": j.atomic if j else None})
         if j is None:
-            errors.append({"stage": "extract-quality", "row_id": r["statement_id"],
+            errors.append({"row_id": r["statement_id"],
                            "error_type": out.error_type, "message": out.message, "raw": out.raw})
-    return (pa.Table.from_pylist(judged, schema=JUDGEMENTS),
-            pa.Table.from_pylist(errors, schema=ERRORS) if errors else ERRORS.empty_table())
+    return pa.Table.from_pylist(judged, schema=JUDGEMENTS), error_rows("extract-quality", errors)
 
 
 def run_quality(cfg: QualityConfig, overwrite: bool = False,
@@ -191,10 +167,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     from prompts import load_prompt
 
     t0 = time.time()
-    if cfg.use_cache and not cfg.cache:  # resolved here, so every worker uses the same file
-        from models.gguf_cache import cache_root
-
-        cfg = cfg.model_copy(update={"cache": str(cache_root() / "llm-calls.sqlite")})
+    cfg = cfg.with_resolved_cache()
     src = Path(cfg.input)
     st_path = src / "statements" if (src / "statements").is_dir() else src
     if not table_files(st_path):
@@ -208,8 +181,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
             "with_review": cfg.with_review, "model": model, "max_tokens": cfg.max_tokens,
             "max_retries": cfg.max_retries, "shard_size": cfg.shard_size,
             "prompt": load_prompt("extract_quality").version,
-            "backend_options": {k: v for k, v in cfg.backend_options.items()
-                                if k not in ("concurrency", "timeout_s", "api_key", "api_key_env")}}
+            "backend_options": cfg.hashed_backend_options()}
     out = ShardedOutput(cfg.out, "extract-quality", conf, ["judgements", "errors"]).open(overwrite)
     reviews = None
     if cfg.with_review:
@@ -232,7 +204,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     if todo:
         import ray
 
-        stage = JudgeStage(cfg, model, out, ray.put(sample), reviews, _resources(cfg))
+        stage = JudgeStage(cfg, model, out, ray.put(sample), reviews, worker_resources(cfg))
         for n, row in enumerate(run_tasks([{"shard": s} for s in todo], stage, cfg.workers), 1):
             progress(f"  shard {row['shard']} judged ({n}/{len(todo)}): {row['out']} ok, "
                      f"{row['errors']} unusable answer(s)")
@@ -257,10 +229,3 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     manifest["table"] = table
     return manifest
-
-
-def _resources(cfg: QualityConfig) -> Resources:
-    import ray
-
-    total = ray.cluster_resources().get("CPU", 1)
-    return Resources(cpus=max(1.0, float(int(total // cfg.workers))))

@@ -44,14 +44,12 @@ class Outcome:
         return self.error_type is None and self.parsed is not None
 
 
-def _feedback(problem: str, spec: OutputSpec) -> str:
-    from prompts import load_prompt
-
+def _feedback(problem: str, spec: OutputSpec, prompt) -> str:
     want = {"array": "a JSON array of objects",
             "object_list": f'a JSON object with the single key "{spec.key}" holding a list',
             "object": "one JSON object"}[spec.container]
     fields = ", ".join(f'"{k}"' for k in spec.item.model_fields)
-    msgs = load_prompt("retry_feedback").render(problem=problem, expected=want, fields=fields)
+    msgs = prompt.render(problem=problem, expected=want, fields=fields)
     return msgs[-1]["content"]
 
 
@@ -70,6 +68,9 @@ def _safe_generate(generate: Generate, requests: list[ChatRequest]) -> list[LLMR
 def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
                max_retries: int = 2) -> list[Outcome]:
     """Answer every task, batching each round's requests into one backend call."""
+    from prompts import load_prompt
+
+    feedback = load_prompt("retry_feedback")  # read once per call, not once per retry
     outcomes = [Outcome() for _ in tasks]
     convo = [list(t.messages) for t in tasks]
     pending = list(range(len(tasks)))
@@ -102,7 +103,7 @@ def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
                 out.message += f" (the answer hit the {sampling.max_tokens}-token limit)"
             if not last:
                 convo[i] = convo[i] + [{"role": "assistant", "content": res.text},
-                                       {"role": "user", "content": _feedback(out.message, tasks[i].spec)}]
+                                       {"role": "user", "content": _feedback(out.message, tasks[i].spec, feedback)}]
                 retry.append(i)
         pending = retry
     return outcomes

@@ -41,6 +41,54 @@ def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
         raise click.UsageError("invalid settings" + src + ":\n" + "\n".join(lines)) from None
 
 
+def parse_backend_options(items: tuple[str, ...]) -> dict:
+    """KEY=VALUE pairs; values are parsed as JSON when they can be (numbers, booleans)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r} must look like KEY=VALUE", param_hint="--backend-option")
+        k, v = item.split("=", 1)
+        try:
+            out[k.strip()] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k.strip()] = v
+    return out
+
+
+_LLM_OPTIONS = [
+    click.option("--profile", help="Model profile: local (default, CPU, offline) or paper."),
+    click.option("--model", "models", multiple=True, metavar="ROLE=REF",
+                 help="Override one model of the profile, e.g. --model llm=/models/qwen3-8b "
+                      "or --model judge_llm=/models/llama-3.1-8b-instruct."),
+    click.option("--backend", help="LLM backend: hf, openai, vllm (default: the profile's)."),
+    click.option("--backend-option", "backend_options", multiple=True, metavar="KEY=VALUE",
+                 help="Backend setting, e.g. batch_size=16, base_url=http://127.0.0.1:8000/v1, "
+                      "concurrency=8, device=cuda."),
+    click.option("--max-retries", type=int, help="Retries of an unusable answer (default 2)."),
+    click.option("--workers", type=int, help="LLM actors; each loads the model (default 1)."),
+    click.option("--cache", help="LLM-call cache file (default $REXEVAL_CACHE/llm-calls.sqlite)."),
+    click.option("--no-cache", is_flag=True, help="Do not read or write the LLM-call cache."),
+]
+
+
+def llm_options(fn: Callable) -> Callable:
+    """The model, backend and cache flags of every LLM-backed command
+    (pipelines.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, profile, models, backend, backend_options, max_retries, workers, cache,
+                no_cache, **kwargs):
+        llm = dict(profile=profile, models=models, backend=backend,
+                   backend_options=parse_backend_options(backend_options) or None,
+                   max_retries=max_retries, workers=workers, cache=cache,
+                   use_cache=False if no_cache else None)
+        return fn(*args, llm=llm, **kwargs)
+
+    for option in reversed(_LLM_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper
+
+
 def user_errors(fn: Callable) -> Callable:
     """Turn the errors a user can fix into a one-line message and exit code 2."""
 

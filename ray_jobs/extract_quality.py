@@ -7,8 +7,7 @@ import click
 
 from pipelines.extract_quality import QualityConfig, run_quality
 from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, load_config, summary, user_errors
-from ray_jobs.extract import _options
+from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("extract-quality")
@@ -19,22 +18,11 @@ from ray_jobs.extract import _options
 @click.option("--label", help="Row name in the report (default: the input folder's name).")
 @click.option("--with-review/--without-review", default=None,
               help="Show the judge the review as context (default: the statement alone).")
-@click.option("--profile", help="Model profile: local (default) or paper.")
-@click.option("--model", "models", multiple=True, metavar="ROLE=REF",
-              help="Override a model, e.g. --model judge_llm=/models/llama-3.1-8b-instruct.")
-@click.option("--backend", help="LLM backend: hf, openai, vllm (default: the profile's).")
-@click.option("--backend-option", "backend_options", multiple=True, metavar="KEY=VALUE",
-              help="Backend setting, e.g. batch_size=16 or base_url=http://127.0.0.1:8000/v1.")
-@click.option("--max-retries", type=int, help="Retries of an unusable answer (default 2).")
-@click.option("--workers", type=int, help="Judge actors (default 1).")
-@click.option("--cache", help="LLM-call cache file (default $REXEVAL_CACHE/llm-calls.sqlite).")
-@click.option("--no-cache", is_flag=True, help="Do not read or write the LLM-call cache.")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
+@llm_options
 @config_option
 @user_errors
-def extract_quality_cmd(input, out, sample, seed, label, with_review, profile, models, backend,
-                        backend_options, max_retries, workers, cache, no_cache, overwrite,
-                        config_file):
+def extract_quality_cmd(input, out, sample, seed, label, with_review, overwrite, config_file, llm):
     """Judge how explanatory and atomic extracted statements are.
 
     INPUT is an `rexeval extract` output folder. A seeded sample of interactions is
@@ -47,10 +35,7 @@ def extract_quality_cmd(input, out, sample, seed, label, with_review, profile, m
     """
     started = time.time()
     cfg = load_config(QualityConfig, config_file, input=input, out=out, sample=sample, seed=seed,
-                      label=label, with_review=with_review, profile=profile, models=models,
-                      backend=backend, backend_options=_options(backend_options) or None,
-                      max_retries=max_retries, workers=workers, cache=cache,
-                      use_cache=False if no_cache else None)
+                      label=label, with_review=with_review, **llm)
     init_ray()
     manifest = run_quality(cfg, overwrite=overwrite, progress=click.echo)
     click.echo("")
