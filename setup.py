@@ -12,6 +12,11 @@ BASE = [
     "jinja2>=3.1",
     "httpx>=0.27",
     "psutil",
+    "scipy",
+    "scikit-learn",
+    # Cluster reports (size histogram plot) and the EXTRA baseline's MinHash-LSH.
+    "matplotlib",
+    "datasketch>=1.6",
     "torch==2.13.0",
     "transformers>=5.16.1,<5.20",
     "sentence-transformers>=3",
@@ -29,7 +34,7 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.10",
-    packages=["pipelines", "models", "models.llm", "metrics", "serve", "prompts", "ray_jobs"],
+    packages=["pipelines", "models", "models.llm", "models.encoders", "metrics", "serve", "prompts", "ray_jobs"],
     package_data={
         "pipelines": ["sample/*"],
         "models": ["*.yaml"],

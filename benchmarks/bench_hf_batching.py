@@ -185,8 +185,9 @@ def gpu_child(args) -> dict:
     else:
         import ray
 
+        from models.llm import ChatRequest
+        from models.llm import SamplingParams as SP
         from models.llm.vllm_backend import build_request_processor, request_rows
-        from models.llm import ChatRequest, SamplingParams as SP
         from pipelines.ray_runtime import init_ray
 
         init_ray()

@@ -49,11 +49,11 @@ def replicate(src: Path, dst: Path, rows: int) -> int:
 
 def run_rexeval(csv: str, out: str) -> dict:
     sys.path.insert(0, str(REPO))
+    import shutil
+
     from pipelines.ingest_pipeline import IngestConfig, run_ingest
     from pipelines.ray_runtime import init_ray
     from pipelines.split_pipeline import SplitConfig, run_split
-
-    import shutil
 
     shutil.rmtree(out, ignore_errors=True)  # measure a cold run, not a resume
     t0 = time.perf_counter()

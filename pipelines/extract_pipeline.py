@@ -22,10 +22,10 @@ from pydantic import Field
 from models.llm.base import SamplingParams
 from pipelines.extract import ExtractSettings, Extractor
 from pipelines.io import ShardedOutput, read_table
-from pipelines.llm_job import LLMJobSettings, llm_generate, use_cpus, worker_resources
+from pipelines.llm_job import LLMJobSettings, llm_generate
 from pipelines.ray_runtime import run_tasks
 from pipelines.split_pipeline import reviews_path
-from pipelines.stage import Resources, Stage
+from pipelines.stage import Resources, Stage, use_cpus, worker_resources
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
 COUNTERS = ("llm_calls", "cached_calls", "retries", "repaired_answers", "truncated_reviews",

@@ -18,11 +18,11 @@ from pydantic import Field
 
 from models.llm.base import SamplingParams
 from pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
-from pipelines.llm_job import LLMJobSettings, llm_generate, use_cpus, worker_resources
+from pipelines.llm_job import LLMJobSettings, llm_generate
 from pipelines.llm_outputs import QUALITY
 from pipelines.schema import error_rows
 from pipelines.ray_runtime import run_tasks
-from pipelines.stage import Resources, Stage
+from pipelines.stage import Resources, Stage, use_cpus, worker_resources
 from pipelines.structured import Task, answer_all
 
 JUDGEMENTS = pa.schema([

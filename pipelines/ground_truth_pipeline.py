@@ -9,19 +9,18 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from pathlib import Path
 from typing import Callable, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
-from pipelines.io import ShardedOutput, read_table, table_files
+from pipelines.io import ShardedOutput, read_table
 from pipelines.ray_runtime import run_tasks
-from pipelines.schema import SchemaError, validate_table
+from pipelines.schema import SchemaError
 from pipelines.stage import Resources, Stage
+from pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
 
 STAGES = ("auto", "triplet", "candidate", "verified")
 TABLES = ["explanations", "sentences", "errors"]
@@ -38,41 +37,6 @@ class GroundTruthConfig(BaseModel):
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
         "auto", description="statements to use; auto: verified if any exist, else triplet")
     workers: int | None = Field(None, ge=1, description="actors (default: one per CPU)")
-
-
-def statement_files(path: str | Path) -> list[Path]:
-    """The statement shards of an extract folder (its statements/), a folder, or a file."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"ground-truth input not found: {p} (expected an `rexeval "
-                                "extract` output folder or a statements Parquet file)")
-    src = p / "statements" if (p / "statements").is_dir() else p
-    files = table_files(src)
-    if not files:
-        raise FileNotFoundError(f"no statements shards (*.parquet) in {src}")
-    return files
-
-
-def check_schemas(files: list[Path]) -> None:
-    """Fail before any work when a file's columns do not fit STATEMENTS (reads footers only)."""
-    for f in files:
-        try:
-            schema = pq.read_schema(f)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise SchemaError("statements", str(f), None, None,
-                              f"not a readable Parquet file: {exc}") from None
-        validate_table(schema.empty_table(), "statements", source=str(f))
-
-
-def resolve_stage(files: list[Path], stage: str) -> str:
-    """"auto" -> "verified" if any verified row exists (in any shard), else "triplet"."""
-    if stage != "auto":
-        return stage
-    for f in files:
-        col = pq.read_table(f, columns=["stage"]).column("stage")
-        if pc.any(pc.equal(col, "verified")).as_py():
-            return "verified"
-    return "triplet"
 
 
 def shard_counts(statements: pa.Table, explanations: pa.Table, sentences: pa.Table,

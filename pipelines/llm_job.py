@@ -6,14 +6,12 @@ their actors the same way; this module holds that once.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from models.llm.base import BackendSpec
-from pipelines.stage import Resources
 
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
@@ -77,21 +75,3 @@ def llm_generate(backend: str, model: str, options: dict, cache_path: str | None
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
         llm = CachedBackend(llm, LLMCache(cache_path))
     return llm
-
-
-def worker_resources(cfg: LLMJobSettings) -> Resources:
-    """Each actor's share: a CPU model uses every core it is given (torch threads)."""
-    if cfg.cpus_per_worker:
-        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    import ray
-
-    total = ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else (os.cpu_count() or 1)
-    return Resources(cpus=max(1.0, float(int(total // cfg.workers))), gpus=cfg.gpus_per_worker)
-
-
-def use_cpus(resources: Resources) -> None:
-    """Let torch use the cores Ray gave this actor (Ray sets OMP threads to 1 otherwise)."""
-    if resources.cpus >= 1:
-        import torch
-
-        torch.set_num_threads(int(resources.cpus))

@@ -68,6 +68,19 @@ CLUSTERS = pa.schema(
     ]
 )
 
+# The canonical statement set: one row per paraphrase cluster, its representative
+# (the member with the highest mean cosine to the others, seed 002 B.3) and its size.
+CANONICAL = pa.schema(
+    [
+        pa.field("cluster_id", pa.string(), nullable=False),
+        pa.field("statement", pa.string(), nullable=False),  # the representative's text
+        pa.field("sentiment", pa.string()),
+        pa.field("size", pa.int64(), nullable=False),  # distinct statements in the cluster
+        pa.field("occurrences", pa.int64(), nullable=False),  # statement rows mapped to it
+        pa.field("representative_id", pa.string(), nullable=False),  # a statement_id of it
+    ]
+)
+
 EXPLANATIONS = pa.schema(
     [
         pa.field("example_id", pa.string(), nullable=False),
@@ -117,6 +130,7 @@ TABLES: dict[str, pa.Schema] = {
     "statements": STATEMENTS,
     "errors": ERRORS,
     "clusters": CLUSTERS,
+    "canonical": CANONICAL,
     "explanations": EXPLANATIONS,
     "sentences": SENTENCES,
     "scores": SCORES,

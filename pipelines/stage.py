@@ -8,6 +8,7 @@ a plain table, and on Ray Data inside an actor pool (`pipelines.ray_runtime.map_
 from __future__ import annotations
 
 import abc
+import os
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -37,3 +38,25 @@ class Stage(abc.ABC):
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return self.process(batch)
+
+
+def worker_resources(cfg) -> Resources:
+    """Each actor's share: a CPU model uses every core it is given (torch threads).
+
+    `cfg` is any job settings object with `workers`, `cpus_per_worker` and
+    `gpus_per_worker` (LLM jobs, embedding and pair-scoring stages).
+    """
+    if cfg.cpus_per_worker:
+        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
+    import ray
+
+    total = ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else (os.cpu_count() or 1)
+    return Resources(cpus=max(1.0, float(int(total // cfg.workers))), gpus=cfg.gpus_per_worker)
+
+
+def use_cpus(resources: Resources) -> None:
+    """Let torch use the cores Ray gave this actor (Ray sets OMP threads to 1 otherwise)."""
+    if resources.cpus >= 1:
+        import torch
+
+        torch.set_num_threads(int(resources.cpus))

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from ray_jobs.cluster import cluster_cmd, cluster_report_cmd
 from ray_jobs.demo import demo_cmd
 from ray_jobs.extract import extract_cmd
 from ray_jobs.extract_quality import extract_quality_cmd
@@ -28,6 +29,8 @@ cli.add_command(info_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(extract_quality_cmd)
 cli.add_command(ground_truth_cmd)
+cli.add_command(cluster_cmd)
+cli.add_command(cluster_report_cmd)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

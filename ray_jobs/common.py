@@ -12,6 +12,7 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from models.refs import ModelUnavailable
 from pipelines.schema import SchemaError
 
 C = TypeVar("C", bound=BaseModel)
@@ -96,7 +97,7 @@ def user_errors(fn: Callable) -> Callable:
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (SchemaError, FileNotFoundError, FileExistsError, ValueError) as exc:
+        except (SchemaError, FileNotFoundError, FileExistsError, ValueError, ModelUnavailable) as exc:
             raise click.ClickException(str(exc)) from None
 
     return wrapper

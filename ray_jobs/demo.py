@@ -3,10 +3,13 @@
 Ingest (the sample plus a file of deliberately broken rows) -> temporal split ->
 dataset statistics per domain -> statement extraction with the local LLM (seed 000
 triplets, and seed 002 candidates + verification) on part of the sample -> rule-based
-ground-truth explanations. Each later stage joins here when it lands.
+ground-truth explanations -> paraphrase clustering of the verified statements (seed 002,
+bi-encoder only in the local profile) beside the EXTRA baseline on the sample's
+reviews (Table 3). Each later stage joins here when it lands.
 """
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -38,7 +41,7 @@ def demo_cmd(out, overwrite, extract_reviews):
     started = time.time()
     root = Path(out)
     init_ray()
-    steps = 3 if extract_reviews <= 0 else 6
+    steps = 4 if extract_reviews <= 0 else 7
     click.echo(f"[1/{steps}] ingest: the sample (clean) + reviews_noisy.jsonl (broken rows on purpose)")
     ing = run_ingest(IngestConfig(inputs=[str(SAMPLE / "reviews.jsonl"), str(SAMPLE / "reviews_noisy.jsonl")],
                                   meta=[str(SAMPLE / "items.jsonl")], out=str(root / "ingest")),
@@ -68,7 +71,11 @@ def demo_cmd(out, overwrite, extract_reviews):
         outputs.update({"triplets": str(root / "triplets"), "star": str(root / "star"),
                         "truth": str(root / "ground_truth")})
         notes.append("SmolLM2-135M exercises the pipeline; its statements are not of paper quality")
-    notes.append("later stages (clustering, ranking, metrics, judges) join this demo as they land")
+    counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, steps))
+    outputs["clusters"] = str(root / "clusters")
+    notes.append("clustering is bi-encoder only: the local profile has no cross-encoder "
+                 "(pass --model cross_encoder=/path to `rexeval cluster` for seed 002's filter)")
+    notes.append("later stages (ranking, metrics, judges) join this demo as they land")
     summary("demo", counts, started, outputs, notes)
 
 
@@ -97,6 +104,31 @@ def _llm_stages(root: Path, n: int, overwrite: bool, steps: int) -> dict:
             "verified statements": star["counts"]["statements"],
             "candidates": star["counts"].get("candidates", 0),
             "explanations": gt["counts"].get("out", 0)}
+
+
+def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, steps: int) -> dict:
+    """Cluster the verified statements (when extracted) and run EXTRA on the reviews."""
+    from pipelines.cluster_pipeline import ClusterConfig, run_cluster
+    from pipelines.cluster_quality import format_table3
+
+    click.echo(f"[{steps}/{steps}] cluster: paraphrase clusters (seed 002) and the EXTRA baseline")
+    reports, counts = [], {}
+    # The sample has ~300 reviews, so a sentence recurring in 2 of them counts as frequent.
+    extra = run_cluster(ClusterConfig(input=str(root / "ingest"), out=str(root / "clusters" / "extra"),
+                                      method="extra", extra_min_count=2),
+                        overwrite=overwrite, progress=click.echo)
+    reports.append(root / "clusters" / "extra" / "report.json")
+    counts["extra clusters"] = extra["counts"]["clusters"]
+    if with_statements:
+        star = run_cluster(ClusterConfig(input=str(root / "star"), out=str(root / "clusters" / "star")),
+                           overwrite=overwrite, progress=click.echo)
+        reports.append(root / "clusters" / "star" / "report.json")
+        counts["statement clusters"] = star["counts"]["clusters"]
+        for r in read_table(root / "clusters" / "star" / "canonical", "canonical").to_pylist()[:4]:
+            click.echo(f"  cluster {r['cluster_id']}: {r['statement']} ({r['sentiment']}, "
+                       f"{r['size']} statement(s))")
+    click.echo(format_table3([json.loads(p.read_text()) for p in reports], dataset="sample"))
+    return counts
 
 
 def _show(folder: Path, stage: str, k: int = 6) -> None:

@@ -391,7 +391,7 @@ def test_auto_uses_verified_statements_when_any_exist(tmp_path, ray_session):
 def test_missing_input_is_a_clear_error(tmp_path):
     from pipelines.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
 
-    with pytest.raises(FileNotFoundError, match="ground-truth input not found"):
+    with pytest.raises(FileNotFoundError, match="statements input not found"):
         run_ground_truth(GroundTruthConfig(input=str(tmp_path / "nope"), out=str(tmp_path / "o")))
     (tmp_path / "empty" / "statements").mkdir(parents=True)
     with pytest.raises(FileNotFoundError, match="no statements shards"):

@@ -26,7 +26,7 @@ def test_bad_stage_and_missing_out_are_usage_errors(tmp_path):
 def test_missing_input_is_one_clear_line(tmp_path, ray_session):
     res = CliRunner().invoke(ground_truth_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
     assert res.exit_code == 1
-    assert "ground-truth input not found" in res.output and "Traceback" not in res.output
+    assert "statements input not found" in res.output and "Traceback" not in res.output
 
 
 def test_runs_from_flags_and_from_a_config(tmp_path, ray_session):

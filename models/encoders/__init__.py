@@ -1,0 +1,25 @@
+"""Encoders for seed 002's paraphrase clustering: a bi-encoder and a pair scorer.
+
+The bi-encoder (`Embedder`, role `embedder`) turns statements into unit vectors so that
+candidate paraphrase pairs can be found by cosine similarity at scale (also on GPUs
+through `build_vllm_embed_processor`); the pair scorer (`PairScorer`, role
+`cross_encoder`) then reads both statements of a candidate pair together and gives the
+probability that they are paraphrases. Torch, transformers and sentence-transformers
+are imported only when a model is built, and vLLM never on this side.
+"""
+from models.encoders.embedder import (  # noqa: F401
+    DEFAULT_EMBED_ENGINE_KWARGS,
+    Embedder,
+    build_embedder,
+    build_vllm_embed_processor,
+    vllm_embed_processor_config,
+)
+from models.encoders.pair_scorer import (  # noqa: F401
+    PAIR_SCORERS,
+    CrossEncoderScorer,
+    PairScorer,
+    RerankerLLMScorer,
+    build_pair_scorer,
+    detect_pair_scorer_kind,
+    register_pair_scorer,
+)

@@ -1,0 +1,399 @@
+"""Paraphrase pair scorers (role `cross_encoder`): two statements in, P(paraphrase) out.
+
+Why a pair scorer after the bi-encoder: cosine similarity of separate embeddings
+confuses "the strings are bright" with "the strings are dull" (same aspect, opposite
+opinion); a model that reads both statements together does not. Seed 002 filters the
+bi-encoder's candidate pairs with one.
+
+Two kinds, registered by name (`@register_pair_scorer`), so another kind is one class:
+- "cross_encoder": a Hugging Face sequence-classification checkpoint. One output ->
+  sigmoid(logit); two -> softmax probability of the positive label (found in
+  `config.id2label`). Three or more (NLI: entailment / neutral / contradiction) is
+  refused: entailment one way is not paraphrase, so such a model needs its own logic.
+- "reranker_llm": a causal-LM reranker (Qwen3-Reranker): the pair is written into the
+  `paraphrase_rerank` prompt, and P = softmax([logit("yes"), logit("no")])[0] at the
+  last prompt position.
+`build_pair_scorer(ref, kind="auto")` picks the kind from the checkpoint's config.json
+`architectures`. Scores are for the ordered pair (a, b); averaging both orders, if
+wanted, is the caller's business.
+
+Batching: pairs are tokenised once, sorted by token length (less padding), cut into
+batches, padded (right for encoders, left for the causal LM, with position ids from the
+attention mask) and run under `torch.inference_mode`; results come back in input order
+and equal one-at-a-time scoring up to float rounding.
+"""
+from __future__ import annotations
+
+import abc
+import importlib
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.encoders.embedder import resolve_device
+from models.refs import ModelUnavailable, resolve
+
+ROLE = "cross_encoder"
+POSITIVE_LABELS = frozenset({
+    "1", "label_1", "true", "yes", "paraphrase", "is_paraphrase", "duplicate",
+    "is_duplicate", "entailment", "equivalent", "same", "similar",
+})
+"""id2label names (case-insensitive) that mark the positive class of a 2-label model."""
+
+PAIR_SCORERS: dict[str, type[PairScorer]] = {}
+
+
+def register_pair_scorer(name: str) -> Callable[[type[PairScorer]], type[PairScorer]]:
+    """Class decorator: make a scorer buildable by `build_pair_scorer(kind=name)`."""
+
+    def wrap(cls: type[PairScorer]) -> type[PairScorer]:
+        cls.name = name
+        PAIR_SCORERS[name] = cls
+        return cls
+
+    return wrap
+
+
+def _torch_dtype(dtype: str, device: str):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    value = getattr(torch, dtype, None)
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"unknown torch dtype {dtype!r}")
+    return value
+
+
+def _check_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    out = []
+    for i, pair in enumerate(pairs):
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(isinstance(s, str) for s in pair)):
+            raise TypeError(f"pair {i} must be two strings, got {pair!r}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+class PairScorer(abc.ABC):
+    """Probability, per ordered pair of statements, that they are paraphrases.
+
+    Common options: device ("auto" | "cpu" | "cuda[:N]"), batch_size (32), max_length
+    (tokens per pair, longer pairs are truncated), num_threads (torch CPU threads,
+    process-wide), dtype ("auto": float32 on CPU, bfloat16 on CUDA).
+    """
+
+    name: str = "pair_scorer"
+
+    def __init__(self, location: str, *, model_ref: str | None = None, device: str = "auto",
+                 batch_size: int = 32, max_length: int = 256, num_threads: int | None = None,
+                 dtype: str = "auto"):
+        import torch
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        self.location = str(location)
+        self.model_ref = model_ref or self.location
+        self.device = resolve_device(device)
+        self.batch_size = int(batch_size)
+        self.max_length = int(max_length)
+        self.dtype = _torch_dtype(dtype, self.device)
+
+    @abc.abstractmethod
+    def _encode(self, pairs: list[tuple[str, str]]) -> list[dict[str, list[int]]]:
+        """Tokenizer output of every pair, unpadded (`input_ids` and the like)."""
+
+    @abc.abstractmethod
+    def _forward(self, batch: list[dict[str, list[int]]]) -> np.ndarray:
+        """Probabilities (float32) for one batch of `_encode` rows."""
+
+    def score(self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None) -> np.ndarray:
+        """float32 array of P(paraphrase) in [0, 1], one per pair, in input order."""
+        pairs = _check_pairs(pairs)
+        if not pairs:
+            return np.zeros(0, dtype=np.float32)
+        size = int(batch_size or self.batch_size)
+        if size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {size}")
+        ids = self._encode(pairs)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]["input_ids"]))
+        out = np.empty(len(ids), dtype=np.float32)
+        for start in range(0, len(order), size):
+            chunk = order[start:start + size]
+            out[chunk] = self._forward([ids[i] for i in chunk])
+        return np.clip(out, 0.0, 1.0)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_ref!r}, device={self.device!r})"
+
+
+@register_pair_scorer("cross_encoder")
+class CrossEncoderScorer(PairScorer):
+    """A sequence-classification checkpoint reading "[CLS] a [SEP] b [SEP]".
+
+    `positive_label` (a label name or index) overrides the positive class of a 2-label
+    model; by default it is the label whose name is in POSITIVE_LABELS, else index 1.
+    """
+
+    def __init__(self, location: str, *, positive_label: str | int | None = None, **options: Any):
+        super().__init__(location, **options)
+        from transformers import (
+            AutoConfig,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
+
+        config = AutoConfig.from_pretrained(self.location)
+        self.num_labels = int(config.num_labels)
+        if self.num_labels >= 3:
+            labels = ", ".join(str(v) for _, v in sorted((config.id2label or {}).items()))
+            raise ValueError(
+                f"{self.model_ref!r} is a {self.num_labels}-way classifier ({labels}), e.g. an NLI "
+                "model, not a paraphrase scorer: entailment in one direction is not paraphrase. "
+                "Pick a paraphrase / duplicate-question cross-encoder (1 output, or 2 labels) "
+                f"for the {ROLE!r} role.")
+        self.positive_index = (0 if self.num_labels == 1
+                               else _positive_index(config.id2label, positive_label))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.location)
+        self.model = AutoModelForSequenceClassification.from_pretrained(
+            self.location, dtype=self.dtype).to(self.device).eval()
+
+    def _encode(self, pairs):
+        enc = self.tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True,
+                             max_length=self.max_length)
+        # Keep token_type_ids with the ids: each entry is the tokenizer's row for a pair.
+        keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
+        return [dict(zip(keys, vals)) for vals in zip(*(enc[k] for k in keys))]
+
+    def _forward(self, batch):
+        import torch
+
+        padded = self.tokenizer.pad(batch, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits
+        logits = logits.float()
+        if self.num_labels == 1:
+            return torch.sigmoid(logits[:, 0]).cpu().numpy()
+        return torch.softmax(logits, dim=-1)[:, self.positive_index].cpu().numpy()
+
+
+def _positive_index(id2label: dict | None, positive_label: str | int | None) -> int:
+    """Index of the positive class among two labels (see POSITIVE_LABELS)."""
+    labels = {int(k): str(v) for k, v in (id2label or {}).items()}
+    if positive_label is not None:
+        if isinstance(positive_label, int) and positive_label in (0, 1):
+            return positive_label
+        for idx, name in labels.items():
+            if name.casefold() == str(positive_label).casefold():
+                return idx
+        raise ValueError(f"positive_label {positive_label!r} is not one of the labels {labels}")
+    hits = [idx for idx, name in labels.items() if name.strip().casefold() in POSITIVE_LABELS]
+    return hits[0] if len(hits) == 1 else 1
+
+
+@register_pair_scorer("reranker_llm")
+class RerankerLLMScorer(PairScorer):
+    """A causal-LM reranker asked, through the `paraphrase_rerank` prompt, "paraphrases?".
+
+    Options: prompt (prompt name, "paraphrase_rerank"), prompts_dir (an override folder,
+    see prompts.loader), instruction (replaces the prompt's default instruction),
+    yes_token / no_token ("yes" / "no"; each must be one token), assistant_prefix (text
+    that opens the assistant turn; None = an empty think block "<think>\\n\\n</think>\\n\\n"
+    when the chat template knows think blocks, as Qwen3 rerankers expect, else nothing),
+    max_statement_tokens (200: a longer statement is cut to that many tokens before it
+    is written into the prompt, so the answer position is never truncated away),
+    max_length (512 here: the prompt around the statements is ~100 tokens).
+    """
+
+    THINK_PREFIX = "<think>\n\n</think>\n\n"
+
+    def __init__(self, location: str, *, prompt: str = "paraphrase_rerank",
+                 prompts_dir: str | os.PathLike | None = None, instruction: str | None = None,
+                 yes_token: str = "yes", no_token: str = "no",
+                 assistant_prefix: str | None = None, max_statement_tokens: int = 200,
+                 max_length: int = 512, **options: Any):
+        super().__init__(location, max_length=max_length, **options)
+        import inspect
+
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from prompts import load_prompt
+
+        self.prompt = load_prompt(prompt, prompts_dir)
+        self.prompt_version = self.prompt.version
+        self.instruction = instruction
+        self.tokenizer = AutoTokenizer.from_pretrained(self.location, padding_side="left")
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(f"{self.model_ref!r}: the tokenizer has no chat template; the "
+                             f"{ROLE!r} reranker prompt needs one")
+        self.yes_id = self._single_token(yes_token)
+        self.no_id = self._single_token(no_token)
+        self.assistant_prefix = assistant_prefix
+        self.max_statement_tokens = int(max_statement_tokens)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            self.location, dtype=self.dtype).to(self.device).eval()
+        # Only the last position's logits are read: skip the [batch, length, vocab]
+        # tensor (5 GB for 32 x 512 x Qwen's 151k vocabulary) where the model allows.
+        self._last_only = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+
+    def _single_token(self, word: str) -> int:
+        ids = self.tokenizer.encode(word, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(
+                f"{self.model_ref!r}: {word!r} is {len(ids)} tokens {ids} in this tokenizer, "
+                "not one; the reranker reads one answer token. Pass yes_token= / no_token= "
+                "naming single tokens of this vocabulary.")
+        return ids[0]
+
+    def _clip(self, text: str) -> str:
+        """`text` cut to max_statement_tokens tokens (byte length bounds the count first)."""
+        if len(text.encode("utf-8")) <= self.max_statement_tokens:
+            return text
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if len(ids) <= self.max_statement_tokens:
+            return text
+        return self.tokenizer.decode(ids[:self.max_statement_tokens])
+
+    def render(self, a: str, b: str) -> str:
+        """The full prompt text for the pair (a, b), ending where the answer starts."""
+        variables = {"statement_a": self._clip(a), "statement_b": self._clip(b)}
+        if self.instruction is not None:
+            variables["instruction"] = self.instruction
+        messages = self.prompt.render(**variables)
+        if self.assistant_prefix is not None:
+            text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                      add_generation_prompt=True)
+            return text + self.assistant_prefix
+        # enable_thinking=False makes Qwen3 templates write the empty think block
+        # themselves; other templates ignore the flag, and we add the block for those
+        # that know think blocks but did not write it.
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=True,
+                                                  enable_thinking=False)
+        if "<think>" in str(self.tokenizer.chat_template) and \
+                not text.rstrip().endswith("</think>"):
+            text += self.THINK_PREFIX
+        return text
+
+    def _encode(self, pairs):
+        texts = [self.render(a, b) for a, b in pairs]
+        enc = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        too_long = [i for i, ids in enumerate(enc) if len(ids) > self.max_length]
+        if too_long:
+            # Cutting the prompt would cut the answer position: refuse instead.
+            raise ValueError(f"{len(too_long)} pair prompt(s) exceed max_length="
+                             f"{self.max_length} tokens (first: pair {too_long[0]}, "
+                             f"{len(enc[too_long[0]])} tokens); raise max_length or lower "
+                             "max_statement_tokens")
+        return [{"input_ids": ids} for ids in enc]
+
+    def _forward(self, batch):
+        import torch
+
+        padded = self.tokenizer.pad(batch, padding=True, return_tensors="pt")
+        ids = padded["input_ids"].to(self.device)
+        mask = padded["attention_mask"].to(self.device)
+        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
+        extra = {"logits_to_keep": 1} if self._last_only else {}
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                **extra).logits[:, -1, :]
+        pair = torch.stack([logits[:, self.yes_id], logits[:, self.no_id]], dim=-1).float()
+        return torch.softmax(pair, dim=-1)[:, 0].cpu().numpy()
+
+
+# --- building one from a reference -----------------------------------------------------
+
+def _unavailable(ref: str, why: str, role: str) -> ModelUnavailable:
+    return ModelUnavailable(
+        f"{role} model {ref!r}: {why}. No PyPI package ships a cross-encoder, so the local "
+        "profile runs paraphrase clustering bi-encoder-only; to filter pairs with one, pass "
+        f"a checkpoint with `--model {role}=/path/to/checkpoint` (a sequence-classification "
+        "paraphrase/duplicate model, or a causal-LM reranker such as Qwen3-Reranker), or a "
+        "Hugging Face id on a machine with hub access.")
+
+
+def _looks_like_path(ref: str) -> bool:
+    return (os.path.isabs(ref) or ref.startswith(("./", "../", "~", ".\\"))
+            or ref.count("/") > 1 or os.sep != "/" and os.sep in ref)
+
+
+def _config_json(location: str, ref: str, role: str) -> tuple[dict, str]:
+    """The checkpoint's config.json as a dict, and where it was read from."""
+    path = Path(location)
+    if path.is_dir():
+        file = path / "config.json"
+        if not file.is_file():
+            raise ValueError(f"{file} not found: {ref!r} is not a Hugging Face checkpoint "
+                             f"folder, so its {role} kind cannot be detected")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            file = Path(hf_hub_download(location, "config.json"))
+        except Exception as exc:
+            raise _unavailable(ref, f"cannot get its config.json ({type(exc).__name__}: "
+                                    f"{str(exc).splitlines()[0] if str(exc) else ''})",
+                               role) from exc
+    try:
+        return json.loads(file.read_text()), str(file)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{file}: cannot read the checkpoint config ({exc})") from exc
+
+
+def detect_pair_scorer_kind(location: str, *, ref: str | None = None, role: str = ROLE) -> str:
+    """"cross_encoder" for *ForSequenceClassification, "reranker_llm" for *ForCausalLM,
+    read from config.json `architectures`; anything else is a ValueError naming the file."""
+    config, file = _config_json(location, ref or location, role)
+    archs = [str(a) for a in config.get("architectures") or []]
+    if any(a.endswith("ForSequenceClassification") for a in archs):
+        return "cross_encoder"
+    if any(a.endswith("ForCausalLM") for a in archs):
+        return "reranker_llm"
+    raise ValueError(
+        f"{file}: architectures {archs or 'missing'} are neither *ForSequenceClassification "
+        f"(kind 'cross_encoder') nor *ForCausalLM (kind 'reranker_llm'); pass kind= "
+        f"explicitly or pick a {role} checkpoint of one of those kinds")
+
+
+def pair_scorer_class(kind: str) -> type[PairScorer]:
+    """The class registered under `kind`, or "package.module:Class" for one of your own."""
+    if kind in PAIR_SCORERS:
+        return PAIR_SCORERS[kind]
+    if ":" in kind:
+        module, _, attr = kind.partition(":")
+        cls = getattr(importlib.import_module(module), attr, None)
+        if isinstance(cls, type) and issubclass(cls, PairScorer):
+            return cls
+        raise ValueError(f"{kind!r} is not a PairScorer subclass")
+    raise ValueError(f"unknown pair scorer kind {kind!r} (known: auto, "
+                     f"{', '.join(sorted(PAIR_SCORERS))}, or package.module:Class)")
+
+
+def build_pair_scorer(ref: str, kind: str = "auto", device: str = "auto", *,
+                      role: str = ROLE, **options: Any) -> PairScorer:
+    """A pair scorer for a model reference (local path, or hub id on hub machines).
+
+    `kind` "auto" reads the checkpoint's config.json (see `detect_pair_scorer_kind`);
+    `options` go to the scorer class (batch_size, max_length, dtype, ...). A reference
+    that names no existing path or reachable model raises `ModelUnavailable` saying how
+    to supply one for `role`.
+    """
+    if not isinstance(ref, str) or not ref.strip():
+        raise _unavailable(str(ref), "empty reference", role)
+    resolved = resolve(ref, prepare=True)
+    if resolved.kind == "hub" and _looks_like_path(ref):
+        raise _unavailable(ref, "no such file or folder", role)
+    if kind == "auto":
+        kind = detect_pair_scorer_kind(resolved.location, ref=ref, role=role)
+    cls = pair_scorer_class(kind)
+    try:
+        return cls(resolved.location, model_ref=ref, device=device, **options)
+    except OSError as exc:  # transformers' "not a local folder and not on the hub"
+        raise _unavailable(ref, f"cannot load it ({str(exc).splitlines()[0]})", role) from exc

@@ -1,0 +1,127 @@
+"""`rexeval cluster` and `rexeval cluster-report` (python -m ray_jobs.cluster)."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from pipelines.cluster_pipeline import ClusterConfig, run_cluster
+from pipelines.ray_runtime import init_ray
+from ray_jobs.common import config_option, load_config, summary, user_errors
+
+
+@click.command("cluster")
+@click.argument("input", required=False, type=click.Path())
+@click.option("--out", "-o", help="Output folder (clusters/, canonical/, errors/, report.md, manifest.json).")
+@click.option("--method", type=click.Choice(["star", "extra"]),
+              help="star (default): embeddings + FAISS neighbours + pair filter + graph refinement "
+                   "(seed 002); extra: the EXTRA baseline (heuristic candidates, MinHash-LSH).")
+@click.option("--stage", type=click.Choice(["auto", "triplet", "candidate", "verified"]),
+              help="Which statements to cluster (default auto: verified if any, else triplet).")
+@click.option("--profile", help="Model profile: local (default, CPU, offline) or paper.")
+@click.option("--model", "models", multiple=True, metavar="ROLE=REF",
+              help="Override a model, e.g. --model embedder=/models/qwen3-embedding-0.6b or "
+                   "--model cross_encoder=/models/qwen3-reranker-0.6b.")
+@click.option("--bi-encoder-only", is_flag=True, default=None,
+              help="Skip the cross-encoder filter even when the profile has one.")
+@click.option("--k", type=int, help="Neighbours per statement within its polarity (default 128).")
+@click.option("--tau-pair", type=float, help="Cosine for a candidate pair (default 0.90).")
+@click.option("--cross-threshold", type=float, help="Pair probability to keep, strictly above (default 0.90).")
+@click.option("--cross-kind", metavar="KIND",
+              help="How to score pairs: cross_encoder (sequence classification), reranker_llm "
+                   "(causal LM scored by P(yes)), or package.module:Class of your own "
+                   "(default auto: read from the checkpoint).")
+@click.option("--tau-intra", type=float, help="Component cohesion (min cosine) below which "
+                                              "Algorithm 1 refines it (default 0.85).")
+@click.option("--tau-remerge", type=float, help="Pivot similarity to merge groups (default 0.90).")
+@click.option("--index", type=click.Choice(["auto", "flat", "ivf", "hnsw"]),
+              help="FAISS index: auto (default: exact up to a size, then IVF), flat, ivf, hnsw.")
+@click.option("--nprobe", type=int, help="IVF lists probed per query (default: chosen by size).")
+@click.option("--device", help="Encoder device: auto (default), cpu, cuda.")
+@click.option("--embed-backend", type=click.Choice(["sentence-transformers", "vllm"]),
+              help="Embedding engine (vllm: ray.data.llm embed task on GPU workers).")
+@click.option("--workers", type=int, help="Encoder actors; each loads the model (default 1).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0).")
+@click.option("--neighbour-workers", type=int, help="Ray actors sharing the FAISS queries (default 1: "
+                                                    "one process using every core).")
+@click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
+@click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default 5).")
+@click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default 0.9).")
+@click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
+@config_option
+@user_errors
+def cluster_cmd(input, out, overwrite, config_file, **flags):
+    """Group paraphrased statements into clusters with one canonical statement each.
+
+    INPUT is an `rexeval extract` output folder (or a statements Parquet file); with
+    --method extra it may also be an `rexeval ingest` folder, whose reviews then give
+    EXTRA's heuristic sentence candidates. Statements are compared only within the same
+    polarity. Without a cross-encoder (the local profile has none) pairs are accepted on
+    the bi-encoder cosine alone, and the manifest and report say so.
+
+    Outputs: clusters/ (every statement -> cluster_id, is_representative), canonical/
+    (one representative per cluster), errors/, report.md/json (clusters, reduction %,
+    SSE, SSB, size histogram, examples), cluster_sizes.csv/png. A re-run resumes.
+
+    Examples:
+
+      rexeval cluster runs/mi/star --out runs/mi/clusters
+
+      rexeval cluster runs/mi/ingest --method extra --out runs/mi/clusters-extra
+
+      rexeval cluster runs/toys/star --out runs/toys/clusters --profile paper --gpus-per-worker 1
+    """
+    started = time.time()
+    cfg = load_config(ClusterConfig, config_file, input=input, out=out, **flags)
+    init_ray()
+    manifest = run_cluster(cfg, overwrite=overwrite, progress=click.echo)
+    c, q = manifest["counts"], manifest.get("quality", {})
+    summary(f"cluster ({manifest.get('method', cfg.method)})", {
+        "statements in": c.get("statements_in", 0), "distinct statements": c.get("distinct_statements", 0),
+        "candidate pairs": c.get("candidate_pairs", "-"), "validated pairs": c.get("validated_pairs", "-"),
+        "refined components": c.get("refined_components", "-"), "clusters": c.get("clusters", 0),
+        "reduction %": f"{q.get('reduction_pct', 0):.2f}", "SSE": f"{q.get('sse', 0):.4f}",
+        "SSB": f"{q.get('ssb', 0):.4f}", "error rows": c.get("errors", 0),
+    }, started, {n: f"{cfg.out}/{n}" for n in ("clusters", "canonical", "errors")}
+        | {"report": f"{cfg.out}/report.md"}, notes=[f"pair filter: {manifest.get('pair_filter')}"])
+    return manifest
+
+
+@click.command("cluster-report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--dataset", help="Dataset name for the first column (default: none).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the rows as CSV.")
+@user_errors
+def cluster_report_cmd(runs, dataset, csv_path):
+    """Print seed 002's Table 3 (#clusters, reduction %, SSE, SSB) for several cluster runs.
+
+    Example: rexeval cluster-report runs/mi/clusters-extra runs/mi/clusters --dataset MI
+    """
+    from pipelines.cluster_quality import format_table3
+
+    rows = []
+    for run in runs:
+        path = Path(run) / "report.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{run} has no report.json: is it a finished `rexeval cluster` output?")
+        rows.append(json.loads(path.read_text()))
+    click.echo(format_table3(rows, dataset=dataset))
+    if csv_path:
+        import csv
+
+        keys = ["method", "statements", "clusters", "reduction_pct", "sse", "ssb"]
+        with open(csv_path, "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["dataset", *keys])
+            w.writeheader()
+            for r in rows:
+                w.writerow({"dataset": dataset or "", **{k: r.get(k) for k in keys}})
+
+
+def main():  # python -m ray_jobs.cluster
+    cluster_cmd()
+
+
+if __name__ == "__main__":
+    main()

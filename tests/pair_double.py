@@ -1,0 +1,36 @@
+"""A scripted paraphrase pair scorer for tests: no weights, rules on the words.
+
+Plugged in as `cross_kind="tests.pair_double:NoIntensifierScorer"` (the pair-scorer
+registry accepts package.module:Class), so the cluster job's cross-encoder path runs on
+Ray actors exactly as with a real checkpoint.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from models.encoders.pair_scorer import PairScorer
+
+INTENSIFIERS = {"really", "very"}
+
+
+class NoIntensifierScorer(PairScorer):
+    """P(paraphrase) = 0.95, except 0.2 when exactly one side has an intensifier word."""
+
+    def __init__(self, location: str, **options):
+        self.location = self.model_ref = str(location)
+        self.device, self.batch_size = "cpu", 32
+        self.calls: list[int] = []
+
+    def _encode(self, pairs):  # pragma: no cover - score() is overridden
+        raise NotImplementedError
+
+    def _forward(self, batch):  # pragma: no cover
+        raise NotImplementedError
+
+    def score(self, pairs, batch_size=None) -> np.ndarray:
+        self.calls.append(len(pairs))
+
+        def has(t):
+            return bool(INTENSIFIERS & set(t.lower().split()))
+
+        return np.array([0.2 if has(a) != has(b) else 0.95 for a, b in pairs], dtype=np.float32)
