@@ -172,8 +172,10 @@ def extra_statements(cfg: ClusterConfig, progress) -> tuple[pa.Table, dict, dict
     src_path = reviews_path(cfg.input)
     reviews = read_table(src_path, "reviews", columns=["review_id", "user_id", "item_id", "text"])
     cands, stats = extra_candidates(reviews, min_count=cfg.extra_min_count)
+    rule = (f"recurring in >= {cfg.extra_min_count} reviews" if cfg.extra_min_count > 1
+            else "(recurrence filter off)")
     progress(f"cluster (extra): {reviews.num_rows:,} review(s) -> {cands.num_rows:,} "
-             f"candidate sentence(s) recurring in >= {cfg.extra_min_count} reviews")
+             f"candidate sentence(s) {rule}")
     files = table_files(src_path)
     src = {"files": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files],
            "stage": "extra", "reviews": reviews.num_rows}
@@ -382,7 +384,11 @@ def _star_graph(emb, nodes, work, emb_key, cfg, enc, timings, progress):
     from pipelines.cluster_graph import cluster_graph
 
     t = time.time()
-    a, b, cos, stats = neighbour_pairs(emb, nodes, work / "neighbours", emb_key, cfg, progress)
+    if nodes.n == 0:
+        a = b = np.zeros(0, dtype=np.int64)
+        cos, stats = np.zeros(0, dtype=np.float32), {}
+    else:
+        a, b, cos, stats = neighbour_pairs(emb, nodes, work / "neighbours", emb_key, cfg, progress)
     timings["neighbours_s"] = time.time() - t
     progress(f"  neighbours: {len(a):,} candidate pair(s) with cosine >= {cfg.tau_pair}")
     t = time.time()

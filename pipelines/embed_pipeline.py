@@ -91,6 +91,8 @@ def embed_texts(texts: Sequence[str], folder: str | Path, *, model_ref: str, loc
     """
     from pipelines.ray_runtime import run_tasks
 
+    if not len(texts):  # nothing to embed (e.g. no statement survived): no model load
+        return np.zeros((0, 0), dtype=np.float32)
     conf = {"model": model_ref, "texts": digest, "n": len(texts), "shard_size": shard_size,
             "backend": backend}
     out = ShardedOutput(folder, "embeddings", conf, [TABLE]).open(overwrite=True)

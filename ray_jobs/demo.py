@@ -113,9 +113,10 @@ def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, steps: i
 
     click.echo(f"[{steps}/{steps}] cluster: paraphrase clusters (seed 002) and the EXTRA baseline")
     reports, counts = [], {}
-    # The sample has ~300 reviews, so a sentence recurring in 2 of them counts as frequent.
+    # The sample's ~300 reviews were written without repeats, so EXTRA's recurrence filter
+    # (a sentence in >= 5 reviews) is off here: every heuristic candidate is kept.
     extra = run_cluster(ClusterConfig(input=str(root / "ingest"), out=str(root / "clusters" / "extra"),
-                                      method="extra", extra_min_count=2),
+                                      method="extra", extra_min_count=1),
                         overwrite=overwrite, progress=click.echo)
     reports.append(root / "clusters" / "extra" / "report.json")
     counts["extra clusters"] = extra["counts"]["clusters"]

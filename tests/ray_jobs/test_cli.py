@@ -16,7 +16,7 @@ def test_every_command_has_help():
     top = runner.invoke(cli, ["--help"])
     assert top.exit_code == 0
     for cmd in ("ingest", "split", "info", "demo", "models", "extract", "extract-quality",
-                "ground-truth"):
+                "ground-truth", "cluster", "cluster-report"):
         assert cmd in top.output
         res = runner.invoke(cli, [cmd, "--help"])
         assert res.exit_code == 0 and "Usage" in res.output
@@ -71,5 +71,9 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert domain in res.output
     assert "error rows" in res.output and "Interactions" in res.output
     # The LLM stages ran on part of the sample and ended in rows, not crashes.
-    assert "[6/6] ground-truth" in res.output
+    assert "[6/7] ground-truth" in res.output
     assert "triplet statements" in res.output and "verified statements" in res.output
+    # Clustering: the verified statements (bi-encoder only, said plainly) and EXTRA, as Table 3.
+    assert "[7/7] cluster" in res.output and "bi-encoder only" in res.output
+    assert "| sample | EXTRA |" in res.output and "| STAR |" in res.output
+    assert "statement clusters" in res.output and "extra clusters" in res.output
