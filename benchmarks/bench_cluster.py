@@ -15,7 +15,7 @@ Each run is a fresh process (spawned), so its peak RSS is its own. Both run on t
 subset; their partitions and representatives are compared (equal output), then ours
 alone runs on the full size. Re-run:
 
-    .venv/bin/python benchmarks/bench_cluster.py                 # 1,000,000 and a 200,000 subset
+    .venv/bin/python benchmarks/bench_cluster.py                 # 1,000,000 and a 400,000 subset
     .venv/bin/python benchmarks/bench_cluster.py --n 200000 --subset 50000   # quicker
     .venv/bin/python benchmarks/bench_cluster.py --with-flat   # also ours with exact search
 
@@ -67,6 +67,7 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
+    import pipelines.neighbours  # noqa: F401  (same OpenBLAS kernels for faiss as ours)
     import faiss
 
     t0 = time.perf_counter()
@@ -211,7 +212,7 @@ def compare(emb, a_labels, a_reps, b_labels, b_reps) -> dict:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=1_000_000, help="full size for ours (default 1,000,000)")
-    ap.add_argument("--subset", type=int, default=200_000, help="size both run on (default 200,000)")
+    ap.add_argument("--subset", type=int, default=400_000, help="size both run on (default 400,000)")
     ap.add_argument("--with-flat", action="store_true", help="also run ours with exact search on the subset")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-full", action="store_true")

@@ -214,13 +214,9 @@ def build_index(vectors: np.ndarray, plan: IndexPlan, *, seed: int = 0,
         size = max(min(size, n), nlist)
         rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
         local_gpu = plan.gpu and faiss.get_num_gpus() > 0
-        # Spherical k-means (unit vectors: centroids on the sphere), on the GPU when there
-        # is one; the trained quantizer then makes an IVF index that needs no training.
-        km = faiss.Kmeans(d, nlist, niter=KMEANS_ITERS, seed=seed, spherical=True,
-                          max_points_per_centroid=1 << 30, gpu=bool(local_gpu))
-        km.train(x[rows])
+        # The trained quantizer makes an IVF index that needs no training.
         quantizer = faiss.IndexFlatIP(d)
-        quantizer.add(km.centroids)
+        quantizer.add(train_centroids(x, nlist, rows, seed, gpu=bool(local_gpu)))
         index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
         plan = dataclasses.replace(plan, nlist=nlist)
     else:
@@ -231,6 +227,95 @@ def build_index(vectors: np.ndarray, plan: IndexPlan, *, seed: int = 0,
     for s in range(0, n, 65_536):  # bounded temporaries
         index.add(x[s:s + 65_536])
     return index
+
+
+def train_centroids(x: np.ndarray, nlist: int, rows: np.ndarray, seed: int, gpu: bool = False) -> np.ndarray:
+    """Spherical k-means (unit vectors: centroids on the sphere) on the rows `rows` of `x`."""
+    faiss = _faiss()
+    km = faiss.Kmeans(x.shape[1], nlist, niter=KMEANS_ITERS, seed=seed, spherical=True,
+                      max_points_per_centroid=1 << 30, gpu=gpu)
+    km.train(np.ascontiguousarray(x[rows]))
+    return km.centroids
+
+
+def ivf_join_pairs(x: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, k: int, tau: float, *,
+                   seed: int = 0, block: int = 1 << 24) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The IVF search of a group against itself, as matrix products per inverted list.
+
+    Same partition as the IVF index (spherical k-means, same training sample) and every
+    query is compared with at least the `nprobe` lists FAISS would probe for it: first all
+    members of a list against the lists nearest to its centroid (one BLAS GEMM per list),
+    then each query against those of its own probes that pass missed (one GEMM per target
+    list). FAISS's IndexIVFFlat scans lists query by query; batching them into GEMMs is
+    several times faster on 2 cores at the same or better recall (we wrote this because
+    FAISS has no batched self-join; measured in benchmarks/bench_cluster.py). Keeps, per
+    query, the `k` best candidates with cosine >= tau (ties broken by candidate id).
+    Returns (a, b, cos) with a < b global ids; both directions may appear.
+    """
+    faiss = _faiss()
+    n, d = x.shape
+    ids = np.asarray(ids, dtype=np.int64)
+    nlist = max(1, min(nlist, n))
+    size = max(min(n, TRAIN_PER_LIST * nlist, MAX_TRAIN), nlist)
+    rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    quantizer = faiss.IndexFlatIP(d)
+    quantizer.add(train_centroids(x, nlist, rows, seed))
+    nprobe = max(1, min(nprobe, nlist))
+    probes = np.empty((n, nprobe), dtype=np.int64)
+    for s in range(0, n, 65_536):
+        probes[s:s + 65_536] = quantizer.search(np.ascontiguousarray(x[s:s + 65_536]), nprobe)[1]
+    list_probes = quantizer.search(quantizer.reconstruct_n(0, nlist), nprobe)[1]
+    covered = np.zeros((nlist, nlist), dtype=bool)
+    covered[np.arange(nlist)[:, None], list_probes] = True
+    covered[np.arange(nlist), np.arange(nlist)] = True
+    order = np.argsort(probes[:, 0], kind="stable")  # positions grouped by their list
+    xs = np.ascontiguousarray(x[order])
+    pp = probes[order]
+    starts = np.searchsorted(pp[:, 0], np.arange(nlist + 1))
+    tau32 = np.float32(tau)
+    qs, cs, vs = [], [], []
+
+    def gemm(qpos: np.ndarray, cpos: np.ndarray) -> None:
+        cx = xs[cpos]
+        step = max(1, block // max(1, len(cpos)))
+        for r0 in range(0, len(qpos), step):
+            q = qpos[r0:r0 + step]
+            sims = xs[q] @ cx.T
+            r, c = np.nonzero(sims >= tau32)
+            same = q[r] == cpos[c]
+            r, c = r[~same], c[~same]
+            qs.append(q[r])
+            cs.append(cpos[c])
+            vs.append(sims[r, c])
+
+    for lst in range(nlist):  # pass 1: a list against the lists nearest to its centroid
+        lo, hi = int(starts[lst]), int(starts[lst + 1])
+        if hi > lo:
+            lists = np.flatnonzero(covered[lst])
+            gemm(np.arange(lo, hi), np.concatenate([np.arange(starts[m], starts[m + 1]) for m in lists]))
+    # pass 2: each query's own probes that its list's centroid did not reach
+    missing = ~covered[pp[:, :1], pp]
+    qpos, slot = np.nonzero(missing)
+    target = pp[qpos, slot]
+    by = np.argsort(target, kind="stable")
+    qpos, target = qpos[by], target[by]
+    bounds = np.searchsorted(target, np.arange(nlist + 1))
+    for m in range(nlist):
+        if bounds[m + 1] > bounds[m] and starts[m + 1] > starts[m]:
+            gemm(qpos[bounds[m]:bounds[m + 1]], np.arange(starts[m], starts[m + 1]))
+    if not qs:
+        return _empty()
+    q, c, v = np.concatenate(qs), np.concatenate(cs), np.concatenate(vs).astype(np.float32)
+    # k best per query (a candidate reached twice counts once)
+    o = np.lexsort((c, -v, q))
+    q, c, v = q[o], c[o], v[o]
+    first = np.ones(len(q), dtype=bool)
+    first[1:] = (q[1:] != q[:-1]) | (c[1:] != c[:-1])
+    q, c, v = q[first], c[first], v[first]
+    group_start = np.searchsorted(q, q)
+    keep = (np.arange(len(q)) - group_start) < k
+    ga, gb = ids[order[q[keep]]], ids[order[c[keep]]]
+    return np.minimum(ga, gb), np.maximum(ga, gb), v[keep]
 
 
 def _is_gpu(index) -> bool:
@@ -434,12 +519,14 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
                     kind: str = "auto", nprobe: int | None = None, workers: int | None = 1,
                     gpu: str | bool = "auto", seed: int = 0,
                     progress: Callable[[str], None] | None = None, flat_max: int = FLAT_MAX,
-                    shards_per_worker: int = 4) -> PairResult:
+                    shards_per_worker: int = 4, ivf_join: bool = True) -> PairResult:
     """Candidate pairs within each group: k nearest neighbours with cosine >= tau.
 
     workers=1 searches in this process with every core. workers > 1, or None on a
     multi-node Ray cluster (one actor per node, or per GPU), builds each group's index
     here and shards its queries over Ray actors; both paths give the same pairs.
+    In process on CPU, an IVF group is searched by `ivf_join_pairs` (one GEMM per list)
+    unless `ivf_join=False` (FAISS's own IndexIVFFlat search, as the actors do).
     """
     t_all = time.perf_counter()
     x, g = _validate(vectors, groups, k, tau)
@@ -484,6 +571,14 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
             st["plan"] = plan.describe()
             say(f"neighbours: group {key}: {len(ids):,} vectors, {plan.describe()}")
             gx = x[ids]
+            if not use_ray and ivf_join and plan.kind == "ivf" and not plan.gpu:
+                st["plan"]["search"] = "gemm-join"
+                parts.append(dedupe(*ivf_join_pairs(gx, ids, plan.nlist, plan.nprobe, k, tau, seed=seed), n))
+                del gx
+                st.update(build_s=0.0, search_s=round(time.perf_counter() - t0, 3), pairs=len(parts[-1][0]),
+                          seconds=round(time.perf_counter() - t0, 3))
+                say(f"  group {key}: {st['pairs']:,} pairs in {st['seconds']:.1f}s")
+                continue
             index = build_index(gx, plan, seed=seed)
             st["build_s"] = round(time.perf_counter() - t0, 3)
             if use_ray:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from pipelines.neighbours import (
+    ivf_join_pairs,
     IndexPlan,
     NeighbourStage,
     PairResult,
@@ -251,7 +252,7 @@ def test_ray_path_equals_in_process(ray_session, small):
     x, groups = small
     sizes = np.bincount(groups)
     opts = {"k": 8, "tau": 0.9, "flat_max": int(sizes.max()) - 1}
-    local = candidate_pairs(x, groups, workers=1, **opts)
+    local = candidate_pairs(x, groups, workers=1, ivf_join=False, **opts)  # FAISS's IVF search, as actors
     seen = []
     remote = candidate_pairs(x, groups, workers=2, progress=seen.append, shards_per_worker=2, **opts)
     assert remote.stats["total"]["path"] == "ray" and local.stats["total"]["path"] == "in-process"
@@ -295,3 +296,35 @@ def test_blas_coretype_from_cpu_flags(tmp_path):
     info.write_text("flags : fpu sse\n")
     assert _blas_coretype(str(info)) is None
     assert _blas_coretype(str(tmp_path / "missing")) is None
+
+
+def test_ivf_join_matches_exact_with_every_list_probed_and_keeps_faiss_recall():
+    """The GEMM self-join: with nprobe = nlist it is an exact search; with the default
+    probes it finds at least the pairs FAISS's own IVF search finds (same lists, and
+    every query still sees its own nprobe lists), and it is deterministic."""
+    x = planted_families(6_000, 32, seed=11)
+    groups = np.zeros(len(x), int)
+    exact = as_dict(candidate_pairs(x, groups, k=8, tau=0.9, kind="flat"))
+    nlist = choose_index(len(x), 32, 8, "ivf").nlist
+    full = candidate_pairs(x, groups, k=8, tau=0.9, kind="ivf", nprobe=nlist)
+    assert full.stats["0"]["plan"]["search"] == "gemm-join"
+    assert set(as_dict(full)) == set(exact)
+    for (a, b), c in as_dict(full).items():
+        assert c == pytest.approx(exact[(a, b)], abs=1e-5)
+    joined = candidate_pairs(x, groups, k=8, tau=0.9, kind="ivf", nprobe=2)
+    faiss_ivf = candidate_pairs(x, groups, k=8, tau=0.9, kind="ivf", nprobe=2, ivf_join=False)
+    assert set(as_dict(faiss_ivf)) <= set(as_dict(joined)) <= set(exact)
+    again = candidate_pairs(x, groups, k=8, tau=0.9, kind="ivf", nprobe=2)
+    np.testing.assert_array_equal(joined.a, again.a)
+    np.testing.assert_array_equal(joined.cos, again.cos)
+
+
+def test_ivf_join_keeps_k_best_per_query():
+    """Ten identical vectors: each query keeps its k=3 best others (ties: lowest ids),
+    not all nine. Queries 0-2 keep the other three of {0,1,2,3}, queries 3-9 keep
+    {0,1,2}: 30 directed results, 6 + 3*6 = 24 distinct pairs out of 45."""
+    x = np.tile(np.eye(8, dtype=np.float32)[:1], (10, 1))
+    a, b, c = ivf_join_pairs(x, np.arange(10), nlist=1, nprobe=1, k=3, tau=0.5)
+    assert len(a) == 30
+    pairs = set(zip(a.tolist(), b.tolist()))
+    assert len(pairs) == 24 and (0, 3) in pairs and (3, 4) not in pairs
