@@ -67,8 +67,9 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
-    import pipelines.neighbours  # noqa: F401  (same OpenBLAS kernels for faiss as ours)
-    import faiss
+    from pipelines.neighbours import _faiss
+
+    faiss = _faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
 
     t0 = time.perf_counter()
     n = len(emb)
