@@ -3,7 +3,7 @@
 Two generators:
 - `planted_vectors`: unit vectors in families around random centres (members' mutual
   cosine about 0.93-0.98), split into polarity groups, with a share of "confusable"
-  family pairs whose centres are close enough that their members link across families,
+  family chains whose centres are close enough that their members link across families,
   so components are non-cohesive and Algorithm 1 has work to do. Used by the 1M-vector
   benchmark (`bench_cluster.py`), where only speed and agreement with the reference matter.
 - `paraphrase_families`: product statements written from templates, in families that
@@ -24,7 +24,7 @@ import numpy as np
 
 
 def planted_vectors(n: int, d: int = 384, *, max_family: int = 8, singleton_share: float = 0.3,
-                    confusable_share: float = 0.05, group_shares=(0.5, 0.35, 0.15), seed: int = 0):
+                    confusable_share: float = 0.1, group_shares=(0.5, 0.35, 0.15), seed: int = 0):
     """(emb float32 [n, d] unit rows, groups int64 [n], truth int64 [n]) in random order."""
     rng = np.random.default_rng(seed)
     sizes = []
@@ -37,13 +37,17 @@ def planted_vectors(n: int, d: int = 384, *, max_family: int = 8, singleton_shar
     n_fam = len(sizes)
     centres = rng.standard_normal((n_fam, d), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)
-    # Confusable pairs: family 2m+1 is pulled towards family 2m (centre cosine ~0.93).
-    conf = rng.random(n_fam // 2) < confusable_share
+    # Confusable chains: family 3m+1 is pulled towards 3m and 3m+2 towards 3m+1 (centre
+    # cosines ~0.95), so members link across the chain while its two ends are far apart
+    # (centre cosine ~0.8): a non-cohesive component that Algorithm 1 must split.
+    conf = rng.random(n_fam // 3) < confusable_share
     for m in np.flatnonzero(conf):
-        a, b = 2 * m, 2 * m + 1
-        mixed = 0.93 * centres[a] + np.sqrt(1 - 0.93 ** 2) * centres[b]
-        centres[b] = mixed / np.linalg.norm(mixed)
+        for a, b in ((3 * m, 3 * m + 1), (3 * m + 1, 3 * m + 2)):
+            mixed = 0.95 * centres[a] + np.sqrt(1 - 0.95 ** 2) * centres[b]
+            centres[b] = mixed / np.linalg.norm(mixed)
     fam_group = rng.choice(len(group_shares), size=n_fam, p=np.asarray(group_shares) / sum(group_shares))
+    for m in np.flatnonzero(conf):  # a chain stays within one polarity
+        fam_group[3 * m + 1:3 * m + 3] = fam_group[3 * m]
     truth = np.repeat(np.arange(n_fam), sizes)
     sigma = rng.uniform(0.12, 0.26, size=n_fam).astype(np.float32)
     emb = np.empty((n, d), dtype=np.float32)

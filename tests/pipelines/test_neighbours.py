@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from pipelines.neighbours import (
-    ivf_join_pairs,
     IndexPlan,
     NeighbourStage,
     PairResult,
     build_index,
     candidate_pairs,
     choose_index,
+    ivf_join_pairs,
     search_pairs,
 )
 from pipelines.stage import Resources
