@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Literal, Mapping
+from typing import Annotated, Iterable, Literal, Mapping
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from models.refs import ModelUnavailable, ResolvedModel, resolve
 
@@ -179,3 +179,14 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str | None]:
             raise ProfileError(f"model role {key!r} given twice")
         out[key] = _null(value)
     return out
+
+
+def coerce_overrides(value):
+    """A job config's `models` field: a mapping as is, or CLI-style ["ROLE=REF", ...]."""
+    if isinstance(value, (list, tuple)):
+        return parse_overrides(value)
+    return value
+
+
+ModelOverrides = Annotated[dict[str, str | None], BeforeValidator(coerce_overrides)]
+"""role -> model ref, as typed config fields declare it (accepts --model ROLE=REF lists)."""

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from models.profiles import ModelOverrides
 from pipelines.cluster_nodes import Nodes, build_nodes, output_tables
 from pipelines.io import ShardedOutput, read_table, table_files
 from pipelines.stage import Resources, Stage, use_cpus, worker_resources
@@ -50,7 +51,7 @@ class ClusterConfig(BaseModel):
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
         "auto", description="statements to cluster; auto: verified if any exist, else triplet")
     profile: str = "local"
-    models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref")
+    models: ModelOverrides = Field(default_factory=dict, description="role -> model ref")
     bi_encoder_only: bool = Field(False, description="skip the cross-encoder even if configured")
     k: int = Field(128, ge=1, description="neighbours per statement (seed 002: 128)")
     tau_pair: float = Field(0.90, ge=-1, le=1, description="cosine for a candidate pair")
@@ -82,15 +83,6 @@ class ClusterConfig(BaseModel):
     def _cross_kind(cls, v: str) -> str:
         if v not in ("auto", "cross_encoder", "reranker_llm") and ":" not in v:
             raise ValueError("must be auto, cross_encoder, reranker_llm or package.module:Class")
-        return v
-
-    @field_validator("models", mode="before")
-    @classmethod
-    def _models(cls, v):
-        if isinstance(v, (list, tuple)):
-            from models.profiles import parse_overrides
-
-            return parse_overrides(v)
         return v
 
 

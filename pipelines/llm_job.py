@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.llm.base import BackendSpec
+from models.profiles import ModelOverrides
 
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
@@ -24,7 +25,7 @@ class LLMJobSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     profile: str = "local"
-    models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref")
+    models: ModelOverrides = Field(default_factory=dict, description="role -> model ref")
     backend: str | None = Field(None, description="hf | openai | vllm | module:Class "
                                 "(default: the profile's llm_backend)")
     backend_options: dict[str, Any] = Field(default_factory=dict)
@@ -34,15 +35,6 @@ class LLMJobSettings(BaseModel):
     gpus_per_worker: float = Field(0.0, ge=0)
     cache: str | None = Field(None, description="LLM-call cache file (default: under $REXEVAL_CACHE)")
     use_cache: bool = True
-
-    @field_validator("models", mode="before")
-    @classmethod
-    def _models(cls, v):
-        if isinstance(v, (list, tuple)):
-            from models.profiles import parse_overrides
-
-            return parse_overrides(v)
-        return v
 
     def cache_path(self) -> str | None:
         if not self.use_cache:

@@ -210,9 +210,7 @@ def build_index(vectors: np.ndarray, plan: IndexPlan, *, seed: int = 0,
         index = faiss.IndexHNSWFlat(d, plan.hnsw_m, faiss.METRIC_INNER_PRODUCT)
     elif plan.kind == "ivf":
         nlist = max(1, min(plan.nlist, n))
-        size = train_size or min(n, TRAIN_PER_LIST * nlist, MAX_TRAIN)
-        size = max(min(size, n), nlist)
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+        rows = training_rows(n, nlist, seed, train_size)
         local_gpu = plan.gpu and faiss.get_num_gpus() > 0
         # The trained quantizer makes an IVF index that needs no training.
         quantizer = faiss.IndexFlatIP(d)
@@ -227,6 +225,13 @@ def build_index(vectors: np.ndarray, plan: IndexPlan, *, seed: int = 0,
     for s in range(0, n, 65_536):  # bounded temporaries
         index.add(x[s:s + 65_536])
     return index
+
+
+def training_rows(n: int, nlist: int, seed: int, train_size: int | None = None) -> np.ndarray:
+    """The seeded k-means sample: min(n, 64*nlist, 256k) rows (at least nlist), sorted."""
+    size = train_size or min(n, TRAIN_PER_LIST * nlist, MAX_TRAIN)
+    size = max(min(size, n), nlist)
+    return np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
 
 
 def train_centroids(x: np.ndarray, nlist: int, rows: np.ndarray, seed: int, gpu: bool = False) -> np.ndarray:
@@ -256,8 +261,7 @@ def ivf_join_pairs(x: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, k: i
     n, d = x.shape
     ids = np.asarray(ids, dtype=np.int64)
     nlist = max(1, min(nlist, n))
-    size = max(min(n, TRAIN_PER_LIST * nlist, MAX_TRAIN), nlist)
-    rows = np.sort(np.random.default_rng(seed).choice(n, size=size, replace=False))
+    rows = training_rows(n, nlist, seed)
     quantizer = faiss.IndexFlatIP(d)
     quantizer.add(train_centroids(x, nlist, rows, seed))
     nprobe = max(1, min(nprobe, nlist))

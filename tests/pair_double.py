@@ -2,7 +2,7 @@
 
 Plugged in as `cross_kind="tests.pair_double:NoIntensifierScorer"` (the pair-scorer
 registry accepts package.module:Class), so the cluster job's cross-encoder path runs on
-Ray actors exactly as with a real checkpoint.
+Ray actors exactly as with a real checkpoint, through PairScorer's own batching.
 """
 from __future__ import annotations
 
@@ -19,18 +19,14 @@ class NoIntensifierScorer(PairScorer):
     def __init__(self, location: str, **options):
         self.location = self.model_ref = str(location)
         self.device, self.batch_size = "cpu", 32
-        self.calls: list[int] = []
 
-    def _encode(self, pairs):  # pragma: no cover - score() is overridden
-        raise NotImplementedError
-
-    def _forward(self, batch):  # pragma: no cover
-        raise NotImplementedError
-
-    def score(self, pairs, batch_size=None) -> np.ndarray:
-        self.calls.append(len(pairs))
-
+    def _encode(self, pairs):
         def has(t):
             return bool(INTENSIFIERS & set(t.lower().split()))
 
-        return np.array([0.2 if has(a) != has(b) else 0.95 for a, b in pairs], dtype=np.float32)
+        # "input_ids" only sets the length PairScorer sorts batches by.
+        return [{"input_ids": (a + " " + b).split(), "prob": 0.2 if has(a) != has(b) else 0.95}
+                for a, b in pairs]
+
+    def _forward(self, batch):
+        return np.array([row["prob"] for row in batch], dtype=np.float32)

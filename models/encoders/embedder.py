@@ -36,6 +36,18 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
+def torch_dtype(dtype: str, device: str):
+    """"auto" -> bfloat16 on CUDA, float32 elsewhere; else the named torch dtype."""
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    value = getattr(torch, dtype, None)
+    if not isinstance(value, torch.dtype):
+        raise TypeError(f"unknown torch dtype {dtype!r}")
+    return value
+
+
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm in float32 (all-zero rows stay zero).
 
@@ -86,9 +98,7 @@ class Embedder:
         self.model_ref = model_ref or self.location
         self.device = resolve_device(device)
         self.batch_size = int(batch_size)
-        if dtype == "auto":
-            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
-        model_kwargs = {"dtype": getattr(torch, dtype), **(model_kwargs or {})}
+        model_kwargs = {"dtype": torch_dtype(dtype, self.device), **(model_kwargs or {})}
         self.model = SentenceTransformer(self.location, device=self.device,
                                          model_kwargs=model_kwargs,
                                          processor_kwargs=processor_kwargs)

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.embedder import resolve_device
+from models.encoders.embedder import resolve_device, torch_dtype
 from models.refs import ModelUnavailable, resolve
 
 ROLE = "cross_encoder"
@@ -56,17 +56,6 @@ def register_pair_scorer(name: str) -> Callable[[type[PairScorer]], type[PairSco
         return cls
 
     return wrap
-
-
-def _torch_dtype(dtype: str, device: str):
-    import torch
-
-    if dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    value = getattr(torch, dtype, None)
-    if not isinstance(value, torch.dtype):
-        raise TypeError(f"unknown torch dtype {dtype!r}")
-    return value
 
 
 def _check_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -101,7 +90,7 @@ class PairScorer(abc.ABC):
         self.device = resolve_device(device)
         self.batch_size = int(batch_size)
         self.max_length = int(max_length)
-        self.dtype = _torch_dtype(dtype, self.device)
+        self.dtype = torch_dtype(dtype, self.device)
 
     @abc.abstractmethod
     def _encode(self, pairs: list[tuple[str, str]]) -> list[dict[str, list[int]]]:

@@ -22,12 +22,6 @@ CORPUS = [
     "<Instruct>: <Query>: <Document>: statements about a product aspect opinion",
 ] * 20
 
-CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-
-
 def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] | None = None,
                     seed: int = 0) -> Path:
     """WordPiece tokenizer + 2-layer BertForSequenceClassification, saved as an HF folder."""
@@ -77,34 +71,16 @@ def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] |
 
 
 def build_tiny_reranker(folder: Path, *, seed: int = 0) -> Path:
-    """Byte-level BPE tokenizer (with "yes" and "no" as single tokens) + 2-layer Llama."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    """The tiny chat model of the LLM tests, trained on a corpus where "yes" and "no" are
+    single tokens, with room for the reranker prompt."""
+    from tests.models.llm.conftest import build_tiny_chat_model
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.train_from_iterator(CORPUS, trainers.BpeTrainer(
-        vocab_size=500, special_tokens=specials,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
-                                     eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                     unk_token="<|endoftext|>")
-    hf_tok.chat_template = CHAT_TEMPLATE
+    build_tiny_chat_model(folder, seed=seed, vocab=500, corpus=CORPUS, max_positions=1024)
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
     for word in ("yes", "no"):
-        assert len(hf_tok.encode(word, add_special_tokens=False)) == 1, word
-    torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
-                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=1024, bos_token_id=hf_tok.bos_token_id,
-                         eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id,
-                         initializer_range=0.5, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    hf_tok.save_pretrained(folder)
+        assert len(tok.encode(word, add_special_tokens=False)) == 1, word
     return folder
 
 

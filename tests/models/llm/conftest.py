@@ -19,7 +19,8 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_chat_model(folder: Path, *, seed: int = 0, vocab: int = 400) -> Path:
+def build_tiny_chat_model(folder: Path, *, seed: int = 0, vocab: int = 400, corpus=CORPUS,
+                          max_positions: int = 256) -> Path:
     """Byte-level BPE tokenizer + 2-layer Llama with random weights, saved as an HF folder.
 
     Byte-level so that any text (JSON included) can be written with its vocabulary;
@@ -36,7 +37,7 @@ def build_tiny_chat_model(folder: Path, *, seed: int = 0, vocab: int = 400) -> P
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus, trainer)
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|im_start|>",
                                      eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                      unk_token="<|endoftext|>")
@@ -44,7 +45,7 @@ def build_tiny_chat_model(folder: Path, *, seed: int = 0, vocab: int = 400) -> P
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(hf_tok), hidden_size=32, intermediate_size=64,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=256, bos_token_id=hf_tok.bos_token_id,
+                         max_position_embeddings=max_positions, bos_token_id=hf_tok.bos_token_id,
                          eos_token_id=hf_tok.eos_token_id, pad_token_id=hf_tok.pad_token_id,
                          initializer_range=0.5, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
