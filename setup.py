@@ -18,6 +18,8 @@ BASE = [
     "matplotlib",
     "datasketch>=1.6",
     "torch==2.13.0",
+    # ExpGCN's graph convolutions (LGConv); pure Python on top of torch.
+    "torch-geometric>=2.6",
     "transformers>=5.16.1,<5.20",
     "sentence-transformers>=3",
     # GGUF -> Hugging Face conversion of the packaged SmolLM2 (local profile).
@@ -34,7 +36,7 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.10",
-    packages=["pipelines", "models", "models.llm", "models.encoders", "metrics", "serve", "prompts", "ray_jobs"],
+    packages=["pipelines", "models", "models.llm", "models.encoders", "models.recommenders", "metrics", "serve", "prompts", "ray_jobs"],
     package_data={
         "pipelines": ["sample/*"],
         "models": ["*.yaml"],

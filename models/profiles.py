@@ -41,6 +41,8 @@ class ModelSet(BaseModel):
     sts: str | None = Field(description="sentence encoder for STS cosine similarity")
     spacy: str | None = Field(description="spaCy pipeline (parsing, AlignScore splitting)")
     sentence_splitter: str | None = Field(description="Punkt sentence splitter")
+    statement_encoder: str | None = Field(
+        description="sentence encoder for BPER+'s statement features (ranking benchmark)")
 
 
 ROLES: dict[str, str] = {name: f.description or "" for name, f in ModelSet.model_fields.items()}

@@ -49,3 +49,58 @@ def resolve_stage(files: list[Path], stage: str) -> str:
         if pc.any(pc.equal(col, "verified")).as_py():
             return "verified"
     return "triplet"
+
+
+ANNOTATION_KEYS = (("reviewerID", "asin", "unixReviewTime"), ("user_id", "item_id", "timestamp"))
+SENTIMENTS = ("positive", "negative", "neutral")
+
+
+def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa.Table:
+    """Hand-written statements (JSON lines: a review's user, item and time, plus
+    "statements": [{"statement", "sentiment"}]) -> a STATEMENTS table.
+
+    The review is identified exactly as ingest identifies it (hash of user, item, time),
+    so the table joins the ingested reviews. Malformed lines raise an error naming the
+    file, line and field: annotations are curated input, not model output.
+    """
+    import json
+
+    from pipelines.ingest import review_ids
+    from pipelines.schema import STATEMENTS
+    from pipelines.statements import statement_id
+
+    p = Path(path)
+    cols: dict[str, list] = {f.name: [] for f in STATEMENTS}
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SchemaError("statements", str(p), n, None, f"not JSON: {exc.msg}") from None
+        keys = next((k for k in ANNOTATION_KEYS if all(x in obj for x in k)), None)
+        if keys is None:
+            raise SchemaError("statements", str(p), n, "reviewerID",
+                              "needs reviewerID, asin, unixReviewTime (or user_id, item_id, timestamp)")
+        user, item, ts = (obj[k] for k in keys)
+        rid = review_ids([str(user)], [str(item)], [int(ts)])[0]
+        items = obj.get("statements")
+        if not isinstance(items, list):
+            raise SchemaError("statements", str(p), n, "statements", "must be a list")
+        for i, st in enumerate(items):
+            text, sent = (st.get("statement"), st.get("sentiment")) if isinstance(st, dict) else (None, None)
+            if not isinstance(text, str) or not text.strip():
+                raise SchemaError("statements", str(p), n, f"statements[{i}].statement", "missing or empty")
+            if sent not in SENTIMENTS:
+                raise SchemaError("statements", str(p), n, f"statements[{i}].sentiment",
+                                  f"{sent!r} is not one of {', '.join(SENTIMENTS)}")
+            cols["statement_id"].append(statement_id(rid, stage, text, sent))
+            cols["review_id"].append(rid)
+            cols["user_id"].append(str(user))
+            cols["item_id"].append(str(item))
+            cols["statement"].append(text.strip())
+            cols["topic"].append(None)
+            cols["sentiment"].append(sent)
+            cols["stage"].append(stage)
+            cols["provenance"].append(json.dumps({"source": str(p), "line": n, "by": "annotation"}))
+    return pa.table(cols, schema=STATEMENTS)

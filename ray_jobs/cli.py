@@ -11,6 +11,7 @@ from ray_jobs.ground_truth import ground_truth_cmd
 from ray_jobs.info import info_cmd
 from ray_jobs.ingest import ingest_cmd
 from ray_jobs.split import split_cmd
+from ray_jobs.star import star_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -31,6 +32,7 @@ cli.add_command(extract_quality_cmd)
 cli.add_command(ground_truth_cmd)
 cli.add_command(cluster_cmd)
 cli.add_command(cluster_report_cmd)
+cli.add_command(star_group)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

@@ -1,0 +1,347 @@
+"""Batched statement-ranking metrics (seed 002, section 3.3, equation 1).
+
+Everything works on whole batches of interactions as torch tensors (CPU or GPU):
+a ranker's dense scores [B, N] -> `top_k` -> `relevance` against the padded ground
+truth from `pad_positives` -> `ranking_metrics` (one value per interaction) ->
+`summarise` (macro averages). No function loops over interactions in Python.
+
+Tie rule of `top_k` (deterministic, device independent): candidates are ordered by
+score descending and, among equal scores, by candidate index ascending. NaN scores
+count as -inf. Masked-out candidates (score -inf) still come back when a row has
+fewer than k finite candidates, after all finite ones and again by index; pass
+`valid=` to `relevance` if such positions must never count as relevant.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from metrics.registry import register_metric
+
+DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10, 20)
+FAMILIES: tuple[str, ...] = ("precision", "recall", "ndcg", "hit")
+NDCG_NORMS: tuple[str, ...] = ("ideal", "k")
+
+
+def metric_names(ks: Iterable[int] = DEFAULT_KS) -> list[str]:
+    """The keys `ranking_metrics` returns for `ks`, in the same order."""
+    return [f"{family}@{k}" for k in _check_ks(ks) for family in FAMILIES]
+
+
+# ---------------------------------------------------------------------------- top-k
+
+
+def _as_scores(scores: Tensor) -> Tensor:
+    """Float scores with NaN turned into -inf (copied only when there is a NaN)."""
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        # Exact for counts below 2**53, unlike float32.
+        return scores.to(torch.float64)
+    nan = torch.isnan(scores)
+    if bool(nan.any()):
+        return scores.masked_fill(nan, float("-inf"))
+    return scores
+
+
+def _order_by_value_then_index(vals: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+    """Reorder the k returned columns by (value desc, index asc) with two stable sorts."""
+    idx, perm = idx.sort(dim=1)
+    vals = vals.gather(1, perm)
+    vals, perm = vals.sort(dim=1, descending=True, stable=True)
+    return vals, idx.gather(1, perm)
+
+
+def _fix_boundary_ties(scores: Tensor, vals: Tensor, idx: Tensor) -> Tensor:
+    """Make the tail tied with the k-th value hold the lowest-index tied candidates.
+
+    torch.topk picks an arbitrary subset of the candidates tied at the cut; only rows
+    with more tied candidates in the full row than inside the top-k need fixing.
+    """
+    n, kk = scores.shape[1], idx.shape[1]
+    kth = vals[:, -1:]
+    tied_in = (vals == kth).sum(dim=1)
+    tied_all = (scores == kth).sum(dim=1)
+    need = (tied_all > tied_in).nonzero(as_tuple=True)[0]
+    if need.numel() == 0:
+        return idx
+    sub = scores.index_select(0, need)
+    itype = torch.int32 if n < 2**31 - 1 else torch.int64
+    pos = torch.arange(n, device=scores.device, dtype=itype)
+    sentinel = torch.tensor(n, device=scores.device, dtype=itype)
+    cand = torch.where(sub == kth.index_select(0, need), pos, sentinel)
+    lowest = cand.topk(kk, dim=1, largest=False, sorted=True).values.long()
+    # Tail slot j (of kk) takes the (j - first_tail)-th lowest tied index.
+    first_tail = (kk - tied_in.index_select(0, need)).unsqueeze(1)
+    slot = torch.arange(kk, device=scores.device).unsqueeze(0) - first_tail
+    fixed = torch.where(slot >= 0, lowest.gather(1, slot.clamp(min=0)), idx.index_select(0, need))
+    idx = idx.clone()
+    idx[need] = fixed
+    return idx
+
+
+def _top_k_block(scores: Tensor, kk: int) -> Tensor:
+    scores = _as_scores(scores)
+    vals, idx = scores.topk(kk, dim=1, largest=True, sorted=True)
+    vals, idx = _order_by_value_then_index(vals, idx)
+    return _fix_boundary_ties(scores, vals, idx)
+
+
+def top_k(scores: Tensor, k: int, *, chunk: int | None = None) -> Tensor:
+    """Indices [B, min(k, N)] of the best candidates per row, best first.
+
+    Ties are broken by lower candidate index (see module docstring), so results are
+    reproducible across runs and devices. `chunk` bounds peak memory by processing
+    that many rows at a time; without it the extra memory is O(B * N).
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
+    b, n = scores.shape
+    kk = min(int(k), n)
+    if kk == 0 or b == 0:
+        return torch.empty((b, kk), dtype=torch.long, device=scores.device)
+    if chunk is None or chunk >= b:
+        return _top_k_block(scores, kk)
+    if chunk < 1:
+        raise ValueError(f"chunk must be >= 1, got {chunk}")
+    return torch.cat([_top_k_block(scores[s : s + chunk], kk) for s in range(0, b, chunk)])
+
+
+# ------------------------------------------------------------------ ground truth
+
+
+def _to_long(x: np.ndarray | Tensor, device: torch.device | None = None) -> Tensor:
+    t = x if isinstance(x, Tensor) else torch.from_numpy(np.asarray(x))
+    return t.to(device=device, dtype=torch.long)
+
+
+def pad_positives(
+    offsets: np.ndarray | Tensor, values: np.ndarray | Tensor, rows: Tensor
+) -> Tensor:
+    """Positives of `rows` from CSR arrays as a [B, P] matrix padded with -1.
+
+    Interaction r's positives are values[offsets[r]:offsets[r+1]]; P is the longest
+    list in the batch (at least 1, so the result is never zero-width).
+    """
+    rows = _to_long(rows)
+    device = rows.device
+    offsets = _to_long(offsets, device)
+    values = _to_long(values, device)
+    starts = offsets[rows]
+    lengths = offsets[rows + 1] - starts
+    width = max(int(lengths.max()) if rows.numel() else 0, 1)
+    col = torch.arange(width, device=device).unsqueeze(0)
+    inside = col < lengths.unsqueeze(1)
+    if values.numel() == 0:
+        return torch.full((rows.numel(), width), -1, dtype=torch.long, device=device)
+    at = (starts.unsqueeze(1) + col).clamp(max=values.numel() - 1)
+    return torch.where(inside, values[at], torch.full_like(at, -1))
+
+
+def relevance(topk: Tensor, positives: Tensor, *, valid: Tensor | None = None) -> Tensor:
+    """rel[b, j] = whether the j-th ranked candidate of row b is one of its positives.
+
+    Uses a sorted search (O(B * k * log P)) rather than a [B, k, P] comparison so long
+    positive lists stay cheap. -1 padding never matches. `valid` (bool [B, k]), if
+    given, forces positions marked False (e.g. masked-out candidates) to non-relevant.
+    """
+    if topk.dim() != 2 or positives.dim() != 2 or topk.shape[0] != positives.shape[0]:
+        raise ValueError(
+            f"expected topk [B, k] and positives [B, P], got {tuple(topk.shape)} "
+            f"and {tuple(positives.shape)}"
+        )
+    topk = topk.long()
+    if positives.shape[1] == 0 or topk.shape[1] == 0:
+        return torch.zeros(topk.shape, dtype=torch.bool, device=topk.device)
+    pos = positives.long().sort(dim=1).values.contiguous()
+    at = torch.searchsorted(pos, topk.contiguous()).clamp(max=pos.shape[1] - 1)
+    rel = (pos.gather(1, at) == topk) & (topk >= 0)
+    if valid is not None:
+        rel &= valid.to(torch.bool)
+    return rel
+
+
+# ---------------------------------------------------------------------- metrics
+
+
+def _check_ks(ks: Iterable[int]) -> tuple[int, ...]:
+    ks = tuple(int(k) for k in ks)
+    if not ks:
+        raise ValueError("ks must not be empty")
+    bad = [k for k in ks if k < 1]
+    if bad:
+        raise ValueError(f"every k must be >= 1, got {bad}")
+    return ks
+
+
+def _discounts(kmax: int, device: torch.device) -> Tensor:
+    """1 / log2(j + 1) for ranks j = 1..kmax."""
+    ranks = torch.arange(1, kmax + 1, dtype=torch.float64, device=device)
+    return 1.0 / torch.log2(ranks + 1.0)
+
+
+class _Prefix:
+    """Cumulative hits and DCG over rank positions, shared by all k of a batch."""
+
+    def __init__(self, rel: Tensor, n_pos: Tensor, kmax: int) -> None:
+        if rel.dim() != 2:
+            raise ValueError(f"rel must be [B, K], got shape {tuple(rel.shape)}")
+        b, width = rel.shape
+        rel = rel.to(torch.float64)
+        # Missing columns (fewer than kmax candidates ranked) are non-relevant.
+        if width < kmax:
+            rel = torch.cat([rel, rel.new_zeros((b, kmax - width))], dim=1)
+        rel = rel[:, :kmax]
+        self.disc = _discounts(kmax, rel.device)
+        self.ideal = self.disc.cumsum(0)  # ideal[m - 1] = DCG of m relevant on top
+        self.hits = rel.cumsum(1)
+        self.dcg = (rel * self.disc).cumsum(1)
+        self.n_pos = n_pos.to(device=rel.device, dtype=torch.long).reshape(-1)
+        if self.n_pos.shape[0] != b:
+            raise ValueError(f"n_pos has {self.n_pos.shape[0]} rows, rel has {b}")
+        self.no_pos = self.n_pos <= 0
+
+    def _mask(self, x: Tensor) -> Tensor:
+        """NaN for interactions without positives: they are counted, not averaged."""
+        return x.masked_fill(self.no_pos, float("nan"))
+
+    def precision(self, k: int) -> Tensor:
+        return self._mask(self.hits[:, k - 1] / k)
+
+    def recall(self, k: int) -> Tensor:
+        return self._mask(self.hits[:, k - 1] / self.n_pos.clamp(min=1))
+
+    def hit(self, k: int) -> Tensor:
+        return self._mask((self.hits[:, k - 1] > 0).to(torch.float64))
+
+    def ndcg(self, k: int, norm: str) -> Tensor:
+        if norm == "ideal":
+            m = self.n_pos.clamp(min=1, max=k)
+            z = self.ideal[m - 1]
+        else:
+            z = self.ideal[k - 1].expand(self.n_pos.shape[0])
+        return self._mask(self.dcg[:, k - 1] / z)
+
+
+def _check_norm(ndcg_norm: str) -> None:
+    if ndcg_norm not in NDCG_NORMS:
+        raise ValueError(f"unknown ndcg_norm {ndcg_norm!r}; expected one of {NDCG_NORMS}")
+
+
+def ranking_metrics(
+    rel: Tensor,
+    n_pos: Tensor,
+    ks: Sequence[int] = DEFAULT_KS,
+    ndcg_norm: str = "ideal",
+) -> dict[str, Tensor]:
+    """Per-interaction P@k, R@k, NDCG@k and hit@k as float64 tensors [B].
+
+    rel: bool [B, K], rel[:, j-1] = the rank-j candidate is a positive (columns
+    beyond K count as non-relevant). n_pos: [B] number of positives |S_ui|.
+
+    - P@k   = (sum_{j<=k} rel_j) / k, always divided by k, even if fewer than k
+      candidates were ranked.
+    - R@k   = (sum_{j<=k} rel_j) / n_pos.
+    - DCG@k = sum_{j<=k} rel_j / log2(j + 1) (binary gains: 2^rel - 1 = rel).
+    - NDCG@k = DCG@k / Z with
+        ndcg_norm="ideal": Z = sum_{j=1}^{min(k, n_pos)} 1 / log2(j + 1), the DCG of
+            a perfect list; NDCG reaches 1. The paper's Table 1 values fit this one.
+        ndcg_norm="k":     Z = sum_{j=1}^{k} 1 / log2(j + 1), equation 1 taken
+            literally; below 1 whenever n_pos < k.
+    - hit@k = 1 if any of the first k is relevant, else 0.
+
+    Rows with n_pos == 0 are NaN in every metric; `summarise` counts them apart.
+    """
+    _check_norm(ndcg_norm)
+    ks = _check_ks(ks)
+    pre = _Prefix(rel, n_pos, max(ks))
+    out: dict[str, Tensor] = {}
+    for k in ks:
+        out[f"precision@{k}"] = pre.precision(k)
+        out[f"recall@{k}"] = pre.recall(k)
+        out[f"ndcg@{k}"] = pre.ndcg(k, ndcg_norm)
+        out[f"hit@{k}"] = pre.hit(k)
+    return out
+
+
+# One registered function per metric family; `ranking_metrics` computes them all at once.
+_FAMILY_INPUTS = ("ranking", "positives")
+
+
+@register_metric(
+    "precision@k",
+    inputs=_FAMILY_INPUTS,
+    description="share of the top k that are ground-truth statements, divided by k",
+)
+def precision_at_k(rel: Tensor, n_pos: Tensor, k: int) -> Tensor:
+    """P@k per interaction (NaN where n_pos == 0)."""
+    return _Prefix(rel, n_pos, _check_ks([k])[0]).precision(k)
+
+
+@register_metric(
+    "recall@k",
+    inputs=_FAMILY_INPUTS,
+    description="share of the ground-truth statements found in the top k",
+)
+def recall_at_k(rel: Tensor, n_pos: Tensor, k: int) -> Tensor:
+    """R@k per interaction (NaN where n_pos == 0)."""
+    return _Prefix(rel, n_pos, _check_ks([k])[0]).recall(k)
+
+
+@register_metric(
+    "ndcg@k",
+    inputs=_FAMILY_INPUTS,
+    description="binary-gain DCG of the top k over the ideal DCG (or over Z_k)",
+)
+def ndcg_at_k(rel: Tensor, n_pos: Tensor, k: int, ndcg_norm: str = "ideal") -> Tensor:
+    """NDCG@k per interaction (NaN where n_pos == 0); see `ranking_metrics`."""
+    _check_norm(ndcg_norm)
+    return _Prefix(rel, n_pos, _check_ks([k])[0]).ndcg(k, ndcg_norm)
+
+
+@register_metric(
+    "hit@k",
+    inputs=_FAMILY_INPUTS,
+    description="1 if at least one ground-truth statement is in the top k",
+)
+def hit_at_k(rel: Tensor, n_pos: Tensor, k: int) -> Tensor:
+    """hit@k per interaction (NaN where n_pos == 0)."""
+    return _Prefix(rel, n_pos, _check_ks([k])[0]).hit(k)
+
+
+# --------------------------------------------------------------------- summary
+
+
+def _as_numpy(x: Tensor | np.ndarray) -> np.ndarray:
+    if isinstance(x, Tensor):
+        x = x.detach().to("cpu", torch.float64).numpy()
+    return np.asarray(x, dtype=np.float64).reshape(-1)
+
+
+def summarise(per_row: dict[str, Tensor | np.ndarray]) -> dict[str, float | int]:
+    """Macro averages over interactions that have positives, plus row counts.
+
+    A row counts as scored when any of its metrics is not NaN (rows without
+    positives are NaN everywhere). A metric that is NaN on every row averages to NaN.
+    """
+    arrays = {name: _as_numpy(v) for name, v in per_row.items()}
+    lengths = {a.shape[0] for a in arrays.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"metrics have different row counts: {sorted(lengths)}")
+    n_rows = lengths.pop() if lengths else 0
+    out: dict[str, float | int] = {}
+    scored = np.zeros(n_rows, dtype=bool)
+    for name, a in arrays.items():
+        ok = ~np.isnan(a)
+        scored |= ok
+        out[name] = float(a[ok].mean()) if ok.any() else float("nan")
+    n_scored = int(scored.sum())
+    out["n_rows"] = int(n_rows)
+    out["n_scored"] = n_scored
+    out["n_without_positives"] = int(n_rows - n_scored)
+    return out

@@ -1,0 +1,110 @@
+"""What every statement ranker is, and the registry that builds one by name.
+
+A ranker scores every statement of the benchmark for a batch of interactions at once:
+`score_all(users, items, rows)` returns a dense [B, n_statements] float tensor. The
+evaluator (pipelines/star_eval.py) turns that into top-k lists with one batched top-k,
+so a ranker never loops over interactions. Candidate restriction (item or user level)
+is the evaluator's job: it masks the dense scores, so a ranker is level-agnostic.
+
+Trainable rankers (BPER+, ExpGCN) are torch modules with `loss(batch)`; the training
+loop (pipelines/star_train.py) samples batches, steps the optimizer, and saves
+`state_dict()` checkpoints. Popularity baselines have no parameters: they `fit` counts.
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+RANKERS: dict[str, type] = {}
+
+
+def register_ranker(name: str) -> Callable[[type], type]:
+    """Class decorator: make a ranker buildable by `build_ranker(name, ...)`."""
+
+    def wrap(cls: type) -> type:
+        cls.name = name
+        RANKERS[name] = cls
+        return cls
+
+    return wrap
+
+
+BUILTIN = ("models.recommenders.popularity", "models.recommenders.bper", "models.recommenders.expgcn")
+"""Modules whose rankers `ranker_class` finds without an explicit import."""
+
+
+def ranker_class(name: str) -> type:
+    """The registered class for `name` (case-insensitive)."""
+    import importlib
+
+    key = name.lower()
+    if key not in RANKERS:
+        for module in BUILTIN:
+            importlib.import_module(module)
+    if key not in RANKERS:
+        raise ValueError(f"unknown ranker {name!r}; known: {', '.join(sorted(RANKERS))}")
+    return RANKERS[key]
+
+
+@dataclass
+class TrainGraph:
+    """The training split in index space, as models need it.
+
+    `triplets` are the (user, item, statement) rows of training interactions, one per
+    distinct statement of an interaction (deduplicated: a statement counts once per
+    interaction, seed 002 eq. 2-4). The edge arrays are the distinct pairs of the three
+    bipartite subgraphs, each [2, E] int64 (row 0: user or item, row 1: statement or item).
+    """
+
+    n_users: int
+    n_items: int
+    n_statements: int
+    triplets: np.ndarray  # [T, 3] int64: user, item, statement
+    user_statement: np.ndarray  # [2, E_us] int64
+    item_statement: np.ndarray  # [2, E_is] int64
+    user_item: np.ndarray  # [2, E_ui] int64
+
+    @classmethod
+    def from_triplets(cls, n_users: int, n_items: int, n_statements: int,
+                      triplets: np.ndarray) -> "TrainGraph":
+        t = np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
+
+        def pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            if len(a) == 0:
+                return np.zeros((2, 0), dtype=np.int64)
+            return np.unique(np.stack([a, b]), axis=1)
+
+        return cls(n_users, n_items, n_statements, t,
+                   pairs(t[:, 0], t[:, 2]), pairs(t[:, 1], t[:, 2]), pairs(t[:, 0], t[:, 1]))
+
+
+class Ranker(abc.ABC):
+    """Scores all statements for a batch of interactions."""
+
+    name: str = "ranker"
+    trainable: bool = False
+
+    @abc.abstractmethod
+    def score_all(self, users: torch.Tensor, items: torch.Tensor,
+                  rows: torch.Tensor) -> torch.Tensor:
+        """[B] user, item and interaction indices -> [B, n_statements] float32 scores
+        (higher ranks first). `rows` lets seeded rankers be independent of batching."""
+
+
+class TrainableRanker(torch.nn.Module, Ranker):
+    """A torch model trained with sampled negatives (BPR). Subclasses implement `loss`
+    and `score_all`; `score_all` must be pure in eval mode (no dropout, cached
+    propagation is fine)."""
+
+    trainable = True
+
+    @abc.abstractmethod
+    def loss(self, users: torch.Tensor, items: torch.Tensor, pos: torch.Tensor,
+             neg: torch.Tensor, neg_items: torch.Tensor) -> torch.Tensor:
+        """Scalar training loss of a batch: [B] users, items, positive statements,
+        [B] sampled negative statements and [B] sampled negative items (used by
+        models with an item-recommendation term; others ignore it)."""

@@ -1,0 +1,164 @@
+"""Seed 002 Table 1 and Figure 3 from the results folders of the `rexeval star` jobs.
+
+Table 1: P/R/NDCG@k per method at global and item level; under each learned model a
+"Gain" row = its value minus the best popularity baseline's (USERPOP, ITEMPOP,
+GLOBALPOP; chosen per level and metric, as the seed does), with significance stars from
+a paired t-test on the per-interaction values against that baseline
+(* p<0.05, ** p<0.01, *** p<0.001). The best popularity baseline is underlined and the
+best method in bold. Cohen's d and Cliff's delta of the same comparisons go to the
+details table (CSV / JSON).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from metrics.significance import compare
+
+POPULARITY = ("USERPOP", "ITEMPOP", "GLOBALPOP")
+ORDER = ("RANDOM", "USERPOP", "ITEMPOP", "GLOBALPOP", "BPER+", "EXPGCN")
+METRICS = ("precision", "recall", "ndcg")
+SHORT = {"precision": "P", "recall": "R", "ndcg": "N"}
+
+
+def load_results(run: str | Path) -> dict[str, pd.DataFrame]:
+    """method -> per-interaction table of a run folder (its results/<method>/)."""
+    root = Path(run) / "results"
+    if not root.is_dir():
+        raise FileNotFoundError(f"{run}: no results/ folder (run `rexeval star baselines` or "
+                                "`rexeval star train` with --out there first)")
+    out = {}
+    for d in sorted(root.iterdir()):
+        f = d / "per_interaction.parquet"
+        if f.exists():
+            out[d.name] = pq.read_table(f).to_pandas()
+    if not out:
+        raise FileNotFoundError(f"{root}: no results/<method>/per_interaction.parquet")
+    return out
+
+
+def _ordered(methods: Sequence[str]) -> list[str]:
+    known = [m for m in ORDER if m in methods]
+    return known + sorted(m for m in methods if m not in ORDER)
+
+
+def _values(df: pd.DataFrame, level: str, metric: str) -> pd.Series:
+    part = df[df["level"] == level]
+    if metric not in part:
+        return pd.Series(dtype=float)
+    return part.set_index("interaction")[metric]
+
+
+def table1(runs: dict[str, str | Path], k: int = 10, levels: Sequence[str] = ("global", "item")) -> pd.DataFrame:
+    """Long table: dataset, method, level, metric, value, plus for learned models the gain
+    against the best popularity baseline and its statistics."""
+    rows = []
+    for dataset, run in runs.items():
+        res = load_results(run)
+        for level in levels:
+            for metric in METRICS:
+                name = f"{metric}@{k}"
+                vals = {m: _values(df, level, name) for m, df in res.items()}
+                vals = {m: v for m, v in vals.items() if len(v)}
+                means = {m: float(v.mean()) for m, v in vals.items()}
+                pops = [m for m in POPULARITY if m in means]
+                best_pop = max(pops, key=lambda m: means[m]) if pops else None
+                best_all = max(means, key=lambda m: means[m]) if means else None
+                for m in _ordered(list(vals)):
+                    row = {"dataset": dataset, "method": m, "level": level, "metric": name,
+                           "value": means[m], "n": int(vals[m].notna().sum()),
+                           "best_popularity": m == best_pop, "best": m == best_all}
+                    if best_pop and m not in POPULARITY and m != "RANDOM":
+                        a, b = vals[m].align(vals[best_pop], join="inner")
+                        c = compare(a.to_numpy(), b.to_numpy())
+                        row.update({"baseline": best_pop, "gain": means[m] - means[best_pop],
+                                    "p": c["p"], "stars": c["stars"], "cohens_d": c["cohens_d"],
+                                    "cliffs_delta": c["cliffs_delta"], "pairs": c["n"]})
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fmt(v: float) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.5f}"
+
+
+def format_table1(df: pd.DataFrame, k: int = 10, levels: Sequence[str] = ("global", "item")) -> str:
+    """Markdown in the layout of seed 002 Table 1."""
+    cols = [(lv, m) for lv in levels for m in METRICS]
+    head = "| Method | " + " | ".join(f"{lv} {SHORT[m]}@{k}" for lv, m in cols) + " |"
+    lines = [head, "|---|" + "---|" * len(cols)]
+    for dataset in df["dataset"].unique():
+        part = df[df["dataset"] == dataset]
+        lines.append(f"| **{dataset}** |" + " |" * len(cols))
+        for method in _ordered(list(part["method"].unique())):
+            cells, gains, any_gain = [], [], False
+            for lv, m in cols:
+                r = part[(part["method"] == method) & (part["level"] == lv) & (part["metric"] == f"{m}@{k}")]
+                if r.empty:
+                    cells.append("–")
+                    gains.append("–")
+                    continue
+                r = r.iloc[0]
+                stars = r.get("stars")
+                text = _fmt(r["value"]) + (stars if isinstance(stars, str) else "")
+                if r["best"]:
+                    text = f"**{text}**"
+                elif r["best_popularity"]:
+                    text = f"<u>{text}</u>"
+                cells.append(text)
+                gain = r.get("gain")
+                if gain is not None and not (isinstance(gain, float) and math.isnan(gain)):
+                    any_gain = True
+                    gains.append(f"{gain:+.5f}")
+                else:
+                    gains.append("–")
+            lines.append(f"| {method} | " + " | ".join(cells) + " |")
+            if any_gain:
+                lines.append("| Gain | " + " | ".join(gains) + " |")
+    lines.append("")
+    lines.append(f"Gain: difference to the best popularity baseline per level and metric; stars: paired "
+                 f"t-test against it (* p<0.05, ** p<0.01, *** p<0.001). Bold: best; underlined: best "
+                 f"popularity baseline.")
+    return "\n".join(lines) + "\n"
+
+
+def plot_sensitivity(rows: list[dict], param: str, method: str, out_stem: str | Path) -> list[Path]:
+    """Figure 3-style plot (NDCG/P/R@10 against one setting, one panel per level) + CSV."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_stem = Path(out_stem)
+    out_stem.parent.mkdir(parents=True, exist_ok=True)
+    df = pd.DataFrame(rows)
+    df.to_csv(out_stem.with_suffix(".csv"), index=False)
+    levels = sorted({c.split("_")[0] for c in df.columns if c != param}, key=["global", "item", "user"].index)
+    fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.2), squeeze=False)
+    for ax, lv in zip(axes[0], levels):
+        for m, style in (("ndcg", "o-"), ("precision", "s--"), ("recall", "^:")):
+            col = f"{lv}_{m}"
+            if col in df:
+                ax.plot(df[param], df[col], style, label=f"{SHORT[m]}@10")
+        ax.set_title(f"{method}: {lv} level")
+        ax.set_xlabel(param)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    png = out_stem.with_suffix(".png")
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return [png, out_stem.with_suffix(".csv")]
+
+
+def effect_details(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a comparison (learned models against the best baseline)."""
+    cols = ["dataset", "method", "level", "metric", "value", "baseline", "gain", "p", "stars",
+            "cohens_d", "cliffs_delta", "pairs"]
+    have = [c for c in cols if c in df]
+    out = df[have]
+    return out[out["baseline"].notna()] if "baseline" in out else out.iloc[0:0]

@@ -1,0 +1,270 @@
+"""`rexeval star build|baselines|train|evaluate|report` (python -m ray_jobs.star):
+the statement-ranking benchmark of seed 002."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from pipelines.ray_runtime import init_ray
+from ray_jobs.common import config_option, load_config, parse_backend_options, summary, user_errors
+
+LEVEL_CHOICE = click.Choice(["global", "item", "user"])
+
+
+@click.group("star")
+def star_group():
+    """Statement ranking (seed 002, STAR): build the benchmark from clustered statements,
+    rank with popularity baselines, BPER+ and ExpGCN (trained on Ray Tune), report Table 1.
+
+    Typical run:
+
+      rexeval star build runs/mi/star --clusters runs/mi/clusters --out runs/mi/bench
+
+      rexeval star baselines runs/mi/bench --out runs/mi/rank
+
+      rexeval star train runs/mi/bench --model expgcn --out runs/mi/rank
+
+      rexeval star report runs/mi/rank --name MI
+    """
+
+
+@star_group.command("build")
+@click.argument("statements", required=False, type=click.Path())
+@click.option("--clusters", help="`rexeval cluster` output: statements count under their cluster's "
+                                 "representative (omit for the unclustered benchmark).")
+@click.option("--reviews", help="Reviews the statements came from (ingest output; default: the "
+                                "extract job's input, read from its manifest).")
+@click.option("--stage", type=click.Choice(["auto", "triplet", "candidate", "verified"]),
+              help="Statement stage to use (default auto: verified if any, else triplet).")
+@click.option("--min-user-interactions", type=int,
+              help="Users with fewer interactions are not evaluated; all theirs go to train (default 3).")
+@click.option("--name", help="Dataset name in the statistics table (default STAR).")
+@click.option("--out", "-o", help="Output folder.")
+@click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
+@config_option
+@user_errors
+def build_cmd(statements, out, overwrite, config_file, **flags):
+    """Build the ranking benchmark: interactions (reviews with statements), their
+    statements (S_ui, deduplicated), a leave-last-two split per user, and Table 6's
+    statistics before and after clustering.
+
+    Outputs: interactions/, triplets/, candidates/ (statement index -> cluster id and
+    text), errors/ (statement rows that could not be placed, with the reason),
+    stats.md / stats.json, manifest.json.
+
+    Example: rexeval star build runs/mi/star --clusters runs/mi/clusters --out runs/mi/bench
+    """
+    from pipelines.star_pipeline import BuildConfig, run_build
+
+    started = time.time()
+    cfg = load_config(BuildConfig, config_file, statements=statements, out=out, **flags)
+    manifest = run_build(cfg, overwrite=overwrite, progress=click.echo)
+    click.echo((Path(cfg.out) / "stats.md").read_text())
+    c = manifest["counts"]
+    summary("star build", {k: c.get(k, 0) for k in (
+        "statement_rows", "statement_rows_used", "statement_rows_merged", "error_rows", "interactions",
+        "train", "valid", "test", "users", "items", "statements", "triplets")}, started,
+        {n: f"{cfg.out}/{n}" for n in ("interactions", "triplets", "candidates", "errors")}
+        | {"stats": f"{cfg.out}/stats.md"},
+        notes=["statement_rows = used + errors; merged = rows whose statement was already in "
+               "the same interaction (counted once, seed 002 eq. 2-4)"])
+    return manifest
+
+
+_EVAL_OPTIONS = [
+    click.option("--out", "-o", help="Run folder; results/<METHOD>/ are written there."),
+    click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE,
+                 help="Candidate level, repeatable (default: global and item)."),
+    click.option("--split", type=click.Choice(["valid", "test"]), help="Split to rank (default test)."),
+    click.option("--ndcg-norm", type=click.Choice(["ideal", "k"]),
+                 help="NDCG normaliser: ideal DCG of min(k, |S_ui|) positives (default; what the "
+                      "seed's Table 1 numbers follow) or all k positions (eq. 1 read literally)."),
+    click.option("--device", help="Torch device for ranking (default cpu; cuda on GPU machines)."),
+    click.option("--batch-size", type=int, help="Interactions per ranking step (default: ~32M scores)."),
+]
+
+
+def eval_options(fn):
+    for opt in reversed(_EVAL_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
+@star_group.command("baselines")
+@click.argument("data", required=False, type=click.Path())
+@click.option("--method", "methods", multiple=True,
+              type=click.Choice(["random", "userpop", "itempop", "globalpop"]),
+              help="Baseline, repeatable (default: all four).")
+@click.option("--seed", type=int, help="RANDOM's seed (default 0).")
+@eval_options
+@config_option
+@user_errors
+def baselines_cmd(data, methods, config_file, **flags):
+    """Rank with RANDOM, USERPOP, ITEMPOP and GLOBALPOP (seed 002 eq. 2-4; counts from the
+    training interactions, a statement once per interaction) and score P/R/NDCG/hit@k.
+
+    Example: rexeval star baselines runs/mi/bench --out runs/mi/rank
+    """
+    from pipelines.star_pipeline import EvalSettings, run_baselines
+
+    started = time.time()
+    cfg = load_config(EvalSettings, config_file, data=data, **flags)
+    methods = list(methods) or ["random", "userpop", "itempop", "globalpop"]
+    res = run_baselines(cfg, methods, progress=click.echo)
+    counts = {}
+    for m, levels in res.items():
+        for lv, s in levels.items():
+            counts[f"{m} {lv} N@10"] = f"{s.get('ndcg@10', float('nan')):.4f}"
+    first = next(iter(res.values()))
+    for lv, s in first.items():
+        counts[f"{lv}: interactions scored"] = s["n_scored"]
+        counts[f"{lv}: without positives"] = s["n_without_positives"]
+    summary("star baselines", counts, started, {"results": f"{cfg.out}/results"})
+
+
+def _grid(items: tuple[str, ...]) -> dict[str, list]:
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r} must look like SETTING=V1,V2,...", param_hint="--grid")
+        k, v = item.split("=", 1)
+        out[k.strip()] = [parse_backend_options((f"x={x}",))["x"] for x in v.split(",") if x.strip()]
+    return out
+
+
+@star_group.command("train")
+@click.argument("data", required=False, type=click.Path())
+@click.option("--model", type=click.Choice(["expgcn", "bper+"]), help="Model (default expgcn).")
+@click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
+              help="A training setting, e.g. --set epochs=50 --set dim=64 --set mu=0.7 "
+                   "(see the settings list below).")
+@click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
+              help="Grid-search a setting, e.g. --grid lr=0.01,0.001 (ASHA stops weak trials).")
+@click.option("--sweep", help="Sensitivity sweep of one --grid setting (e.g. mu or layers_us): every "
+                              "value is trained fully and evaluated on test; writes a Figure 3-style plot.")
+@click.option("--num-samples", type=int, help="Repeats of the grid (default 1).")
+@click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end.")
+@click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5).")
+@click.option("--cpus-per-trial", type=float, help="CPUs per trial (default 1).")
+@click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters).")
+@click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow).")
+@click.option("--profile", help="Model profile for BPER+'s statement encoder (default local).")
+@click.option("--encoder", help="Statement encoder for BPER+ features (overrides the profile).")
+@click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE,
+              help="Test levels of the final evaluation (default global and item).")
+@click.option("--out", "-o", help="Run folder (tune/, results/<MODEL>/, train-*.json).")
+@config_option
+@user_errors
+def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
+    """Train BPER+ or ExpGCN with Ray Tune: BPR with sampled negatives, a checkpoint every
+    epoch, model selection by validation NDCG@10 (global level), ASHA early stopping.
+    Run the same command again after a crash: the experiment is restored and interrupted
+    trials resume from their last checkpoint.
+
+    Settings (--set / --grid): model, dim, mu, layers_us, layers_is, layers_ui, reg,
+    rec_weight, lr, batch_size, epochs (default 500), patience (20), seed, select_level,
+    select_metric, valid_rows.
+
+    Examples:
+
+      rexeval star train runs/mi/bench --model expgcn --set epochs=100 --out runs/mi/rank
+
+      rexeval star train runs/mi/bench --model bper+ --grid mu=0,0.2,0.4,0.6,0.8,1 --sweep mu --out runs/mi/rank
+
+      rexeval star train runs/toys/bench --model expgcn --grid lr=0.001,0.0005 --gpus-per-trial 1 --out runs/toys/rank
+    """
+    from pipelines.star_pipeline import TrainJob, run_train
+
+    started = time.time()
+    settings = parse_backend_options(sets)
+    if model:
+        settings["model"] = model
+    models = {"statement_encoder": encoder} if encoder else None
+    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=_grid(grids) or None,
+                      models=models, **flags)
+    init_ray()
+    report = run_train(job, progress=click.echo)
+    t = report["test"]
+    counts = {"trials": len(report["trials"]), "trials with errors": report["trial_errors"],
+              "best epoch": report["best"]["epoch"]}
+    for lv, s in t.items():
+        counts[f"test {lv} N@10"] = f"{s.get('ndcg@10', float('nan')):.4f}"
+    name = job.experiment_name(job.settings.get("model", "expgcn"))
+    outputs = {"experiment": report["experiment"], "results": f"{job.out}/results",
+               "report": f"{job.out}/train-{name}.json"}
+    if report.get("sensitivity"):
+        outputs["plot"] = f"{job.out}/sensitivity-{name}.png"
+    summary("star train", counts, started, outputs,
+            notes=[f"best settings: {report['best']['config'] or 'single configuration'}"])
+
+
+@star_group.command("evaluate")
+@click.argument("data", required=False, type=click.Path())
+@click.option("--checkpoint", required=True, type=click.Path(exists=True, file_okay=False),
+              help="A Tune epoch checkpoint folder (holds state.pt).")
+@click.option("--method", help="Name in the results (default: the model's, e.g. EXPGCN).")
+@click.option("--features", type=click.Path(exists=True, dir_okay=False),
+              help="BPER+: the statement-features .npy used in training (under <run>/_work/).")
+@eval_options
+@config_option
+@user_errors
+def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
+    """Evaluate a trained checkpoint on a split at every level.
+
+    Example: rexeval star evaluate runs/mi/bench --checkpoint runs/mi/rank/tune/expgcn/<trial>/checkpoint_000009 --out runs/mi/rank
+    """
+    from pipelines.star_pipeline import EvalSettings, evaluate_checkpoint
+
+    started = time.time()
+    cfg = load_config(EvalSettings, config_file, data=data, **flags)
+    res = evaluate_checkpoint(cfg, checkpoint, method, features, progress=click.echo)
+    summary("star evaluate", {f"{lv} N@10": f"{s.get('ndcg@10', float('nan')):.4f}" for lv, s in res.items()},
+            started, {"results": f"{cfg.out}/results"})
+
+
+@star_group.command("report")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--name", "names", multiple=True, help="Dataset name per run (default: folder names).")
+@click.option("--k", type=int, default=10, show_default=True, help="Cut-off of the table.")
+@click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE, help="Levels (default global, item).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="Also write every value with gains, p-values, Cohen's d and Cliff's delta.")
+@click.option("--out", "md_path", type=click.Path(dir_okay=False), help="Also write the Markdown table.")
+@user_errors
+def report_cmd(runs, names, k, levels, csv_path, md_path):
+    """Print seed 002's Table 1 for one or more run folders: P/R/NDCG@k at global and item
+    level, the gain of each learned model over the best popularity baseline and its
+    paired t-test stars.
+
+    Example: rexeval star report runs/toys/rank runs/mi/rank --name Toys --name MI
+    """
+    from pipelines.star_report import effect_details, format_table1, table1
+
+    if names and len(names) != len(runs):
+        raise click.UsageError(f"{len(runs)} run(s) but {len(names)} --name value(s)")
+    datasets = {(names[i] if names else Path(r).name): r for i, r in enumerate(runs)}
+    levels = list(levels) or ["global", "item"]
+    df = table1(datasets, k=k, levels=levels)
+    text = format_table1(df, k=k, levels=levels)
+    click.echo(text)
+    details = effect_details(df)
+    if len(details):
+        click.echo("Effect sizes against the best popularity baseline:")
+        for r in details.itertuples():
+            click.echo(f"  {r.dataset} {r.method} {r.level} {r.metric}: gain {r.gain:+.5f}, p {r.p:.3g}, "
+                       f"Cohen's d {r.cohens_d:+.3f}, Cliff's delta {r.cliffs_delta:+.3f} (n {r.pairs})")
+    if md_path:
+        Path(md_path).write_text(text)
+    if csv_path:
+        df.to_csv(csv_path, index=False)
+
+
+def main():  # python -m ray_jobs.star
+    star_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""The metric registry: decorator, look-ups and duplicate protection."""
+from __future__ import annotations
+
+import pytest
+
+from metrics import registry
+from metrics.registry import MetricInfo, get_metric, list_metrics, register_metric
+
+
+@pytest.fixture(autouse=True)
+def isolated_registry(monkeypatch):
+    """Each test registers into copies, so nothing leaks into the real registry."""
+    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
+    monkeypatch.setattr(registry, "_FUNCTIONS", dict(registry._FUNCTIONS))
+
+
+def test_decorator_records_info_and_returns_function():
+    def f(x):
+        return x
+
+    out = register_metric("t_dummy", higher_is_better=False, inputs=("a",), description="d")(f)
+    assert out is f
+    want = MetricInfo("t_dummy", False, "per_example", ("a",), "d")
+    assert f.metric_info == want == get_metric("t_dummy")
+    with pytest.raises(Exception):
+        want.name = "other"  # frozen
+
+
+def test_duplicate_name_with_other_function_rejected():
+    @register_metric("t_dup")
+    def first():
+        return 1
+
+    register_metric("t_dup")(first)  # same function again is fine
+
+    def second():
+        return 2
+
+    with pytest.raises(ValueError):
+        register_metric("t_dup")(second)
+
+
+def test_unknown_name_lists_known():
+    register_metric("t_known")(lambda: 0)
+    with pytest.raises(KeyError, match="t_known"):
+        get_metric("t_missing")
+
+
+def test_list_by_kind_and_bad_kind():
+    register_metric("t_corpus", kind="corpus")(lambda: 0)
+    register_metric("t_example")(lambda: 0)
+    assert "t_corpus" in list_metrics("corpus")
+    assert "t_corpus" not in list_metrics("per_example")
+    assert "t_example" in list_metrics()
+    assert list_metrics() == sorted(list_metrics())
+    with pytest.raises(ValueError):
+        register_metric("t_bad", kind="weird")
+    with pytest.raises(ValueError):
+        list_metrics("weird")
