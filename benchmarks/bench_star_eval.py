@@ -60,7 +60,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from models.recommenders.base import Ranker  # noqa: E402
+from models.recommenders.base import Ranker
 
 KS = (1, 3, 5, 10, 20)
 TOL = 1e-9
@@ -291,7 +291,7 @@ def _child(side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas_
             summary = None
     from pipelines.star_eval import batch_rows
 
-    res = {"side": side, "ranker": ranker_name, "interactions": int(len(rows)), "seconds": secs,
+    res = {"side": side, "ranker": ranker_name, "interactions": len(rows), "seconds": secs,
            "interactions_per_s": len(rows) / secs, "per_interaction_ms": 1000 * secs / len(rows),
            "setup_s": setup_s, "fingerprint": fingerprint, "torch_threads": torch.get_num_threads(),
            "numpy_blas_threads": numpy_blas[0]["num_threads"] if numpy_blas else None,

@@ -48,46 +48,86 @@ def _as_scores(scores: Tensor) -> Tensor:
 
 
 def _order_by_value_then_index(vals: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-    """Reorder the k returned columns by (value desc, index asc) with two stable sorts."""
+    """Reorder the returned columns by (value desc, index asc) with two stable sorts."""
     idx, perm = idx.sort(dim=1)
     vals = vals.gather(1, perm)
     vals, perm = vals.sort(dim=1, descending=True, stable=True)
     return vals, idx.gather(1, perm)
 
 
-def _fix_boundary_ties(scores: Tensor, vals: Tensor, idx: Tensor) -> Tensor:
-    """Make the tail tied with the k-th value hold the lowest-index tied candidates.
+TIE_WINDOWS = (4096, 65536)
+"""Column prefixes searched for the lowest-index tied candidates before the full row."""
 
-    torch.topk picks an arbitrary subset of the candidates tied at the cut; only rows
-    with more tied candidates in the full row than inside the top-k need fixing.
+
+def _lowest_tied(sub: Tensor, kth: Tensor, kk: int) -> tuple[Tensor, Tensor]:
+    """The kk lowest column indices whose score equals `kth`, per row, and how many of
+    them are real (rows may have fewer ties than kk).
+
+    Searching a prefix of the columns first is exact: when a prefix holds at least as
+    many ties as needed, the lowest-index ties are all inside it. Count rankers (most
+    scores 0) almost always finish in the first window, so the full-width pass that
+    the general case needs is rarely paid.
     """
-    n, kk = scores.shape[1], idx.shape[1]
-    kth = vals[:, -1:]
-    tied_in = (vals == kth).sum(dim=1)
-    tied_all = (scores == kth).sum(dim=1)
-    need = (tied_all > tied_in).nonzero(as_tuple=True)[0]
+    n = sub.shape[1]
+    itype = torch.int32 if n < 2**31 - 1 else torch.int64
+    out = torch.empty((sub.shape[0], kk), dtype=torch.long, device=sub.device)
+    have = torch.zeros(sub.shape[0], dtype=torch.long, device=sub.device)
+    todo = torch.arange(sub.shape[0], device=sub.device)
+    for w in [*(w for w in TIE_WINDOWS if w < n), n]:
+        part = sub.index_select(0, todo)[:, :w]
+        eq = part == kth.index_select(0, todo)
+        pos = torch.arange(w, device=sub.device, dtype=itype)
+        cand = torch.where(eq, pos, torch.tensor(n, device=sub.device, dtype=itype))
+        take = min(kk, w)
+        lowest = cand.topk(take, dim=1, largest=False, sorted=True).values.long()
+        count = eq.sum(dim=1).clamp(max=kk)
+        done = (count >= kk) | (w == n)
+        rows = todo[done]
+        fill = torch.full((len(rows), kk), n, dtype=torch.long, device=sub.device)
+        fill[:, :take] = lowest[done]
+        out[rows] = fill
+        have[rows] = count[done]
+        todo = todo[~done]
+        if todo.numel() == 0:
+            break
+    return out, have
+
+
+def _top_k_block(scores: Tensor, kk: int) -> Tensor:
+    """top-k with the tie rule, in one topk pass plus work only where ties need it.
+
+    topk returns kk + margin columns; after ordering them by (value, index), a row is
+    settled when its last returned value is below the kk-th one (every candidate tied
+    with the cut is then among the returned). Other rows get the lowest-index tied
+    candidates from `_lowest_tied`.
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
+    if not scores.is_floating_point():
+        scores = scores.to(torch.float64)
+    n = scores.shape[1]
+    take = min(n, kk + 8)
+    vals, idx = scores.topk(take, dim=1, largest=True, sorted=True)
+    if bool(torch.isnan(vals).any()):  # topk ranks NaN first: only then is a NaN pass needed
+        scores = _as_scores(scores)
+        vals, idx = scores.topk(take, dim=1, largest=True, sorted=True)
+    vals, idx = _order_by_value_then_index(vals, idx)
+    kth = vals[:, kk - 1:kk]
+    if take == n:
+        return idx[:, :kk]
+    need = (vals[:, -1:] == kth).squeeze(1).nonzero(as_tuple=True)[0]
+    idx = idx[:, :kk]
     if need.numel() == 0:
         return idx
-    sub = scores.index_select(0, need)
-    itype = torch.int32 if n < 2**31 - 1 else torch.int64
-    pos = torch.arange(n, device=scores.device, dtype=itype)
-    sentinel = torch.tensor(n, device=scores.device, dtype=itype)
-    cand = torch.where(sub == kth.index_select(0, need), pos, sentinel)
-    lowest = cand.topk(kk, dim=1, largest=False, sorted=True).values.long()
-    # Tail slot j (of kk) takes the (j - first_tail)-th lowest tied index.
-    first_tail = (kk - tied_in.index_select(0, need)).unsqueeze(1)
-    slot = torch.arange(kk, device=scores.device).unsqueeze(0) - first_tail
+    kth_need = kth.index_select(0, need)
+    lowest, _ = _lowest_tied(scores.index_select(0, need), kth_need, kk)
+    above = (vals.index_select(0, need)[:, :kk] > kth_need).sum(dim=1, keepdim=True)
+    # Slots [above, kk) take the lowest-index tied candidates, in index order.
+    slot = torch.arange(kk, device=scores.device).unsqueeze(0) - above
     fixed = torch.where(slot >= 0, lowest.gather(1, slot.clamp(min=0)), idx.index_select(0, need))
     idx = idx.clone()
     idx[need] = fixed
     return idx
-
-
-def _top_k_block(scores: Tensor, kk: int) -> Tensor:
-    scores = _as_scores(scores)
-    vals, idx = scores.topk(kk, dim=1, largest=True, sorted=True)
-    vals, idx = _order_by_value_then_index(vals, idx)
-    return _fix_boundary_ties(scores, vals, idx)
 
 
 def top_k(scores: Tensor, k: int, *, chunk: int | None = None) -> Tensor:

@@ -242,7 +242,7 @@ def format_table6(stats: dict[str, dict]) -> str:
     def mmm(d: dict) -> str:
         return f"{d['min']}/{d['mean']:.2f}/{d['max']}"
 
-    def red(n: str, before: float, after: float) -> str:
+    def red(before: float, after: float) -> str:
         return f"{after:,} ({100.0 * (1 - after / before):.1f}%)" if before else f"{after:,}"
 
     lines = ["| | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
@@ -257,7 +257,7 @@ def format_table6(stats: dict[str, dict]) -> str:
         lines.append(f"| **{title}** |" + " |" * len(names))
         base = {n: stats[n].get("before", stats[n][half]) for n in names}
         lines.append("| Unique statements | " + " | ".join(
-            red(n, base[n]["statements"], stats[n][half]["statements"]) if half == "after" and "before" in stats[n]
+            red(base[n]["statements"], stats[n][half]["statements"]) if half == "after" and "before" in stats[n]
             else f"{stats[n][half]['statements']:,}" for n in names) + " |")
         sents = sorted({s for n in names for s in stats[n][half]["by_sentiment"]})
         for s in sents:
@@ -265,7 +265,7 @@ def format_table6(stats: dict[str, dict]) -> str:
             for n in names:
                 a = stats[n][half]["by_sentiment"].get(s, 0)
                 b = base[n]["by_sentiment"].get(s, 0)
-                cells.append(red(n, b, a) if half == "after" and "before" in stats[n] else f"{a:,}")
+                cells.append(red(b, a) if half == "after" and "before" in stats[n] else f"{a:,}")
             lines.append(f"| *{s}* | " + " | ".join(cells) + " |")
         for key, label in (("per_interaction", "Min/Mean/Max per interaction"),
                            ("per_item", "Min/Mean/Max per item"), ("per_user", "Min/Mean/Max per user")):

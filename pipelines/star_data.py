@@ -66,7 +66,7 @@ class StarData:
     @classmethod
     def from_arrays(cls, inter_user, inter_item, inter_split, triplets: np.ndarray,
                     n_users: int | None = None, n_items: int | None = None,
-                    n_statements: int | None = None, statement_texts=None) -> "StarData":
+                    n_statements: int | None = None, statement_texts=None) -> StarData:
         """Build from plain arrays (tests, benchmarks): triplets are (interaction, statement)."""
         inter_user = np.asarray(inter_user, dtype=np.int64)
         inter_item = np.asarray(inter_item, dtype=np.int64)
@@ -85,7 +85,7 @@ class StarData:
                    np.array([str(i) for i in range(n_items)], dtype=object))
 
     @classmethod
-    def load(cls, path: str | Path) -> "StarData":
+    def load(cls, path: str | Path) -> StarData:
         root = Path(path)
         inter = _read(root, "interactions").sort_by("interaction")
         trip = _read(root, "triplets")

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
-from pipelines.star_data import LEVELS, StarData
+from pipelines.star_data import StarData
 from pipelines.star_eval import KS, evaluate, write_results
 
 BUILD_JOB = "star-build"
@@ -27,7 +27,8 @@ BUILD_JOB = "star-build"
 class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    statements: str = Field(description="`rexeval extract` output (or statements Parquet)")
+    statements: str = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
+                                        "hand-written statements per review")
     out: str
     clusters: str | None = Field(None, description="`rexeval cluster` output; none: no clustering")
     reviews: str | None = Field(None, description="reviews (ingest output); default: the extract's input")
@@ -57,9 +58,17 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     from pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
 
     t0 = time.time()
-    files = statement_files(cfg.statements)
-    check_schemas(files)
-    stage = resolve_stage(files, cfg.stage)
+    annotated = Path(cfg.statements).suffix == ".jsonl"
+    if annotated:  # hand-written statements (pipelines/sample/statements.jsonl layout)
+        from pipelines.statement_inputs import statements_from_annotations
+
+        if not Path(cfg.statements).exists():
+            raise FileNotFoundError(f"statements input not found: {cfg.statements}")
+        files, stage = [], "verified"
+    else:
+        files = statement_files(cfg.statements)
+        check_schemas(files)
+        stage = resolve_stage(files, cfg.stage)
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
     out = ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"])
@@ -72,7 +81,8 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    st = pa.concat_tables([pq.read_table(f) for f in files])
+    st = (statements_from_annotations(cfg.statements) if annotated
+          else pa.concat_tables([pq.read_table(f) for f in files]))
     st = st.filter(pc.equal(st.column("stage"), stage))
     progress(f"  {st.num_rows:,} {stage} statement row(s) from {cfg.statements}")
     reviews = read_table(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
@@ -115,8 +125,8 @@ class EvalSettings(BaseModel):
 
 def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str], None] = print) -> dict:
     """Fit each popularity baseline on train and evaluate it on `split` at every level."""
-    from models.recommenders.base import ranker_class
     import models.recommenders.popularity  # noqa: F401  (registers the baselines)
+    from models.recommenders.base import ranker_class
 
     data = StarData.load(cfg.data)
     summaries = {}
@@ -186,8 +196,14 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     """Tune (or restore) the experiment, evaluate the best checkpoint on test, and for a
     sweep evaluate every trial's best checkpoint and draw the sensitivity plot."""
     from pipelines.star_report import plot_sensitivity
-    from pipelines.star_train import (TrainSettings, best_checkpoint, load_checkpoint_model, run_tune,
-                                      statement_features, trial_table)
+    from pipelines.star_train import (
+        TrainSettings,
+        best_checkpoint,
+        load_checkpoint_model,
+        run_tune,
+        statement_features,
+        trial_table,
+    )
 
     t0 = time.time()
     settings = TrainSettings(**job.settings)

@@ -120,9 +120,9 @@ def format_table1(df: pd.DataFrame, k: int = 10, levels: Sequence[str] = ("globa
             if any_gain:
                 lines.append("| Gain | " + " | ".join(gains) + " |")
     lines.append("")
-    lines.append(f"Gain: difference to the best popularity baseline per level and metric; stars: paired "
-                 f"t-test against it (* p<0.05, ** p<0.01, *** p<0.001). Bold: best; underlined: best "
-                 f"popularity baseline.")
+    lines.append("Gain: difference to the best popularity baseline per level and metric; stars: paired "
+                 "t-test against it (* p<0.05, ** p<0.01, *** p<0.001). Bold: best; underlined: best "
+                 "popularity baseline.")
     return "\n".join(lines) + "\n"
 
 

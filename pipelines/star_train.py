@@ -86,7 +86,7 @@ def model_kwargs(s: dict[str, Any]) -> dict[str, Any]:
 
 def build_model(s: dict[str, Any], data: StarData, features: np.ndarray | None, device: str):
     """The torch model of a resolved settings dict, on `device`."""
-    import models.recommenders.bper  # noqa: F401  (registers "bper+")
+    import models.recommenders.bper
     import models.recommenders.expgcn  # noqa: F401  (registers "expgcn")
 
     cls = ranker_class(s["model"])
@@ -227,10 +227,10 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
              max_concurrent: int | None = None, features_path: str | None = None,
              trainable: Callable | None = None, progress: Callable[[str], None] = print):
     """Fit (or restore and finish) the Tune experiment `<storage>/<name>`; its ResultGrid."""
+    import os
+
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    import os
 
     # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")

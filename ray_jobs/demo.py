@@ -143,7 +143,14 @@ def _ranking_stages(root: Path, overwrite: bool, steps: int) -> dict:
 
     from pipelines.cluster_pipeline import ClusterConfig, run_cluster
     from pipelines.io import write_parquet_atomic
-    from pipelines.star_pipeline import BuildConfig, EvalSettings, TrainJob, run_baselines, run_build, run_train
+    from pipelines.star_pipeline import (
+        BuildConfig,
+        EvalSettings,
+        TrainJob,
+        run_baselines,
+        run_build,
+        run_train,
+    )
     from pipelines.star_report import format_table1, table1
     from pipelines.statement_inputs import statements_from_annotations
 

@@ -2,14 +2,19 @@
 the statement-ranking benchmark of seed 002."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import click
 
 from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, load_config, parse_backend_options, summary, user_errors
+from ray_jobs.common import (
+    config_option,
+    load_config,
+    parse_backend_options,
+    summary,
+    user_errors,
+)
 
 LEVEL_CHOICE = click.Choice(["global", "item", "user"])
 
@@ -51,11 +56,19 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
     statements (S_ui, deduplicated), a leave-last-two split per user, and Table 6's
     statistics before and after clustering.
 
+    STATEMENTS is an `rexeval extract` folder, a statements Parquet file, or a JSON-lines
+    file of hand-written statements per review (the layout of
+    pipelines/sample/statements.jsonl; give --reviews).
+
     Outputs: interactions/, triplets/, candidates/ (statement index -> cluster id and
     text), errors/ (statement rows that could not be placed, with the reason),
     stats.md / stats.json, manifest.json.
 
-    Example: rexeval star build runs/mi/star --clusters runs/mi/clusters --out runs/mi/bench
+    Examples:
+
+      rexeval star build runs/mi/star --clusters runs/mi/clusters --out runs/mi/bench
+
+      rexeval star build pipelines/sample/statements.jsonl --reviews runs/demo/ingest --out runs/demo/bench0
     """
     from pipelines.star_pipeline import BuildConfig, run_build
 
@@ -69,8 +82,8 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
         "train", "valid", "test", "users", "items", "statements", "triplets")}, started,
         {n: f"{cfg.out}/{n}" for n in ("interactions", "triplets", "candidates", "errors")}
         | {"stats": f"{cfg.out}/stats.md"},
-        notes=["statement_rows = used + errors; merged = rows whose statement was already in "
-               "the same interaction (counted once, seed 002 eq. 2-4)"])
+        notes=[("statement_rows = used + errors; merged = rows whose statement was already in "
+                "the same interaction (counted once, seed 002 eq. 2-4)")])
     return manifest
 
 

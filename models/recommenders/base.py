@@ -70,7 +70,7 @@ class TrainGraph:
 
     @classmethod
     def from_triplets(cls, n_users: int, n_items: int, n_statements: int,
-                      triplets: np.ndarray) -> "TrainGraph":
+                      triplets: np.ndarray) -> TrainGraph:
         t = np.asarray(triplets, dtype=np.int64).reshape(-1, 3)
 
         def pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -130,7 +130,7 @@ class BPERPlus(TrainableRanker):
         changes)."""
         self._cache = None
 
-    def train(self, mode: bool = True) -> "BPERPlus":
+    def train(self, mode: bool = True) -> BPERPlus:
         self.invalidate()
         return super().train(mode)
 

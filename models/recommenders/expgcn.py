@@ -182,11 +182,11 @@ class ExpGCN(TrainableRanker):
         """Drop the eval cache (also automatic on `train()` and parameter changes)."""
         self._cache = None
 
-    def train(self, mode: bool = True) -> "ExpGCN":
+    def train(self, mode: bool = True) -> ExpGCN:
         self.invalidate()
         return super().train(mode)
 
-    def _apply(self, fn, *args, **kwargs):  # noqa: ANN001 - torch's signature
+    def _apply(self, fn, *args, **kwargs):
         """Device/dtype moves drop the cached adjacency and propagation."""
         self._adj = {}
         self.invalidate()

@@ -52,7 +52,7 @@ class RandomRanker(Ranker):
         self.seed = int(seed)
 
     @classmethod
-    def fit(cls, data, seed: int = 0, **_) -> "RandomRanker":
+    def fit(cls, data, seed: int = 0, **_) -> RandomRanker:
         return cls(data.n_statements, seed)
 
     def score_all(self, users, items, rows):
@@ -76,7 +76,7 @@ class _CountRanker(Ranker):
         self.counts = counts.tocsr()
 
     @classmethod
-    def fit(cls, data, **_) -> "_CountRanker":
+    def fit(cls, data, **_) -> _CountRanker:
         t = data.triplet_arrays()  # train (user, item, statement), one per interaction
         if cls.key == "user":
             return cls(count_matrix(t[:, 0], t[:, 2], data.n_users, data.n_statements))

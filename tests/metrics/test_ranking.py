@@ -277,12 +277,27 @@ def test_summarise_numpy_and_all_nan():
     assert (s["n_rows"], s["n_scored"], s["n_without_positives"]) == (2, 0, 2)
 
 
-def test_boundary_fix_repairs_an_arbitrary_tied_subset():
-    # Whatever subset torch.topk picks among the tied 1s (here the worst one: the
-    # highest indices), the fix must swap in the lowest-index tied candidates.
-    from metrics.ranking import _fix_boundary_ties
+def test_lowest_tied_searches_wider_windows_when_a_prefix_has_too_few_ties(monkeypatch):
+    from metrics import ranking
 
-    scores = torch.tensor([[1.0, 1.0, 5.0, 1.0, 1.0], [2.0, 2.0, 2.0, 2.0, 2.0]])
-    vals = torch.tensor([[5.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
-    idx = torch.tensor([[2, 3, 4], [2, 3, 4]])
-    assert _fix_boundary_ties(scores, vals, idx).tolist() == [[2, 0, 1], [0, 1, 2]]
+    monkeypatch.setattr(ranking, "TIE_WINDOWS", (4,))
+    scores = torch.tensor([[0.0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [1.0, 1, 0, 1, 1, 1, 1, 1, 1, 1]])
+    kth = torch.tensor([[1.0], [1.0]])
+    lowest, have = ranking._lowest_tied(scores, kth, 2)
+    # Row 0: no tie in columns 0-3, so the full row is searched; row 1 settles in the prefix.
+    assert lowest.tolist() == [[5, 7], [0, 1]]
+    assert have.tolist() == [2, 2]
+
+
+@pytest.mark.parametrize("windows", [(3, 50), (64,), ()])
+def test_top_k_with_narrow_tie_windows_matches_reference(monkeypatch, windows):
+    from metrics import ranking
+
+    monkeypatch.setattr(ranking, "TIE_WINDOWS", windows)
+    gen = torch.Generator().manual_seed(5)
+    scores = torch.randint(0, 3, (40, 700), generator=gen).float()
+    scores[::7] = 0.0  # rows that are all one value
+    scores[1, 600:] = 9.0  # the best candidates sit past every window
+    got = top_k(scores, 20)
+    for row, out in zip(scores.tolist(), got.tolist()):
+        assert out == sorted(range(len(row)), key=lambda j: (-row[j], j))[:20]

@@ -1,6 +1,8 @@
 """The metric registry: decorator, look-ups and duplicate protection."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from metrics import registry
@@ -22,8 +24,8 @@ def test_decorator_records_info_and_returns_function():
     assert out is f
     want = MetricInfo("t_dummy", False, "per_example", ("a",), "d")
     assert f.metric_info == want == get_metric("t_dummy")
-    with pytest.raises(Exception):
-        want.name = "other"  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        want.name = "other"
 
 
 def test_duplicate_name_with_other_function_rejected():

@@ -8,7 +8,12 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipelines.star_report import effect_details, format_table1, plot_sensitivity, table1
+from pipelines.star_report import (
+    effect_details,
+    format_table1,
+    plot_sensitivity,
+    table1,
+)
 
 
 def write(run, method, values_by_level):

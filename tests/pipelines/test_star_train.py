@@ -41,7 +41,7 @@ def _curve(result) -> list[float]:
 
 def test_interrupted_tune_run_restores_to_the_same_best(ray_session, data_dir, tmp_path):
     settings = TrainSettings(**SETTINGS)
-    common = dict(grid=GRID, asha=False, progress=lambda m: None)
+    common = {"grid": GRID, "asha": False, "progress": lambda m: None}
     first = run_tune(settings, data_dir, tmp_path / "a", "exp", trainable=crash_once, **common)
     errored = [r for r in first if r.error is not None]
     assert len(errored) == 1 and errored[0].config["lr"] == 0.05

@@ -71,9 +71,12 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert domain in res.output
     assert "error rows" in res.output and "Interactions" in res.output
     # The LLM stages ran on part of the sample and ended in rows, not crashes.
-    assert "[6/7] ground-truth" in res.output
+    assert "[6/8] ground-truth" in res.output
     assert "triplet statements" in res.output and "verified statements" in res.output
     # Clustering: the verified statements (bi-encoder only, said plainly) and EXTRA, as Table 3.
-    assert "[7/7] cluster" in res.output and "bi-encoder only" in res.output
+    assert "[7/8] cluster" in res.output and "bi-encoder only" in res.output
     assert "| sample | EXTRA |" in res.output and "| STAR |" in res.output
     assert "statement clusters" in res.output and "extra clusters" in res.output
+    # Ranking: STAR built from the hand-written statements, baselines and a short ExpGCN, as Table 1.
+    assert "[8/8] star" in res.output and "| Total triplets | 853 |" in res.output
+    assert "| USERPOP |" in res.output and "| EXPGCN |" in res.output and "| Gain |" in res.output
