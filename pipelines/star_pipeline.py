@@ -152,6 +152,14 @@ def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None =
 
     data = StarData.load(cfg.data)
     t = time.time()
+    import torch
+
+    if features_path is None:  # BPER+: the features the model was trained with
+        saved = torch.load(Path(checkpoint) / "state.pt", weights_only=False, map_location="cpu")
+        features_path = saved.get("features_path") if saved["settings"]["model"] == "bper+" else None
+        if features_path and not Path(features_path).exists():
+            raise FileNotFoundError(f"{checkpoint} was trained with statement features {features_path}, "
+                                    "which is gone; pass --features")
     features = np.load(features_path) if features_path else None
     model, state = load_checkpoint_model(checkpoint, data, features, cfg.device)
     name = method or state["settings"]["model"].upper()

@@ -32,7 +32,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.recommenders.base import ranker_class
-from pipelines.star_data import LEVELS, StarData
+from pipelines.star_data import StarData
 
 MODEL_DEFAULTS = {
     # Seed 002: BPER+ d=20, gamma=1e-5, mu=0.7; ExpGCN d=128, gamma=1e-3, L=4/4/2.
@@ -175,7 +175,7 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
         with tempfile.TemporaryDirectory() as d:
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": gen.get_state(),
                         "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
-                        "settings": s}, Path(d) / "state.pt")
+                        "settings": s, "features_path": config.get("features_path")}, Path(d) / "state.pt")
             tune.report({"epoch": epoch, "loss": loss, settings.metric_key: val, "best": best,
                          "best_epoch": best_epoch, "epoch_s": time.time() - t},
                         checkpoint=tune.Checkpoint.from_directory(d))
@@ -195,30 +195,28 @@ def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: 
     return model, state
 
 
-class _Progress:
-    """A Tune callback that prints one short line per trial result, at most every few
+def progress_callback(progress: Callable[[str], None], metric: str, every_s: float = 5.0):
+    """A Tune callback printing one short line per trial result, at most every few
     seconds (Tune's own tables are turned off)."""
+    from ray.tune import Callback
 
-    def __new__(cls, progress: Callable[[str], None], metric: str, every_s: float = 5.0):
-        from ray.tune import Callback
+    class Printer(Callback):
+        def __init__(self):
+            self.last = 0.0
 
-        class Printer(Callback):
-            def __init__(self):
-                self.last = 0.0
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if time.time() - self.last < every_s:
+                return
+            self.last = time.time()
+            progress(f"  trial {trial.trial_id}: epoch {result.get('epoch')}, loss "
+                     f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
+                     f" (best {result.get('best', float('nan')):.4f})")
 
-            def on_trial_result(self, iteration, trials, trial, result, **info):
-                if time.time() - self.last < every_s:
-                    return
-                self.last = time.time()
-                progress(f"  trial {trial.trial_id}: epoch {result.get('epoch')}, loss "
-                         f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
-                         f" (best {result.get('best', float('nan')):.4f})")
+        def on_trial_error(self, iteration, trials, trial, **info):
+            progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
+                     "when the same command is run again")
 
-            def on_trial_error(self, iteration, trials, trial, **info):
-                progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
-                         "when the same command is run again")
-
-        return Printer()
+    return Printer()
 
 
 def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
@@ -256,7 +254,16 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
                                                 checkpoint_score_order="max"),
         failure_config=tune.FailureConfig(max_failures=0),
-        callbacks=[_Progress(progress, metric)])
+        callbacks=[progress_callback(progress, metric)])
+    from pipelines.io import config_hash
+
+    stamp = storage / f"{name}.rexeval.json"
+    want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
+                        "grid": grid or {}, "num_samples": num_samples, "asha": asha,
+                        "grace_period": grace_period})
+    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") != want:
+        raise FileExistsError(f"{path} holds a Tune experiment with other settings; use another --out "
+                              f"folder or delete {path} and {stamp}")
     if tune.Tuner.can_restore(str(path)):
         progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
         tuner = tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space)
@@ -265,6 +272,8 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
                            tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
                                                        num_samples=num_samples,
                                                        max_concurrent_trials=max_concurrent))
+    storage.mkdir(parents=True, exist_ok=True)
+    dump_json(stamp, {"config_hash": want, "grid": grid or {}, "settings": base})
     return tuner.fit()
 
 
@@ -319,14 +328,6 @@ def statement_features(data: StarData, encoder_ref: str, path: Path, device: str
     np.save(tmp, emb.astype(np.float32))
     tmp.rename(path)
     return path
-
-
-def levels_arg(levels) -> tuple[str, ...]:
-    out = tuple(levels)
-    bad = [lv for lv in out if lv not in LEVELS]
-    if bad:
-        raise ValueError(f"unknown level(s) {bad}; choose from {', '.join(LEVELS)}")
-    return out
 
 
 def dump_json(path: Path, obj: Any) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.star_pipeline import TrainJob, run_train
+from pipelines.star_pipeline import EvalSettings, TrainJob, evaluate_checkpoint, run_train
 from pipelines.star_train import TrainSettings, run_tune, star_trainable
 from tests.star_synthetic import planted_star
 
@@ -61,6 +61,9 @@ def test_interrupted_tune_run_restores_to_the_same_best(ray_session, data_dir, t
     best_a = max(a.values(), key=lambda r: r.metrics_dataframe["val_ndcg@10"].max())
     best_b = max(b.values(), key=lambda r: r.metrics_dataframe["val_ndcg@10"].max())
     assert best_a.config["lr"] == best_b.config["lr"]
+    # Other settings into the same experiment folder are refused, not silently restored.
+    with pytest.raises(FileExistsError, match="other settings"):
+        run_tune(TrainSettings(**{**SETTINGS, "epochs": 5}), data_dir, tmp_path / "a", "exp", **common)
 
 
 def test_run_train_evaluates_the_best_checkpoint_and_plots_a_sweep(ray_session, data_dir, tmp_path):
@@ -76,3 +79,7 @@ def test_run_train_evaluates_the_best_checkpoint_and_plots_a_sweep(ray_session, 
     summary = json.loads((tmp_path / "results" / "BPER+" / "summary.json").read_text())
     assert set(summary["levels"]) == {"global", "item"}
     assert summary["settings"]["mu"] == report["best"]["config"]["mu"]
+    # The checkpoint remembers its statement features: re-evaluation needs no --features.
+    again = evaluate_checkpoint(EvalSettings(data=str(data_dir), out=str(tmp_path / "re")),
+                                report["best"]["checkpoint"], "BPER+")
+    assert again["item"]["ndcg@10"] == pytest.approx(summary["levels"]["item"]["ndcg@10"])
