@@ -52,6 +52,8 @@ class TrainSettings(BaseModel):
     layers_us: int = Field(4, ge=0, description="ExpGCN: layers on the user-statement graph")
     layers_is: int = Field(4, ge=0, description="ExpGCN: layers on the item-statement graph")
     layers_ui: int = Field(2, ge=0, description="ExpGCN: layers on the user-item graph")
+    layers: int | None = Field(None, ge=0, description="ExpGCN: sets layers_us and layers_is together "
+                               "(the L of seed 002's Figure 3b)")
     reg: float | None = Field(None, ge=0, description="L2 weight (default 1e-5 BPER+, 1e-3 ExpGCN)")
     rec_weight: float = Field(1.0, ge=0, description="ExpGCN: weight of the item-recommendation loss")
     lr: float | None = Field(None, gt=0, description="Adam learning rate (default 0.01 / 0.001)")
@@ -69,6 +71,8 @@ class TrainSettings(BaseModel):
         for k, v in MODEL_DEFAULTS[self.model].items():
             if d[k] is None:
                 d[k] = v
+        if d["layers"] is not None:
+            d["layers_us"] = d["layers_is"] = d["layers"]
         return d
 
     @property

@@ -177,7 +177,8 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     Run the same command again after a crash: the experiment is restored and interrupted
     trials resume from their last checkpoint.
 
-    Settings (--set / --grid): model, dim, mu, layers_us, layers_is, layers_ui, reg,
+    Settings (--set / --grid): model, dim, mu, layers (L: user-statement and
+    item-statement layers together), layers_us, layers_is, layers_ui, reg,
     rec_weight, lr, batch_size, epochs (default 500), patience (20), seed, select_level,
     select_metric, valid_rows.
 
@@ -186,6 +187,8 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
       rexeval star train runs/mi/bench --model expgcn --set epochs=100 --out runs/mi/rank
 
       rexeval star train runs/mi/bench --model bper+ --grid mu=0,0.2,0.4,0.6,0.8,1 --sweep mu --out runs/mi/rank
+
+      rexeval star train runs/mi/bench --model expgcn --grid layers=1,2,3,4,5 --sweep layers --out runs/mi/rank
 
       rexeval star train runs/toys/bench --model expgcn --grid lr=0.001,0.0005 --gpus-per-trial 1 --out runs/toys/rank
     """
