@@ -108,3 +108,9 @@ class TrainableRanker(torch.nn.Module, Ranker):
         """Scalar training loss of a batch: [B] users, items, positive statements,
         [B] sampled negative statements and [B] sampled negative items (used by
         models with an item-recommendation term; others ignore it)."""
+
+
+def param_stamp(module: torch.nn.Module) -> tuple:
+    """Identity + in-place version of every parameter: it changes after an optimizer step,
+    `load_state_dict` or `.to(device)`, so an eval cache keyed on it cannot go stale."""
+    return tuple((p.data_ptr(), p._version, p.device) for p in module.parameters())

@@ -28,15 +28,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.recommenders.base import TrainableRanker, TrainGraph, register_ranker
+from models.recommenders.base import (
+    TrainableRanker,
+    TrainGraph,
+    param_stamp,
+    register_ranker,
+)
 
 INIT_STD = 0.01
 
 
-def _param_stamp(module: torch.nn.Module) -> tuple:
-    """Identity + in-place version of every parameter: changes after an optimizer step,
-    `load_state_dict` or `.to(device)`, so an eval cache keyed on it cannot go stale."""
-    return tuple((p.data_ptr(), p._version, p.device) for p in module.parameters())
 
 
 def _normal_table(rows: int, dim: int, gen: torch.Generator) -> torch.nn.Parameter:
@@ -119,7 +120,7 @@ class BPERPlus(TrainableRanker):
         part and does not depend on the batch)."""
         if self.training:
             return self._statement_matrix()
-        stamp = _param_stamp(self)
+        stamp = param_stamp(self)
         if self._cache is None or self._cache[0] != stamp:
             with torch.no_grad():
                 self._cache = (stamp, self._statement_matrix())

@@ -43,7 +43,12 @@ import torch.nn.functional as F
 from torch_geometric.nn import LGConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from models.recommenders.base import TrainableRanker, TrainGraph, register_ranker
+from models.recommenders.base import (
+    TrainableRanker,
+    TrainGraph,
+    param_stamp,
+    register_ranker,
+)
 
 INIT_STD = 0.01
 SUBGRAPHS = ("us", "is", "ui")
@@ -66,10 +71,6 @@ class Propagated(NamedTuple):
         return self.item_is + self.item_ui
 
 
-def _param_stamp(module: torch.nn.Module) -> tuple:
-    """Identity + in-place version of every parameter: changes after an optimizer step,
-    `load_state_dict` or `.to(device)`, so an eval cache keyed on it cannot go stale."""
-    return tuple((p.data_ptr(), p._version, p.device) for p in module.parameters())
 
 
 def normalized_bipartite(edges: np.ndarray | torch.Tensor, n_a: int, n_b: int
@@ -175,7 +176,7 @@ class ExpGCN(TrainableRanker):
         """Propagated embeddings; cached (no grad) in eval mode, fresh in train mode."""
         if self.training:
             return self.forward_all()
-        stamp = _param_stamp(self)
+        stamp = param_stamp(self)
         if self._cache is None or self._cache[0] != stamp:
             with torch.no_grad():
                 self._cache = (stamp, self.forward_all())
