@@ -237,7 +237,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
              f"{'ASHA' if asha else 'FIFO'} scheduler, {job.cpus_per_trial:g} CPU / {job.gpus_per_trial:g} GPU "
              "per trial")
     results = run_tune(settings, job.data, Path(job.out) / "tune", name, grid=job.grid,
-                       num_samples=job.num_samples, asha=asha, grace_period=min(job.grace_period, settings.epochs),
+                       num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
                        cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
                        max_concurrent=job.max_concurrent, features_path=features_path,
                        trainable=trainable, progress=progress)

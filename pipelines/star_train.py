@@ -223,16 +223,20 @@ def progress_callback(progress: Callable[[str], None], metric: str, every_s: flo
     return Printer()
 
 
-def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
-             grid: dict[str, list] | None = None, num_samples: int = 1, asha: bool = True,
-             grace_period: int = 5, cpus_per_trial: float = 1, gpus_per_trial: float = 0,
-             max_concurrent: int | None = None, features_path: str | None = None,
-             trainable: Callable | None = None, progress: Callable[[str], None] = print):
-    """Fit (or restore and finish) the Tune experiment `<storage>/<name>`; its ResultGrid."""
+def build_tuner(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
+                grid: dict[str, list] | None = None, num_samples: int = 1, asha: bool = True,
+                grace_period: int = 5, cpus_per_trial: float = 1, gpus_per_trial: float = 0,
+                max_concurrent: int | None = None, features_path: str | None = None,
+                trainable: Callable | None = None, progress: Callable[[str], None] = print):
+    """The Tuner of `<storage>/<name>` (a new one, or the saved one restored) and the plan
+    it runs: trial resources, the device trials train on, scheduler and param space. The
+    plan is what a GPU cluster would run, so it can be checked on a CPU machine."""
     import os
 
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from pipelines.io import config_hash
 
     # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -250,17 +254,13 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
             raise ValueError(f"cannot sweep {key!r}: not a training setting "
                              f"({', '.join(TrainSettings.model_fields)})")
         space[key] = tune.grid_search(list(values))
-    fn = tune.with_resources(trainable or star_trainable, {"cpu": cpus_per_trial, "gpu": gpus_per_trial})
+    resources = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    fn = tune.with_resources(trainable or star_trainable, resources)
+    grace_period = max(1, min(grace_period, settings.epochs))
     scheduler = (ASHAScheduler(time_attr="epoch", max_t=settings.epochs, grace_period=grace_period,
                                reduction_factor=3) if asha else FIFOScheduler())
-    run_config = tune.RunConfig(
-        name=name, storage_path=str(storage), verbose=0,
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
-                                                checkpoint_score_order="max"),
-        failure_config=tune.FailureConfig(max_failures=0),
-        callbacks=[progress_callback(progress, metric)])
-    from pipelines.io import config_hash
-
+    plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
+            "scheduler": type(scheduler).__name__, "space": space, "path": str(path)}
     stamp = storage / f"{name}.rexeval.json"
     want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
                         "grid": grid or {}, "num_samples": num_samples, "asha": asha,
@@ -270,15 +270,27 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
                               f"folder or delete {path} and {stamp}")
     if tune.Tuner.can_restore(str(path)):
         progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
-        tuner = tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space)
-    else:
-        tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
-                           tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
-                                                       num_samples=num_samples,
-                                                       max_concurrent_trials=max_concurrent))
+        plan["restored"] = True
+        return tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space), plan
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(storage), verbose=0,
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
+                                                checkpoint_score_order="max"),
+        failure_config=tune.FailureConfig(max_failures=0),
+        callbacks=[progress_callback(progress, metric)])
     storage.mkdir(parents=True, exist_ok=True)
     dump_json(stamp, {"config_hash": want, "grid": grid or {}, "settings": base})
-    return tuner.fit()
+    plan["restored"] = False
+    tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
+                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
+                                                   num_samples=num_samples,
+                                                   max_concurrent_trials=max_concurrent))
+    return tuner, plan
+
+
+def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str, **kwargs):
+    """Fit (or restore and finish) the Tune experiment `<storage>/<name>`; its ResultGrid."""
+    return build_tuner(settings, data_path, storage, name, **kwargs)[0].fit()
 
 
 def best_checkpoint(results, metric: str):

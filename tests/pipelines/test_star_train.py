@@ -83,3 +83,17 @@ def test_run_train_evaluates_the_best_checkpoint_and_plots_a_sweep(ray_session, 
     again = evaluate_checkpoint(EvalSettings(data=str(data_dir), out=str(tmp_path / "re")),
                                 report["best"]["checkpoint"], "BPER+")
     assert again["item"]["ndcg@10"] == pytest.approx(summary["levels"]["item"]["ndcg@10"])
+
+
+@pytest.mark.parametrize("gpus", [0, 1])
+def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path, gpus):
+    """What a GPU cluster would run, checked on CPU: the trainable asks Tune for a GPU and
+    trains on cuda; everything else (space, scheduler) is the CPU plan."""
+    from pipelines.star_train import build_tuner
+
+    tuner, plan = build_tuner(TrainSettings(**SETTINGS), data_dir, tmp_path, "exp", grid=GRID,
+                              gpus_per_trial=gpus, cpus_per_trial=2, progress=lambda m: None)
+    assert plan["resources"] == {"cpu": 2, "gpu": gpus}
+    assert plan["device"] == ("cuda" if gpus else "cpu") and plan["threads"] == 2
+    assert plan["scheduler"] == "AsyncHyperBandScheduler" and not plan["restored"]
+    assert plan["space"]["model"] == "expgcn" and plan["space"]["lr"] == {"grid_search": GRID["lr"]}
