@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.star_pipeline import EvalSettings, TrainJob, evaluate_checkpoint, run_train
+from pipelines.star_pipeline import (
+    EvalSettings,
+    TrainJob,
+    evaluate_checkpoint,
+    run_train,
+)
 from pipelines.star_train import TrainSettings, run_tune, star_trainable
 from tests.star_synthetic import planted_star
 
@@ -91,7 +96,7 @@ def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path
     trains on cuda; everything else (space, scheduler) is the CPU plan."""
     from pipelines.star_train import build_tuner
 
-    tuner, plan = build_tuner(TrainSettings(**SETTINGS), data_dir, tmp_path, "exp", grid=GRID,
+    _, plan = build_tuner(TrainSettings(**SETTINGS), data_dir, tmp_path, "exp", grid=GRID,
                               gpus_per_trial=gpus, cpus_per_trial=2, progress=lambda m: None)
     assert plan["resources"] == {"cpu": 2, "gpu": gpus}
     assert plan["device"] == ("cuda" if gpus else "cpu") and plan["threads"] == 2
