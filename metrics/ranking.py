@@ -55,13 +55,54 @@ def _order_by_value_then_index(vals: Tensor, idx: Tensor) -> tuple[Tensor, Tenso
     return vals, idx.gather(1, perm)
 
 
-TIE_WINDOWS = (4096, 65536)
+TIE_WINDOWS = (4096,)
 """Column prefixes searched for the lowest-index tied candidates before the full row."""
 
 
-def _lowest_tied(sub: Tensor, kth: Tensor, kk: int) -> tuple[Tensor, Tensor]:
-    """The kk lowest column indices whose score equals `kth`, per row, and how many of
-    them are real (rows may have fewer ties than kk).
+class _RowView:
+    """Rows `rows` of `scores` without copying them: `view[:, :w]` copies only w columns."""
+
+    def __init__(self, scores: Tensor, rows: Tensor):
+        self.scores, self.rows = scores, rows
+        self.shape = (len(rows), scores.shape[1])
+        self.device = scores.device
+
+    def __getitem__(self, key) -> Tensor:
+        part = self.scores[key]
+        return part if len(self.rows) == self.scores.shape[0] else part.index_select(0, self.rows)
+
+
+NONZERO_CHUNK = 1 << 22
+"""Cells of `eq` per `nonzero` call in `_first_true`: bounds its output to ~64 MB."""
+
+
+def _first_true(eq: Tensor, kk: int, n: int) -> tuple[Tensor, Tensor]:
+    """Column indices of the first kk True entries per row (padded with n), and the
+    number of True entries per row.
+
+    `nonzero` lists True entries row by row in column order, so a row's first kk are a
+    slice of its output, and a bincount of the row ids gives the counts: one pass over
+    `eq`, with no [B, N] integer temporaries (a bool `sum` would make one). Rows go in
+    chunks so the output stays bounded even when most entries are True.
+    """
+    rows, w = eq.shape
+    step = max(1, NONZERO_CHUNK // max(1, w))
+    j = torch.arange(kk, device=eq.device).unsqueeze(0)
+    firsts, counts = [], []
+    for a in range(0, rows, step):
+        r, c = eq[a:a + step].nonzero(as_tuple=True)
+        cnt = torch.bincount(r, minlength=min(step, rows - a))
+        starts = (torch.cumsum(cnt, 0) - cnt).unsqueeze(1)
+        pick = (starts + j).clamp(max=max(len(c) - 1, 0))
+        got = c[pick] if len(c) else torch.zeros_like(pick)
+        firsts.append(torch.where(j < cnt.unsqueeze(1), got, torch.full_like(got, n)))
+        counts.append(cnt)
+    return torch.cat(firsts), torch.cat(counts)
+
+
+def _lowest_tied(sub: Tensor | _RowView, kth: Tensor, kk: int) -> Tensor:
+    """The kk lowest column indices whose score equals `kth`, per row (padded with n
+    when a row has fewer ties).
 
     Searching a prefix of the columns first is exact: when a prefix holds at least as
     many ties as needed, the lowest-index ties are all inside it. Count rankers (most
@@ -69,28 +110,19 @@ def _lowest_tied(sub: Tensor, kth: Tensor, kk: int) -> tuple[Tensor, Tensor]:
     the general case needs is rarely paid.
     """
     n = sub.shape[1]
-    itype = torch.int32 if n < 2**31 - 1 else torch.int64
     out = torch.empty((sub.shape[0], kk), dtype=torch.long, device=sub.device)
-    have = torch.zeros(sub.shape[0], dtype=torch.long, device=sub.device)
     todo = torch.arange(sub.shape[0], device=sub.device)
     for w in [*(w for w in TIE_WINDOWS if w < n), n]:
-        part = sub.index_select(0, todo)[:, :w]
-        eq = part == kth.index_select(0, todo)
-        pos = torch.arange(w, device=sub.device, dtype=itype)
-        cand = torch.where(eq, pos, torch.tensor(n, device=sub.device, dtype=itype))
-        take = min(kk, w)
-        lowest = cand.topk(take, dim=1, largest=False, sorted=True).values.long()
-        count = eq.sum(dim=1).clamp(max=kk)
+        part = sub[:, :w]
+        if len(todo) < part.shape[0]:
+            part = part.index_select(0, todo)  # columns first: only w of them are copied
+        first, count = _first_true(part == kth.index_select(0, todo), kk, n)
         done = (count >= kk) | (w == n)
-        rows = todo[done]
-        fill = torch.full((len(rows), kk), n, dtype=torch.long, device=sub.device)
-        fill[:, :take] = lowest[done]
-        out[rows] = fill
-        have[rows] = count[done]
+        out[todo[done]] = first[done]
         todo = todo[~done]
         if todo.numel() == 0:
             break
-    return out, have
+    return out
 
 
 def _top_k_block(scores: Tensor, kk: int) -> Tensor:
@@ -120,7 +152,7 @@ def _top_k_block(scores: Tensor, kk: int) -> Tensor:
     if need.numel() == 0:
         return idx
     kth_need = kth.index_select(0, need)
-    lowest, _ = _lowest_tied(scores.index_select(0, need), kth_need, kk)
+    lowest = _lowest_tied(_RowView(scores, need), kth_need, kk)
     above = (vals.index_select(0, need)[:, :kk] > kth_need).sum(dim=1, keepdim=True)
     # Slots [above, kk) take the lowest-index tied candidates, in index order.
     slot = torch.arange(kk, device=scores.device).unsqueeze(0) - above

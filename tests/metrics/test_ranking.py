@@ -283,10 +283,21 @@ def test_lowest_tied_searches_wider_windows_when_a_prefix_has_too_few_ties(monke
     monkeypatch.setattr(ranking, "TIE_WINDOWS", (4,))
     scores = torch.tensor([[0.0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [1.0, 1, 0, 1, 1, 1, 1, 1, 1, 1]])
     kth = torch.tensor([[1.0], [1.0]])
-    lowest, have = ranking._lowest_tied(scores, kth, 2)
+    lowest = ranking._lowest_tied(scores, kth, 2)
     # Row 0: no tie in columns 0-3, so the full row is searched; row 1 settles in the prefix.
     assert lowest.tolist() == [[5, 7], [0, 1]]
-    assert have.tolist() == [2, 2]
+    # Fewer ties than asked: padded with N.
+    assert ranking._lowest_tied(scores, kth, 4).tolist() == [[5, 7, 9, 10], [0, 1, 3, 4]]
+
+
+def test_first_true_in_bounded_chunks(monkeypatch):
+    import metrics.ranking as ranking
+
+    monkeypatch.setattr(ranking, "NONZERO_CHUNK", 7)  # one row per nonzero call
+    eq = torch.tensor([[False, True, True, False, True], [False] * 5, [True] * 5])
+    first, count = ranking._first_true(eq, 2, 5)
+    assert first.tolist() == [[1, 2], [5, 5], [0, 1]]
+    assert count.tolist() == [3, 0, 5]
 
 
 @pytest.mark.parametrize("windows", [(3, 50), (64,), ()])
