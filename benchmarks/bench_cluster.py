@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
 import resource
@@ -38,6 +37,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from benchmarks.subprocess_run import run_side
 
 K, TAU_PAIR, TAU_INTRA, TAU_REMERGE = 128, 0.90, 0.85, 0.90
 
@@ -161,17 +162,8 @@ def _child(which, n, seed, kind, out_path):
 
 def measure(which, n, seed=0, kind="auto", tmp="/tmp/rexeval-bench-cluster"):
     os.makedirs(tmp, exist_ok=True)
-    out = f"{tmp}/{which}-{kind}-{n}"
-    p = mp.get_context("spawn").Process(target=_child, args=(which, n, seed, kind, out))
-    t0 = time.perf_counter()
-    p.start()
-    p.join()
-    if p.exitcode != 0:
-        raise RuntimeError(f"{which} run on {n} vectors failed (exit {p.exitcode})")
-    res = json.loads(Path(out + ".json").read_text())
-    res["process_wall_s"] = time.perf_counter() - t0
-    arrays = np.load(out + ".npz")
-    return res, arrays
+    return run_side(_child, (which, n, seed, kind), f"{tmp}/{which}-{kind}-{n}",
+                    f"{which} run on {n} vectors")
 
 
 def compare(emb, a_labels, a_reps, b_labels, b_reps) -> dict:

@@ -45,7 +45,6 @@ import gc
 import hashlib
 import json
 import math
-import multiprocessing as mp
 import os
 import platform
 import resource
@@ -60,6 +59,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.subprocess_run import run_side
 from models.recommenders.base import Ranker
 
 KS = (1, 3, 5, 10, 20)
@@ -305,17 +305,8 @@ def measure(side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas
             tmp="/tmp/rexeval-bench-star-eval"):
     os.makedirs(tmp, exist_ok=True)
     out = f"{tmp}/{side}-{ranker_name}-{cfg['interactions']}x{cfg['statements']}"
-    p = mp.get_context("spawn").Process(
-        target=_child,
-        args=(side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas_threads, out))
-    t0 = time.perf_counter()
-    p.start()
-    p.join()
-    if p.exitcode != 0:
-        raise RuntimeError(f"{side} run of {ranker_name} failed (exit {p.exitcode})")
-    res = json.loads(Path(out + ".json").read_text())
-    res["process_wall_s"] = time.perf_counter() - t0
-    return res, dict(np.load(out + ".npz"))
+    return run_side(_child, (side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas_threads),
+                    out, f"{side} run of {ranker_name}")
 
 
 def compare(ours: dict, ref: dict, n: int) -> dict:

@@ -102,6 +102,27 @@ class TrainableRanker(torch.nn.Module, Ranker):
 
     trainable = True
 
+    _cache: tuple | None = None
+
+    def eval_cached(self, compute: Callable[[], object]):
+        """`compute()` in train mode; in eval mode its result, computed once (no grad) and
+        reused until a parameter changes (`param_stamp`) or `invalidate()` is called."""
+        if self.training:
+            return compute()
+        stamp = param_stamp(self)
+        if self._cache is None or self._cache[0] != stamp:
+            with torch.no_grad():
+                self._cache = (stamp, compute())
+        return self._cache[1]
+
+    def invalidate(self) -> None:
+        """Drop the eval cache (also done on `train()` and on parameter changes)."""
+        self._cache = None
+
+    def train(self, mode: bool = True):
+        self.invalidate()
+        return super().train(mode)
+
     @abc.abstractmethod
     def loss(self, users: torch.Tensor, items: torch.Tensor, pos: torch.Tensor,
              neg: torch.Tensor, neg_items: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,6 @@ import torch.nn.functional as F
 from models.recommenders.base import (
     TrainableRanker,
     TrainGraph,
-    param_stamp,
     register_ranker,
 )
 
@@ -94,7 +93,6 @@ class BPERPlus(TrainableRanker):
             self.proj_item = _projection(feats.shape[1], dim, gen)
         else:
             self.features = None
-        self._cache: tuple[tuple, torch.Tensor] | None = None
 
     # -- statement side -------------------------------------------------------------
 
@@ -118,22 +116,7 @@ class BPERPlus(TrainableRanker):
     def _eval_statement_matrix(self) -> torch.Tensor:
         """Statement matrix, cached in eval mode (the feature projection is the costly
         part and does not depend on the batch)."""
-        if self.training:
-            return self._statement_matrix()
-        stamp = param_stamp(self)
-        if self._cache is None or self._cache[0] != stamp:
-            with torch.no_grad():
-                self._cache = (stamp, self._statement_matrix())
-        return self._cache[1]
-
-    def invalidate(self) -> None:
-        """Drop the eval cache (also done automatically on `train()` and on parameter
-        changes)."""
-        self._cache = None
-
-    def train(self, mode: bool = True) -> BPERPlus:
-        self.invalidate()
-        return super().train(mode)
+        return self.eval_cached(self._statement_matrix)
 
     # -- scoring --------------------------------------------------------------------
 

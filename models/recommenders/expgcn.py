@@ -46,7 +46,6 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from models.recommenders.base import (
     TrainableRanker,
     TrainGraph,
-    param_stamp,
     register_ranker,
 )
 
@@ -132,7 +131,6 @@ class ExpGCN(TrainableRanker):
             self.register_buffer(f"edge_weight_{key}", ew, persistent=False)
         self.conv = LGConv(normalize=False)  # weights are pre-normalised above
         self._adj: dict[str, torch.Tensor] = {}
-        self._cache: tuple[tuple, Propagated] | None = None
 
     # -- propagation ----------------------------------------------------------------
 
@@ -174,21 +172,7 @@ class ExpGCN(TrainableRanker):
 
     def embeddings(self) -> Propagated:
         """Propagated embeddings; cached (no grad) in eval mode, fresh in train mode."""
-        if self.training:
-            return self.forward_all()
-        stamp = param_stamp(self)
-        if self._cache is None or self._cache[0] != stamp:
-            with torch.no_grad():
-                self._cache = (stamp, self.forward_all())
-        return self._cache[1]
-
-    def invalidate(self) -> None:
-        """Drop the eval cache (also automatic on `train()` and parameter changes)."""
-        self._cache = None
-
-    def train(self, mode: bool = True) -> ExpGCN:
-        self.invalidate()
-        return super().train(mode)
+        return self.eval_cached(self.forward_all)
 
     def _apply(self, fn, *args, **kwargs):
         """Device/dtype moves drop the cached adjacency and propagation."""

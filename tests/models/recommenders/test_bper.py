@@ -7,6 +7,7 @@ import torch
 
 from models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from models.recommenders.bper import BPERPlus
+from tests.models.recommenders.training import train_steps
 
 
 def planted_graph(seed: int = 0, n_users: int = 8, n_items: int = 6, n_groups: int = 4,
@@ -22,23 +23,6 @@ def planted_graph(seed: int = 0, n_users: int = 8, n_items: int = 6, n_groups: i
                 rows.append((u, i, s))
     return TrainGraph.from_triplets(n_users, n_items, n_stmts, np.array(rows))
 
-
-def train_steps(model: torch.nn.Module, graph: TrainGraph, steps: int = 50,
-                lr: float = 0.05) -> list[float]:
-    gen = torch.Generator().manual_seed(0)
-    t = torch.as_tensor(graph.triplets)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        neg = torch.randint(0, graph.n_statements, (len(t),), generator=gen)
-        neg_items = torch.randint(0, graph.n_items, (len(t),), generator=gen)
-        loss = model.loss(t[:, 0], t[:, 1], t[:, 2], neg, neg_items)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
 
 
 def mean_positive_rank(model: torch.nn.Module, graph: TrainGraph) -> float:

@@ -7,6 +7,7 @@ import torch
 
 from models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from models.recommenders.expgcn import ExpGCN, normalized_bipartite
+from tests.models.recommenders.training import train_steps
 
 
 def planted_graph(seed: int = 0, n_users: int = 8, n_items: int = 6, n_groups: int = 4,
@@ -68,23 +69,6 @@ def randomize(model: ExpGCN, seed: int = 3) -> None:
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=gen))
 
-
-def train_steps(model: ExpGCN, graph: TrainGraph, steps: int = 50,
-                lr: float = 0.05) -> list[float]:
-    gen = torch.Generator().manual_seed(0)
-    t = torch.as_tensor(graph.triplets)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    model.train()
-    losses = []
-    for _ in range(steps):
-        neg = torch.randint(0, graph.n_statements, (len(t),), generator=gen)
-        neg_items = torch.randint(0, graph.n_items, (len(t),), generator=gen)
-        loss = model.loss(t[:, 0], t[:, 1], t[:, 2], neg, neg_items)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
 
 
 def build(graph: TrainGraph, **kw) -> ExpGCN:
