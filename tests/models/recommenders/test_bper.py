@@ -7,22 +7,11 @@ import torch
 
 from models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from models.recommenders.bper import BPERPlus
-from tests.models.recommenders.training import train_steps
-
-
-def planted_graph(seed: int = 0, n_users: int = 8, n_items: int = 6, n_groups: int = 4,
-                  per_group: int = 5) -> TrainGraph:
-    """Users of group g only ever explain with statements of group g."""
-    rng = np.random.default_rng(seed)
-    n_stmts = n_groups * per_group
-    rows = []
-    for u in range(n_users):
-        group = np.arange(per_group) + (u % n_groups) * per_group
-        for i in rng.choice(n_items, size=3, replace=False):
-            for s in rng.choice(group, size=2, replace=False):
-                rows.append((u, i, s))
-    return TrainGraph.from_triplets(n_users, n_items, n_stmts, np.array(rows))
-
+from tests.models.recommenders.training import (
+    check_eval_cache,
+    planted_graph,
+    train_steps,
+)
 
 
 def mean_positive_rank(model: torch.nn.Module, graph: TrainGraph) -> float:
@@ -155,16 +144,7 @@ def test_eval_cache_and_invalidation() -> None:
     graph = planted_graph()
     model = BPERPlus(graph.n_users, graph.n_items, graph.n_statements, dim=6,
                      statement_features=features(graph.n_statements)).eval()
-    u, i = torch.tensor([0, 3]), torch.tensor([1, 2])
-    first = model.score_all(u, i, torch.arange(2))
-    cached = model._cache[1]
-    second = model.score_all(u, i, torch.arange(2))
-    assert model._cache[1] is cached
-    torch.testing.assert_close(first, second, rtol=0, atol=0)
-    train_steps(model, graph, steps=1)
-    assert model._cache is None  # train() dropped it
-    model.eval()
-    assert not torch.allclose(first, model.score_all(u, i, torch.arange(2)))
+    u, i = check_eval_cache(model, graph)
     # an in-place edit while staying in eval mode is also noticed
     before = model.score_all(u, i, torch.arange(2)).clone()
     with torch.no_grad():

@@ -1,6 +1,8 @@
-"""Shared by the recommender tests: a few full-batch BPR steps with seeded negatives."""
+"""Shared by the recommender tests: a planted training graph, a few full-batch BPR steps
+with seeded negatives, and the eval-cache checks every trainable ranker must pass."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from models.recommenders.base import TrainGraph
@@ -22,3 +24,33 @@ def train_steps(model: torch.nn.Module, graph: TrainGraph, steps: int = 50,
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def planted_graph(seed: int = 0, n_users: int = 8, n_items: int = 6, n_groups: int = 4,
+                  per_group: int = 5) -> TrainGraph:
+    """Users of group g only ever explain with statements of group g."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for u in range(n_users):
+        group = np.arange(per_group) + (u % n_groups) * per_group
+        for i in rng.choice(n_items, size=3, replace=False):
+            for s in rng.choice(group, size=2, replace=False):
+                rows.append((u, i, s))
+    return TrainGraph.from_triplets(n_users, n_items, n_groups * per_group, np.array(rows))
+
+
+def check_eval_cache(model, graph: TrainGraph) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eval-mode scores are cached, reused, dropped by a training step and recomputed;
+    returns the (users, items) used, for model-specific in-place edit checks."""
+    model.eval()
+    u, i = torch.tensor([0, 3]), torch.tensor([1, 2])
+    first = model.score_all(u, i, torch.arange(2))
+    cached = model._cache[1]
+    second = model.score_all(u, i, torch.arange(2))
+    assert model._cache[1] is cached
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    train_steps(model, graph, steps=1)
+    assert model._cache is None  # train() dropped it
+    model.eval()
+    assert not torch.allclose(first, model.score_all(u, i, torch.arange(2)))
+    return u, i
