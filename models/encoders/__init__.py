@@ -1,10 +1,13 @@
-"""Encoders for seed 002's paraphrase clustering: a bi-encoder and a pair scorer.
+"""Encoders: seed 002's paraphrase clustering (a bi-encoder and a pair scorer) and the
+NLI engine of seed 000's factuality metrics.
 
 The bi-encoder (`Embedder`, role `embedder`) turns statements into unit vectors so that
 candidate paraphrase pairs can be found by cosine similarity at scale (also on GPUs
 through `build_vllm_embed_processor`); the pair scorer (`PairScorer`, role
 `cross_encoder`) then reads both statements of a candidate pair together and gives the
-probability that they are paraphrases. Torch, transformers and sentence-transformers
+probability that they are paraphrases. The NLI engine (`NLIScorer`, role `nli`) gives
+P(entailment, neutral, contradiction) per (premise, hypothesis) pair; both pair models
+share the batching of `pair_batching.py`. Torch, transformers and sentence-transformers
 are imported only when a model is built, and vLLM never on this side.
 """
 from models.encoders.embedder import (  # noqa: F401
@@ -14,6 +17,14 @@ from models.encoders.embedder import (  # noqa: F401
     build_vllm_embed_processor,
     vllm_embed_processor_config,
 )
+from models.encoders.nli import (  # noqa: F401
+    CON,
+    ENT,
+    NEU,
+    NLIScorer,
+    build_nli,
+)
+from models.encoders.pair_batching import BatchStats  # noqa: F401
 from models.encoders.pair_scorer import (  # noqa: F401
     PAIR_SCORERS,
     CrossEncoderScorer,

@@ -48,6 +48,22 @@ def torch_dtype(dtype: str, device: str):
     return value
 
 
+def set_common_options(obj, location: str, model_ref: str | None, device: str, batch_size: int,
+                       num_threads: int | None) -> None:
+    """The options every local encoder takes: where the weights are, the name to report,
+    the device, the batch size and torch's CPU threads (process-wide)."""
+    import torch
+
+    if num_threads:
+        torch.set_num_threads(int(num_threads))
+    obj.location = str(location)
+    obj.model_ref = model_ref or obj.location
+    obj.device = resolve_device(device)
+    obj.batch_size = int(batch_size)
+    if obj.batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+
 def l2_normalise(matrix: np.ndarray) -> np.ndarray:
     """Rows scaled to unit L2 norm in float32 (all-zero rows stay zero).
 
@@ -89,15 +105,9 @@ class Embedder:
                  batch_size: int = 64, num_threads: int | None = None, dtype: str = "auto",
                  max_length: int | None = None, model_kwargs: dict[str, Any] | None = None,
                  processor_kwargs: dict[str, Any] | None = None):
-        import torch
         from sentence_transformers import SentenceTransformer
 
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
-        self.location = str(location)
-        self.model_ref = model_ref or self.location
-        self.device = resolve_device(device)
-        self.batch_size = int(batch_size)
+        set_common_options(self, location, model_ref, device, batch_size, num_threads)
         model_kwargs = {"dtype": torch_dtype(dtype, self.device), **(model_kwargs or {})}
         self.model = SentenceTransformer(self.location, device=self.device,
                                          model_kwargs=model_kwargs,

@@ -17,25 +17,32 @@ Two kinds, registered by name (`@register_pair_scorer`), so another kind is one 
 `architectures`. Scores are for the ordered pair (a, b); averaging both orders, if
 wanted, is the caller's business.
 
-Batching: pairs are tokenised once, sorted by token length (less padding), cut into
+Batching (shared with the NLI engine, see `pair_batching.py`): each distinct pair is
+scored once; pairs are tokenised once, sorted by token length (less padding), cut into
 batches, padded (right for encoders, left for the causal LM, with position ids from the
 attention mask) and run under `torch.inference_mode`; results come back in input order
-and equal one-at-a-time scoring up to float rounding.
+and equal one-at-a-time scoring up to float rounding. `last_stats` tells what the last
+call did (pairs, distinct pairs, batches, real and padded tokens).
 """
 from __future__ import annotations
 
-import abc
 import importlib
-import json
 import os
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from models.encoders.embedder import resolve_device, torch_dtype
-from models.refs import ModelUnavailable, resolve
+from models.encoders.pair_batching import (
+    BatchedPairModel,
+    check_pairs,
+    classifier_logits,
+    encoding_rows,
+    pad_rows,
+    read_config_json,
+    resolve_checkpoint,
+)
+from models.refs import ModelUnavailable
 
 ROLE = "cross_encoder"
 POSITIVE_LABELS = frozenset({
@@ -58,66 +65,21 @@ def register_pair_scorer(name: str) -> Callable[[type[PairScorer]], type[PairSco
     return wrap
 
 
-def _check_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
-    out = []
-    for i, pair in enumerate(pairs):
-        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
-                or not all(isinstance(s, str) for s in pair)):
-            raise TypeError(f"pair {i} must be two strings, got {pair!r}")
-        out.append((pair[0], pair[1]))
-    return out
-
-
-class PairScorer(abc.ABC):
+class PairScorer(BatchedPairModel):
     """Probability, per ordered pair of statements, that they are paraphrases.
 
-    Common options: device ("auto" | "cpu" | "cuda[:N]"), batch_size (32), max_length
-    (tokens per pair, longer pairs are truncated), num_threads (torch CPU threads,
-    process-wide), dtype ("auto": float32 on CPU, bfloat16 on CUDA).
+    Common options (see `BatchedPairModel`): device ("auto" | "cpu" | "cuda[:N]"),
+    batch_size (32), max_length (256 tokens per pair, longer pairs are truncated),
+    num_threads (torch CPU threads, process-wide), dtype ("auto": float32 on CPU,
+    bfloat16 on CUDA). A subclass writes `_encode` and `_forward` (one probability per
+    row).
     """
 
     name: str = "pair_scorer"
 
-    def __init__(self, location: str, *, model_ref: str | None = None, device: str = "auto",
-                 batch_size: int = 32, max_length: int = 256, num_threads: int | None = None,
-                 dtype: str = "auto"):
-        import torch
-
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
-        self.location = str(location)
-        self.model_ref = model_ref or self.location
-        self.device = resolve_device(device)
-        self.batch_size = int(batch_size)
-        self.max_length = int(max_length)
-        self.dtype = torch_dtype(dtype, self.device)
-
-    @abc.abstractmethod
-    def _encode(self, pairs: list[tuple[str, str]]) -> list[dict[str, list[int]]]:
-        """Tokenizer output of every pair, unpadded (`input_ids` and the like)."""
-
-    @abc.abstractmethod
-    def _forward(self, batch: list[dict[str, list[int]]]) -> np.ndarray:
-        """Probabilities (float32) for one batch of `_encode` rows."""
-
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None) -> np.ndarray:
         """float32 array of P(paraphrase) in [0, 1], one per pair, in input order."""
-        pairs = _check_pairs(pairs)
-        if not pairs:
-            return np.zeros(0, dtype=np.float32)
-        size = int(batch_size or self.batch_size)
-        if size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {size}")
-        ids = self._encode(pairs)
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]["input_ids"]))
-        out = np.empty(len(ids), dtype=np.float32)
-        for start in range(0, len(order), size):
-            chunk = order[start:start + size]
-            out[chunk] = self._forward([ids[i] for i in chunk])
-        return np.clip(out, 0.0, 1.0)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.model_ref!r}, device={self.device!r})"
+        return np.clip(self._run(check_pairs(pairs), batch_size), 0.0, 1.0)
 
 
 @register_pair_scorer("cross_encoder")
@@ -152,19 +114,13 @@ class CrossEncoderScorer(PairScorer):
             self.location, dtype=self.dtype).to(self.device).eval()
 
     def _encode(self, pairs):
-        enc = self.tokenizer([a for a, _ in pairs], [b for _, b in pairs], truncation=True,
-                             max_length=self.max_length)
-        # Keep token_type_ids with the ids: each entry is the tokenizer's row for a pair.
-        keys = [k for k in ("input_ids", "token_type_ids") if k in enc]
-        return [dict(zip(keys, vals)) for vals in zip(*(enc[k] for k in keys))]
+        return encoding_rows(self.tokenizer([a for a, _ in pairs], [b for _, b in pairs],
+                                            truncation=True, max_length=self.max_length))
 
     def _forward(self, batch):
         import torch
 
-        padded = self.tokenizer.pad(batch, padding=True, return_tensors="pt")
-        with torch.inference_mode():
-            logits = self.model(**{k: v.to(self.device) for k, v in padded.items()}).logits
-        logits = logits.float()
+        logits = classifier_logits(self.model, pad_rows(self.tokenizer, batch, self.device))
         if self.num_labels == 1:
             return torch.sigmoid(logits[:, 0]).cpu().numpy()
         return torch.softmax(logits, dim=-1)[:, self.positive_index].cpu().numpy()
@@ -285,9 +241,8 @@ class RerankerLLMScorer(PairScorer):
     def _forward(self, batch):
         import torch
 
-        padded = self.tokenizer.pad(batch, padding=True, return_tensors="pt")
-        ids = padded["input_ids"].to(self.device)
-        mask = padded["attention_mask"].to(self.device)
+        padded = pad_rows(self.tokenizer, batch, self.device)
+        ids, mask = padded["input_ids"], padded["attention_mask"]
         positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
         extra = {"logits_to_keep": 1} if self._last_only else {}
         with torch.inference_mode():
@@ -308,38 +263,12 @@ def _unavailable(ref: str, why: str, role: str) -> ModelUnavailable:
         "Hugging Face id on a machine with hub access.")
 
 
-def _looks_like_path(ref: str) -> bool:
-    return (os.path.isabs(ref) or ref.startswith(("./", "../", "~", ".\\"))
-            or ref.count("/") > 1 or os.sep != "/" and os.sep in ref)
-
-
-def _config_json(location: str, ref: str, role: str) -> tuple[dict, str]:
-    """The checkpoint's config.json as a dict, and where it was read from."""
-    path = Path(location)
-    if path.is_dir():
-        file = path / "config.json"
-        if not file.is_file():
-            raise ValueError(f"{file} not found: {ref!r} is not a Hugging Face checkpoint "
-                             f"folder, so its {role} kind cannot be detected")
-    else:
-        try:
-            from huggingface_hub import hf_hub_download
-
-            file = Path(hf_hub_download(location, "config.json"))
-        except Exception as exc:
-            raise _unavailable(ref, f"cannot get its config.json ({type(exc).__name__}: "
-                                    f"{str(exc).splitlines()[0] if str(exc) else ''})",
-                               role) from exc
-    try:
-        return json.loads(file.read_text()), str(file)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{file}: cannot read the checkpoint config ({exc})") from exc
-
-
 def detect_pair_scorer_kind(location: str, *, ref: str | None = None, role: str = ROLE) -> str:
     """"cross_encoder" for *ForSequenceClassification, "reranker_llm" for *ForCausalLM,
     read from config.json `architectures`; anything else is a ValueError naming the file."""
-    config, file = _config_json(location, ref or location, role)
+    config, file = read_config_json(location, ref or location,
+                                    lambda r, why: _unavailable(r, why, role),
+                                    f"its {role} kind cannot be detected")
     archs = [str(a) for a in config.get("architectures") or []]
     if any(a.endswith("ForSequenceClassification") for a in archs):
         return "cross_encoder"
@@ -374,15 +303,11 @@ def build_pair_scorer(ref: str, kind: str = "auto", device: str = "auto", *,
     that names no existing path or reachable model raises `ModelUnavailable` saying how
     to supply one for `role`.
     """
-    if not isinstance(ref, str) or not ref.strip():
-        raise _unavailable(str(ref), "empty reference", role)
-    resolved = resolve(ref, prepare=True)
-    if resolved.kind == "hub" and _looks_like_path(ref):
-        raise _unavailable(ref, "no such file or folder", role)
+    location = resolve_checkpoint(ref, lambda r, why: _unavailable(r, why, role))
     if kind == "auto":
-        kind = detect_pair_scorer_kind(resolved.location, ref=ref, role=role)
+        kind = detect_pair_scorer_kind(location, ref=ref, role=role)
     cls = pair_scorer_class(kind)
     try:
-        return cls(resolved.location, model_ref=ref, device=device, **options)
+        return cls(location, model_ref=ref, device=device, **options)
     except OSError as exc:  # transformers' "not a local folder and not on the hub"
         raise _unavailable(ref, f"cannot load it ({str(exc).splitlines()[0]})", role) from exc

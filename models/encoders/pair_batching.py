@@ -1,0 +1,234 @@
+"""What every model that reads two texts together shares: pair checks, de-duplication,
+tokenise-once length bucketing, padding, statistics, and finding the checkpoint.
+
+Used by the paraphrase pair scorers (`pair_scorer.py`, role `cross_encoder`) and the NLI
+engine (`nli.py`, role `nli`). A model subclasses `BatchedPairModel` and writes two
+methods: `_encode(pairs)` (the tokenizer's unpadded row for each pair) and
+`_forward(rows)` (one float32 result row per input row). `_run` then
+  1. scores each distinct (a, b) pair once and copies the result to every occurrence
+     (statement-level metrics ask the same question many times: one reference statement
+     against every statement of several generated explanations);
+  2. tokenises the distinct pairs in one call, sorts them by token count and cuts the
+     sorted list into batches, so a batch holds pairs of similar length and little
+     padding;
+  3. gives the results back in input order, and records what it did in `last_stats`.
+Results equal one-at-a-time scoring up to float rounding (padding is masked out).
+"""
+from __future__ import annotations
+
+import abc
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.encoders.embedder import set_common_options, torch_dtype
+from models.refs import ModelUnavailable, resolve
+
+Row = dict[str, Any]
+"""One tokenised pair, unpadded: at least `input_ids` (its length is the sort key)."""
+
+
+def check_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`pairs` as a list of (str, str) tuples; TypeError naming the first bad one."""
+    if isinstance(pairs, (str, bytes)):
+        raise TypeError("pairs must be a sequence of (text, text) pairs, not one string")
+    out = []
+    for i, pair in enumerate(pairs):
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(isinstance(s, str) for s in pair)):
+            raise TypeError(f"pair {i} must be two strings, got {pair!r}")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def dedupe(items: Sequence[Any]) -> tuple[list[Any], np.ndarray]:
+    """(distinct items in first-seen order, index of each input in that list)."""
+    first: dict[Any, int] = {}
+    inverse = np.fromiter((first.setdefault(item, len(first)) for item in items),
+                          dtype=np.int64, count=len(items))
+    return list(first), inverse
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices sorted by length (stable, shortest first), cut into runs of batch_size."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+@dataclass
+class BatchStats:
+    """What the last call did. `padded_tokens` counts the cells of the padded input
+    tensors (real + padding), i.e. what the model computed over; `real_tokens` the
+    tokens of the distinct pairs. Seconds are wall time: tokenising, and padding +
+    forward passes + copying back."""
+
+    pairs: int = 0
+    unique_pairs: int = 0
+    batches: int = 0
+    real_tokens: int = 0
+    padded_tokens: int = 0
+    encode_seconds: float = 0.0
+    forward_seconds: float = 0.0
+
+    @property
+    def pad_tokens(self) -> int:
+        """Padding cells: padded_tokens - real_tokens."""
+        return self.padded_tokens - self.real_tokens
+
+    @property
+    def padding_fraction(self) -> float:
+        """Share of the computed cells that are padding (0 with no input)."""
+        return self.pad_tokens / self.padded_tokens if self.padded_tokens else 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {**asdict(self), "pad_tokens": self.pad_tokens,
+                "padding_fraction": self.padding_fraction}
+
+
+class BatchedPairModel(abc.ABC):
+    """Options shared by the pair models, and the batching loop.
+
+    Options: device ("auto" | "cpu" | "cuda[:N]"), batch_size (pairs per forward pass),
+    max_length (tokens per pair; longer pairs are truncated), num_threads (torch CPU
+    threads, process-wide), dtype ("auto": float32 on CPU, bfloat16 on CUDA; or a torch
+    dtype name such as "float16").
+    """
+
+    last_stats: BatchStats = BatchStats()
+
+    def __init__(self, location: str, *, model_ref: str | None = None, device: str = "auto",
+                 batch_size: int = 32, max_length: int = 256, num_threads: int | None = None,
+                 dtype: str = "auto"):
+        set_common_options(self, location, model_ref, device, batch_size, num_threads)
+        self.max_length = int(max_length)
+        self.dtype = torch_dtype(dtype, self.device)
+        self.last_stats = BatchStats()
+
+    @abc.abstractmethod
+    def _encode(self, pairs: list[tuple[str, str]]) -> list[Row]:
+        """Tokenizer output of every pair, unpadded (`input_ids` and the like)."""
+
+    @abc.abstractmethod
+    def _forward(self, batch: list[Row]) -> np.ndarray:
+        """float32 results for one batch of `_encode` rows, one row per pair."""
+
+    def _run(self, pairs: list[tuple[str, str]], batch_size: int | None = None,
+             width: tuple[int, ...] = ()) -> np.ndarray:
+        """`_forward` results for checked `pairs`, in input order, each distinct pair
+        computed once; an empty input gives a float32 array of shape (0, *width)."""
+        size = int(batch_size or self.batch_size)
+        if size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {size}")
+        stats = BatchStats(pairs=len(pairs))
+        if not pairs:
+            self.last_stats = stats
+            return np.zeros((0, *width), dtype=np.float32)
+        unique, inverse = dedupe(pairs)
+        stats.unique_pairs = len(unique)
+        start = time.perf_counter()
+        rows = self._encode(unique)
+        stats.encode_seconds = time.perf_counter() - start
+        lengths = [len(row["input_ids"]) for row in rows]
+        start = time.perf_counter()
+        out: np.ndarray | None = None
+        for chunk in length_batches(lengths, size):
+            result = np.asarray(self._forward([rows[i] for i in chunk]), dtype=np.float32)
+            if out is None:
+                out = np.empty((len(rows), *result.shape[1:]), dtype=np.float32)
+            out[chunk] = result
+            stats.batches += 1
+            stats.real_tokens += sum(lengths[i] for i in chunk)
+            stats.padded_tokens += len(chunk) * max(lengths[i] for i in chunk)
+        stats.forward_seconds = time.perf_counter() - start
+        self.last_stats = stats
+        return out[inverse]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_ref!r}, device={self.device!r})"
+
+
+# --- Hugging Face tokenizers and sequence classifiers ----------------------------------
+
+ROW_KEYS = ("input_ids", "token_type_ids")
+"""What a row keeps of the tokenizer output; `pad` rebuilds the attention mask."""
+
+
+def encoding_rows(enc: Any) -> list[Row]:
+    """A batched tokenizer output split into one unpadded row per pair."""
+    keys = [k for k in ROW_KEYS if k in enc]
+    return [dict(zip(keys, vals)) for vals in zip(*(enc[k] for k in keys))]
+
+
+def pad_rows(tokenizer: Any, rows: list[Row], device: str) -> dict[str, Any]:
+    """Rows padded to the longest one (the tokenizer's padding side), as tensors on
+    `device`, with the attention mask."""
+    padded = tokenizer.pad(rows, padding=True, return_tensors="pt")
+    return {k: v.to(device) for k, v in padded.items()}
+
+
+def classifier_logits(model: Any, inputs: dict[str, Any]):
+    """float32 logits [batch, num_labels] of a sequence classifier for padded inputs."""
+    import torch
+
+    with torch.inference_mode():
+        return model(**inputs).logits.float()
+
+
+# --- finding the checkpoint ------------------------------------------------------------
+
+Unavailable = Callable[[str, str], ModelUnavailable]
+"""(ref, why) -> the role's ModelUnavailable, whose message says how to supply a model."""
+
+
+def looks_like_path(ref: str) -> bool:
+    """True for references written as file paths (a hub id is "org/name" at most)."""
+    return (os.path.isabs(ref) or ref.startswith(("./", "../", "~", ".\\"))
+            or ref.count("/") > 1 or os.sep != "/" and os.sep in ref)
+
+
+def resolve_checkpoint(ref: str, unavailable: Unavailable) -> str:
+    """Where `ref` is (see `models.refs.resolve`); `unavailable(ref, why)` is raised for an
+    empty reference or a path that does not exist."""
+    if not isinstance(ref, str) or not ref.strip():
+        raise unavailable(str(ref), "empty reference")
+    resolved = resolve(ref, prepare=True)
+    if resolved.kind == "hub" and looks_like_path(ref):
+        raise unavailable(ref, "no such file or folder")
+    return resolved.location
+
+
+def read_config_json(location: str, ref: str, unavailable: Unavailable,
+                     consequence: str = "") -> tuple[dict, str]:
+    """The checkpoint's config.json as a dict, and where it was read from.
+
+    A local folder without one is a ValueError (it is not a checkpoint; `consequence`,
+    e.g. "its kind cannot be detected", ends the message); a hub id whose config cannot
+    be fetched is `unavailable(ref, why)`.
+    """
+    path = Path(location)
+    if path.is_dir():
+        file = path / "config.json"
+        if not file.is_file():
+            raise ValueError(f"{file} not found: {ref!r} is not a Hugging Face checkpoint "
+                             f"folder{', so ' + consequence if consequence else ''}")
+    else:
+        try:
+            from huggingface_hub import hf_hub_download
+
+            file = Path(hf_hub_download(location, "config.json"))
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise unavailable(ref, f"cannot get its config.json ({type(exc).__name__}: "
+                                   f"{first})") from exc
+    try:
+        return json.loads(file.read_text()), str(file)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{file}: cannot read the checkpoint config ({exc})") from exc

@@ -1,0 +1,167 @@
+"""The NLI scorer as a Ray Serve deployment that batch jobs share.
+
+Why Serve: several evaluation jobs (and their actors) need the same NLI model; one
+deployment loads it once per replica, and `@serve.batch` merges the pairs of
+concurrent requests into full model batches, which is where the throughput is.
+
+Two ways in:
+- a `DeploymentHandle` (`handle.score.remote(pairs)`), what jobs on the cluster use;
+- HTTP `POST <route>` with `{"pairs": [[premise, hypothesis], ...]}` ->
+  `{"probs": [[p_entailment, p_neutral, p_contradiction], ...], "labels": [...]}`.
+  Malformed JSON is answered 400, a body or a request over the limits 413, a body of
+  the wrong shape 422. When every replica is busy and the queue is full
+  (`max_queued_requests`), Serve answers 503 and the deployment keeps serving.
+
+The HTTP proxy binds 127.0.0.1 unless told otherwise (`start_nli_service(host=...)`).
+Batching is counted in pairs (`batch_size_fn`), so one large request cannot make a
+batch larger than `max_batch_pairs`.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+
+DEFAULT_ROUTE = "/nli"
+APP_NAME = "rexeval-nli"
+
+
+class ServeLimits(BaseModel):
+    """Bounds that keep one request from taking a replica hostage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_body_bytes: int = Field(2_000_000, ge=1)
+    max_pairs: int = Field(2048, ge=1, description="pairs per request")
+    max_chars: int = Field(8000, ge=1, description="characters per premise or hypothesis")
+
+
+class NLIServeConfig(BaseModel):
+    """How the deployment runs: model, replicas, batching, queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="NLI checkpoint reference (path or hub id)")
+    scorer: str = Field("models.encoders.nli:NLIScorer",
+                        description="package.module:Class building the scorer from a location")
+    device: str = "auto"
+    scorer_options: dict[str, Any] = Field(default_factory=dict)
+    max_batch_pairs: int = Field(64, ge=1)
+    batch_wait_timeout_s: float = Field(0.01, ge=0)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    target_ongoing_requests: float = Field(4, gt=0)
+    max_ongoing_requests: int = Field(16, ge=1)
+    max_queued_requests: int = Field(64, ge=1)
+    num_cpus: float = Field(1, gt=0)
+    num_gpus: float = Field(0, ge=0)
+    limits: ServeLimits = Field(default_factory=ServeLimits)
+
+    def autoscaling(self) -> dict[str, Any]:
+        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
+                "target_ongoing_requests": self.target_ongoing_requests}
+
+
+class RequestError(ValueError):
+    """A request the deployment refuses, with the HTTP status it deserves."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+def parse_pairs(body: bytes, limits: ServeLimits) -> list[tuple[str, str]]:
+    """Validate one HTTP body into pairs (pure, so it is tested without Serve)."""
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, f"body of {len(body)} bytes is over the limit of {limits.max_body_bytes}")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("pairs"), list):
+        raise RequestError(422, 'expected {"pairs": [[premise, hypothesis], ...]}')
+    pairs = data["pairs"]
+    if len(pairs) > limits.max_pairs:
+        raise RequestError(413, f"{len(pairs)} pairs is over the limit of {limits.max_pairs} per request")
+    out = []
+    for i, pair in enumerate(pairs):
+        if (not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(t, str) for t in pair)):
+            raise RequestError(422, f"pairs[{i}] must be [premise, hypothesis] (two strings)")
+        if max(len(pair[0]), len(pair[1])) > limits.max_chars:
+            raise RequestError(413, f"pairs[{i}] has a text over {limits.max_chars} characters")
+        out.append((pair[0], pair[1]))
+    return out
+
+
+def load_class(path: str):
+    module, _, name = path.partition(":")
+    if not module or not name:
+        raise ValueError(f"scorer must look like package.module:Class, got {path!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def _pairs_in(requests: list) -> int:
+    return sum(len(r) for r in requests)
+
+
+class NLIServer:
+    """The deployment's class (wrapped by `serve.deployment` in `nli_app`)."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        from models.refs import resolve
+
+        self.cfg = NLIServeConfig(**cfg)
+        cls = load_class(self.cfg.scorer)
+        location = resolve(self.cfg.model).location
+        self.scorer = cls(location, model_ref=self.cfg.model, device=self.cfg.device,
+                          **self.cfg.scorer_options)
+        self.labels = ["entailment", "neutral", "contradiction"]
+        self._batch.set_max_batch_size(self.cfg.max_batch_pairs)
+        self._batch.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=64, batch_wait_timeout_s=0.01, batch_size_fn=_pairs_in)
+    async def _batch(self, requests: list[list[tuple[str, str]]]) -> list[list[list[float]]]:
+        """Score the pairs of several requests in one model call; split the rows back."""
+        flat = [p for r in requests for p in r]
+        probs = self.scorer.score([p for p, _ in flat], [h for _, h in flat]) if flat else []
+        out, start = [], 0
+        for r in requests:
+            out.append([[float(x) for x in row] for row in probs[start:start + len(r)]])
+            start += len(r)
+        return out
+
+    async def score(self, pairs: list) -> list[list[float]]:
+        """Handle API: [(premise, hypothesis), ...] -> [[E, N, C], ...]."""
+        return await self._batch([(str(p), str(h)) for p, h in pairs])
+
+    async def __call__(self, request) -> Any:
+        from starlette.responses import JSONResponse
+
+        try:
+            pairs = parse_pairs(await request.body(), self.cfg.limits)
+        except RequestError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        probs = await self._batch(pairs)
+        return JSONResponse({"probs": probs, "labels": self.labels})
+
+
+def nli_app(cfg: NLIServeConfig):
+    """The Serve application for `cfg` (deployment options from the config)."""
+    dep = serve.deployment(
+        NLIServer, name="NLIServer",
+        autoscaling_config=cfg.autoscaling(),
+        max_ongoing_requests=cfg.max_ongoing_requests,
+        max_queued_requests=cfg.max_queued_requests,
+        ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus},
+    )
+    return dep.bind(cfg.model_dump())
+
+
+def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 8000,
+                      route: str = DEFAULT_ROUTE, name: str = APP_NAME):
+    """Start Serve's HTTP proxy (127.0.0.1 by default) and the NLI app; its handle."""
+    serve.start(http_options={"host": host, "port": port})
+    return serve.run(nli_app(cfg), name=name, route_prefix=route)
