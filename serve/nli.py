@@ -165,3 +165,30 @@ def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the NLI app; its handle."""
     serve.start(http_options={"host": host, "port": port})
     return serve.run(nli_app(cfg), name=name, route_prefix=route)
+
+
+class ServeNLIClient:
+    """`score(premises, hypotheses)` through a running deployment: the pairs go out in
+    chunks, concurrently, so the replicas' `@serve.batch` can merge them; the same
+    interface as the in-process `NLIScorer`, so metric code does not care which."""
+
+    def __init__(self, handle, chunk: int = 256):
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        self.handle = handle
+        self.chunk = int(chunk)
+
+    @classmethod
+    def connect(cls, app_name: str = APP_NAME, deployment: str = "NLIServer", **kw) -> "ServeNLIClient":
+        """A client for a deployment already running on this Ray cluster."""
+        return cls(serve.get_deployment_handle(deployment, app_name=app_name), **kw)
+
+    def score(self, premises, hypotheses, batch_size=None):
+        import numpy as np
+
+        if len(premises) != len(hypotheses):
+            raise ValueError(f"{len(premises)} premises but {len(hypotheses)} hypotheses")
+        pairs = list(zip(premises, hypotheses))
+        calls = [self.handle.score.remote(pairs[i:i + self.chunk]) for i in range(0, len(pairs), self.chunk)]
+        rows = [row for call in calls for row in call.result()]
+        return np.asarray(rows, dtype=np.float32).reshape(-1, 3)

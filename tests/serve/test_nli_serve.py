@@ -14,6 +14,7 @@ from serve.nli import (
     NLIServeConfig,
     RequestError,
     ServeLimits,
+    ServeNLIClient,
     parse_pairs,
     start_nli_service,
 )
@@ -83,6 +84,8 @@ def test_http_and_handle_answers_equal_in_process_scoring(serve_app, tiny_nli):
     assert answers[0].json()["labels"] == ["entailment", "neutral", "contradiction"]
     via_handle = handle.score.remote([tuple(p) for p in pairs]).result()
     np.testing.assert_allclose(via_handle, local, atol=1e-5)
+    client = ServeNLIClient(handle, chunk=2)
+    np.testing.assert_allclose(client.score([p for p, _ in pairs], [h for _, h in pairs]), local, atol=1e-5)
     bad = httpx.post(url, content=b"{oops", timeout=30)
     assert bad.status_code == 400 and "JSON" in bad.json()["error"]
     big = httpx.post(url, json={"pairs": [["a", "b"]] * (cfg.limits.max_pairs + 1)}, timeout=30)
