@@ -179,7 +179,7 @@ class ServeNLIClient:
         self.chunk = int(chunk)
 
     @classmethod
-    def connect(cls, app_name: str = APP_NAME, deployment: str = "NLIServer", **kw) -> "ServeNLIClient":
+    def connect(cls, app_name: str = APP_NAME, deployment: str = "NLIServer", **kw) -> ServeNLIClient:
         """A client for a deployment already running on this Ray cluster."""
         return cls(serve.get_deployment_handle(deployment, app_name=app_name), **kw)
 
