@@ -54,8 +54,10 @@ class NLIServeConfig(BaseModel):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     target_ongoing_requests: float = Field(4, gt=0)
-    max_ongoing_requests: int = Field(16, ge=1)
-    max_queued_requests: int = Field(64, ge=1)
+    # Requests in flight per replica: with one-pair requests, fewer than max_batch_pairs
+    # could never fill a batch (measured in benchmarks/bench_nli.py).
+    max_ongoing_requests: int = Field(64, ge=1)
+    max_queued_requests: int = Field(256, ge=1)
     num_cpus: float = Field(1, gt=0)
     num_gpus: float = Field(0, ge=0)
     limits: ServeLimits = Field(default_factory=ServeLimits)
