@@ -70,8 +70,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.subprocess_run import run_side  # noqa: E402
-from models.encoders.nli import NLIScorer  # noqa: E402  (light: torch is imported lazily)
+from benchmarks.subprocess_run import run_side
+from models.encoders.nli import NLIScorer  # light: torch is imported lazily
 
 CACHE = Path("/tmp/rexeval-bench-nli")
 SOURCE_MODEL = "all-MiniLM-L6-v2"
@@ -397,7 +397,7 @@ def _child(side, params, out_path):
 
     torch.set_num_threads(params["threads"])
     t0 = time.perf_counter()
-    gen, ref, items, pairs, per_example = load_data(params)
+    _, _, _, pairs, per_example = load_data(params)
     setup = time.perf_counter() - t0
     res, arrays = SIDES[side](params, pairs, per_example)
     res.update({"side": side, "fingerprint": fingerprint(pairs), "data_setup_s": setup,

@@ -9,10 +9,11 @@ over all splits, so a test interaction's ground truth is always among its candid
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from models.recommenders.base import TrainGraph
@@ -36,8 +37,6 @@ def _read(root: Path, name: str):
     files = table_files(root / name) if (root / name).is_dir() else []
     if not files:
         raise FileNotFoundError(f"{root}: no {name}/ table; is this an `rexeval star build` folder?")
-    import pyarrow as pa
-
     t = pa.concat_tables([pq.read_table(f) for f in files])
     missing = [f.name for f in BUILD_TABLES[name] if f.name not in t.column_names]
     if missing:
@@ -62,6 +61,7 @@ class StarData:
     statement_ids: np.ndarray  # [S] object: cluster_id
     user_ids: np.ndarray  # [U] object
     item_ids: np.ndarray  # [N] object
+    _candidates: dict = field(default_factory=dict, repr=False, compare=False)  # level -> CSR
 
     @classmethod
     def from_arrays(cls, inter_user, inter_item, inter_split, triplets: np.ndarray,
@@ -115,8 +115,6 @@ class StarData:
     def save(self, path: str | Path) -> Path:
         """Write the three build tables (the format `rexeval star build` writes), so data
         made in memory (tests, benchmarks) can go through the jobs and Ray Tune."""
-        import pyarrow as pa
-
         from pipelines.io import write_parquet_atomic
         from pipelines.star_build import CANDIDATES, INTERACTIONS, TRIPLETS
 
@@ -173,7 +171,8 @@ class StarData:
             raise ValueError(f"unknown level {level!r}; choose from {', '.join(LEVELS)}")
         if level == "global":
             return None
-        every = self.triplet_arrays(np.arange(self.n_interactions))
-        if level == "item":
-            return csr(every[:, 1], every[:, 2], self.n_items)
-        return csr(every[:, 0], every[:, 2], self.n_users)
+        if level not in self._candidates:  # built once: evaluation asks every epoch
+            every = self.triplet_arrays(np.arange(self.n_interactions))
+            self._candidates[level] = (csr(every[:, 1], every[:, 2], self.n_items) if level == "item"
+                                       else csr(every[:, 0], every[:, 2], self.n_users))
+        return self._candidates[level]

@@ -47,13 +47,10 @@ def batch_rows(n_statements: int, max_elements: int = MAX_ELEMENTS, cap: int = 4
 def mask_to_candidates(scores: torch.Tensor, keys: torch.Tensor,
                        cand: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     """Scores with every non-candidate set to -inf (a new tensor; the input is kept)."""
-    offsets, values = cand
-    starts, ends = offsets[keys], offsets[keys + 1]
-    lengths = ends - starts
-    row = torch.repeat_interleave(torch.arange(len(keys), device=scores.device), lengths)
-    within = torch.arange(int(lengths.sum()), device=scores.device) - torch.repeat_interleave(
-        torch.cumsum(lengths, 0) - lengths, lengths)
-    col = values[torch.repeat_interleave(starts, lengths) + within]
+    lists = pad_positives(cand[0], cand[1], keys)  # the same CSR gather as the ground truth
+    row = torch.arange(len(keys), device=scores.device).unsqueeze(1).expand_as(lists)
+    ok = lists >= 0
+    row, col = row[ok], lists[ok]
     out = torch.full_like(scores, float("-inf"))
     out[row, col] = scores[row, col]
     return out

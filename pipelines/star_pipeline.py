@@ -148,20 +148,18 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
 def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
                         features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
     """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
-    from pipelines.star_train import load_checkpoint_model
+    from pipelines.star_train import load_checkpoint_model, read_checkpoint
 
     data = StarData.load(cfg.data)
     t = time.time()
-    import torch
-
+    state = read_checkpoint(checkpoint, cfg.device)
     if features_path is None:  # BPER+: the features the model was trained with
-        saved = torch.load(Path(checkpoint) / "state.pt", weights_only=False, map_location="cpu")
-        features_path = saved.get("features_path") if saved["settings"]["model"] == "bper+" else None
+        features_path = state.get("features_path") if state["settings"]["model"] == "bper+" else None
         if features_path and not Path(features_path).exists():
             raise FileNotFoundError(f"{checkpoint} was trained with statement features {features_path}, "
                                     "which is gone; pass --features")
     features = np.load(features_path) if features_path else None
-    model, state = load_checkpoint_model(checkpoint, data, features, cfg.device)
+    model, state = load_checkpoint_model(checkpoint, data, features, cfg.device, state=state)
     name = method or state["settings"]["model"].upper()
     res = evaluate(model, data, split=cfg.split, levels=cfg.levels, ks=cfg.ks, device=cfg.device,
                    ndcg_norm=cfg.ndcg_norm, batch_size=cfg.batch_size, progress=progress)
@@ -208,6 +206,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         TrainSettings,
         best_checkpoint,
         load_checkpoint_model,
+        read_checkpoint,
         run_tune,
         statement_features,
         trial_table,
@@ -251,7 +250,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     ecfg = EvalSettings(data=job.data, out=job.out, levels=job.levels, ndcg_norm=job.ndcg_norm, device=device)
     with ck.as_directory() as d:
         summary = evaluate_checkpoint(ecfg, d, method, features_path, progress)
-        state_epoch = load_checkpoint_model(d, data, features, device)[1]["epoch"]
+        state_epoch = read_checkpoint(d)["epoch"]
     best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": state_epoch,
             metric: float(best_result.metrics_dataframe[metric].max()), "checkpoint": ck.path}
     progress(f"  best: {best['config'] or 'the only configuration'} at epoch {state_epoch} "

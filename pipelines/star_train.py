@@ -103,13 +103,13 @@ def train_epoch(model, opt, triplets: torch.Tensor, n_statements: int, n_items: 
                 batch_size: int, gen: torch.Generator) -> float:
     """One pass over the training triplets with fresh negatives; mean batch loss."""
     model.train()
+    dev = next(model.parameters()).device
     order = torch.randperm(len(triplets), generator=gen)
     total, batches = 0.0, 0
     for start in range(0, len(order), batch_size):
         b = triplets[order[start:start + batch_size]]
         neg = torch.randint(n_statements, (len(b),), generator=gen)
         neg_items = torch.randint(n_items, (len(b),), generator=gen)
-        dev = next(model.parameters()).device
         loss = model.loss(b[:, 0].to(dev), b[:, 1].to(dev), b[:, 2].to(dev), neg.to(dev), neg_items.to(dev))
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -189,10 +189,16 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
             break
 
 
+def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:
+    """The state `star_trainable` saved in an epoch checkpoint (settings, epoch, weights...)."""
+    return torch.load(Path(checkpoint_dir) / "state.pt", weights_only=False, map_location=device)
+
+
 def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: np.ndarray | None,
-                          device: str = "cpu"):
-    """Rebuild the model saved by `star_trainable` in an epoch checkpoint."""
-    state = torch.load(Path(checkpoint_dir) / "state.pt", weights_only=False, map_location=device)
+                          device: str = "cpu", state: dict | None = None):
+    """Rebuild the model saved by `star_trainable` in an epoch checkpoint (from `state`
+    when it was already read)."""
+    state = read_checkpoint(checkpoint_dir, device) if state is None else state
     model = build_model(state["settings"], data, features, device)
     model.load_state_dict(state["model"])
     model.eval()

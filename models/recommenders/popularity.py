@@ -91,8 +91,8 @@ class _CountRanker(Ranker):
     def score_all(self, users, items, rows):
         keys = self._keys(users, items)
         if self.key == "global":
-            dense = np.broadcast_to(self.counts.toarray(), (len(keys), self.counts.shape[1]))
-            return torch.from_numpy(np.ascontiguousarray(dense)).to(users.device)
+            row = torch.from_numpy(self.counts.toarray()[0]).to(users.device)
+            return row.unsqueeze(0).expand(len(keys), -1).clone()
         return torch.from_numpy(self.counts[keys].toarray()).to(users.device)
 
 
