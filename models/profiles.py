@@ -43,6 +43,12 @@ class ModelSet(BaseModel):
     sentence_splitter: str | None = Field(description="Punkt sentence splitter")
     statement_encoder: str | None = Field(
         description="sentence encoder for BPER+'s statement features (ranking benchmark)")
+    summac_conv: str | None = Field(description="SummaC-Conv aggregation weights (a .bin file)")
+    alignscore: str | None = Field(description="AlignScore checkpoint (a .ckpt file)")
+    bartscore: str | None = Field(description="BART sequence-to-sequence model behind BARTScore")
+    bleurt: str | None = Field(description="BLEURT regression model (Hugging Face format)")
+    questeval_qg: str | None = Field(description="T5 question generator for QuestEval")
+    questeval_qa: str | None = Field(description="T5 question answerer for QuestEval")
 
 
 ROLES: dict[str, str] = {name: f.description or "" for name, f in ModelSet.model_fields.items()}
