@@ -55,7 +55,9 @@ def format_results_table(agg: pd.DataFrame, dataset: str = "", metrics: Sequence
                          systems: Sequence[str] | None = None,
                          higher_is_better: Callable[[str], bool] = lambda m: True) -> str:
     """Markdown in the layout of seed 000's Tables III–VI: one row per metric, one column
-    per system, "mean±std"; the best system per metric in bold, the worst in italics."""
+    per system, "mean±std" (the mean alone where there is no std, as for corpus-level
+    metrics); the best system per metric in bold, the worst in italics (no marks when all
+    systems tie)."""
     metrics = list(metrics) if metrics is not None else list(dict.fromkeys(agg["metric"]))
     systems = list(systems) if systems is not None else list(dict.fromkeys(agg["system"]))
     table = agg.set_index(["metric", "system"])
@@ -64,7 +66,7 @@ def format_results_table(agg: pd.DataFrame, dataset: str = "", metrics: Sequence
         means = {s: table.loc[(metric, s), "mean"] for s in systems if (metric, s) in table.index}
         finite = {s: v for s, v in means.items() if np.isfinite(v)}
         best = worst = None
-        if len(finite) > 1:
+        if len(finite) > 1 and len(set(finite.values())) > 1:
             pick = max if higher_is_better(metric) else min
             other = min if higher_is_better(metric) else max
             best, worst = pick(finite, key=finite.get), other(finite, key=finite.get)
@@ -74,7 +76,8 @@ def format_results_table(agg: pd.DataFrame, dataset: str = "", metrics: Sequence
                 cells.append("–")
                 continue
             r = table.loc[(metric, s)]
-            text = "–" if not np.isfinite(r["mean"]) else f"{r['mean']:.4f}±{r['std']:.4f}"
+            text = ("–" if not np.isfinite(r["mean"]) else f"{r['mean']:.4f}" if not np.isfinite(r["std"])
+                    else f"{r['mean']:.4f}±{r['std']:.4f}")
             cells.append(f"**{text}**" if s == best else f"*{text}*" if s == worst else text)
         lines.append(f"| {dataset if i == 0 else ''} | {metric} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -72,9 +72,10 @@ SummaC-ZS and AlignScore (eq. 4, 5)
 -----------------------------------
 Both aggregate a pair-score matrix X [n, m] (rows: units of the checked text, columns:
 units of the source) as 1/n sum_k max_l X_kl, which is `max_mean`, the same function
-that gives St*-P and St*-R. ``summac_zs`` builds X = E - C (default, ``zs_score="e-c"``)
-or X = E (``zs_score="e"``) from NLI probabilities; ``alignscore`` takes the ALIGNED
-probabilities directly.
+that gives St*-P and St*-R. ``summac_zs`` with ``zs_score="e"`` is exactly that with
+X = E; with the default ``"e-c"`` it follows the summac package the seed used, which
+takes the maxima of E and of C separately (max_l E_kl - max_l C_kl per row), so its
+values match the seed's tables. ``alignscore`` takes the ALIGNED probabilities directly.
 
 Vectorised layout (``statement_nli_batch``)
 -------------------------------------------
@@ -344,16 +345,23 @@ def statement_nli_metrics(
 
 
 @register_metric("summac_zs", inputs=("nli_sentence_pairs",),
-                 description="SummaC-ZS: mean over checked sentences of the best pair score "
-                             "X = E - C (or E) against any source sentence (eq. 4)")
+                 description="SummaC-ZS: mean over checked sentences of the best entailment "
+                             "minus the strongest contradiction (or the best entailment) over "
+                             "source sentences (eq. 4, as the summac package computes it)")
 def summac_zs(probs, *, zs_score: str = "e-c", empty: str = "skip") -> float:
     """SummaC-ZS (eq. 4) from NLI probabilities [n, m, 3]: entry [k, l] =
-    NLI(premise=b_l, hypothesis=a_k). X = E - C for zs_score="e-c" (SummaC's default,
-    the seed's choice), X = E for zs_score="e"."""
+    NLI(premise=b_l, hypothesis=a_k). zs_score="e-c" (SummaC's default, the seed's
+    choice) follows the summac package the seed ran: per checked sentence, the best
+    entailment minus the strongest contradiction over source sentences,
+    max_l E_kl - max_l C_kl (not max_l of E_kl - C_kl); zs_score="e" is max_l E_kl.
+    `metrics.summac` computes the same for many examples and is tested against the
+    package."""
     _check_policy(zs_score, ZS_SCORES, "zs_score")
     p = _pair_probs(probs, "probs")
-    x = score_coh(p) if zs_score == "e-c" else score_ent(p)
-    return max_mean(x, empty)
+    if zs_score == "e":
+        return max_mean(score_ent(p), empty)
+    e, c = max_mean(p[..., ENT], empty), max_mean(p[..., CON], empty)
+    return e - c if np.isfinite(e) and np.isfinite(c) else e if not np.isfinite(e) else c
 
 
 @register_metric("alignscore", inputs=("alignment_chunk_pairs",),

@@ -108,8 +108,22 @@ SCORE_AGGREGATES = pa.schema(
         pa.field("mean", pa.float64()),
         pa.field("std", pa.float64()),
         pa.field("n", pa.int64(), nullable=False),
+        pa.field("n_missing", pa.int64()),  # examples the metric left NaN (e.g. empty sets)
         pa.field("ci_low", pa.float64()),
         pa.field("ci_high", pa.float64()),
+        pa.field("kind", pa.string()),  # per_example | corpus (one value, no std or interval)
+    ]
+)
+
+# Statements of generated explanations, keyed like the explanations they came from
+# (the extraction stage's output mapped back, or a file the user brings).
+EXPLANATION_STATEMENTS = pa.schema(
+    [
+        pa.field("example_id", pa.string(), nullable=False),
+        pa.field("system", pa.string(), nullable=False),
+        pa.field("statement", pa.string(), nullable=False),
+        pa.field("topic", pa.string()),
+        pa.field("sentiment", pa.string()),
     ]
 )
 
@@ -135,6 +149,7 @@ TABLES: dict[str, pa.Schema] = {
     "sentences": SENTENCES,
     "scores": SCORES,
     "score_aggregates": SCORE_AGGREGATES,
+    "explanation_statements": EXPLANATION_STATEMENTS,
 }
 
 SPLIT_NAMES = ("train", "valid", "test")

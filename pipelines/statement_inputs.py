@@ -77,22 +77,22 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise SchemaError("statements", str(p), n, None, f"not JSON: {exc.msg}") from None
+            raise SchemaError("statements", str(p), None, n, f"not JSON: {exc.msg}") from None
         keys = next((k for k in ANNOTATION_KEYS if all(x in obj for x in k)), None)
         if keys is None:
-            raise SchemaError("statements", str(p), n, "reviewerID",
+            raise SchemaError("statements", str(p), "reviewerID", n,
                               "needs reviewerID, asin, unixReviewTime (or user_id, item_id, timestamp)")
         user, item, ts = (obj[k] for k in keys)
         rid = review_ids([str(user)], [str(item)], [int(ts)])[0]
         items = obj.get("statements")
         if not isinstance(items, list):
-            raise SchemaError("statements", str(p), n, "statements", "must be a list")
+            raise SchemaError("statements", str(p), "statements", n, "must be a list")
         for i, st in enumerate(items):
             text, sent = (st.get("statement"), st.get("sentiment")) if isinstance(st, dict) else (None, None)
             if not isinstance(text, str) or not text.strip():
-                raise SchemaError("statements", str(p), n, f"statements[{i}].statement", "missing or empty")
+                raise SchemaError("statements", str(p), f"statements[{i}].statement", n, "missing or empty")
             if sent not in SENTIMENTS:
-                raise SchemaError("statements", str(p), n, f"statements[{i}].sentiment",
+                raise SchemaError("statements", str(p), f"statements[{i}].sentiment", n,
                                   f"{sent!r} is not one of {', '.join(SENTIMENTS)}")
             cols["statement_id"].append(statement_id(rid, stage, text, sent))
             cols["review_id"].append(rid)

@@ -5,6 +5,7 @@ import click
 
 from ray_jobs.cluster import cluster_cmd, cluster_report_cmd
 from ray_jobs.demo import demo_cmd
+from ray_jobs.evaluate import evaluate_cmd
 from ray_jobs.extract import extract_cmd
 from ray_jobs.extract_quality import extract_quality_cmd
 from ray_jobs.ground_truth import ground_truth_cmd
@@ -33,6 +34,7 @@ cli.add_command(ground_truth_cmd)
 cli.add_command(cluster_cmd)
 cli.add_command(cluster_report_cmd)
 cli.add_command(star_group)
+cli.add_command(evaluate_cmd)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

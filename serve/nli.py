@@ -135,9 +135,20 @@ class NLIServer:
             start += len(r)
         return out
 
+    async def _score_pairs(self, pairs: list[tuple[str, str]]) -> list[list[float]]:
+        """A request larger than one batch goes in as several batch items (Serve refuses
+        an item over `max_batch_size`); they may share batches with other requests."""
+        import asyncio
+
+        size = self.cfg.max_batch_pairs
+        if len(pairs) <= size:
+            return await self._batch(pairs)
+        parts = await asyncio.gather(*(self._batch(pairs[i:i + size]) for i in range(0, len(pairs), size)))
+        return [row for part in parts for row in part]
+
     async def score(self, pairs: list) -> list[list[float]]:
         """Handle API: [(premise, hypothesis), ...] -> [[E, N, C], ...]."""
-        return await self._batch([(str(p), str(h)) for p, h in pairs])
+        return await self._score_pairs([(str(p), str(h)) for p, h in pairs])
 
     async def __call__(self, request) -> Any:
         from starlette.responses import JSONResponse
@@ -146,7 +157,7 @@ class NLIServer:
             pairs = parse_pairs(await request.body(), self.cfg.limits)
         except RequestError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
-        probs = await self._batch(pairs)
+        probs = await self._score_pairs(pairs)
         return JSONResponse({"probs": probs, "labels": self.labels})
 
 
@@ -194,3 +205,53 @@ class ServeNLIClient:
         calls = [self.handle.score.remote(pairs[i:i + self.chunk]) for i in range(0, len(pairs), self.chunk)]
         rows = [row for call in calls for row in call.result()]
         return np.asarray(rows, dtype=np.float32).reshape(-1, 3)
+
+
+class HttpNLIClient:
+    """`score(premises, hypotheses)` against a deployment reached over HTTP (another
+    cluster, or a service shared by several teams): chunks within the server's
+    `max_pairs`, sent concurrently; 503 answers are retried with back-off."""
+
+    def __init__(self, url: str, chunk: int = 256, concurrency: int = 8, timeout_s: float = 300.0,
+                 max_retries: int = 5):
+        self.url = url
+        self.chunk = int(chunk)
+        self.concurrency = int(concurrency)
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+
+    def _post(self, client, pairs: list) -> list:
+        import time
+
+        for attempt in range(self.max_retries + 1):
+            r = client.post(self.url, json={"pairs": [list(p) for p in pairs]})
+            if r.status_code == 503 and attempt < self.max_retries:
+                time.sleep(0.2 * 2 ** attempt)
+                continue
+            if r.status_code != 200:
+                raise RuntimeError(f"NLI service {self.url} answered {r.status_code}: {r.text[:300]}")
+            return r.json()["probs"]
+        raise AssertionError("unreachable")
+
+    def score(self, premises, hypotheses, batch_size=None):
+        from concurrent.futures import ThreadPoolExecutor
+
+        import httpx
+        import numpy as np
+
+        if len(premises) != len(hypotheses):
+            raise ValueError(f"{len(premises)} premises but {len(hypotheses)} hypotheses")
+        pairs = list(zip(premises, hypotheses))
+        chunks = [pairs[i:i + self.chunk] for i in range(0, len(pairs), self.chunk)]
+        with httpx.Client(timeout=self.timeout_s) as client, ThreadPoolExecutor(self.concurrency) as pool:
+            rows = [row for part in pool.map(lambda c: self._post(client, c), chunks) for row in part]
+        return np.asarray(rows, dtype=np.float32).reshape(-1, 3)
+
+
+def running_apps() -> set[str]:
+    """Names of the Serve applications running on the connected Ray cluster."""
+    try:
+        return {name for name, app in serve.status().applications.items()
+                if str(app.status).endswith("RUNNING")}
+    except Exception:  # noqa: BLE001  (Serve not started on this cluster: nothing runs)
+        return set()

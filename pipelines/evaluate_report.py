@@ -1,0 +1,74 @@
+"""Seed 000's results tables (III-VI, plus the n-gram and feature metrics) from the
+aggregates of `rexeval evaluate`, as Markdown and CSV."""
+from __future__ import annotations
+
+import io
+
+import pandas as pd
+
+from metrics.aggregate import format_results_table
+
+# (title, [(metric, label)]): the seed's tables, in its order and naming.
+TABLES: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Table III: LLM-based statement-level metrics",
+     [("st2exp_p", "St2Exp-P"), ("st2exp_r", "St2Exp-R"), ("st2exp_f1", "St2Exp-F1")]),
+    ("Table IV: NLI-based statement-level metrics",
+     [("stent_p", "StEnt-P"), ("stent_r", "StEnt-R"), ("stent_f1", "StEnt-F1"),
+      ("stent_bin_p", "StEnt-bin-P"), ("stent_bin_r", "StEnt-bin-R"), ("stent_bin_f1", "StEnt-bin-F1"),
+      ("stcoh_p", "StCoh-P"), ("stcoh_r", "StCoh-R")]),
+    ("Table V: standard NLI and QG-QA metrics",
+     [("alignscore", "AlignScore"), ("summac_zs", "SummaC-ZS"), ("summac_conv", "SummaC-Conv"),
+      ("questeval", "QuestEval")]),
+    ("Table VI: text similarity metrics",
+     [("bertscore-p", "BERT-P"), ("bertscore-r", "BERT-R"), ("bertscore-f1", "BERT-F1"), ("sts", "STS"),
+      ("bartscore", "BART"), ("bleurt", "BLEURT")]),
+    ("n-gram and feature metrics",
+     [("bleu-1", "BLEU-1"), ("bleu-4", "BLEU-4"), ("sentence-bleu-1", "sentence BLEU-1"),
+      ("sentence-bleu-4", "sentence BLEU-4"), ("rouge-1-f", "ROUGE-1"), ("rouge-2-f", "ROUGE-2"),
+      ("rouge-l-f", "ROUGE-L"), ("meteor", "METEOR"), ("usr", "USR"), ("fmr", "FMR"), ("fcr", "FCR"),
+      ("div", "DIV")]),
+]
+
+
+def _higher_is_better(metric: str) -> bool:
+    import metrics.statement_level  # noqa: F401  (registers the statement metrics)
+    import metrics.text_overlap  # noqa: F401
+    from metrics.registry import METRICS
+
+    info = METRICS.get(metric)
+    return True if info is None else info.higher_is_better
+
+
+def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None) -> str:
+    """Every table that has at least one computed metric; best system per metric in
+    bold, worst in italics (direction from the metric registry)."""
+    systems = systems or sorted(agg["system"].unique())
+    labels = {m: lab for _, rows in TABLES for m, lab in rows}
+    out = []
+    for title, rows in TABLES:
+        present = [m for m, _ in rows if m in set(agg["metric"])]
+        if not present:
+            continue
+        table = format_results_table(agg, dataset=dataset, metrics=present, systems=systems,
+                                     higher_is_better=_higher_is_better)
+        for m in present:
+            table = table.replace(f"| {m} |", f"| {labels[m]} |", 1)
+        out.append(f"### {title}\n\n{table}")
+    return "\n".join(out)
+
+
+def results_csv(agg: pd.DataFrame) -> str:
+    """One row per (table, metric, system) with mean, std, n, n_missing and the interval."""
+    order = {m: (i, j, lab, title) for i, (title, rows) in enumerate(TABLES) for j, (m, lab) in enumerate(rows)}
+    rows = []
+    for r in agg.to_dict("records"):
+        i, j, label, title = order.get(r["metric"], (len(TABLES), 0, r["metric"], "other"))
+        rows.append({"table": title, "metric": label, "key": r["metric"], "system": r["system"],
+                     **{k: r.get(k) for k in ("mean", "std", "n", "n_missing", "ci_low", "ci_high", "kind")},
+                     "_o": (i, j)})
+    df = pd.DataFrame(rows)
+    if len(df):
+        df = df.sort_values(["_o", "system"], kind="stable").drop(columns="_o")
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, float_format="%.6g")
+    return buf.getvalue()

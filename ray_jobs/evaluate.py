@@ -1,0 +1,114 @@
+"""`rexeval evaluate`: score explanations against references (python -m ray_jobs.evaluate)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from pipelines.evaluate_pipeline import EvaluateConfig, run_evaluate
+from pipelines.ray_runtime import init_ray
+from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+
+
+@click.command("evaluate")
+@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
+@click.option("--out", "-o", help="Output folder (scores, aggregates, tables, report).")
+@click.option("--references", type=click.Path(exists=True, file_okay=False),
+              help="`rexeval ground-truth` output folder: reference texts and statement sentences.")
+@click.option("--statements", multiple=True, type=click.Path(exists=True),
+              help="Statements of the generated explanations (example_id, system, statement, "
+                   "sentiment[, topic]) as Parquet or JSON lines; repeatable.")
+@click.option("--extract", is_flag=True, default=None,
+              help="Extract statements (seed 000 triplets, with the profile's llm) for the systems "
+                   "that came without them.")
+@click.option("--domain", help="Topic table used by --extract (default: none).")
+@click.option("--metrics", "metrics_", multiple=True,
+              help="Families or metric names to run (default all): overlap, meteor, bertscore, sts, "
+                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval, "
+                   "st2exp, corpus; or e.g. stent_p.")
+@click.option("--skip", multiple=True, help="Families or metric names to leave out.")
+@click.option("--system", "systems", multiple=True, help="Only these systems.")
+@click.option("--limit", type=int, help="Only the first N examples of each system.")
+@click.option("--empty", type=click.Choice(["skip", "zero"]),
+              help="An example with an empty statement set: left out of the means (skip, "
+                   "default, and counted) or scored 0.")
+@click.option("--unparseable", type=click.Choice(["zero", "skip"]),
+              help="An St2Exp verifier answer without a verdict: counts as unsupported (zero, "
+                   "default) or is left out; counted either way.")
+@click.option("--nli-service",
+              help="auto (default: use the running rexeval-nli Serve app, else start one with the "
+                   "profile's nli model and stop it at the end), none (in-process model), "
+                   "serve:APP, or an http(s) URL of a running deployment.")
+@click.option("--nli-scorer", metavar="MODULE:CLASS",
+              help="Class that scores NLI pairs from a model location (default: the Hugging Face engine, "
+                   "models.encoders.nli:NLIScorer).")
+@click.option("--nli-replicas", type=int, help="Max replicas of a deployment this job starts.")
+@click.option("--nli-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
+@click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts (127.0.0.1).")
+@click.option("--device", help="auto (default), cpu or cuda for the metric models.")
+@click.option("--chunk-size", type=int, help="Examples per shard, the unit of resume (default 512).")
+@click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95%% interval (0: none).")
+@click.option("--dataset", help="Dataset name shown in the tables.")
+@click.option("--overwrite", is_flag=True, help="Replace an output folder made from other inputs.")
+@llm_options
+@config_option
+@user_errors
+def evaluate_cmd(explanations, out, references, statements, extract, domain, metrics_, skip, systems, limit,
+                 empty, unparseable, nli_service, nli_scorer, nli_replicas, nli_gpus, serve_port, device, chunk_size,
+                 bootstrap, dataset, overwrite, config_file, llm):
+    """Score generated explanations against ground truth with seed 000's metrics.
+
+    EXPLANATIONS are tables of explanations (example_id, system, user_id, item_id,
+    explanation[, reference]), one or several systems each. Writes per-example scores in
+    long format (scores.parquet), mean ± std, n and a bootstrap 95% interval per system
+    and metric (aggregates.parquet), Tables III-VI (tables.md, tables.csv) and
+    report.json, which lists every metric that was skipped and why. Metrics whose model
+    the profile lacks are skipped, never replaced: the local profile has no NLI model,
+    so pass one with --model nli=/path/to/nli-checkpoint for StEnt/StCoh/SummaC.
+    Re-running the same command resumes where it stopped.
+
+    Examples:
+
+      rexeval evaluate runs/gen/explanations.parquet --references runs/demo/ground_truth
+      --statements runs/gen/statements.parquet --out runs/eval
+
+      rexeval evaluate runs/gen --references runs/gt --extract --model nli=/models/deberta-large-mnli
+      --skip st2exp --out runs/eval
+    """
+    started = time.time()
+    cfg = load_config(EvaluateConfig, config_file, explanations=list(explanations) or None, out=out,
+                      references=references, statements=statements, extract=extract, domain=domain,
+                      metrics=metrics_, skip=skip, systems=systems, limit=limit, empty=empty,
+                      unparseable=unparseable, nli_service=nli_service, nli_scorer=nli_scorer,
+                      nli_replicas=nli_replicas,
+                      nli_gpus=nli_gpus, serve_port=serve_port, device=device, chunk_size=chunk_size,
+                      bootstrap=bootstrap, dataset=dataset, **llm)
+    init_ray()
+    report = run_evaluate(cfg, overwrite=overwrite, progress=click.echo)
+    print_report(report)
+    summary("evaluate", report["counts"], started,
+            {"scores": f"{cfg.out}/scores.parquet", "tables": f"{cfg.out}/tables.md",
+             "report": f"{cfg.out}/report.json"})
+    return report
+
+
+def print_report(report: dict) -> None:
+    click.echo("")
+    click.echo(report["tables_md"])
+    for fam, counts in report["family_counts"].items():
+        interesting = {k: v for k, v in counts.items() if k.startswith(("n_empty", "n_skipped", "nli_", "verifier_"))}
+        if interesting:
+            click.echo(f"  {fam}: " + ", ".join(f"{k}={v}" for k, v in interesting.items()))
+    for fam, why in report["skipped"].items():
+        click.echo(f"  skipped {fam}: {why}")
+    for fam, per in report["skipped_for_systems"].items():
+        for system, why in per.items():
+            click.echo(f"  skipped {fam} for {system}: {why}")
+
+
+def main():  # python -m ray_jobs.evaluate
+    evaluate_cmd()
+
+
+if __name__ == "__main__":
+    main()
