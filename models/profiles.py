@@ -39,7 +39,7 @@ class ModelSet(BaseModel):
     nli: str | None = Field(description="NLI classifier (StEnt, StCoh, SummaC)")
     bertscore_model: str | None = Field(description="encoder behind BERTScore")
     sts: str | None = Field(description="sentence encoder for STS cosine similarity")
-    spacy: str | None = Field(description="spaCy pipeline (parsing, AlignScore splitting)")
+    spacy: str | None = Field(description="spaCy pipeline (parsing, QuestEval answer selection)")
     sentence_splitter: str | None = Field(description="Punkt sentence splitter")
     statement_encoder: str | None = Field(
         description="sentence encoder for BPER+'s statement features (ranking benchmark)")

@@ -210,3 +210,29 @@ def explanation_statements(statements: pa.Table, system: str) -> pa.Table:
 
 def systems_of(examples: pa.Table) -> list[str]:
     return sorted(pc.unique(examples.column("system")).to_pylist())
+
+
+def write_flip_benchmark(statements: pa.Table, root: str | Path, system: str = "flipped") -> dict[str, str]:
+    """The demo's two systems from one STATEMENTS table: the rule-built ground truth
+    (also the reference) and a copy with every sentiment flipped, written as a
+    ground-truth folder, one explanations table and one statements table. Both
+    systems' statements are known by construction (the rules that wrote the texts)."""
+    from pipelines.ground_truth import ground_truth_tables
+    from pipelines.io import write_parquet_atomic
+    from pipelines.schema import EXPLANATIONS
+
+    root = Path(root)
+    truth, sentences = ground_truth_tables(statements)
+    flipped_st = sentiment_flipped(statements)
+    flipped, _ = ground_truth_tables(flipped_st)
+    flipped = flipped.set_column(flipped.schema.get_field_index("system"), EXPLANATIONS.field("system"),
+                                 pa.array([system] * flipped.num_rows, pa.string()))
+    gt_system = truth.column("system")[0].as_py() if truth.num_rows else "ground_truth"
+    paths = {"references": str(root / "ground_truth"), "explanations": str(root / "explanations.parquet"),
+             "statements": str(root / "statements.parquet")}
+    write_parquet_atomic(root / "ground_truth" / "explanations" / "part-00000.parquet", truth)
+    write_parquet_atomic(root / "ground_truth" / "sentences" / "part-00000.parquet", sentences)
+    write_parquet_atomic(paths["explanations"], pa.concat_tables([truth, flipped]))
+    write_parquet_atomic(paths["statements"], pa.concat_tables([explanation_statements(statements, gt_system),
+                                                                explanation_statements(flipped_st, system)]))
+    return paths

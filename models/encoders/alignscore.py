@@ -2,8 +2,9 @@
 
 AlignScore (Zha et al., 2023; seed 000, eq. 5) is a RoBERTa encoder with three small
 heads trained on many "is text B supported by text A" tasks. rexeval uses its 3-way
-head (ALIGNED / contradiction / neutral, softmax) and reads the ALIGNED probability,
-as the AlignScore package does in its "nli_sp" evaluation mode. This module scores
+head (ALIGNED / neutral / contradiction, MNLI's label order; softmax) and reads the
+ALIGNED probability, as the AlignScore package does in its "nli_sp" evaluation mode.
+This module scores
 (premise, hypothesis) pairs; splitting texts into context chunks and claim sentences
 and the max-then-mean aggregation live in `metrics/alignment.py`.
 
@@ -45,8 +46,9 @@ Pairs are read as "<s> premise </s></s> hypothesis </s>" (premise = a context ch
 hypothesis = a claim sentence). Efficiency is the shared machinery of
 `pair_batching.py`: each distinct pair is scored once; pairs are tokenised in one call,
 sorted by length and cut into batches padded to their own longest pair (the package
-pads every pair to 512 tokens: same result up to float rounding, since padding is
-masked), forward passes under `torch.inference_mode`; `last_stats` records the work.
+pads every pair to the tokenizer's model_max_length, 512: same result up to float
+rounding, since padding is masked), forward passes under `torch.inference_mode`;
+`last_stats` records the work.
 Truncation is the NLI engine's (shared code): premise tokens go first, which is the
 package's "only_first"; only a hypothesis too long to fit alone is cut too (the package
 then switches its whole mini-batch of 32 pairs to "longest_first"; we switch only that
@@ -373,7 +375,8 @@ def _find_checkpoint(ref: str) -> tuple[Path, Path | None]:
         found = sorted(path.glob("*.ckpt"))
         if len(found) == 1:
             return found[0].resolve(), path.resolve()
-        what = "no .ckpt file" if not found else f"{len(found)} .ckpt files {[f.name for f in found]}"
+        names = [f.name for f in found]
+        what = f"{len(found)} .ckpt files {names}" if found else "no .ckpt file"
         raise _unavailable(ref, f"the folder holds {what}; name the checkpoint file itself")
     raise _unavailable(ref, "no such file or folder (AlignScore checkpoints are files, "
                             "not hub models)")

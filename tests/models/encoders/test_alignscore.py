@@ -94,10 +94,12 @@ def test_each_distinct_pair_once_in_input_order(scorer):
         scorer.aligned_prob(["a"], ["b", "c"])
 
 
-def test_checkpoint_without_state_extras(ckpt):
+def test_checkpoint_read_without_lightning(ckpt, base):
     state, hparams = read_alignscore_checkpoint(ckpt)
-    assert hparams["model"].endswith("roberta-tiny")
+    assert hparams["model"] == str(base)
     assert {"tri_layer.weight", "base_model.pooler.dense.weight", "mlm_head.bias"} <= set(state)
+    # no base_model=: the local folder the checkpoint's hyper-parameters name
+    assert build_alignscore(str(ckpt), device="cpu").base_model == str(base)
 
 
 # --- where the base config comes from ------------------------------------------------------
@@ -196,7 +198,5 @@ def test_builder_keys_match_the_package_model(base):
     model_mod = pytest.importorskip("alignscore.model")
     package_keys = set(model_mod.BERTAlignModel(model=str(base),
                                                 using_pretrained=False).state_dict())
-    from tests.alignscore_tiny import build_tiny_alignscore as build
-
-    path = build(base.parent / "plain.ckpt", base, use_package=False)
+    path = build_tiny_alignscore(base.parent / "plain.ckpt", base, use_package=False)
     assert set(torch.load(path, weights_only=True)["state_dict"]) == package_keys
