@@ -193,11 +193,16 @@ def _hash_file(path: Path) -> str:
 
 
 def _family_resources(cls: type[Family], cfg: EvaluateConfig) -> Resources:
+    """NLI and model-free families: one CPU per actor. Model families: the CPUs free now
+    (a running Serve replica may hold some) shared by `workers` actors."""
     if cls.uses_nli or not (cls.roles or cls.uses_llm):
         return Resources(cpus=1)
-    from pipelines.stage import worker_resources
+    if cfg.cpus_per_worker:
+        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
+    import ray
 
-    return worker_resources(cfg)
+    free = ray.available_resources().get("CPU", 1)
+    return Resources(cpus=max(1.0, float(int(free // cfg.workers))), gpus=cfg.gpus_per_worker)
 
 
 def _file_info(paths) -> list[dict]:
@@ -260,6 +265,11 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     top = ShardedOutput(root, JOB, conf, []).open(overwrite=overwrite)
     statement_files = list(cfg.statements)
     extract_errors, extracted = None, []
+    if cfg.extract and not cfg.domain:
+        from prompts import list_domains
+
+        raise ValueError("--extract needs --domain: the topic table the extraction prompt uses for the "
+                         f"explanations (one of {', '.join(list_domains())})")
     if cfg.extract:
         path, extract_errors, extracted = extract_statements(cfg, explanations, statement_files,
                                                              root / "extract", progress)
@@ -317,11 +327,22 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     service = NLIService(cfg, profile, progress)
     examples_hash = _hash_file(root / "examples.parquet")
     family_counts: dict[str, dict] = {}
+    # Families that call the NLI service run last, so the deployment's replica does
+    # not hold CPUs the other families' actor pools wait for.
+    plan.sort(key=lambda p: p[0].uses_nli)
+    nli_error: Exception | None = None
     try:
-        if any(cls.uses_nli for cls, _ in plan):
-            ctx.nli_service = service.address()
         for cls, rows in plan:
             try:
+                if cls.uses_nli and nli_error is not None:
+                    raise nli_error
+                if (cls.uses_nli and ctx.nli_service == "none" and cfg.nli_service != "none"
+                        and not family_done(root, cls, family_config(cls, ctx, cfg, rows, examples_hash))):
+                    try:
+                        ctx.nli_service = service.address()
+                    except Exception as exc:  # noqa: BLE001  (reported for every NLI family)
+                        nli_error = exc
+                        raise
                 family_counts[cls.name] = run_family(cls, ctx, cfg, root, rows, examples_hash, progress)
             except Exception as exc:  # noqa: BLE001  (one broken family must not sink the others)
                 reason = failure_reason(exc)
@@ -356,6 +377,30 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     return report
 
 
+def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows: np.ndarray,
+                  examples_hash: str) -> dict:
+    """What decides a family's results (its folder is recomputed when this changes)."""
+    return {"family": cls.name, "metrics": list(cls.metrics), "examples": examples_hash,
+            "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
+            "models": {r: ctx.refs.get(r) for r in cls.roles},
+            "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,
+            "bertscore_num_layers": ctx.bertscore_num_layers if cls.name == "bertscore" else None,
+            "nli_scorer": cfg.nli_scorer if cls.uses_nli else None,
+            "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
+
+
+def family_done(root: Path, cls: type[Family], fconf: dict) -> bool:
+    """A family whose folder is complete for these settings (then the NLI deployment
+    need not start for it)."""
+    from pipelines.io import config_hash
+
+    p = root / "families" / cls.name / "manifest.json"
+    if not p.exists():
+        return False
+    m = json.loads(p.read_text())
+    return m.get("status") == "complete" and m.get("config_hash") == config_hash(fconf)
+
+
 def failure_reason(exc: BaseException) -> str:
     """One line for the report: the root error, not Ray's wrapper around it."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
@@ -369,13 +414,7 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: P
     """One family over its examples, chunk by chunk on Ray Data; finished chunks kept."""
     from pipelines.ray_runtime import run_tasks
 
-    fconf = {"family": cls.name, "metrics": list(cls.metrics), "examples": examples_hash,
-             "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
-             "models": {r: ctx.refs.get(r) for r in cls.roles},
-             "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,
-             "bertscore_num_layers": ctx.bertscore_num_layers if cls.name == "bertscore" else None,
-             "nli_scorer": cfg.nli_scorer if cls.uses_nli else None,
-             "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
+    fconf = family_config(cls, ctx, cfg, rows, examples_hash)
     # A family's folder holds derived results only: other settings replace them.
     out = ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]).open(overwrite=True)
     n_chunks = max(1, -(-len(rows) // cfg.chunk_size))
@@ -389,9 +428,21 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: P
         res = _family_resources(cls, cfg)
         stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, out, res)
         stage.resources = res
-        for k, row in enumerate(run_tasks(todo, stage, 1 if (cls.uses_llm or cls.roles) else None), 1):
+        for k, row in enumerate(run_tasks(todo, stage, _actors(cls, res, cfg, len(todo))), 1):
             progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{len(todo)})")
     return out.finish(n_chunks)["counts"]
+
+
+def _actors(cls: type[Family], res: Resources, cfg: EvaluateConfig, tasks: int) -> int:
+    """Model families: `workers` actors (each loads the model); the others: as many as
+    the CPUs free now allow (a Serve replica may hold some), never more than tasks."""
+    if cls.uses_llm or cls.roles:
+        n = cfg.workers
+    else:
+        import ray
+
+        n = int(ray.available_resources().get("CPU", 1) // max(res.cpus, 0.001))
+    return max(1, min(n, tasks))
 
 
 def collect_scores(root: Path, families: list[str], examples: pa.Table) -> pa.Table:

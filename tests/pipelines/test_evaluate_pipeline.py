@@ -54,8 +54,7 @@ def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_pat
     assert m[("ground_truth", "bertscore-f1")] - m[("flipped", "bertscore-f1")] < 0.15
     # Outputs: long-format scores (one row per example and metric), aggregates, tables.
     scores = pq.read_table(out / "scores.parquet")
-    per_example = [f for f in rep["families_run"]]
-    assert set(per_example) == {"statement_nli", "summac_zs", "bertscore", "overlap"}
+    assert set(rep["families_run"]) == {"statement_nli", "summac_zs", "bertscore", "overlap"}
     n_metrics = 8 + 1 + 3 + 2 + 9 + 1
     assert scores.num_rows == 80 * n_metrics
     agg = pq.read_table(out / "aggregates.parquet").to_pandas()
@@ -67,19 +66,20 @@ def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_pat
     assert "StEnt-P" in (out / "tables.csv").read_text()
     # Skipped, with the reason; nothing stands in for the missing model.
     assert "alignscore" in rep["skipped"] and "no PyPI package" in rep["skipped"]["alignscore"]
-    assert rep["family_counts"]["statement_nli"]["nli_unique_pairs"] <= rep["family_counts"]["statement_nli"]["nli_pairs"]
+    nli_counts = rep["family_counts"]["statement_nli"]
+    assert 0 < nli_counts["nli_unique_pairs"] <= nli_counts["nli_pairs"]
     assert rep["nli_service"] == f"serve:{APP_NAME}" and APP_NAME not in running_apps()
 
     # Same command again: every family resumes as done, same scores.
     again = run_evaluate(cfg, progress=lambda s: None)
     assert again["family_counts"] == rep["family_counts"]
-    assert pq.read_table(out / "scores.parquet").equals(scores)
+    assert pq.read_table(out / "scores.parquet").to_pandas().equals(scores.to_pandas())  # NaN == NaN
     # One lost chunk is recomputed alone, to the same values.
     fam = out / "families" / "statement_nli"
     (fam / "_done" / "part-00001.json").unlink()
     (fam / "scores" / "part-00001.parquet").unlink()
     run_evaluate(cfg, progress=lambda s: None)
-    assert pq.read_table(out / "scores.parquet").equals(scores)
+    assert pq.read_table(out / "scores.parquet").to_pandas().equals(scores.to_pandas())
 
 
 @pytest.mark.slow
@@ -121,7 +121,9 @@ def test_st2exp_with_scripted_verifier(ray_session, bench, tmp_path):
 def test_extract_runs_the_extraction_stage_for_systems_without_statements(ray_session, bench, tmp_path):
     out = tmp_path / "eval"
     triplets = json.dumps([{"statement": "the strings are bright", "topic": "sound", "sentiment": "positive"}])
-    cfg = _cfg(bench, out, statements=[], extract=True, limit=3, metrics=["statement_nli"],
+    with pytest.raises(ValueError, match="--extract needs --domain"):
+        run_evaluate(_cfg(bench, tmp_path / "x", statements=[], extract=True), progress=lambda s: None)
+    cfg = _cfg(bench, out, statements=[], extract=True, domain="instruments", limit=3, metrics=["statement_nli"],
                systems=["flipped"], backend=LLM, backend_options={"default": triplets},
                cache=str(tmp_path / "cache.sqlite"), models={"nli": "scripted", "embedder": "none"})
     rep = run_evaluate(cfg, progress=lambda s: None)
