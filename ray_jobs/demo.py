@@ -33,7 +33,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "sample"
 @click.option("--extract-reviews", default=4, show_default=True, type=int,
               help="Reviews sent to the local LLM (0 skips the LLM stages; SmolLM2 on a CPU "
                    "answers in tens of seconds per batch).")
-@click.option("--evaluate-examples", default=40, show_default=True, type=int,
+@click.option("--evaluate-examples", default=24, show_default=True, type=int,
               help="Examples per system in the evaluation step (St2Exp asks the local LLM about "
                    "each of their statements).")
 @click.option("--nli", metavar="PATH",
@@ -88,6 +88,9 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli):
                  "the ExpGCN run is a short one, not the seed's 500 epochs")
     counts.update(_evaluate_stage(root, overwrite, steps, evaluate_examples, nli, llm=extract_reviews > 0))
     outputs["evaluation"] = str(root / "evaluation")
+    if extract_reviews > 0:
+        notes.append("St2Exp's verifier here is SmolLM2-135M: it exercises the metric, its verdicts are "
+                     "not meaningful (pass --model judge_llm=... to `rexeval evaluate` for a real judge)")
     if not nli:
         notes.append("NLI metrics were skipped: no PyPI package ships an NLI model; "
                      "pass --nli /path/to/nli-checkpoint (e.g. deberta-large-mnli) to compute them")

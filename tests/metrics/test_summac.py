@@ -50,9 +50,10 @@ def test_zs_by_hand():
     got_e = sm.summac_zs_scores(["g1|g2"], ["r1|r2|r3"], DictNLI(TABLE), zs_score="e",
                                 split=bar_split)
     assert got_e[0] == pytest.approx(0.5, abs=1e-6)
-    # The literal max_l (E - C) of statement_level differs; with X = E they agree.
+    # statement_level's per-example summac_zs computes the same as the package (max E - max C),
+    # not the literal max_l (E - C), which would give 0.3 here; with X = E they agree.
     probs = np.array([[TABLE[(r, g)] for r in ("r1", "r2", "r3")] for g in ("g1", "g2")])
-    assert sl.summac_zs(probs) == pytest.approx(0.3)
+    assert sl.summac_zs(probs) == pytest.approx(-0.175)
     assert sl.summac_zs(probs, zs_score="e") == pytest.approx(got_e[0], abs=1e-6)
 
 
