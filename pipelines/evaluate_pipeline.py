@@ -219,6 +219,7 @@ class NLIService:
     def __init__(self, cfg: EvaluateConfig, profile, progress):
         self.cfg, self.profile, self.progress = cfg, profile, progress
         self.started: str | None = None
+        self.started_serve = False
 
     def address(self) -> str:
         s = self.cfg.nli_service
@@ -226,13 +227,14 @@ class NLIService:
             return s
         if s != "auto":
             raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
-        from serve.nli import APP_NAME, NLIServeConfig, running_apps, start_nli_service
+        from serve.nli import APP_NAME, NLIServeConfig, running_apps, serve_running, start_nli_service
 
         if APP_NAME in running_apps():
             self.progress(f"  NLI: using the running Serve application {APP_NAME!r}")
             return f"serve:{APP_NAME}"
         ref = self.profile.require("nli")
         self.progress(f"  NLI: starting the Serve deployment {APP_NAME!r} ({ref}) on 127.0.0.1:{self.cfg.serve_port}")
+        self.started_serve = not serve_running()
         start_nli_service(NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
                                          max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus),
                           port=self.cfg.serve_port)
@@ -240,10 +242,15 @@ class NLIService:
         return f"serve:{APP_NAME}"
 
     def stop(self) -> None:
+        """Leave the cluster as the job found it: our app deleted, and Serve itself shut
+        down when the job was the one that started it."""
         if self.started:
             from ray import serve
 
-            serve.delete(self.started)
+            if self.started_serve:
+                serve.shutdown()
+            else:
+                serve.delete(self.started)
             self.progress(f"  NLI: stopped the Serve application {self.started!r} this job started")
             self.started = None
 

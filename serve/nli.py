@@ -248,6 +248,18 @@ class HttpNLIClient:
         return np.asarray(rows, dtype=np.float32).reshape(-1, 3)
 
 
+def serve_running() -> bool:
+    """Whether Serve (its controller) is up on the connected Ray cluster."""
+    import ray
+    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
+
+    try:
+        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+        return True
+    except ValueError:
+        return False
+
+
 def running_apps() -> set[str]:
     """Names of the Serve applications running on the connected Ray cluster."""
     try:

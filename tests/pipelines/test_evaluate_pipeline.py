@@ -38,7 +38,7 @@ def _means(out) -> dict[tuple[str, str], float]:
 
 @pytest.mark.slow
 def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_path):
-    from serve.nli import APP_NAME, running_apps
+    from serve.nli import APP_NAME, running_apps, serve_running
 
     out = tmp_path / "eval"
     cfg = _cfg(bench, out, metrics=["statement_nli", "summac_zs", "bertscore", "overlap", "corpus",
@@ -69,6 +69,7 @@ def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_pat
     nli_counts = rep["family_counts"]["statement_nli"]
     assert 0 < nli_counts["nli_unique_pairs"] <= nli_counts["nli_pairs"]
     assert rep["nli_service"] == f"serve:{APP_NAME}" and APP_NAME not in running_apps()
+    assert not serve_running()  # the job started Serve, so it shut it down again
 
     # Same command again: every family resumes as done, same scores.
     again = run_evaluate(cfg, progress=lambda s: None)

@@ -51,6 +51,7 @@ def serve_app(ray_session):
     from ray import serve
 
     started = []
+    serve.shutdown()  # a Serve left running keeps its old HTTP port; start from a clean state
 
     def start(cfg: NLIServeConfig):
         port = free_port()
