@@ -28,9 +28,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ground_truth import statement_sentence
-from pipelines.io import read_table
-from pipelines.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows, validate_table
+from pipelines.ground_truth import polarity, statement_sentence
+from pipelines.io import json_lines, read_table
+from pipelines.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
 
 STAGE = "evaluate"
 FLIP = {"positive": "negative", "negative": "positive", "neutral": "neutral"}
@@ -89,15 +89,7 @@ def read_statement_rows(paths: Sequence[str | Path]) -> list[tuple[str, int, dic
     for path in paths:
         p = Path(path)
         if p.suffix in (".jsonl", ".json"):
-            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SchemaError("explanation_statements", str(p), None, n, f"not JSON: {exc.msg}") from None
-                if not isinstance(obj, dict):
-                    raise SchemaError("explanation_statements", str(p), None, n, "expected a JSON object")
+            for n, obj in json_lines(p, "explanation_statements"):
                 t = validate_table(pa.Table.from_pylist([obj]), EXPLANATION_STATEMENTS, source=f"{p} line {n}",
                                    name="explanation_statements")
                 rows.append((str(p), n, t.to_pylist()[0]))
@@ -113,18 +105,23 @@ def statement_sets(rows: list[tuple[str, int, dict]]) -> tuple[dict[tuple[str, s
     sets: dict[tuple[str, str], list[str]] = {}
     systems: set[str] = set()
     errors: list[dict] = []
-    memo: dict[tuple[str, str | None], str | ValueError] = {}
+    memo: dict[tuple[str, str | None], str | tuple[str, ValueError]] = {}
     for source, n, r in rows:
         systems.add(r["system"])
         key = (r["statement"], r["sentiment"])
         if key not in memo:
             try:
-                memo[key] = statement_sentence(r["statement"], r["sentiment"])
+                polarity(r["sentiment"])
             except ValueError as exc:
-                memo[key] = exc
+                memo[key] = ("sentiment", exc)
+            else:
+                try:
+                    memo[key] = statement_sentence(r["statement"], r["sentiment"])
+                except ValueError as exc:
+                    memo[key] = ("statement", exc)
         got = memo[key]
-        if isinstance(got, ValueError):
-            field = "sentiment" if "sentiment" in str(got) else "statement"
+        if isinstance(got, tuple):
+            field, got = got
             errors.append({"source": source, "line": n, "row_id": f"{r['system']}/{r['example_id']}",
                            "field": field, "error_type": f"bad_{field}",
                            "message": f"{source}, row {n}, field '{field}': {got}",

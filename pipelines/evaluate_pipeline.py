@@ -359,13 +359,11 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         service.stop()
 
     ran = [cls.name for cls, _ in plan if cls.name in family_counts]
-    scores = collect_scores(root, ran, examples)
+    scores = collect_scores(root, ran)
     write_parquet_atomic(root / "scores.parquet", scores)
     agg = aggregate(scores, cfg)
-    corpus = {}
     if "corpus" in families:
-        corpus = corpus_rows(examples, vocab)
-        agg = pd.concat([agg, corpus_frame(corpus)], ignore_index=True)
+        agg = pd.concat([agg, corpus_frame(corpus_rows(examples, vocab))], ignore_index=True)
     agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
                                source="aggregates")
     write_parquet_atomic(root / "aggregates.parquet", agg_table)
@@ -434,7 +432,6 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: P
                  + (f", {len(done)} already done" if done else ""))
         res = _family_resources(cls, cfg)
         stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, out, res)
-        stage.resources = res
         for k, row in enumerate(run_tasks(todo, stage, _actors(cls, res, cfg, len(todo))), 1):
             progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{len(todo)})")
     return out.finish(n_chunks)["counts"]
@@ -452,7 +449,7 @@ def _actors(cls: type[Family], res: Resources, cfg: EvaluateConfig, tasks: int) 
     return max(1, min(n, tasks))
 
 
-def collect_scores(root: Path, families: list[str], examples: pa.Table) -> pa.Table:
+def collect_scores(root: Path, families: list[str]) -> pa.Table:
     parts = [read_table(root / "families" / f / "scores", SCORES) for f in families
              if (root / "families" / f / "scores").exists()]
     return pa.concat_tables(parts) if parts else SCORES.empty_table()

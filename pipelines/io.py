@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -99,6 +99,22 @@ def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | N
         t = sch.empty_table()
         return t.select(columns) if columns is not None else t
     return pa.concat_tables(parts)
+
+
+def json_lines(path: str | Path, table: str) -> Iterator[tuple[int, dict]]:
+    """(1-based line, object) of every non-blank line of a JSON-lines file; a line that
+    is not a JSON object raises `SchemaError` naming the file and line."""
+    p = Path(path)
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SchemaError(table, str(p), None, n, f"not JSON: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise SchemaError(table, str(p), None, n, "expected a JSON object")
+        yield n, obj
 
 
 class ShardedOutput:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io import table_files
+from pipelines.io import json_lines, table_files
 from pipelines.schema import SchemaError, validate_table
 
 
@@ -71,13 +71,7 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
 
     p = Path(path)
     cols: dict[str, list] = {f.name: [] for f in STATEMENTS}
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SchemaError("statements", str(p), None, n, f"not JSON: {exc.msg}") from None
+    for n, obj in json_lines(p, "statements"):
         keys = next((k for k in ANNOTATION_KEYS if all(x in obj for x in k)), None)
         if keys is None:
             raise SchemaError("statements", str(p), "reviewerID", n,

@@ -19,6 +19,7 @@ from metrics import learned
 from metrics.learned import bartscore_pairs, bartscore_scores, bleurt_scores
 from metrics.registry import get_metric
 from models.refs import ModelUnavailable
+from tests.models.encoders.conftest import build_tiny_bert
 
 CORPUS = [
     "the user would appreciate this product because the strings sound bright",
@@ -79,46 +80,8 @@ def build_tiny_bart(folder: Path, *, seed: int = 0) -> Path:
 
 
 def build_tiny_bert_regressor(folder: Path, num_labels: int = 1, *, seed: int = 0) -> Path:
-    """WordPiece tokenizer ([CLS] a [SEP] b [SEP]) + 2-layer BertForSequenceClassification."""
-    import torch
-    from tokenizers import (
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        processors,
-        trainers,
-    )
-    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.decoder = decoders.WordPiece()
-    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(
-        vocab_size=300, special_tokens=specials, show_progress=False))
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
-                                     cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
-                                     model_max_length=128,
-                                     model_input_names=["input_ids", "token_type_ids",
-                                                        "attention_mask"])
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(hf_tok), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=4, intermediate_size=64, max_position_embeddings=128,
-                        pad_token_id=hf_tok.pad_token_id, num_labels=num_labels,
-                        initializer_range=0.5, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
-    model = BertForSequenceClassification(config)
-    folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
-    hf_tok.save_pretrained(folder)
-    return folder
+    """The encoder tests' tiny BertForSequenceClassification with a 128-token limit."""
+    return build_tiny_bert(folder, num_labels, seed=seed, max_length=128)
 
 
 @pytest.fixture(scope="module")

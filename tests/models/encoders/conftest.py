@@ -23,8 +23,10 @@ CORPUS = [
 ] * 20
 
 def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] | None = None,
-                    seed: int = 0) -> Path:
-    """WordPiece tokenizer + 2-layer BertForSequenceClassification, saved as an HF folder."""
+                    seed: int = 0, max_length: int | None = None) -> Path:
+    """WordPiece tokenizer + 2-layer BertForSequenceClassification, saved as an HF folder.
+    `max_length` sets both the tokenizer's limit and the position table (default: no
+    tokenizer limit, 512 positions)."""
     import torch
     from tokenizers import (
         Tokenizer,
@@ -55,12 +57,13 @@ def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] |
     hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]",
                                      cls_token="[CLS]", sep_token="[SEP]", mask_token="[MASK]",
                                      model_input_names=["input_ids", "token_type_ids",
-                                                        "attention_mask"])
+                                                        "attention_mask"],
+                                     **({"model_max_length": max_length} if max_length else {}))
     torch.manual_seed(seed)
     labels = id2label or {i: f"LABEL_{i}" for i in range(num_labels)}
     config = BertConfig(vocab_size=len(hf_tok), hidden_size=32, num_hidden_layers=2,
                         num_attention_heads=4, intermediate_size=64,
-                        max_position_embeddings=512, pad_token_id=hf_tok.pad_token_id,
+                        max_position_embeddings=max_length or 512, pad_token_id=hf_tok.pad_token_id,
                         num_labels=num_labels, id2label=labels,
                         label2id={v: k for k, v in labels.items()}, initializer_range=0.5)
     model = BertForSequenceClassification(config)
