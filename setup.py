@@ -34,6 +34,8 @@ BASE = [
     # Sentence splitting as AlignScore does it (NLTK's Punkt class on the packaged
     # parameters); METEOR when WordNet data is present.
     "nltk",
+    # Krippendorff's alpha for pairwise judge agreement (metrics/agreement.py).
+    "krippendorff",
 ]
 
 setup(

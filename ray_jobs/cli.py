@@ -11,6 +11,8 @@ from ray_jobs.extract_quality import extract_quality_cmd
 from ray_jobs.ground_truth import ground_truth_cmd
 from ray_jobs.info import info_cmd
 from ray_jobs.ingest import ingest_cmd
+from ray_jobs.judge import judge_group
+from ray_jobs.meta_evaluate import meta_evaluate_cmd
 from ray_jobs.split import split_cmd
 from ray_jobs.star import star_group
 
@@ -35,6 +37,8 @@ cli.add_command(cluster_cmd)
 cli.add_command(cluster_report_cmd)
 cli.add_command(star_group)
 cli.add_command(evaluate_cmd)
+cli.add_command(judge_group)
+cli.add_command(meta_evaluate_cmd)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

@@ -90,7 +90,7 @@ class LLMBackend(abc.ABC):
 
 BACKENDS: dict[str, type[LLMBackend]] = {}
 _MODULES = {"hf": "models.llm.hf_backend", "openai": "models.llm.openai_backend",
-            "vllm": "models.llm.vllm_backend"}
+            "vllm": "models.llm.vllm_backend", "serve": "serve.judge"}
 
 
 def register_backend(name: str) -> Callable[[type[LLMBackend]], type[LLMBackend]]:

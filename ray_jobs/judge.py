@@ -1,0 +1,235 @@
+"""`rexeval judge likert|pairwise|detect`: LLM judges of explanations (python -m ray_jobs.judge)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from pipelines.judge_jobs import DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert, run_pairwise
+from pipelines.ray_runtime import init_ray
+from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+
+
+def _judge_options(fn):
+    """Context, service, cost and chunk flags every judge command shares."""
+    options = [
+        click.option("--out", "-o", help="Output folder."),
+        click.option("--contexts", type=click.Path(exists=True, dir_okay=False),
+                     help="File (Parquet, CSV, JSON lines) of user_id, item_id, user_profile, "
+                          "item_description: what the judge knows of the shopper and the item."),
+        click.option("--reviews", multiple=True, type=click.Path(exists=True),
+                     help="Ingested reviews (a `rexeval ingest` folder) to build the contexts from: "
+                          "the user's earlier purchases and the item's title/category."),
+        click.option("--max-history", type=int, help="Earlier purchases shown per user (default 10)."),
+        click.option("--judge-service",
+                     help="auto (default: use the running rexeval-judge Serve app, else start one with "
+                          "the judge model and stop it at the end), none (a model in each actor), "
+                          "serve:APP, or the http(s) URL of a running deployment."),
+        click.option("--judge-replicas", type=int, help="Max replicas of a deployment this job starts."),
+        click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts."),
+        click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts (127.0.0.1)."),
+        click.option("--price-table", type=click.Path(exists=True, dir_okay=False),
+                     help="YAML of USD per 1M prompt/completion tokens by model (see "
+                          "models/prices.example.yaml); the report then totals the cost."),
+        click.option("--chunk-size", type=int, help="Rows per shard, the unit of resume (default 16)."),
+        click.option("--seed", type=int, help="Seed of every random choice (default 0)."),
+    ]
+    for o in reversed(options):
+        fn = o(fn)
+    return fn
+
+
+@click.group("judge")
+def judge_group():
+    """LLM judges of recommendation explanations (seeds 001 and 004).
+
+    Judges call the LLM through the rexeval-judge Ray Serve deployment, which batches
+    the calls of every actor; each call's tokens and seconds are recorded and the report
+    totals them (and the cost, with --price-table). Re-running a command resumes.
+    """
+
+
+def _finish(title: str, report: dict, started: float, out: str, files: dict[str, str]) -> None:
+    click.echo("")
+    click.echo(report.pop("table_md"))
+    usage = report.get("usage", {})
+    for name, u in (usage.items() if isinstance(usage, dict) else []):
+        if isinstance(u, dict) and "calls" in u:
+            cost = f", cost ${u['cost_usd']:.4f}" if u.get("cost_usd") is not None else ""
+            click.echo(f"  {name}: {u['calls']} call(s) ({u.get('cached_calls', 0)} cached), "
+                       f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, "
+                       f"{u['seconds']:.1f}s of model time{cost}; {u.get('unparseable', 0)} unreadable")
+    counts = {k: v for k, v in report.items() if isinstance(v, int)}
+    summary(title, counts, started, {k: f"{out}/{v}" for k, v in files.items()})
+
+
+@judge_group.command("likert")
+@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
+@click.option("--system", "systems", multiple=True, help="Only these systems.")
+@click.option("--limit", type=int, help="Only the first N examples of each system.")
+@click.option("--judge", "judges", multiple=True, metavar="MODEL",
+              help="Judge model (repeatable; default the profile's judge_llm). Two or more also give "
+                   "their ensemble: the average of their scores (seed 001, section 5).")
+@click.option("--aspect", "aspects", multiple=True,
+              help="persuasiveness, transparency, accuracy, satisfaction (default all).")
+@click.option("--mode", type=click.Choice(["single", "multi"]),
+              help="One call per aspect (single) or all aspects in one call (multi, default).")
+@click.option("--shots", type=click.Choice(["zero", "one", "personalised"]),
+              help="zero (default), one (a human-rated example of another user) or personalised "
+                   "(the same user's rating of the same system on another item); needs --examples.")
+@click.option("--examples", type=click.Path(exists=True, dir_okay=False),
+              help="Parquet of human-rated explanations for one-shot prompts (user_id, item_id, system, "
+                   "explanation, item_description, human_<aspect>...).")
+@click.option("--ensemble-missing", type=click.Choice(["skip", "zero"]),
+              help="In the ensemble an unreadable score is left out (skip, default) or counts 0 (seed 001).")
+@click.option("--max-tokens", type=int, help="Answer length limit (default 64).")
+@_judge_options
+@llm_options
+@config_option
+@user_errors
+def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examples, ensemble_missing,
+               max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas, judge_gpus,
+               serve_port, price_table, chunk_size, seed, config_file, llm):
+    """Rate explanations 1-5 on persuasiveness, transparency, accuracy and satisfaction.
+
+    Writes likert_scores.parquet (example_id, system, judge, aspect, score; NaN with the
+    reason when the answer stayed unreadable after the retries), likert.md (mean per
+    judge, system and aspect) and report.json (calls, tokens, seconds, cost). Compare the
+    scores with human ratings with `rexeval meta-evaluate`.
+
+    Examples:
+
+      rexeval judge likert runs/gen/explanations.parquet --reviews runs/demo/ingest --out runs/likert
+
+      rexeval judge likert expl.parquet --contexts ctx.parquet --mode single --shots personalised
+      --examples rated.parquet --judge /models/llama-3.1-8b --judge /models/qwen3-8b --out runs/likert
+    """
+    started = time.time()
+    cfg = load_config(LikertJobConfig, config_file, explanations=list(explanations) or None, systems=systems,
+                      limit=limit, judges=judges, aspects=aspects, mode=mode, shots=shots, examples=examples,
+                      ensemble_missing=ensemble_missing, max_tokens=max_tokens, out=out, contexts=contexts,
+                      reviews=reviews, max_history=max_history, judge_service=judge_service,
+                      judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
+                      price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+    init_ray()
+    report = run_likert(cfg, progress=click.echo)
+    _finish("judge likert", report, started, cfg.out,
+            {"scores": "likert_scores.parquet", "table": "likert.md", "report": "report.json"})
+    return report
+
+
+def _pairwise_flags(fn):
+    options = [
+        click.option("--criteria", help="Rubric name or .yaml file of the criteria (default alert_criteria)."),
+        click.option("--divide/--no-divide", default=None,
+                     help="One call per criterion and a majority vote (default), or all criteria in one call."),
+        click.option("--both-orders/--one-order", default=None,
+                     help="Ask each pair in both orders (default) to cancel and measure position bias."),
+        click.option("--disagreement", type=click.Choice(["tie", "first"]),
+                     help="When the two orders disagree: a tie (default) or the first order's verdict."),
+        click.option("--max-tokens", type=int, help="Answer length limit, reasoning included (default 512)."),
+    ]
+    for o in reversed(options):
+        fn = o(fn)
+    return fn
+
+
+@judge_group.command("pairwise")
+@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
+@click.option("--baseline", help="The system every other system is compared with (required).")
+@click.option("--system", "systems", multiple=True, help="Only these systems (and the baseline).")
+@click.option("--limit", type=int, help="Only the first N examples of each system.")
+@click.option("--only", multiple=True, help="Only these criteria of the rubric.")
+@click.option("--temperature", type=float, help="Judge sampling temperature (default 0; seed 004 used 0.7).")
+@_pairwise_flags
+@_judge_options
+@llm_options
+@config_option
+@user_errors
+def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, criteria, divide, both_orders,
+                 disagreement, max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas,
+                 judge_gpus, serve_port, price_table, chunk_size, seed, config_file, llm):
+    """Compare each system's explanations with a baseline's (ALERT-Gen, seed 004).
+
+    For every example both systems explained, the judge reasons against the criteria
+    (reasoning, clear language, engaging narrative, neutral tone) and answers [[A]],
+    [[B]] or [[C]]; per criterion and in both orders by default. Writes verdicts.parquet,
+    calls.parquet (every call's verdict and raw answer), pairwise.md (win / tie / loss
+    rates and position bias) and report.json (also per criterion, and the cost).
+
+    Example:
+
+      rexeval judge pairwise runs/gen/explanations.parquet --baseline ground_truth
+      --reviews runs/demo/ingest --out runs/pairwise
+    """
+    started = time.time()
+    cfg = load_config(PairwiseJobConfig, config_file, explanations=list(explanations) or None, baseline=baseline,
+                      systems=systems, limit=limit, only=only, temperature=temperature, criteria=criteria,
+                      divide=divide, both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens,
+                      out=out, contexts=contexts, reviews=reviews, max_history=max_history,
+                      judge_service=judge_service, judge_replicas=judge_replicas, judge_gpus=judge_gpus,
+                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+    init_ray()
+    report = run_pairwise(cfg, progress=click.echo)
+    _finish("judge pairwise", report, started, cfg.out,
+            {"verdicts": "verdicts.parquet", "table": "pairwise.md", "report": "report.json"})
+    return report
+
+
+@judge_group.command("detect")
+@click.option("--interactions", type=click.Path(exists=True, dir_okay=False),
+              help="Parquet/CSV/JSON lines of user_id, item_id to explain (default: every interaction "
+                   "of --contexts or --reviews).")
+@click.option("--limit", type=int, help="Only the first N interactions.")
+@click.option("--condition", "conditions", multiple=True,
+              help="item_replace, user_replace, empty_user, jargon, minor_benefits, misinformation, "
+                   "bad_experience (default all).")
+@click.option("--generator", help="Model that writes the explanations (default the profile's llm).")
+@click.option("--evaluator", "evaluators", multiple=True, type=click.Choice(["gen", "disc"]),
+              help="gen: the generative pairwise judge (default); disc: a reward model (--reward-model).")
+@click.option("--reward-model", type=click.Path(exists=True),
+              help="Hugging Face sequence-classification reward model folder, for --evaluator disc.")
+@click.option("--generation-max-tokens", type=int, help="Length limit of a generated explanation (default 96).")
+@_pairwise_flags
+@_judge_options
+@llm_options
+@config_option
+@user_errors
+def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_model, generation_max_tokens,
+               criteria, divide, both_orders, disagreement, max_tokens, out, contexts, reviews, max_history,
+               judge_service, judge_replicas, judge_gpus, serve_port, price_table, chunk_size, seed,
+               config_file, llm):
+    """Inferior-explanation detection test (seed 004, Table 1).
+
+    An LLM writes a good explanation for each interaction and, per condition, a worse
+    one: written for another item (item_replace), another user (user_replace) or no
+    history (empty_user), or in a flawed style (jargon, minor_benefits, misinformation,
+    bad_experience). Each evaluator then compares the pair in the true context; the
+    accuracy per condition is how often it preferred the good one (random = 0.5).
+    Writes pairs.parquet, verdicts_<evaluator>.parquet, detection.md and report.json.
+
+    Example:
+
+      rexeval judge detect --reviews runs/demo/ingest --limit 20 --out runs/detect
+    """
+    started = time.time()
+    cfg = load_config(DetectJobConfig, config_file, interactions=interactions, limit=limit, conditions=conditions,
+                      generator=generator, evaluators=evaluators, reward_model=reward_model,
+                      generation_max_tokens=generation_max_tokens, criteria=criteria, divide=divide,
+                      both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens, out=out,
+                      contexts=contexts, reviews=reviews, max_history=max_history, judge_service=judge_service,
+                      judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
+                      price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+    init_ray()
+    report = run_detect(cfg, progress=click.echo)
+    _finish("judge detect", report, started, cfg.out,
+            {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})
+    return report
+
+
+def main():  # python -m ray_jobs.judge
+    judge_group()
+
+
+if __name__ == "__main__":
+    main()

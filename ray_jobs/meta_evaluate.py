@@ -1,0 +1,131 @@
+"""`rexeval meta-evaluate`: agreement of evaluators with human ratings
+(python -m ray_jobs.meta_evaluate). Small tabular work: runs in-process, without Ray."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from metrics.agreement import LEVELS, METHODS
+from pipelines.meta_evaluate import (
+    ERRORS_FILE,
+    REPORT_FILE,
+    RESULTS_FILE,
+    TABLE_FILE,
+    MetaEvaluateConfig,
+    run_meta_evaluate,
+)
+from ray_jobs.common import config_option, load_config, summary, user_errors
+
+
+def _null_policy(ctx, param, value):
+    """A number, or "drop" (leave the row out); None when the flag is not given."""
+    if value is None or value == "drop":
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is neither a number nor 'drop'") from None
+
+
+@click.command("meta-evaluate")
+@click.argument("scores", required=False, type=click.Path(exists=True))
+@click.option("--human", type=click.Path(exists=True),
+              help="Human ratings in their own table, joined to SCORES on user, item and the key; "
+                   "rows without a partner are error rows.")
+@click.option("--out", "-o", help="Output folder.")
+@click.option("--mode", type=click.Choice(["scores", "pairwise"]),
+              help="scores (default): ratings, correlations at three levels (seed 001). pairwise: "
+                   "A/B/C verdicts, accuracy, Cohen's kappa, Krippendorff's alpha (seed 004).")
+@click.option("--aspect", "aspects", multiple=True,
+              help="Aspect to compare, e.g. persuasiveness (repeatable; default: every aspect with "
+                   "both a judge and a human column).")
+@click.option("--judge-prefix", "judge_prefixes", multiple=True,
+              help="Prefix of an evaluator's columns (default judge_); repeat for several evaluators, "
+                   "e.g. --judge-prefix gpt4_ --judge-prefix bleu_; the evaluator is named by it.")
+@click.option("--human-prefix", help="Prefix of the human columns (default human_).")
+@click.option("--judge-col", "judge_cols", multiple=True,
+              help="An evaluator column, paired in order with --human-col (instead of prefixes).")
+@click.option("--human-col", "human_cols", multiple=True, help="The human column of the --judge-col at the same place.")
+@click.option("--evaluator", help="Evaluator name for column pairs or a single --judge-prefix.")
+@click.option("--user-col", help="User column (default user_id).")
+@click.option("--item-col", help="Item column (default item_id).")
+@click.option("--key", help="Explanation key column (default auto: system, explanation_id or pair_id).")
+@click.option("--method", "methods", multiple=True, type=click.Choice(list(METHODS)),
+              help="Correlation(s) (repeatable; default all three; Kendall is tau-b).")
+@click.option("--level", "levels", multiple=True, type=click.Choice(list(LEVELS)),
+              help="Level(s) (repeatable; default all three).")
+@click.option("--table-method", type=click.Choice(list(METHODS)),
+              help="Method shown in meta_evaluation.md (default: the first --method).")
+@click.option("--human-null", callback=_null_policy, metavar="NUMBER|drop",
+              help="A missing human rating becomes this value (default 3, seed 001) or 'drop'.")
+@click.option("--judge-null", callback=_null_policy, metavar="NUMBER|drop",
+              help="A missing evaluator score (unparseable answer) becomes this value (default 0, "
+                   "seed 001) or 'drop'.")
+@click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default 1000; 0: none).")
+@click.option("--seed", type=int, help="Seed of the bootstrap and of --random-baseline (default 0).")
+@click.option("--random-baseline", is_flag=True, default=None,
+              help="Add seed 001's Random row: uniform integer ratings 1-5 per aspect.")
+@click.option("--overwrite", is_flag=True, help="Replace results of another config in the output folder.")
+@config_option
+@user_errors
+def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_prefix, judge_cols, human_cols,
+                      evaluator, user_col, item_col, key, methods, levels, table_method, human_null, judge_null,
+                      bootstrap, seed, random_baseline, overwrite, config_file):
+    """Measure how well evaluators (LLM judges, metrics, annotators) agree with human
+    ratings of the same explanations.
+
+    SCORES is a table (Parquet, CSV, TSV or JSON lines) keyed by user_id, item_id and
+    an explanation key (system or explanation_id), holding evaluator columns and, unless
+    --human is given, the human columns too. Columns pair up by prefix:
+    judge_persuasiveness with human_persuasiveness, and so on.
+
+    Scores mode gives Pearson, Spearman and Kendall correlations at seed 001's three
+    levels: dataset (all rows), user (mean of per-user correlations) and pair (mean of
+    per-(user, item) correlations), with bootstrap 95% intervals; groups where a
+    correlation is undefined are left out and counted. Pairwise mode compares A/B/C
+    verdicts (C = tie) as in seed 004's Table 2, with ties and without (items where
+    neither side says C).
+
+    Writes meta_evaluation.parquet (one row per cell), meta_evaluation.md (seed 001's
+    Table 1 or seed 004's Table 2 layout), report.json (counts: rows, joined, filled by
+    the null policy, groups) and errors.parquet (unreadable values, missing or repeated
+    keys, rows that did not join: file, row and field). No Ray is needed: this is small
+    tabular work and runs in this process.
+
+    Examples:
+
+    \b
+      rexeval meta-evaluate scores.csv --out runs/meta
+      rexeval meta-evaluate runs/judge/likert.parquet --human ratings.csv \\
+          --judge-prefix gpt4_ --judge-prefix bleu_ --human-null drop --out runs/meta
+      rexeval meta-evaluate verdicts.jsonl --mode pairwise --judge-col verdict \\
+          --human-col human_verdict --key pair_id --out runs/meta-pairwise
+    """
+    started = time.time()
+    cfg = load_config(MetaEvaluateConfig, config_file, scores=scores, human=human, out=out, mode=mode,
+                      aspects=aspects, judge_prefixes=judge_prefixes, human_prefix=human_prefix,
+                      judge_cols=judge_cols, human_cols=human_cols, evaluator=evaluator, user_col=user_col,
+                      item_col=item_col, key=key, methods=methods, levels=levels, table_method=table_method,
+                      human_null=human_null, judge_null=judge_null, bootstrap=bootstrap, seed=seed,
+                      random_baseline=random_baseline)
+    report = run_meta_evaluate(cfg, overwrite=overwrite, progress=click.echo)
+    click.echo("")
+    click.echo(report["markdown"].split("\n## ")[0].rstrip())
+    names = {"results": RESULTS_FILE, "table": TABLE_FILE, "report": REPORT_FILE, "errors": ERRORS_FILE}
+    outputs = {k: f"{cfg.out}/{name}" for k, name in names.items() if name in report["outputs"]}
+    notes = []
+    if not report["counts"]["joined"]:
+        notes.append("no rows could be used: check the key columns (--key, --user-col, --item-col)")
+    if report["counts"]["errors"]:
+        notes.append(f"{report['counts']['errors']} row(s) or value(s) could not be used; see {cfg.out}/{ERRORS_FILE}")
+    summary("meta-evaluate", report["counts"], started, outputs, notes)
+    return report
+
+
+def main():  # python -m ray_jobs.meta_evaluate
+    meta_evaluate_cmd()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,510 @@
+"""The LLM judge as a Ray Serve deployment that batch jobs share.
+
+Why Serve: a judging job runs many Ray Data actors; each loading its own copy of the
+judge model (or each opening its own connections to a rate-limited API) wastes memory
+and throughput. One deployment holds ONE backend per replica (an in-process `hf` model,
+a test double, or an `openai` backend forwarding to an OpenAI-compatible upstream) and
+`@serve.batch` merges the chat requests of concurrent callers into one
+`generate()` call, which is where a batched model gets its speed.
+
+Two ways in:
+- a `DeploymentHandle`: `handle.generate.remote([ChatRequest dict, ...])` ->
+  `[LLMResult dict, ...]`, and `handle.info.remote()` -> model id, limits, counters;
+- HTTP `POST <route>` with `{"requests": [ChatRequest JSON, ...]}` ->
+  `{"results": [LLMResult JSON, ...], "model_id": ...}`; `GET <route>` -> the info.
+  Malformed JSON is answered 400, a body or a request over the limits 413, a body of
+  the wrong shape 422; overload (every replica busy, `max_queued_requests` full) 503.
+
+Client side, `ServeJudgeLLM` is an `LLMBackend` (registered as "serve") that talks to
+the deployment, so a job's actors call the shared judge exactly as they would an
+in-process backend: `BackendSpec(backend="serve", model=M, options={"address":
+"serve:rexeval-judge"})` (or an `http(s)://.../judge` URL). Its `model_id` is the
+upstream model's id, asked once from the deployment, so call-cache keys and provenance
+name the model that answered. `JudgeService` starts, reuses and stops the app for a job.
+
+The HTTP proxy binds 127.0.0.1 unless told otherwise. Secrets: give the upstream key
+as `api_key_env` (read on the replica), not `api_key`, which would sit in Serve's config.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from ray import serve
+
+from models.llm.base import (
+    BackendSpec,
+    ChatRequest,
+    LLMBackend,
+    LLMResult,
+    register_backend,
+)
+from serve.nli import RequestError, running_apps, serve_running
+
+DEFAULT_ROUTE = "/judge"
+APP_NAME = "rexeval-judge"
+DEPLOYMENT = "JudgeServer"
+
+
+class JudgeLimits(BaseModel):
+    """Bounds that keep one caller from taking a replica hostage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_body_bytes: int = Field(8_000_000, ge=1)
+    max_requests: int = Field(256, ge=1, description="chat requests per call")
+    max_messages: int = Field(64, ge=1, description="messages per chat request")
+    max_chars: int = Field(32_000, ge=1, description="characters per message")
+    max_tokens: int = Field(8192, ge=1, description="largest sampling.max_tokens accepted")
+
+
+class JudgeServeConfig(BaseModel):
+    """How the deployment runs: which backend, cache, replicas, batching, queue."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: BackendSpec = Field(description="the judge backend each replica builds (hf, openai, module:Class)")
+    cache: str | None = Field(None, description="LLM-call cache file on the replicas' node (None: no cache)")
+    max_batch_requests: int = Field(32, ge=1, description="chat requests merged into one generate()")
+    batch_wait_timeout_s: float = Field(0.02, ge=0)
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(1, ge=1)
+    target_ongoing_requests: float = Field(8, gt=0)
+    # Calls in flight per replica: below max_batch_requests a batch of one-request
+    # calls could never fill.
+    max_ongoing_requests: int = Field(64, ge=1)
+    max_queued_requests: int = Field(256, ge=1)
+    num_cpus: float = Field(1, gt=0)
+    num_gpus: float = Field(0, ge=0)
+    limits: JudgeLimits = Field(default_factory=JudgeLimits)
+
+    def autoscaling(self) -> dict[str, Any]:
+        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
+                "target_ongoing_requests": self.target_ongoing_requests}
+
+
+# -- request validation (pure: tested without Serve) -----------------------------------
+
+
+class _JudgeBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    requests: list[ChatRequest]
+
+
+def limit_problem(request: ChatRequest, limits: JudgeLimits) -> str | None:
+    """Why `request` is over the limits, or None when it is within them."""
+    if len(request.messages) > limits.max_messages:
+        return f"{len(request.messages)} messages is over the limit of {limits.max_messages}"
+    for j, m in enumerate(request.messages):
+        if len(m.get("content", "")) > limits.max_chars:
+            return f"messages[{j}] is over {limits.max_chars} characters"
+    if request.sampling.max_tokens > limits.max_tokens:
+        return f"max_tokens {request.sampling.max_tokens} is over the limit of {limits.max_tokens}"
+    return None
+
+
+def _short(exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
+
+
+def parse_judge_body(body: bytes, limits: JudgeLimits) -> list[ChatRequest]:
+    """Validate one HTTP body into chat requests, or raise RequestError(status)."""
+    if len(body) > limits.max_body_bytes:
+        raise RequestError(413, f"body of {len(body)} bytes is over the limit of {limits.max_body_bytes}")
+    try:
+        data = json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("requests"), list):
+        raise RequestError(422, 'expected {"requests": [{"messages": [...], "sampling": {...}}, ...]}')
+    if len(data["requests"]) > limits.max_requests:
+        raise RequestError(413, f"{len(data['requests'])} requests is over the limit of "
+                                f"{limits.max_requests} per call")
+    try:
+        requests = _JudgeBody.model_validate(data).requests
+    except ValidationError as exc:
+        raise RequestError(422, f"not a list of chat requests: {_short(exc)}") from None
+    for i, r in enumerate(requests):
+        problem = limit_problem(r, limits)
+        if problem:
+            raise RequestError(413, f"requests[{i}]: {problem}")
+    return requests
+
+
+def _requests_in(items: list) -> int:
+    return sum(len(x) for x in items)
+
+
+# -- the deployment ----------------------------------------------------------------------
+
+
+class JudgeServer:
+    """The deployment's class (wrapped by `serve.deployment` in `judge_app`)."""
+
+    def __init__(self, cfg: dict[str, Any]):
+        from pipelines.llm_job import llm_generate
+
+        self.cfg = JudgeServeConfig(**cfg)
+        spec = self.cfg.backend
+        self.llm = llm_generate(spec.backend, spec.model, spec.options, self.cfg.cache)
+        self.generate_calls = self.requests_served = self.largest_batch = 0
+        self._batch.set_max_batch_size(self.cfg.max_batch_requests)
+        self._batch.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)
+
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.02, batch_size_fn=_requests_in)
+    async def _batch(self, items: list[list[ChatRequest]]) -> list[list[dict]]:
+        """One generate() for the requests of several callers; results split back."""
+        flat = [r for item in items for r in item]
+        self.generate_calls += 1
+        self.requests_served += len(flat)
+        self.largest_batch = max(self.largest_batch, len(flat))
+        t0 = time.perf_counter()
+        try:
+            # In a thread: the replica keeps accepting (and queueing) calls meanwhile.
+            results = await asyncio.to_thread(self.llm.generate, flat)
+            if len(results) != len(flat):
+                raise RuntimeError(f"backend gave {len(results)} results for {len(flat)} requests")
+        except Exception as exc:  # noqa: BLE001  (a failed batch fails its requests, not the service)
+            results = [LLMResult(error=f"judge backend failed: {type(exc).__name__}: {exc}")] * len(flat)
+        results = _share_seconds(results, time.perf_counter() - t0)
+        out, start = [], 0
+        for item in items:
+            out.append([r.model_dump() for r in results[start:start + len(item)]])
+            start += len(item)
+        return out
+
+    async def _generate(self, requests: list[ChatRequest]) -> list[dict]:
+        """A call larger than one batch goes in as several batch items (Serve refuses
+        an item over `max_batch_size`); they may share batches with other callers."""
+        size = self.cfg.max_batch_requests
+        if not requests:
+            return []
+        if len(requests) <= size:
+            return await self._batch(requests)
+        parts = await asyncio.gather(*(self._batch(requests[i:i + size])
+                                       for i in range(0, len(requests), size)))
+        return [r for part in parts for r in part]
+
+    async def generate(self, requests: list) -> list[dict]:
+        """Handle API: [ChatRequest dict, ...] -> [LLMResult dict, ...], in order. A
+        request that does not validate or is over the limits gets an error result."""
+        limits = self.cfg.limits
+        if len(requests) > limits.max_requests:
+            raise RequestError(413, f"{len(requests)} requests is over the limit of {limits.max_requests}")
+        out: list[dict | None] = [None] * len(requests)
+        good: list[tuple[int, ChatRequest]] = []
+        for i, raw in enumerate(requests):
+            try:
+                req = raw if isinstance(raw, ChatRequest) else ChatRequest.model_validate(raw)
+            except ValidationError as exc:
+                out[i] = LLMResult(error=f"invalid chat request: {_short(exc)}").model_dump()
+                continue
+            problem = limit_problem(req, limits)
+            if problem:
+                out[i] = LLMResult(error=f"refused by the judge service: {problem}").model_dump()
+            else:
+                good.append((i, req))
+        answers = await self._generate([r for _, r in good])
+        for (i, _), res in zip(good, answers):
+            out[i] = res
+        return out  # type: ignore[return-value]
+
+    async def info(self) -> dict[str, Any]:
+        """The model that answers (its id keys the call cache), limits and counters."""
+        return {"model_id": self.llm.model_id, "backend": self.cfg.backend.backend,
+                "limits": self.cfg.limits.model_dump(), "max_batch_requests": self.cfg.max_batch_requests,
+                "generate_calls": self.generate_calls, "requests_served": self.requests_served,
+                "largest_batch": self.largest_batch}
+
+    async def __call__(self, request) -> Any:
+        from starlette.responses import JSONResponse
+
+        if request.method == "GET":
+            return JSONResponse(await self.info())
+        if request.method != "POST":
+            return JSONResponse({"error": "use POST (generate) or GET (info)"}, status_code=405)
+        try:
+            requests = parse_judge_body(await request.body(), self.cfg.limits)
+        except RequestError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        results = await self._generate(requests)
+        return JSONResponse({"results": results, "model_id": self.llm.model_id})
+
+
+def _share_seconds(results: list[LLMResult], wall: float) -> list[LLMResult]:
+    """Backends that do not time their requests get an even share of the batch's wall
+    time (as the hf backend reports), so cost and speed accounting see the work."""
+    fresh = [r for r in results if r.ok and not r.cached and r.seconds == 0.0]
+    if not fresh:
+        return results
+    share = wall / len(fresh)
+    return [r.model_copy(update={"seconds": share}) if r.ok and not r.cached and r.seconds == 0.0 else r
+            for r in results]
+
+
+def judge_app(cfg: JudgeServeConfig):
+    """The Serve application for `cfg` (deployment options from the config)."""
+    dep = serve.deployment(
+        JudgeServer, name=DEPLOYMENT,
+        autoscaling_config=cfg.autoscaling(),
+        max_ongoing_requests=cfg.max_ongoing_requests,
+        max_queued_requests=cfg.max_queued_requests,
+        ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus},
+    )
+    return dep.bind(cfg.model_dump())
+
+
+def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: int = 8000,
+                        route: str | None = None, name: str = APP_NAME):
+    """Start Serve's HTTP proxy (127.0.0.1 by default) and the judge app; its handle.
+    The route defaults to /judge for the default app name, else /<name> (routes must
+    differ between apps). If Serve already runs, its proxy keeps its host and port."""
+    serve.start(http_options={"host": host, "port": port})
+    return serve.run(judge_app(cfg), name=name, route_prefix=route or _route_for(name))
+
+
+def _route_for(name: str) -> str:
+    return DEFAULT_ROUTE if name == APP_NAME else f"/{name}"
+
+
+# -- the client: an LLMBackend that calls the deployment ---------------------------------
+
+
+class Overloaded(Exception):
+    """The service said 503 / back-pressure: worth another try after a pause."""
+
+
+class _HandleTransport:
+    def __init__(self, app: str, deployment: str, timeout_s: float):
+        try:
+            known = set(serve.status().applications)
+        except Exception:  # noqa: BLE001  (Serve not started on this cluster)
+            known = set()
+        if app not in known:
+            raise ValueError(f"no Serve application named {app!r} on this Ray cluster "
+                             f"(running: {', '.join(sorted(known)) or 'none'})")
+        self.handle = serve.get_deployment_handle(deployment, app_name=app)
+        self.timeout_s = timeout_s
+
+    def _wait(self, response):
+        from ray.serve.exceptions import BackPressureError
+
+        try:
+            return response.result(timeout_s=self.timeout_s)
+        except BackPressureError as exc:
+            raise Overloaded(str(exc)) from None
+
+    def info(self) -> dict:
+        return self._wait(self.handle.info.remote())
+
+    def send(self, requests: list[dict]) -> list[dict]:
+        return self._wait(self.handle.generate.remote(requests))
+
+    def close(self) -> None:
+        pass
+
+
+class _HttpTransport:
+    def __init__(self, url: str, timeout_s: float, concurrency: int, transport=None):
+        import httpx
+
+        self.url = url
+        self.client = httpx.Client(timeout=timeout_s, transport=transport,
+                                   limits=httpx.Limits(max_connections=concurrency))
+
+    def _check(self, r):
+        if r.status_code == 503:
+            raise Overloaded(f"HTTP 503: {r.text[:200]}")
+        if r.status_code != 200:
+            raise RuntimeError(f"judge service {self.url} answered {r.status_code}: {r.text[:300]}")
+        return r.json()
+
+    def info(self) -> dict:
+        return self._check(self.client.get(self.url))
+
+    def send(self, requests: list[dict]) -> list[dict]:
+        return self._check(self.client.post(self.url, json={"requests": requests}))["results"]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+@register_backend("serve")
+class ServeJudgeLLM(LLMBackend):
+    """An LLMBackend answered by a running judge deployment.
+
+    Options: address ("serve:APP" in the cluster, or an http(s) URL of the route),
+    deployment ("JudgeServer"), chunk (requests per call, 16: smaller calls interleave
+    with other callers' in the replica's batches), concurrency (8 calls in flight),
+    timeout_s (600), max_retries (6) and backoff_s (0.2) for overload answers.
+    `spec.model` must equal the served model's id, or be "auto" to take whatever runs.
+    Requests over the service's limits get an error result without being sent.
+    """
+
+    def __init__(self, spec: BackendSpec, transport=None):
+        super().__init__(spec)
+        opts = spec.options
+        address = str(opts.get("address") or f"serve:{APP_NAME}")
+        self.address = address
+        self.chunk = int(opts.get("chunk", 16))
+        self.concurrency = int(opts.get("concurrency", 8))
+        self.max_retries = int(opts.get("max_retries", 6))
+        self.backoff_s = float(opts.get("backoff_s", 0.2))
+        timeout_s = float(opts.get("timeout_s", 600.0))
+        if self.chunk < 1 or self.concurrency < 1:
+            raise ValueError("chunk and concurrency must be >= 1")
+        if address.startswith("serve:"):
+            self.transport = _HandleTransport(address.split(":", 1)[1], str(opts.get("deployment", DEPLOYMENT)),
+                                              timeout_s)
+        elif address.startswith(("http://", "https://")):
+            self.transport = _HttpTransport(address, timeout_s, self.concurrency, transport)
+        else:
+            raise ValueError(f"address must be serve:APP or an http(s) URL, got {address!r}")
+        self.info = self._retrying(self.transport.info)
+        self.limits = JudgeLimits(**self.info["limits"])
+        served = self.info["model_id"]
+        if spec.model not in ("auto", "", served):
+            raise ValueError(f"the judge service at {address} serves {served!r}, not {spec.model!r} "
+                             "(start it with that model, or ask for model 'auto')")
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="rexeval-judge-client")
+
+    @property
+    def model_id(self) -> str:
+        return self.info["model_id"]
+
+    def _retrying(self, call: Callable[..., Any], *args) -> Any:
+        for attempt in range(self.max_retries + 1):
+            try:
+                return call(*args)
+            except Overloaded:
+                if attempt == self.max_retries:
+                    raise
+                time.sleep(self.backoff_s * 2 ** attempt * random.uniform(0.5, 1.0))
+        raise AssertionError("unreachable")
+
+    def _send(self, chunk: list[ChatRequest]) -> list[LLMResult]:
+        t0 = time.perf_counter()
+        try:
+            got = self._retrying(self.transport.send, [r.model_dump() for r in chunk])
+            if len(got) != len(chunk):
+                raise RuntimeError(f"judge service gave {len(got)} results for {len(chunk)} requests")
+            return [LLMResult(**r) for r in got]
+        except Overloaded as exc:
+            error = f"judge service overloaded (gave up after {self.max_retries + 1} attempts): {exc}"
+        except Exception as exc:  # noqa: BLE001  (a failed call fails its requests, the job goes on)
+            error = f"judge service call failed: {type(exc).__name__}: {exc}"
+        return [LLMResult(error=error, seconds=time.perf_counter() - t0) for _ in chunk]
+
+    def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
+        results: list[LLMResult | None] = [None] * len(requests)
+        send: list[int] = []
+        for i, r in enumerate(requests):
+            problem = limit_problem(r, self.limits)
+            if problem:
+                results[i] = LLMResult(error=f"over the judge service's limits: {problem}")
+            else:
+                send.append(i)
+        size = max(1, min(self.chunk, self.limits.max_requests))
+        chunks = [send[i:i + size] for i in range(0, len(send), size)]
+        for idx, got in zip(chunks, self._pool.map(lambda c: self._send([requests[i] for i in c]), chunks)):
+            for i, res in zip(idx, got):
+                results[i] = res
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.transport.close()
+
+
+# -- a job's view: start, reuse or skip the deployment -------------------------------------
+
+
+class JudgeService:
+    """The judge a job calls: `service` is "auto" (use the running app named `app_name`,
+    else start one with `cfg` and stop it at the end), "serve:APP" or an http(s) URL (an
+    app someone else runs), or "none" (the job builds `cfg.backend` in-process).
+
+    `backend_spec()` is what the job's actors build (`build_backend` / `llm_generate`);
+    `cache_path()` is the cache they should put in front of it (None when served: the
+    deployment keeps the cache). Use as a context manager, or call `stop()` in a finally.
+    """
+
+    def __init__(self, cfg: JudgeServeConfig, service: str = "auto", host: str = "127.0.0.1",
+                 port: int = 8000, app_name: str = APP_NAME, progress: Callable[[str], None] = print):
+        if not (service in ("auto", "none") or service.startswith(("serve:", "http://", "https://"))):
+            raise ValueError(f"judge service must be auto, none, serve:APP or an http(s) URL, got {service!r}")
+        self.cfg, self.service, self.host, self.port = cfg, service, host, port
+        self.app_name, self.progress = app_name, progress
+        self._address: str | None = None
+        self.started: str | None = None
+        self.started_serve = False
+
+    def address(self) -> str:
+        """Where the judge is ("none", "serve:APP" or a URL); starts the app when needed."""
+        if self._address is None:
+            self._address = self._resolve()
+        return self._address
+
+    def _resolve(self) -> str:
+        if self.service != "auto":
+            return self.service
+        name = self.app_name
+        if name in running_apps():
+            self.progress(f"  judge: using the running Serve application {name!r}")
+            return f"serve:{name}"
+        spec = self.cfg.backend
+        self.progress(f"  judge: starting the Serve deployment {name!r} ({spec.backend}: {spec.model}) "
+                      f"on {self.host}:{self.port}")
+        self.started_serve = not serve_running()
+        start_judge_service(self.cfg, host=self.host, port=self.port, name=name)
+        self.started = name
+        return f"serve:{name}"
+
+    def backend_spec(self, **client_options) -> BackendSpec:
+        """The spec a job's actors build: the in-process backend, or a "serve" client."""
+        address = self.address()
+        if address == "none":
+            return self.cfg.backend
+        return BackendSpec(backend="serve", model=self.cfg.backend.model,
+                           options={"address": address, **client_options})
+
+    def cache_path(self) -> str | None:
+        return self.cfg.cache if self.address() == "none" else None
+
+    def check(self) -> str:
+        """Connect once from the driver (fails early on a wrong model or a dead
+        service); the served model's id."""
+        if self.address() == "none":
+            return self.cfg.backend.model
+        client = ServeJudgeLLM(self.backend_spec())
+        try:
+            return client.model_id
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Leave the cluster as found: our app deleted, Serve shut down if we started it."""
+        if self.started:
+            if self.started_serve:
+                serve.shutdown()
+            else:
+                serve.delete(self.started)
+            self.progress(f"  judge: stopped the Serve application {self.started!r} this job started")
+            self.started = None
+        self._address = None
+
+    def __enter__(self) -> Self:
+        self.address()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,66 @@
+"""`rexeval meta-evaluate` as a user runs it (the command object, before cli.py lists it)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from ray_jobs.meta_evaluate import meta_evaluate_cmd
+from tests.pipelines.test_meta_evaluate import ONE_TABLE
+
+
+@pytest.fixture
+def one_table(tmp_path):
+    path = tmp_path / "one.csv"
+    path.write_text(ONE_TABLE)
+    return path
+
+
+def test_help_has_an_example_and_says_no_ray():
+    res = CliRunner().invoke(meta_evaluate_cmd, ["--help"])
+    assert res.exit_code == 0
+    for text in ("rexeval meta-evaluate", "No Ray", "--human-null", "--judge-prefix", "--mode", "--config"):
+        assert text in res.output, text
+
+
+def test_runs_from_flags(tmp_path, one_table):
+    out = tmp_path / "out"
+    res = CliRunner().invoke(meta_evaluate_cmd, [str(one_table), "--out", str(out), "--method", "pearson",
+                                                 "--level", "dataset", "--level", "pair", "--bootstrap", "50"])
+    assert res.exit_code == 0, res.output
+    j, h = [4, 2, 5, 1, 3, 3, 4, 2], [5, 2, 4, 1, 3, 2, 5, 1]
+    assert f"| judge | {np.corrcoef(j, h)[0, 1] * 100:.2f} / " in res.output
+    for text in ("joined", "human_filled", "errors.parquet", "meta_evaluation.md", "Each cell: dataset / pair"):
+        assert text in res.output, text
+    results = pd.read_parquet(out / "meta_evaluation.parquet")
+    assert set(results["level"]) == {"dataset", "pair"} and set(results["method"]) == {"pearson"}
+    report = json.loads((out / "report.json").read_text())
+    assert report["counts"]["joined"] == 8 and report["counts"]["errors"] == 2
+
+
+def test_runs_from_a_config_with_the_drop_policy(tmp_path, one_table):
+    cfg = tmp_path / "meta.yaml"
+    cfg.write_text(f"scores: {one_table}\nout: {tmp_path / 'out'}\nhuman_null: drop\njudge_null: drop\n"
+                   "aspects: [transparency]\nmethods: [kendall]\nbootstrap: 0\n")
+    res = CliRunner().invoke(meta_evaluate_cmd, ["--config", str(cfg), "--judge-null", "-1"])
+    assert res.exit_code == 0, res.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["config"]["human_null"] == "drop" and report["config"]["judge_null"] == -1.0  # the flag wins
+    assert (report["counts"]["dropped_null"], report["counts"]["judge_filled"]) == (1, 1)
+    assert "Kendall correlation" in res.output
+
+
+def test_user_errors_are_one_clear_line(tmp_path, one_table):
+    runner = CliRunner()
+    res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--key", "nope"])
+    assert res.exit_code == 1 and "field 'nope': required key column is missing" in res.output
+    assert "Traceback" not in res.output
+    res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--human-null", "zero"])
+    assert res.exit_code == 2 and "neither a number nor 'drop'" in res.output
+    res = runner.invoke(meta_evaluate_cmd, ["--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "scores" in res.output
+    res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--judge-col", "x"])
+    assert res.exit_code == 2 and "one human column per judge column" in res.output
