@@ -36,6 +36,8 @@ BASE = [
     "nltk",
     # Krippendorff's alpha for pairwise judge agreement (metrics/agreement.py).
     "krippendorff",
+    # ExpScore's subjectivity and polarity factors (its lexicon ships inside the package).
+    "textblob",
 ]
 
 setup(

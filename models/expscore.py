@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 HEADS: tuple[str, ...] = ("linear", "logistic", "nn")
 Head = Literal["linear", "logistic", "nn"]
@@ -60,6 +60,12 @@ class TrainSettings(BaseModel):
     seed: int = 0
     rating_min: int = Field(1, description="lowest rating class")
     rating_max: int = Field(5, description="highest rating class")
+
+    @model_validator(mode="after")
+    def _scale(self) -> TrainSettings:
+        if self.rating_max <= self.rating_min:
+            raise ValueError(f"rating_max ({self.rating_max}) must exceed rating_min ({self.rating_min})")
+        return self
 
     @property
     def classes(self) -> np.ndarray:

@@ -64,7 +64,6 @@ STAGE = "expscore"
 LANGUAGETOOL_ENV = "REXEVAL_LANGUAGETOOL"
 FACTORS_JSON = "factors.json"
 ENCODER_ROLE = "sts"  # sentence similarity role: all-MiniLM-L6-v2 (sentence-BERT) in both profiles
-SPLITS = ("train", "test", "score")
 ONE_CPU = Resources(cpus=1)
 
 SCORES_SCHEMA = pa.schema(
@@ -222,8 +221,9 @@ def parse_list(value: Any) -> list[str] | None:
     return None
 
 
-def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"]) -> tuple[dict | None, dict | None]:
-    """(clean row, None) or (None, error row) for one input row."""
+def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"],
+                 scale: tuple[float, float] = (1, 5)) -> tuple[dict | None, dict | None]:
+    """(clean row, None) or (None, error row) for one input row; ratings must lie in `scale`."""
     src, line = raw.get("_source"), raw.get("_line")
     rid = raw.get(cfg.id_column)
     row_id = str(rid) if rid is not None and str(rid).strip() else f"{Path(str(src)).name}:{line}"
@@ -250,7 +250,7 @@ def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"
             label = float(value)
         except (TypeError, ValueError):
             return fail(cfg.rating_column, "bad_rating", f"the rating {value!r} is not a number")
-        lo, hi = getattr(cfg, "rating_min", 1), getattr(cfg, "rating_max", 5)
+        lo, hi = scale
         if not math.isfinite(label) or not lo <= label <= hi:
             return fail(cfg.rating_column, "bad_rating", f"the rating {value!r} is outside {lo}..{hi}")
     features = parse_list(raw.get(cfg.features_column))
@@ -268,7 +268,8 @@ def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"
     return row, None
 
 
-def load_examples(cfg: _Inputs, rating: Literal["required", "optional"]) -> tuple[list[dict], list[dict], bool]:
+def load_examples(cfg: _Inputs, rating: Literal["required", "optional"],
+                  scale: tuple[float, float] = (1, 5)) -> tuple[list[dict], list[dict], bool]:
     """Valid rows, error rows, and whether any input has the features column."""
     if not cfg.inputs:
         raise ValueError("no input files given")
@@ -288,7 +289,7 @@ def load_examples(cfg: _Inputs, rating: Literal["required", "optional"]) -> tupl
             raise ValueError(f"{path}: no reviews column {cfg.reviews_column!r}")
         has_features = has_features or cfg.features_column in columns
         for raw in raw_rows:
-            row, err = validate_row(raw, cfg, rating)
+            row, err = validate_row(raw, cfg, rating, scale)
             if err is None and row["example_id"] in seen:
                 err = _error(row["source"], row["line"], row["example_id"], cfg.id_column, "duplicate_id",
                              f"example id {row['example_id']!r} was already used by an earlier row",
@@ -459,9 +460,11 @@ def open_grammar_checker(spec: str | None, language: str = "en-US"):
 class FactorStage(Stage):
     """Explanation rows in, factor columns out (keyed by `row`).
 
-    Holds the item reviews, the WI table and the model references; `setup()` loads the
-    sentence encoder and opens the grammar checker once per actor. `encoder` and
-    `grammar` may be given as objects (tests, in-process runs).
+    Holds the item reviews, the WI table and the encoder reference; `setup()` loads the
+    sentence encoder once per actor. The grammar checker (a LanguageTool client) travels
+    with the stage and reconnects in each actor: a server started from a local folder
+    listens on 127.0.0.1, so on a multi-node cluster pass a URL the workers can reach.
+    `encoder` and `grammar` may be given as objects (tests, in-process runs).
     """
 
     name = "expscore-factors"
@@ -528,7 +531,9 @@ def compute_factors(rows: list[dict], stage: FactorStage, mode: str, min_rows: i
 
         init_ray()
         progress(f"factors: {len(rows):,} rows on Ray Data (batches of {stage.batch_size})")
-        ds = map_stage(ray.data.from_arrow(table), stage)
+        # One block per batch (rows are sorted by item, so a block holds few items).
+        blocks = [table.slice(s, stage.batch_size) for s in range(0, len(rows), stage.batch_size)]
+        ds = map_stage(ray.data.from_arrow(blocks), stage)
         out = pa.concat_tables(ray.get(ds.to_arrow_refs()))
     else:
         progress(f"factors: {len(rows):,} rows in process")
@@ -604,10 +609,8 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 def report_markdown(report: dict) -> str:
     """report.json as Markdown: the seed's Tables 1-4 on this data."""
-    lines = [f"# ExpScore {report['job']}", ""]
-    counts = report["counts"]
-    lines += ["| rows | " + " | ".join(counts) + " |", "|---|" + "---:|" * len(counts),
-              "| | " + " | ".join(str(v) for v in counts.values()) + " |", ""]
+    lines = [f"# ExpScore {report['job']}", "", "| rows | count |", "|---|---:|"]
+    lines += [f"| {k} | {v} |" for k, v in report["counts"].items()] + [""]
     heads = report.get("heads") or {}
     for part in ("test", "train", "score"):
         have = {h: m[part] for h, m in heads.items() if m.get(part, {}).get("n")}
@@ -636,8 +639,6 @@ def report_markdown(report: dict) -> str:
         lines += ["## Factor weights of ExpScore (linear), on z-scored factors", "",
                   "| " + " | ".join(names) + " | bias |", "|" + "---:|" * (len(names) + 1),
                   "| " + " | ".join(_fmt(weights[f]) for f in names) + f" | {_fmt(weights['bias'])} |", ""]
-    for f, why in (report.get("unavailable") or {}).items():
-        lines.append(f"- {f} ({FACTOR_NAMES[f]}) unavailable: {why}")
     for note in report.get("notes") or []:
         lines.append(f"- {note}")
     return "\n".join(lines).rstrip() + "\n"
@@ -690,16 +691,17 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
     checker (tests pass fakes); otherwise they come from the config.
     """
     out = Path(cfg.out)
-    job = ShardedOutput(out, "expscore-train", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
-    rows, errors, has_features = load_examples(cfg, "required")
+    settings = cfg.train_settings()
+    rows, errors, has_features = load_examples(cfg, "required", (cfg.rating_min, cfg.rating_max))
     n_in = len(rows) + len(errors)
     rows, more, corpus, by_item = attach_reviews(rows, cfg)
     errors += more
     progress(f"inputs: {n_in:,} rows, {len(rows):,} usable, {len(errors):,} errors")
     if len(rows) < 3:
-        raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations "
-                         f"(see {out / 'errors.parquet'} once written)")
-
+        first = "; ".join(f"{e['source']} row {e['line']}: {e['message']}" for e in errors[:3])
+        raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations"
+                         + (f" (first problems: {first})" if first else ""))
+    job = ShardedOutput(out, "expscore-train", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
     unavailable: dict[str, str] = {}
     close = lambda: None
     if grammar is None:
@@ -727,7 +729,6 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
     x = values[used].to_numpy(dtype=np.float64)
     train, test = split == "train", split == "test"
 
-    settings = cfg.train_settings()
     factor_settings = {"term_frequency": tf, "repetition_n": cfg.repetition_n, "encoder": encoder_ref,
                        "encoder_role": ENCODER_ROLE, "language": cfg.language,
                        "max_reviews_per_item": cfg.max_reviews_per_item,
@@ -768,10 +769,9 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
 
 
 def _notes(unavailable: dict[str, str]) -> list[str]:
-    if not unavailable:
-        return []
-    return [f"trained and scored without {', '.join(unavailable)}: "
-            + "; ".join(f"{f} ({FACTOR_NAMES[f]}): {why}" for f, why in unavailable.items())]
+    """One line per factor the model was trained and scores without, with the reason."""
+    return [f"{f} ({FACTOR_NAMES[f]}) unavailable, so trained and scored without it: {why}"
+            for f, why in unavailable.items()]
 
 
 # ================================================================== score
@@ -801,9 +801,11 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
     compared with the scores in the report."""
     out = Path(cfg.out)
     models, settings = load_models(cfg.model, cfg.head)
-    job = ShardedOutput(out, "expscore-score", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
     needed = [f for f in FACTORS if any(f in m.factors for m in models.values())]
-    rows, errors, has_features = load_examples(cfg, "optional")
+    if "GC" in needed and grammar is None and not (cfg.languagetool or os.environ.get(LANGUAGETOOL_ENV)):
+        raise ValueError(f"the model uses grammar correctness (GC): {GRAMMAR_UNAVAILABLE}")
+    first = next(iter(models.values())).settings
+    rows, errors, has_features = load_examples(cfg, "optional", (first.rating_min, first.rating_max))
     n_in = len(rows) + len(errors)
     rows, more, _, by_item = attach_reviews(rows, cfg)
     errors += more
@@ -811,11 +813,10 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
     if "FA" in needed and not has_features:
         raise ValueError(f"the model uses feature appearance (FA) but the inputs have no "
                          f"{cfg.features_column!r} column")
+    job = ShardedOutput(out, "expscore-score", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
     close = lambda: None
     if "GC" in needed and grammar is None:
-        grammar, note, close = open_grammar_checker(cfg.languagetool, cfg.language)
-        if grammar is None:
-            raise ValueError(f"the model uses grammar correctness (GC): {note}")
+        grammar, _, close = open_grammar_checker(cfg.languagetool, cfg.language)
     encoder_ref = settings.get("encoder")
     notes = []
     if cfg.embedder and cfg.embedder != encoder_ref:

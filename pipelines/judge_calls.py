@@ -73,10 +73,12 @@ def conversation_key(messages: Sequence[dict]) -> str:
 
 def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sampling=None,
         max_retries: int = 2, expected: str = "the requested format",
-        stats: JudgeStats | None = None) -> tuple[list[Answer], JudgeStats]:
+        stats: JudgeStats | None = None, json_schema: dict | None = None) -> tuple[list[Answer], JudgeStats]:
     """One Answer per conversation, in order. Identical conversations are asked once
     (a greedy judge would answer them alike); an unreadable answer is asked again with
-    the parser's reason, at most `max_retries` times."""
+    the parser's reason, at most `max_retries` times. With `json_schema`, backends that
+    can constrain decoding (hf with xgrammar, vLLM, OpenAI-compatible servers) are held
+    to it; the parser still reads the answer, so a backend that cannot is no worse off."""
     from models.llm.base import ChatRequest, SamplingParams
     from prompts import load_prompt
 
@@ -95,7 +97,8 @@ def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sa
     for attempt in range(max_retries + 1):
         if not todo:
             break
-        results = llm.generate([ChatRequest(messages=convs[i], sampling=sampling) for i in todo])
+        results = llm.generate([ChatRequest(messages=convs[i], sampling=sampling, json_schema=json_schema)
+                                for i in todo])
         stats.retries += len(todo) if attempt else 0
         again = []
         for i, res in zip(todo, results):

@@ -39,6 +39,7 @@ class LikertJobConfig(JudgeJobSettings):
     examples: str | None = Field(None, description="human-rated examples for one-shot prompts")
     ensemble_missing: Literal["skip", "zero"] = "skip"
     max_tokens: int = Field(64, ge=4)
+    constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")
 
 
 class PairwiseJobConfig(JudgeJobSettings):
@@ -53,6 +54,7 @@ class PairwiseJobConfig(JudgeJobSettings):
     disagreement: Literal["tie", "first"] = "tie"
     max_tokens: int = Field(512, ge=8)
     temperature: float = Field(0.0, ge=0)
+    constrained: bool = True
 
 
 class DetectJobConfig(JudgeJobSettings):
@@ -68,6 +70,7 @@ class DetectJobConfig(JudgeJobSettings):
     both_orders: bool = True
     disagreement: Literal["tie", "first"] = "tie"
     max_tokens: int = Field(512, ge=8)
+    constrained: bool = True
     generation_max_tokens: int = Field(96, ge=8)
 
 
@@ -151,7 +154,8 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     rows = rows[["example_id", "system", "user_id", "item_id", "explanation", "item_description"]]
     judges = cfg.judges or [profile.require("judge_llm")]
     lcfg = LikertConfig(aspects=cfg.aspects or LikertConfig().aspects, mode=cfg.mode, shots=cfg.shots,
-                        seed=cfg.seed, max_retries=cfg.max_retries, max_tokens=cfg.max_tokens)
+                        seed=cfg.seed, max_retries=cfg.max_retries, max_tokens=cfg.max_tokens,
+                        constrained=cfg.constrained)
     examples_path = None
     if cfg.shots != "zero":
         if not cfg.examples:
@@ -184,7 +188,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
 def likert_table(scores: pd.DataFrame) -> str:
     """Mean score per judge and system (rows) and aspect (columns), unreadable left out."""
     g = scores.groupby(["judge", "system", "aspect"], sort=True)["score"]
-    wide = g.mean().unstack("aspect")
+    wide = g.mean().unstack("aspect")[list(dict.fromkeys(scores["aspect"]))]
     n_bad = scores["score"].isna().groupby([scores["judge"], scores["system"]]).sum()
     lines = ["| judge | system | " + " | ".join(wide.columns) + " | unreadable |",
              "|---|---|" + "---|" * (len(wide.columns) + 1)]
@@ -208,7 +212,8 @@ def _pairwise_settings(cfg) -> dict:
     return {"pairwise": PairwiseConfig(
         criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide,
         both_orders=cfg.both_orders, disagreement=cfg.disagreement, max_retries=cfg.max_retries,
-        max_tokens=cfg.max_tokens, temperature=getattr(cfg, "temperature", 0.0), seed=cfg.seed).model_dump()}
+        max_tokens=cfg.max_tokens, temperature=getattr(cfg, "temperature", 0.0), seed=cfg.seed,
+        constrained=cfg.constrained).model_dump()}
 
 
 def _rubric_ref(ref: str) -> str:

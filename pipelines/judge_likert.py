@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from functools import partial
 from typing import Any, Literal
@@ -49,6 +48,10 @@ class LikertConfig(BaseModel):
     max_tokens: int = Field(256, ge=1)
     temperature: float = Field(0.0, ge=0.0)
     rubric: str = "likert_aspects"
+    # Hold the answer to a JSON object of whole numbers 1-5 where the backend can
+    # constrain decoding: small models then always answer in range (the parser reads
+    # the object like any other answer). False: free text, as seed 001's judges wrote.
+    constrained: bool = True
 
     @model_validator(mode="after")
     def _known_aspects(self) -> LikertConfig:
@@ -180,6 +183,12 @@ def _decide(aspect: str, hits: list[tuple[float | None, str | None]]) -> tuple[i
     return int(values[0]), None
 
 
+def scores_schema(aspects: list[str]) -> dict:
+    """A bounded JSON schema: one whole number 1-5 per aspect, nothing else."""
+    return {"type": "object", "additionalProperties": False, "required": list(aspects),
+            "properties": {a: {"type": "integer", "enum": [1, 2, 3, 4, 5]} for a in aspects}}
+
+
 def parse_scores(text: str, aspects: list[str] | tuple[str, ...]) -> tuple[dict[str, int] | None, str | None]:
     """{aspect: 1..5} for every aspect, or (None, what is wrong) to send back to the model.
 
@@ -243,7 +252,7 @@ def _rated_pool(pool: pd.DataFrame, aspects: list[str]) -> pd.DataFrame:
 
 
 def _example_block(r: dict, aspects: list[str], same_user: bool) -> dict:
-    return {"item": _item_text(r), "explanation": str(r["explanation"]),
+    return {"item": _item_text(r), "explanation": _text(r["explanation"]),
             "ratings": {a: _fmt(float(r[f"human_{a}"])) for a in aspects},
             "same_user": same_user, "key": example_key(r["user_id"], r["item_id"], r["system"])}
 
@@ -292,11 +301,14 @@ def count_fallbacks(scores: pd.DataFrame) -> int:
 
 # -- judging -------------------------------------------------------------------------
 
+def _text(value: Any) -> str:
+    """A cell as prompt text: missing (None, NaN, NA) is the empty string, not "nan"."""
+    return "" if value is None or (pd.api.types.is_scalar(value) and pd.isna(value)) else str(value)
+
+
 def _item_text(r: dict) -> str:
-    desc = r.get("item_description")
-    if desc is None or (isinstance(desc, float) and math.isnan(desc)) or not str(desc).strip():
-        return str(r["item_id"])
-    return str(desc)
+    """The item's description, or its id when there is none (seed 001 showed the title)."""
+    return _text(r.get("item_description")).strip() or str(r["item_id"])
 
 
 def _check_rows(rows: pd.DataFrame | list[dict]) -> pd.DataFrame:
@@ -333,7 +345,13 @@ def _rows_out(df: pd.DataFrame, judge: str, cfg: LikertConfig, picks: list[dict 
                         "score": float(value[aspect]) if value else float("nan"),
                         "shots": cfg.shots, "shot_example": ex["key"] if ex else None,
                         "problem": problem, "raw": a.raw})
-    return pd.DataFrame(out, columns=list(SCORE_COLUMNS))
+    return _typed(pd.DataFrame(out, columns=list(SCORE_COLUMNS)))
+
+
+def _typed(scores: pd.DataFrame) -> pd.DataFrame:
+    """Nullable text columns typed as strings, so a chunk where all are missing still
+    writes a string column (not Arrow's null type) and chunks concatenate."""
+    return scores.astype({c: "string" for c in ("problem", "shot_example", "raw")})
 
 
 def judge_likert(llm, rows: pd.DataFrame | list[dict], cfg: LikertConfig,
@@ -365,18 +383,20 @@ def judge_likert(llm, rows: pd.DataFrame | list[dict], cfg: LikertConfig,
     per_row: list[dict[str, Any]] = [{} for _ in records]
     if cfg.mode == "multi":
         prompt = load_prompt("likert_multi")
-        convs = [prompt.render(aspects=items, item=_item_text(r), explanation=str(r["explanation"]),
+        convs = [prompt.render(aspects=items, item=_item_text(r), explanation=_text(r["explanation"]),
                                example=ex) for r, ex in zip(records, picks)]
         answers, _ = ask(llm, convs, partial(parse_scores, aspects=cfg.aspects), sampling=sampling,
+                         json_schema=scores_schema(cfg.aspects) if cfg.constrained else None,
                          max_retries=cfg.max_retries, expected=_expected(cfg.aspects), stats=stats)
         for slot, a in zip(per_row, answers):
             slot.update({aspect: a for aspect in cfg.aspects})
     else:
         prompt = load_prompt("likert_single")
         for item in items:
-            convs = [prompt.render(aspect=item, item=_item_text(r), explanation=str(r["explanation"]),
+            convs = [prompt.render(aspect=item, item=_item_text(r), explanation=_text(r["explanation"]),
                                    example=ex) for r, ex in zip(records, picks)]
             answers, _ = ask(llm, convs, partial(parse_scores, aspects=[item.name]), sampling=sampling,
+                             json_schema=scores_schema([item.name]) if cfg.constrained else None,
                              max_retries=cfg.max_retries, expected=_expected([item.name]), stats=stats)
             for slot, a in zip(per_row, answers):
                 slot[item.name] = a
@@ -426,4 +446,4 @@ def ensemble(scores: pd.DataFrame, judges: list[str] | None = None,
     out = out.reset_index()
     out["judge"] = f"ensemble({'+'.join(judges)})"
     out["shot_example"], out["raw"] = None, None
-    return out[list(SCORE_COLUMNS) + ["n_judges"]]
+    return _typed(out[list(SCORE_COLUMNS) + ["n_judges"]])

@@ -46,6 +46,18 @@ class PairwiseConfig(BaseModel):
     # Seed 004 sampled its judge at 0.7; greedy (0) keeps verdicts reproducible and cacheable.
     temperature: float = Field(0.0, ge=0)
     seed: int = 0
+    # Hold the answer to {"reasoning": ..., "verdict": "[[A]]" | "[[B]]" | "[[C]]"} where
+    # the backend can constrain decoding, reasoning first as the seed asks; the verdict
+    # token is still read from the text. False: free text, as seed 004's judge wrote.
+    constrained: bool = True
+
+
+def verdict_schema(max_tokens: int) -> dict:
+    """Reasoning, then the verdict token; the reasoning is bounded so that the verdict
+    still fits in `max_tokens` (about 3 characters per token, 24 tokens of JSON)."""
+    return {"type": "object", "additionalProperties": False, "required": ["reasoning", "verdict"],
+            "properties": {"reasoning": {"type": "string", "maxLength": max(40, 3 * (max_tokens - 24))},
+                           "verdict": {"type": "string", "enum": ["[[A]]", "[[B]]", "[[C]]"]}}}
 
 
 def parse_verdict(text: str) -> tuple[str | None, str | None]:
@@ -105,6 +117,7 @@ def judge_pairwise(llm, pairs: pd.DataFrame, cfg: PairwiseConfig | None = None):
     tasks = conversations(pairs, cfg)
     sampling = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=cfg.seed)
     answers, stats = ask(llm, [t["messages"] for t in tasks], parse_verdict, sampling=sampling,
+                         json_schema=verdict_schema(cfg.max_tokens) if cfg.constrained else None,
                          max_retries=cfg.max_retries, expected="a last line holding [[A]], [[B]] or [[C]]")
     detail = pd.DataFrame({
         "pair_id": [t["pair_id"] for t in tasks], "unit": [t["unit"] for t in tasks],

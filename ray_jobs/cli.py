@@ -6,6 +6,7 @@ import click
 from ray_jobs.cluster import cluster_cmd, cluster_report_cmd
 from ray_jobs.demo import demo_cmd
 from ray_jobs.evaluate import evaluate_cmd
+from ray_jobs.expscore import expscore_group
 from ray_jobs.extract import extract_cmd
 from ray_jobs.extract_quality import extract_quality_cmd
 from ray_jobs.ground_truth import ground_truth_cmd
@@ -39,6 +40,7 @@ cli.add_command(star_group)
 cli.add_command(evaluate_cmd)
 cli.add_command(judge_group)
 cli.add_command(meta_evaluate_cmd)
+cli.add_command(expscore_group)
 cli.add_command(demo_cmd)
 try:
     from ray_jobs.models_cmd import models_group

@@ -40,7 +40,10 @@ SAMPLE = Path(__file__).resolve().parents[1] / "pipelines" / "sample"
               help="A 3-way NLI checkpoint for the evaluation step (StEnt, StCoh, SummaC); the local "
                    "profile has none, so those metrics are skipped without it.")
 @user_errors
-def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli):
+@click.option("--judge-examples", default=2, show_default=True, type=int,
+              help="Examples per system the Likert and pairwise judges rate in the last step "
+                   "(each costs the local LLM a few seconds per call).")
+def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_examples):
     """Run the demo pipeline on the embedded review sample (five domains, offline).
 
     Example: rexeval demo --out runs/demo
@@ -48,7 +51,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli):
     started = time.time()
     root = Path(out)
     init_ray()
-    steps = 6 if extract_reviews <= 0 else 9
+    steps = 6 if extract_reviews <= 0 else 10
     click.echo(f"[1/{steps}] ingest: the sample (clean) + reviews_noisy.jsonl (broken rows on purpose)")
     ing = run_ingest(IngestConfig(inputs=[str(SAMPLE / "reviews.jsonl"), str(SAMPLE / "reviews_noisy.jsonl")],
                                   meta=[str(SAMPLE / "items.jsonl")], out=str(root / "ingest")),
@@ -78,23 +81,30 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli):
         outputs.update({"triplets": str(root / "triplets"), "star": str(root / "star"),
                         "truth": str(root / "ground_truth")})
         notes.append("SmolLM2-135M exercises the pipeline; its statements are not of paper quality")
-    counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, steps))
+    eval_step = steps - 1 if extract_reviews > 0 else steps
+    counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, eval_step - 2, steps))
     outputs["clusters"] = str(root / "clusters")
     notes.append("clustering is bi-encoder only: the local profile has no cross-encoder "
                  "(pass --model cross_encoder=/path to `rexeval cluster` for seed 002's filter)")
-    counts.update(_ranking_stages(root, overwrite, steps))
+    counts.update(_ranking_stages(root, overwrite, eval_step - 1, steps))
     outputs["ranking"] = str(root / "ranking")
     notes.append("ranking uses the sample's hand-written statements (pipelines/sample/statements.jsonl); "
                  "the ExpGCN run is a short one, not the seed's 500 epochs")
-    counts.update(_evaluate_stage(root, overwrite, steps, evaluate_examples, nli, llm=extract_reviews > 0))
+    counts.update(_evaluate_stage(root, overwrite, eval_step, steps, evaluate_examples, nli,
+                                  llm=extract_reviews > 0))
     outputs["evaluation"] = str(root / "evaluation")
+    if extract_reviews > 0:
+        counts.update(_judge_stage(root, steps, judge_examples))
+        outputs.update({"likert": str(root / "judge_likert"), "pairwise": str(root / "judge_pairwise")})
+        notes.append("the Likert and pairwise judges here are SmolLM2-135M: they exercise the judge "
+                     "deployment, parsing, retries and reports; their ratings are not meaningful (pass "
+                     "--model judge_llm=... to `rexeval judge` for a real judge)")
     if extract_reviews > 0:
         notes.append("St2Exp's verifier here is SmolLM2-135M: it exercises the metric, its verdicts are "
                      "not meaningful (pass --model judge_llm=... to `rexeval evaluate` for a real judge)")
     if not nli:
         notes.append("NLI metrics were skipped: no PyPI package ships an NLI model; "
                      "pass --nli /path/to/nli-checkpoint (e.g. deberta-large-mnli) to compute them")
-    notes.append("later stages (LLM judges) join this demo as they land")
     summary("demo", counts, started, outputs, notes)
 
 
@@ -125,12 +135,12 @@ def _llm_stages(root: Path, n: int, overwrite: bool, steps: int) -> dict:
             "explanations": gt["counts"].get("out", 0)}
 
 
-def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, steps: int) -> dict:
+def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, step: int, steps: int) -> dict:
     """Cluster the verified statements (when extracted) and run EXTRA on the reviews."""
     from pipelines.cluster_pipeline import ClusterConfig, run_cluster
     from pipelines.cluster_quality import format_table3
 
-    click.echo(f"[{steps - 2}/{steps}] cluster: paraphrase clusters (seed 002) and the EXTRA baseline")
+    click.echo(f"[{step}/{steps}] cluster: paraphrase clusters (seed 002) and the EXTRA baseline")
     reports, counts = [], {}
     # The sample's ~300 reviews were written without repeats, so EXTRA's recurrence filter
     # (a sentence in >= 5 reviews) is off here: every heuristic candidate is kept.
@@ -151,7 +161,7 @@ def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, steps: i
     return counts
 
 
-def _ranking_stages(root: Path, overwrite: bool, steps: int) -> dict:
+def _ranking_stages(root: Path, overwrite: bool, step: int, steps: int) -> dict:
     """Seed 002's ranking benchmark on the sample: the hand-written statements are
     clustered, built into STAR, ranked by the baselines and a short ExpGCN Tune run."""
     import shutil
@@ -169,7 +179,7 @@ def _ranking_stages(root: Path, overwrite: bool, steps: int) -> dict:
     from pipelines.star_report import format_table1, table1
     from pipelines.statement_inputs import statements_from_annotations
 
-    click.echo(f"[{steps - 1}/{steps}] star: statement ranking (seed 002) on the sample's hand-written statements")
+    click.echo(f"[{step}/{steps}] star: statement ranking (seed 002) on the sample's hand-written statements")
     ann = root / "annotated" / "statements" / "part-00000.parquet"
     if overwrite or not ann.exists():
         write_parquet_atomic(ann, statements_from_annotations(SAMPLE / "statements.jsonl"))
@@ -193,7 +203,8 @@ def _ranking_stages(root: Path, overwrite: bool, steps: int) -> dict:
             "ranking test": c["test"]}
 
 
-def _evaluate_stage(root: Path, overwrite: bool, steps: int, n: int, nli: str | None, llm: bool) -> dict:
+def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, nli: str | None,
+                    llm: bool) -> dict:
     """Seed 000's metrics on two systems: the sample's ground truth itself and a copy
     with every sentiment flipped (built by the same rules, so both statement sets are
     known). The NLI metrics need a checkpoint (--nli); St2Exp asks the local LLM."""
@@ -202,7 +213,7 @@ def _evaluate_stage(root: Path, overwrite: bool, steps: int, n: int, nli: str | 
     from pipelines.statement_inputs import statements_from_annotations
     from ray_jobs.evaluate import print_report
 
-    click.echo(f"[{steps}/{steps}] evaluate: the sample's ground truth and a sentiment-flipped copy "
+    click.echo(f"[{step}/{steps}] evaluate: the sample's ground truth and a sentiment-flipped copy "
                f"(seed 000 metrics), {n} examples each")
     paths = write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
                                  root / "evaluation_inputs")
@@ -214,6 +225,27 @@ def _evaluate_stage(root: Path, overwrite: bool, steps: int, n: int, nli: str | 
     print_report(rep)
     return {"evaluated examples": rep["counts"]["examples"], "scores": rep["counts"]["scores"],
             "metric families skipped": len(rep["skipped"])}
+
+
+def _judge_stage(root: Path, steps: int, n: int) -> dict:
+    """Seed 001's Likert judge and seed 004's pairwise judge on the evaluation step's two
+    systems, through the judge Serve deployment, with the local LLM."""
+    from pipelines.judge_jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
+
+    expl = str(root / "evaluation_inputs" / "explanations.parquet")
+    reviews = [str(root / "ingest")]
+    click.echo(f"[{steps}/{steps}] judge: Likert ratings (seed 001) and pairwise verdicts against the ground "
+               f"truth (seed 004), {n} examples each, local LLM behind the judge Serve deployment")
+    lk = run_likert(LikertJobConfig(explanations=[expl], reviews=reviews, limit=n, out=str(root / "judge_likert")),
+                    progress=click.echo)
+    click.echo(lk.pop("table_md"))
+    pw = run_pairwise(PairwiseJobConfig(explanations=[expl], reviews=reviews, limit=n, baseline="ground_truth",
+                                        divide=False, max_tokens=160, out=str(root / "judge_pairwise")),
+                      progress=click.echo)
+    click.echo(pw.pop("table_md"))
+    likert_calls = sum(u["calls"] for u in lk["usage"].values())
+    return {"likert scores": 4 * n * 2, "likert unreadable": lk["unreadable"],
+            "pairwise pairs": pw["pairs"], "judge calls": likert_calls + pw["usage"]["calls"]}
 
 
 def _show(folder: Path, stage: str, k: int = 6) -> None:

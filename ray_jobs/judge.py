@@ -33,6 +33,9 @@ def _judge_options(fn):
                           "models/prices.example.yaml); the report then totals the cost."),
         click.option("--chunk-size", type=int, help="Rows per shard, the unit of resume (default 16)."),
         click.option("--seed", type=int, help="Seed of every random choice (default 0)."),
+        click.option("--free-text", "constrained", flag_value=False, default=None,
+                     help="Let the judge answer in free text; by default answers are held to a small "
+                          "JSON schema where the backend can constrain decoding (hf, vllm, openai)."),
     ]
     for o in reversed(options):
         fn = o(fn)
@@ -89,7 +92,7 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
 @user_errors
 def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examples, ensemble_missing,
                max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas, judge_gpus,
-               serve_port, price_table, chunk_size, seed, config_file, llm):
+               serve_port, price_table, chunk_size, seed, constrained, config_file, llm):
     """Rate explanations 1-5 on persuasiveness, transparency, accuracy and satisfaction.
 
     Writes likert_scores.parquet (example_id, system, judge, aspect, score; NaN with the
@@ -110,7 +113,7 @@ def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examp
                       ensemble_missing=ensemble_missing, max_tokens=max_tokens, out=out, contexts=contexts,
                       reviews=reviews, max_history=max_history, judge_service=judge_service,
                       judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+                      price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
     init_ray()
     report = run_likert(cfg, progress=click.echo)
     _finish("judge likert", report, started, cfg.out,
@@ -148,7 +151,7 @@ def _pairwise_flags(fn):
 @user_errors
 def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, criteria, divide, both_orders,
                  disagreement, max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas,
-                 judge_gpus, serve_port, price_table, chunk_size, seed, config_file, llm):
+                 judge_gpus, serve_port, price_table, chunk_size, seed, constrained, config_file, llm):
     """Compare each system's explanations with a baseline's (ALERT-Gen, seed 004).
 
     For every example both systems explained, the judge reasons against the criteria
@@ -168,7 +171,7 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, crit
                       divide=divide, both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens,
                       out=out, contexts=contexts, reviews=reviews, max_history=max_history,
                       judge_service=judge_service, judge_replicas=judge_replicas, judge_gpus=judge_gpus,
-                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
     init_ray()
     report = run_pairwise(cfg, progress=click.echo)
     _finish("judge pairwise", report, started, cfg.out,
@@ -198,7 +201,7 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, crit
 def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_model, generation_max_tokens,
                criteria, divide, both_orders, disagreement, max_tokens, out, contexts, reviews, max_history,
                judge_service, judge_replicas, judge_gpus, serve_port, price_table, chunk_size, seed,
-               config_file, llm):
+               constrained, config_file, llm):
     """Inferior-explanation detection test (seed 004, Table 1).
 
     An LLM writes a good explanation for each interaction and, per condition, a worse
@@ -219,7 +222,7 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
                       both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens, out=out,
                       contexts=contexts, reviews=reviews, max_history=max_history, judge_service=judge_service,
                       judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed, **llm)
+                      price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
     init_ray()
     report = run_detect(cfg, progress=click.echo)
     _finish("judge detect", report, started, cfg.out,

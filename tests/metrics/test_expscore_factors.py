@@ -112,7 +112,7 @@ def test_subjectivity_and_polarity_from_textblob_lexicon():
 
 
 def test_sentiment_takes_any_analyser():
-    fake = lambda t: (len(t) / 10, 0.5)  # noqa: E731
+    fake = lambda t: (len(t) / 10, 0.5)
     assert ef.polarity(["abcde"], fake).tolist() == [0.5]
     assert ef.subjectivity(["abcde"], fake).tolist() == [0.5]
 
@@ -136,6 +136,8 @@ def test_feature_appearance_counts_distinct_features_as_word_runs():
     feats = [["sound quality", "strings", "Strings", "tuner"], ["straps"], None]
     # row 1: "sound quality" and "strings" (duplicate after lowercasing); row 2: no stemming
     assert ef.feature_appearance(texts, feats).tolist() == [2, 0, 0]
+    # list cells read back from Parquet arrive as numpy arrays
+    assert ef.feature_appearance(texts[:1], [np.array(feats[0], dtype=object)]).tolist() == [2]
 
 
 def test_factor_table_marks_grammar_and_features_unavailable():

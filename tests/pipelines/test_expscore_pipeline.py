@@ -116,8 +116,9 @@ def test_grammar_unavailable_is_reported_not_zero(trained):
     out, report = trained
     assert "LanguageTool" in report["unavailable"]["GC"]
     assert "GC" not in report["factors"] and report["factor_correlations"]["GC"] is None
-    assert any("without GC" in n for n in report["notes"])
-    assert "GC (grammar correctness) unavailable" in (out / "report.md").read_text()
+    assert any(n.startswith("GC (grammar correctness) unavailable, so trained and scored without it: "
+                            "LanguageTool is not installed") for n in report["notes"])
+    assert "- GC (grammar correctness) unavailable" in (out / "report.md").read_text()
     assert pq.read_table(out / "scores.parquet").column("GC").null_count == len(pq.read_table(out / "scores.parquet"))
     meta = json.loads((out / "model" / "linear" / "expscore.json").read_text())
     assert "GC" not in meta["factors"] and "GC" in meta["unavailable"]
@@ -315,3 +316,30 @@ def test_train_with_the_real_minilm(data, tmp_path):
     assert report["settings"]["encoder"] == "all-MiniLM-L6-v2"
     scores = pq.read_table(tmp_path / "m" / "scores.parquet").to_pandas()
     assert scores["REL"].between(-1, 1).all() and scores["REL"].std() > 0
+
+
+def test_languagetool_client_pickles_for_ray_actors():
+    import pickle
+
+    client = pickle.loads(pickle.dumps(ep.LanguageToolClient("http://lt.test", language="en-GB")))
+    assert (client.url, client.language) == ("http://lt.test", "en-GB")
+
+
+def test_local_languagetool_that_cannot_start_is_an_error(tmp_path):
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("no java on this machine")
+    (tmp_path / "LanguageTool-6.6").mkdir()
+    (tmp_path / "LanguageTool-6.6" / "languagetool-server.jar").write_bytes(b"not a jar")
+    with pytest.raises(ValueError, match="did not start"):
+        ep.LocalLanguageTool(tmp_path, start_timeout=60)
+
+
+def test_too_few_usable_rows_names_the_problems(data, tmp_path):
+    path = tmp_path / "few.jsonl"
+    path.write_text(json.dumps({"explanation": "Fine", "item_id": data["items"][0], "rating": 11}) + "\n")
+    with pytest.raises(ValueError, match=r"only 0 usable rows.*row 1: the rating 11 is outside 1\.\.5"):
+        ep.run_train(ep.ExpScoreTrainConfig(inputs=[str(path)], out=str(tmp_path / "o"), reviews=str(data["reviews"])),
+                     encoder=HashingEncoder(), progress=lambda m: None)
+    assert not (tmp_path / "o").exists()  # nothing written for a run that cannot start
