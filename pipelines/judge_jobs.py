@@ -144,7 +144,7 @@ def _frame(out, table: str) -> pd.DataFrame:
 
 def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) -> dict:
     from pipelines.judge_inputs import explanations_frame
-    from pipelines.judge_likert import LikertConfig, ensemble
+    from pipelines.judge_likert import LikertConfig, count_fallbacks, ensemble
 
     t0 = time.time()
     root = Path(cfg.out)
@@ -172,12 +172,14 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
         parts.append(_frame(out, "likert"))
         usage[spec["model"]] = usage_totals([out], cfg.price_table, spec["model"])
     scores = pd.concat(parts, ignore_index=True)
+    fallbacks = int(count_fallbacks(scores)) if cfg.shots != "zero" else 0
     if len(judges) > 1:
         scores = pd.concat([scores, ensemble(scores, missing=cfg.ensemble_missing)], ignore_index=True)
     write_parquet_atomic(root / "likert_scores.parquet", pa.Table.from_pandas(scores, preserve_index=False))
     table = likert_table(scores)
     (root / "likert.md").write_text(table)
     report = {"job": "judge likert", "explanations": len(rows), "no_context": no_ctx,
+              "one_shot_fallbacks": fallbacks,
               "unreadable": int(scores["score"].isna().sum()), "usage": usage,
               "total_cost_usd": _total_cost(usage), "elapsed_s": round(time.time() - t0, 2)}
     write_report(root, report)

@@ -11,10 +11,10 @@ import click
 from pipelines.expscore_pipeline import (
     ExpScoreScoreConfig,
     ExpScoreTrainConfig,
-    report_markdown,
     run_score,
     run_train,
 )
+from pipelines.expscore_report import report_markdown
 from ray_jobs.common import config_option, load_config, summary, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])

@@ -31,23 +31,24 @@ def _null_policy(ctx, param, value):
 @click.command("meta-evaluate")
 @click.argument("scores", required=False, type=click.Path(exists=True))
 @click.option("--human", type=click.Path(exists=True),
-              help="Human ratings in their own table, joined to SCORES on user, item and the key; "
-                   "rows without a partner are error rows.")
+              help="Human ratings in their own table, joined to SCORES on example_id and the key when both "
+                   "have example_id, else on user, item and the key; rows without a partner are error rows.")
 @click.option("--out", "-o", help="Output folder.")
 @click.option("--mode", type=click.Choice(["scores", "pairwise"]),
               help="scores (default): ratings, correlations at three levels (seed 001). pairwise: "
                    "A/B/C verdicts, accuracy, Cohen's kappa, Krippendorff's alpha (seed 004).")
 @click.option("--aspect", "aspects", multiple=True,
               help="Aspect to compare, e.g. persuasiveness (repeatable; default: every aspect with "
-                   "both a judge and a human column).")
+                   "both a judge score and a human column; for verdicts: overall or a criterion).")
 @click.option("--judge-prefix", "judge_prefixes", multiple=True,
-              help="Prefix of an evaluator's columns (default judge_); repeat for several evaluators, "
-                   "e.g. --judge-prefix gpt4_ --judge-prefix bleu_; the evaluator is named by it.")
+              help="Wide tables: prefix of an evaluator's columns (default judge_); repeat for several "
+                   "evaluators, e.g. --judge-prefix gpt4_ --judge-prefix bleu_; the evaluator is named by it.")
 @click.option("--human-prefix", help="Prefix of the human columns (default human_).")
 @click.option("--judge-col", "judge_cols", multiple=True,
               help="An evaluator column, paired in order with --human-col (instead of prefixes).")
 @click.option("--human-col", "human_cols", multiple=True, help="The human column of the --judge-col at the same place.")
-@click.option("--evaluator", help="Evaluator name for column pairs or a single --judge-prefix.")
+@click.option("--evaluator", help="Evaluator name for column pairs, a single --judge-prefix or a verdicts file "
+              "(long scores are named by their judge column).")
 @click.option("--user-col", help="User column (default user_id).")
 @click.option("--item-col", help="Item column (default item_id).")
 @click.option("--key", help="Explanation key column (default auto: system, explanation_id or pair_id).")
@@ -60,8 +61,8 @@ def _null_policy(ctx, param, value):
 @click.option("--human-null", callback=_null_policy, metavar="NUMBER|drop",
               help="A missing human rating becomes this value (default 3, seed 001) or 'drop'.")
 @click.option("--judge-null", callback=_null_policy, metavar="NUMBER|drop",
-              help="A missing evaluator score (unparseable answer) becomes this value (default 0, "
-                   "seed 001) or 'drop'.")
+              help="A missing evaluator score (unparseable answer: empty, NaN, or a judge with no row "
+                   "for it in long scores) becomes this value (default 0, seed 001) or 'drop'.")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default 1000; 0: none).")
 @click.option("--seed", type=int, help="Seed of the bootstrap and of --random-baseline (default 0).")
 @click.option("--random-baseline", is_flag=True, default=None,
@@ -75,10 +76,23 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
     """Measure how well evaluators (LLM judges, metrics, annotators) agree with human
     ratings of the same explanations.
 
-    SCORES is a table (Parquet, CSV, TSV or JSON lines) keyed by user_id, item_id and
-    an explanation key (system or explanation_id), holding evaluator columns and, unless
-    --human is given, the human columns too. Columns pair up by prefix:
-    judge_persuasiveness with human_persuasiveness, and so on.
+    SCORES is a table (Parquet, CSV, TSV or JSON lines) in one of three layouts, told
+    apart by its columns:
+
+    \b
+      wide      evaluator columns beside the keys (judge_persuasiveness, ...), paired
+                by prefix with human_persuasiveness, ...; without --human the human
+                columns sit in the same table
+      long      `rexeval judge likert`'s likert_scores.parquet (judge, aspect, score):
+                one evaluator per judge value (ensembles included), one column per
+                aspect; a repeated (judge, explanation, aspect) score is an error row
+      verdicts  `rexeval judge pairwise`'s verdicts.parquet (pair_id, system, verdict)
+                in --mode pairwise: verdict and verdict_<criterion> against the human
+                file's human_verdict and human_verdict_<criterion>
+
+    Keys: rows match on the explanation key (system, explanation_id or pair_id, or
+    --key) plus example_id when both tables have it, else plus user_id and item_id.
+    The scores always need user and item: correlations are grouped by them.
 
     Scores mode gives Pearson, Spearman and Kendall correlations at seed 001's three
     levels: dataset (all rows), user (mean of per-user correlations) and pair (mean of
@@ -96,11 +110,13 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
     Examples:
 
     \b
+      rexeval meta-evaluate runs/likert/likert_scores.parquet --human ratings.csv \\
+          --out runs/meta
       rexeval meta-evaluate scores.csv --out runs/meta
-      rexeval meta-evaluate runs/judge/likert.parquet --human ratings.csv \\
-          --judge-prefix gpt4_ --judge-prefix bleu_ --human-null drop --out runs/meta
-      rexeval meta-evaluate verdicts.jsonl --mode pairwise --judge-col verdict \\
-          --human-col human_verdict --key pair_id --out runs/meta-pairwise
+      rexeval meta-evaluate wide.parquet --human ratings.csv --judge-prefix gpt4_ \\
+          --judge-prefix bleu_ --human-null drop --out runs/meta
+      rexeval meta-evaluate runs/pairwise/verdicts.parquet --human preferences.csv \\
+          --mode pairwise --evaluator qwen --out runs/meta-pairwise
     """
     started = time.time()
     cfg = load_config(MetaEvaluateConfig, config_file, scores=scores, human=human, out=out, mode=mode,

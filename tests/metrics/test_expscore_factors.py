@@ -112,7 +112,9 @@ def test_subjectivity_and_polarity_from_textblob_lexicon():
 
 
 def test_sentiment_takes_any_analyser():
-    fake = lambda t: (len(t) / 10, 0.5)
+    def fake(t):
+        return len(t) / 10, 0.5
+
     assert ef.polarity(["abcde"], fake).tolist() == [0.5]
     assert ef.subjectivity(["abcde"], fake).tolist() == [0.5]
 

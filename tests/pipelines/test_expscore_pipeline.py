@@ -5,7 +5,6 @@ loads the real MiniLM)."""
 from __future__ import annotations
 
 import json
-import zlib
 
 import httpx
 import numpy as np
@@ -14,23 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from models import languagetool as lt
+from pipelines import expscore_inputs as ei
 from pipelines import expscore_pipeline as ep
+from pipelines import expscore_report as er
 from pipelines.schema import REVIEWS, validate_table
+from tests.expscore_double import HashingEncoder
 
 CSV_COLUMNS = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "overall", "summary",
                "unixReviewTime", "reviewTime"]
-
-
-class HashingEncoder:
-    """Deterministic fake sentence encoder: hashed word counts in 64 dimensions."""
-
-    def encode(self, texts):
-        out = np.zeros((len(texts), 64))
-        for i, t in enumerate(texts):
-            for w in str(t).lower().split():
-                out[i, zlib.crc32(w.encode()) % 64] += 1.0
-        out[:, 0] += 1e-3  # no all-zero rows
-        return out
 
 
 class TyposChecker:
@@ -209,31 +200,31 @@ def test_clear_errors_for_unusable_inputs(data, tmp_path):
 
 def test_validate_row_and_parse_list():
     cfg = ep.ExpScoreTrainConfig(inputs=["x"], out="o", reviews="r")
-    row, err = ep.validate_row({"explanation": "Nice", "item_id": 7, "rating": "4.5", "features": '["a", "b"]',
+    row, err = ei.validate_row({"explanation": "Nice", "item_id": 7, "rating": "4.5", "features": '["a", "b"]',
                                 "_source": "f.csv", "_line": 3}, cfg, "required")
     assert err is None and row["item_id"] == "7" and row["rating"] == 4.5 and row["features"] == ["a", "b"]
     assert row["example_id"] == "f.csv:3"
-    row, err = ep.validate_row({"explanation": "Nice", "item_id": "i", "_source": "f.csv", "_line": 4},
+    row, err = ei.validate_row({"explanation": "Nice", "item_id": "i", "_source": "f.csv", "_line": 4},
                                cfg, "required")
     assert row is None and (err["field"], err["error_type"], err["line"]) == ("rating", "missing_rating", 4)
-    row, _ = ep.validate_row({"explanation": "Nice", "item_id": "i", "_source": "f", "_line": 1}, cfg, "optional")
+    row, _ = ei.validate_row({"explanation": "Nice", "item_id": "i", "_source": "f", "_line": 1}, cfg, "optional")
     assert row["rating"] is None and row["features"] == []
-    assert ep.parse_list("tone; sound ;") == ["tone", "sound"]
-    assert ep.parse_list("[1, 2]") is None and ep.parse_list("[broken") is None
+    assert ei.parse_list("tone; sound ;") == ["tone", "sound"]
+    assert ei.parse_list("[1, 2]") is None and ei.parse_list("[broken") is None
 
 
 def test_correlations_and_accuracy_by_hand():
-    c = ep.correlations([1, 2, 3, 4], [1, 3, 2, 4])
+    c = er.correlations([1, 2, 3, 4], [1, 3, 2, 4])
     assert c["pearson"] == pytest.approx(0.8)  # cov 1.0 / var 1.25
     assert c["kendall"] == pytest.approx(4 / 6)  # 5 concordant, 1 discordant pair
-    assert ep.correlations([1, 1, 1], [1, 2, 3])["pearson"] is None
-    assert ep.accuracy_within([3.0, 3.6, 2.5, 1.0], [3.4, 3.0, 3.0, 5.0]) == 0.5
+    assert er.correlations([1, 1, 1], [1, 2, 3])["pearson"] is None
+    assert er.accuracy_within([3.0, 3.6, 2.5, 1.0], [3.4, 3.0, 3.0, 5.0]) == 0.5
 
 
 def test_split_is_seeded():
-    a = ep.split_rows(20, 0.25, seed=1)
-    assert (a == "test").sum() == 5 and np.array_equal(a, ep.split_rows(20, 0.25, seed=1))
-    assert not np.array_equal(a, ep.split_rows(20, 0.25, seed=2))
+    a = ei.split_rows(20, 0.25, seed=1)
+    assert (a == "test").sum() == 5 and np.array_equal(a, ei.split_rows(20, 0.25, seed=1))
+    assert not np.array_equal(a, ei.split_rows(20, 0.25, seed=2))
 
 
 # ------------------------------------------------------------------ LanguageTool
@@ -253,7 +244,7 @@ def _lt_transport(matches_for):
 
 
 def test_languagetool_client_counts_matches():
-    client = ep.LanguageToolClient("http://lt.test/v2/", transport=_lt_transport(lambda t: t.count("teh")))
+    client = lt.LanguageToolClient("http://lt.test/v2/", transport=_lt_transport(lambda t: t.count("teh")))
     client.ping()
     assert client.url == "http://lt.test"
     assert client.count_errors(["teh cat", "fine", "teh teh"]) == [1, 0, 2]
@@ -262,19 +253,19 @@ def test_languagetool_client_counts_matches():
 def test_languagetool_down_is_an_error():
     down = httpx.MockTransport(lambda r: httpx.Response(503))
     with pytest.raises(ValueError, match="no LanguageTool server answers"):
-        ep.LanguageToolClient("http://lt.test", transport=down).ping()
+        lt.LanguageToolClient("http://lt.test", transport=down).ping()
 
 
 def test_open_grammar_checker_without_one_says_why(monkeypatch, tmp_path):
-    monkeypatch.delenv(ep.LANGUAGETOOL_ENV, raising=False)
-    checker, note, close = ep.open_grammar_checker(None)
-    assert checker is None and "--languagetool" in note and ep.LANGUAGETOOL_ENV in note
+    monkeypatch.delenv(lt.LANGUAGETOOL_ENV, raising=False)
+    checker, note, close = lt.open_grammar_checker(None)
+    assert checker is None and "--languagetool" in note and lt.LANGUAGETOOL_ENV in note
     close()
-    monkeypatch.setenv(ep.LANGUAGETOOL_ENV, str(tmp_path / "missing"))
+    monkeypatch.setenv(lt.LANGUAGETOOL_ENV, str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match="neither an http"):
-        ep.open_grammar_checker(None)
+        lt.open_grammar_checker(None)
     with pytest.raises(FileNotFoundError, match="languagetool-server.jar"):
-        ep.open_grammar_checker(str(tmp_path))
+        lt.open_grammar_checker(str(tmp_path))
 
 
 # ------------------------------------------------------------------ the factor stage
@@ -321,7 +312,7 @@ def test_train_with_the_real_minilm(data, tmp_path):
 def test_languagetool_client_pickles_for_ray_actors():
     import pickle
 
-    client = pickle.loads(pickle.dumps(ep.LanguageToolClient("http://lt.test", language="en-GB")))
+    client = pickle.loads(pickle.dumps(lt.LanguageToolClient("http://lt.test", language="en-GB")))
     assert (client.url, client.language) == ("http://lt.test", "en-GB")
 
 
@@ -333,7 +324,7 @@ def test_local_languagetool_that_cannot_start_is_an_error(tmp_path):
     (tmp_path / "LanguageTool-6.6").mkdir()
     (tmp_path / "LanguageTool-6.6" / "languagetool-server.jar").write_bytes(b"not a jar")
     with pytest.raises(ValueError, match="did not start"):
-        ep.LocalLanguageTool(tmp_path, start_timeout=60)
+        lt.LocalLanguageTool(tmp_path, start_timeout=60)
 
 
 def test_too_few_usable_rows_names_the_problems(data, tmp_path):

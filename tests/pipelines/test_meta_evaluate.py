@@ -12,14 +12,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
-from pipelines.meta_evaluate import (
-    MetaEvaluateConfig,
-    read_input,
-    read_number,
-    read_verdict,
-    resolve_targets,
-    run_meta_evaluate,
-)
+from pipelines.meta_evaluate import MetaEvaluateConfig, run_meta_evaluate
+from pipelines.meta_evaluate_inputs import read_input, read_number, read_verdict, resolve_targets
 from pipelines.schema import ERRORS, SchemaError
 
 ONE_TABLE = """user_id,item_id,system,judge_persuasiveness,human_persuasiveness,judge_transparency,human_transparency
@@ -276,3 +270,157 @@ def test_random_baseline_is_seeded(tmp_path):
     assert len(rand) == 6 and set(rand["aspect"]) == {"persuasiveness", "transparency"}
     _, b = run(tmp_path, scores=str(src), random_baseline=True, methods=["pearson"], bootstrap=0)
     pd.testing.assert_frame_equal(a, b)
+
+
+# ------------------------------------------------------------------ our judge jobs' files
+
+# Eight explanations (user, item, system) in a fixed order; two judges whose names are
+# not column-safe; NaN = an answer the judge job could not read.
+EXPLANATIONS = [(u, i, s) for u in ("u1", "u2") for i in ("i1", "i2") for s in ("s1", "s2")]
+NAN = float("nan")
+LONG_SCORES = {
+    ("org/model-a", "persuasiveness"): [4, 2, NAN, 1, 3, 3, 4, 2],
+    ("org/model-a", "transparency"): [3, 1, 4, 2, 5, NAN, 2, 3],
+    ("model_b", "persuasiveness"): [5, 1, 4, 2, 2, 4, 5, 1],
+    ("model_b", "transparency"): [NAN, NAN, 3, 3, 4, 2, 1, 5],
+}
+HUMAN = {"persuasiveness": [5, 2, 4, 1, 3, 2, 5, 1], "transparency": [2, 3, 4, 2, 5, 1, None, 3]}
+
+
+def likert_long() -> pd.DataFrame:
+    """Scores shaped like `rexeval judge likert`'s likert_scores.parquet, rows shuffled."""
+    rows = []
+    for (judge, aspect), scores in LONG_SCORES.items():
+        for (u, i, s), score in zip(EXPLANATIONS, scores):
+            rows.append({"example_id": f"{u}-{i}", "system": s, "user_id": u, "item_id": i, "judge": judge,
+                         "aspect": aspect, "score": float(score), "shots": "zero", "shot_example": None,
+                         "problem": None if score == score else "no number in the answer", "raw": "{}"})
+    df = pd.DataFrame(rows).astype({"problem": "string", "shot_example": "string", "raw": "string"})
+    return df.sample(frac=1.0, random_state=0).reset_index(drop=True)
+
+
+def human_ratings(path, example_id: bool = False):
+    """The human side: one row per explanation, keyed by user, item, system (and example_id)."""
+    df = pd.DataFrame(EXPLANATIONS, columns=["user_id", "item_id", "system"])
+    if example_id:
+        df.insert(0, "example_id", df["user_id"] + "-" + df["item_id"])
+    for aspect, values in HUMAN.items():
+        df[f"human_{aspect}"] = values
+    df.to_csv(path, index=False)
+    return path
+
+
+def expected(judge: str, aspect: str) -> tuple[list[float], list[float]]:
+    """The hand-pivoted pair after seed 001's null policy (judge NaN -> 0, human gap -> 3)."""
+    j = [0.0 if v != v else float(v) for v in LONG_SCORES[(judge, aspect)]]
+    h = [3.0 if v is None else float(v) for v in HUMAN[aspect]]
+    return j, h
+
+
+def test_long_likert_scores_are_pivoted_one_evaluator_per_judge(tmp_path):
+    likert_long().to_parquet(tmp_path / "likert_scores.parquet")
+    human = human_ratings(tmp_path / "human.csv")
+    report, results = run(tmp_path, scores=str(tmp_path / "likert_scores.parquet"), human=str(human))
+    assert report["layout"] == "long" and report["keys"] == ["user_id", "item_id", "system"]
+    c = report["counts"]
+    assert (c["long_rows"], c["rows_scores"], c["joined"], c["errors"], c["absent_scores"]) == (32, 8, 8, 0, 0)
+    assert set(results["evaluator"]) == {"org/model-a", "model_b"}
+    for (judge, aspect) in LONG_SCORES:
+        j, h = expected(judge, aspect)
+        assert cell(results, judge, aspect, "dataset")["value"] == pytest.approx(stats.pearsonr(j, h).statistic)
+        assert cell(results, judge, aspect, "dataset", "spearman")["value"] == pytest.approx(
+            stats.spearmanr(j, h).statistic)
+        assert cell(results, judge, aspect, "dataset", "kendall")["value"] == pytest.approx(
+            stats.kendalltau(j, h).statistic)
+    filled = {(t["evaluator"], t["aspect"]): (t["judge_filled"], t["human_filled"]) for t in report["targets"]}
+    assert filled == {("org/model-a", "persuasiveness"): (1, 0), ("org/model-a", "transparency"): (1, 1),
+                      ("model_b", "persuasiveness"): (0, 0), ("model_b", "transparency"): (2, 1)}
+    md = (tmp_path / "out" / "meta_evaluation.md").read_text()
+    assert "| org/model-a | " in md and "| model_b | " in md
+
+
+def test_long_scores_join_on_example_id_and_report_bad_rows(tmp_path):
+    long = likert_long()
+    first = long.index[(long.judge == "model_b") & (long.aspect == "persuasiveness")
+                       & (long.example_id == "u1-i1") & (long.system == "s1")][0]
+    repeat = long.loc[[first]].assign(score=1.0)  # a second run's score for the same cell
+    nameless = long.loc[[0]].assign(judge=None)
+    long = pd.concat([long, repeat, nameless], ignore_index=True).astype({"score": object})
+    seven = long.index[(long.judge == "org/model-a") & (long.aspect == "transparency")
+                       & (long.example_id == "u2-i2") & (long.system == "s2")][0]
+    long.loc[seven, "score"] = "seven"
+    long.astype({"score": str}).to_csv(tmp_path / "long.csv", index=False)
+    human = human_ratings(tmp_path / "human.csv", example_id=True)
+    report, results = run(tmp_path, scores=str(tmp_path / "long.csv"), human=str(human), methods=["pearson"])
+    assert report["keys"] == ["example_id", "system"]
+    errors = pd.read_parquet(tmp_path / "out" / "errors.parquet").set_index("error_type")
+    src = tmp_path / "long.csv"
+    assert errors.loc["duplicate_key", "field"] == "score"
+    assert errors.loc["duplicate_key", "message"].startswith(f"{src}, row 33, field 'score': repeats judge 'model_b'")
+    assert errors.loc["missing_key", "field"] == "judge"
+    assert errors.loc["bad_value", "message"] == (f"{src}, row {seven + 1} (judge 'org/model-a', aspect "
+                                                  "'transparency'), field 'score': not a number: 'seven'")
+    # The first score is used; "seven" leaves only its own cell out.
+    j, h = expected("model_b", "persuasiveness")
+    assert cell(results, "model_b", "persuasiveness", "dataset")["value"] == pytest.approx(np.corrcoef(j, h)[0, 1])
+    j, h = expected("org/model-a", "transparency")
+    assert cell(results, "org/model-a", "transparency", "dataset")["value"] == pytest.approx(
+        np.corrcoef(j[:-1], h[:-1])[0, 1])
+
+
+def test_long_scores_absent_cells_and_settings_that_do_not_apply(tmp_path):
+    long = likert_long()
+    gone = (long.judge == "model_b") & (long.aspect == "transparency") & (long.system == "s2")
+    long[~gone].to_parquet(tmp_path / "l.parquet")
+    human = human_ratings(tmp_path / "h.csv")
+    report, _ = run(tmp_path, scores=str(tmp_path / "l.parquet"), human=str(human), aspects=["transparency"],
+                    judge_null="drop", bootstrap=0)
+    assert report["counts"]["absent_scores"] == 4
+    target = {t["evaluator"]: t for t in report["targets"]}["model_b"]
+    assert (target["rows"], target["dropped_null"]) == (2, 6)  # 2 NaN + 4 absent, judge_null=drop
+    for bad in ({"mode": "pairwise"}, {"judge_prefixes": ["gpt4_"]}, {"evaluator": "x"}):
+        with pytest.raises(ValueError, match="long-format"):
+            run(tmp_path, scores=str(tmp_path / "l.parquet"), human=str(human), **bad)
+    with pytest.raises(SchemaError, match="no human column for the scored aspects"):
+        run(tmp_path, scores=str(tmp_path / "l.parquet"))
+
+
+def verdicts_frame() -> tuple[pd.DataFrame, list[str], list[str], list[str], list[str]]:
+    """Shaped like `rexeval judge pairwise`'s verdicts.parquet, and the human preferences."""
+    judge = ["A", "B", "C", "A", None, "A", "B", "B"]
+    clarity = ["A", "A", "B", "C", "A", "B", "B", "A"]
+    human = ["A", "A", "C", "A", "B", "B", "B", "B"]
+    human_clarity = ["A", "B", "B", "C", "A", "B", "A", "A"]
+    examples = [f"u{n // 2}-i{n % 2}" for n in range(4)]
+    rows = [{"pair_id": f"{s}|{e}", "system": s, "baseline": "base", "example_id": e, "user_id": e.split("-")[0],
+             "item_id": e.split("-")[1]} for e in examples for s in ("s1", "s2")]
+    df = pd.DataFrame(rows).assign(verdict=judge, verdict_clarity=clarity)
+    return df, judge, clarity, human, human_clarity
+
+
+def test_pairwise_verdicts_file_joins_a_human_preference_file(tmp_path):
+    df, judge, clarity, human, human_clarity = verdicts_frame()
+    df.to_parquet(tmp_path / "verdicts.parquet")
+    pref = df[["example_id", "system"]].assign(human_verdict=human, human_verdict_clarity=human_clarity)
+    pref.iloc[::-1].to_csv(tmp_path / "prefs.csv", index=False)  # order does not matter
+    report, results = run(tmp_path, scores=str(tmp_path / "verdicts.parquet"), human=str(tmp_path / "prefs.csv"),
+                          mode="pairwise", evaluator="qwen", bootstrap=0)
+    assert report["layout"] == "verdicts" and report["keys"] == ["example_id", "system"]
+    assert report["counts"]["joined"] == 8 and report["counts"]["missing_labels"] == 1
+    with_ties = results[results.ties].set_index(["aspect", "metric"])
+    keep = [n for n, v in enumerate(judge) if v is not None]
+    assert with_ties.loc[("overall", "cohen_kappa"), "value"] == pytest.approx(
+        cohen_kappa_score([human[n] for n in keep], [judge[n] for n in keep]))
+    assert with_ties.loc[("clarity", "accuracy"), "value"] == pytest.approx(
+        np.mean([a == b for a, b in zip(clarity, human_clarity)]))
+    assert set(results["evaluator"]) == {"qwen"}
+    # Without example_id on the human side the rows match on user, item and system.
+    pref = df[["user_id", "item_id", "system"]].assign(human_verdict=human)
+    pref.to_csv(tmp_path / "prefs2.csv", index=False)
+    cfg = MetaEvaluateConfig(scores=str(tmp_path / "verdicts.parquet"), human=str(tmp_path / "prefs2.csv"),
+                             out=str(tmp_path / "out2"), mode="pairwise", bootstrap=0)
+    report = run_meta_evaluate(cfg)
+    assert report["keys"] == ["user_id", "item_id", "system"] and [t["aspect"] for t in report["targets"]] == [
+        "overall"]
+    with pytest.raises(ValueError, match="need --mode pairwise"):
+        run(tmp_path, scores=str(tmp_path / "verdicts.parquet"), human=str(tmp_path / "prefs.csv"))

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from ray_jobs.expscore import expscore_group
-from tests.pipelines.test_expscore_pipeline import HashingEncoder
+from tests.expscore_double import HashingEncoder
 
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample" / "reviews.jsonl"
 

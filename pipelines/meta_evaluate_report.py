@@ -1,0 +1,79 @@
+"""The Markdown tables of `rexeval meta-evaluate`, laid out like the seeds' tables so
+a run can be read beside the paper it reproduces."""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+PAIRWISE_METRICS = (("accuracy", "ACC"), ("cohen_kappa", "C-κ"), ("krippendorff_alpha", "K-α"))
+
+
+def _md(text: str) -> str:
+    """A name as a table cell: judge names may hold a "|"."""
+    return str(text).replace("|", "\\|")
+
+
+def _cell(v: float, scale: float = 100.0, digits: int = 2) -> str:
+    return "–" if v is None or not np.isfinite(v) else f"{v * scale:.{digits}f}"
+
+
+def correlation_markdown(results: pd.DataFrame, method: str, levels: Sequence[str]) -> str:
+    """Seed 001's Table 1 layout: one row per evaluator, one column per aspect (and their
+    average when there are several), each cell the levels' values ×100 joined by " / ";
+    then every cell with its interval and the groups it rests on."""
+    shown = results[results["method"] == method]
+    evaluators = list(dict.fromkeys(shown["evaluator"]))
+    aspects = list(dict.fromkeys(shown["aspect"]))
+    value = {(r.evaluator, r.aspect, r.level): r.value for r in shown.itertuples()}
+    header = aspects + (["Average"] if len(aspects) > 1 else [])
+    lines = [f"# Meta-evaluation: {method.capitalize()} correlation with human ratings (×100)", "",
+             f"Each cell: {' / '.join(levels)} level (seed 001, section 2.4). \"–\": undefined.", "",
+             "| Evaluator | " + " | ".join(_md(h) for h in header) + " |", "|---|" + "---|" * len(header)]
+    for ev in evaluators:
+        cells = []
+        for a in aspects:
+            cells.append(" / ".join(_cell(value.get((ev, a, lv), math.nan)) for lv in levels))
+        if len(aspects) > 1:
+            means = []
+            for lv in levels:
+                vals = [value.get((ev, a, lv), math.nan) for a in aspects]
+                means.append(float(np.mean(vals)) if all(np.isfinite(vals)) else math.nan)
+            cells.append(" / ".join(_cell(m) for m in means))
+        lines.append(f"| {_md(ev)} | " + " | ".join(cells) + " |")
+    lines += ["", "## Every cell", "",
+              "| Evaluator | Aspect | Method | Level | ×100 | 95% CI | rows | groups used / total |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in results.itertuples():
+        ci = "–" if not np.isfinite(r.ci_low) else f"[{_cell(r.ci_low)}, {_cell(r.ci_high)}]"
+        lines.append(f"| {_md(r.evaluator)} | {_md(r.aspect)} | {r.method} | {r.level} | {_cell(r.value)} | {ci} | "
+                     f"{r.n_rows} | {r.n_groups_used} / {r.n_groups_total} |")
+    return "\n".join(lines) + "\n"
+
+
+def pairwise_markdown(results: pd.DataFrame) -> str:
+    """Seed 004's Table 2 layout: ACC, C-κ and K-α with ties and without, per evaluator
+    (and aspect, when there are several)."""
+    aspects = list(dict.fromkeys(results["aspect"]))
+    by = {(r.evaluator, r.aspect, r.ties, r.metric): r for r in results.itertuples()}
+    head = ["Evaluator"] + (["Aspect"] if len(aspects) > 1 else [])
+    cols = [f"{lab} w. tie" for _, lab in PAIRWISE_METRICS] + ["n w. tie"]
+    cols += [f"{lab} w/o tie" for _, lab in PAIRWISE_METRICS] + ["n w/o tie"]
+    lines = ["# Meta-evaluation: agreement with human verdicts", "",
+             "Without ties: items where neither the judge nor the human says C (tie).", "",
+             "| " + " | ".join(head + cols) + " |", "|" + "---|" * (len(head) + len(cols))]
+    for ev, asp in dict.fromkeys((r.evaluator, r.aspect) for r in results.itertuples()):
+        cells = [_md(ev)] + ([_md(asp)] if len(aspects) > 1 else [])
+        for ties in (True, False):
+            rows = [by[(ev, asp, ties, m)] for m, _ in PAIRWISE_METRICS]
+            cells += [_cell(r.value, 1.0, 3) for r in rows] + [str(rows[0].n_used)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "## Every cell", "", "| Evaluator | Aspect | Ties | Metric | Value | 95% CI | n used / total |",
+              "|---|---|---|---|---|---|---|"]
+    for r in results.itertuples():
+        ci = "–" if not np.isfinite(r.ci_low) else f"[{_cell(r.ci_low, 1.0, 3)}, {_cell(r.ci_high, 1.0, 3)}]"
+        lines.append(f"| {_md(r.evaluator)} | {_md(r.aspect)} | {'with' if r.ties else 'without'} | {r.metric} | "
+                     f"{_cell(r.value, 1.0, 3)} | {ci} | {r.n_used} / {r.n_total} |")
+    return "\n".join(lines) + "\n"
