@@ -377,7 +377,8 @@ def test_long_scores_absent_cells_and_settings_that_do_not_apply(tmp_path):
                     judge_null="drop", bootstrap=0)
     assert report["counts"]["absent_scores"] == 4
     target = {t["evaluator"]: t for t in report["targets"]}["model_b"]
-    assert (target["rows"], target["dropped_null"]) == (2, 6)  # 2 NaN + 4 absent, judge_null=drop
+    # judge_null=drop: the four absent s2 cells and the NaN of (u1, i1, s1) are dropped.
+    assert (target["rows"], target["dropped_null"]) == (3, 5)
     for bad in ({"mode": "pairwise"}, {"judge_prefixes": ["gpt4_"]}, {"evaluator": "x"}):
         with pytest.raises(ValueError, match="long-format"):
             run(tmp_path, scores=str(tmp_path / "l.parquet"), human=str(human), **bad)

@@ -7,9 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from scipy import stats
 
 from ray_jobs.meta_evaluate import meta_evaluate_cmd
-from tests.pipelines.test_meta_evaluate import ONE_TABLE
+from tests.pipelines.test_meta_evaluate import LONG_SCORES, ONE_TABLE, expected, human_ratings, likert_long
 
 
 @pytest.fixture
@@ -22,7 +23,8 @@ def one_table(tmp_path):
 def test_help_has_an_example_and_says_no_ray():
     res = CliRunner().invoke(meta_evaluate_cmd, ["--help"])
     assert res.exit_code == 0
-    for text in ("rexeval meta-evaluate", "No Ray", "--human-null", "--judge-prefix", "--mode", "--config"):
+    for text in ("rexeval meta-evaluate", "No Ray", "--human-null", "--judge-prefix", "--mode", "--config",
+                 "runs/likert/likert_scores.parquet", "example_id", "verdicts.parquet"):
         assert text in res.output, text
 
 
@@ -64,3 +66,27 @@ def test_user_errors_are_one_clear_line(tmp_path, one_table):
     assert res.exit_code == 2 and "scores" in res.output
     res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--judge-col", "x"])
     assert res.exit_code == 2 and "one human column per judge column" in res.output
+
+
+def test_runs_on_judge_likert_scores(tmp_path):
+    """`judge likert`'s long file and a human ratings file, as in the --help example."""
+    scores = tmp_path / "runs" / "likert" / "likert_scores.parquet"
+    scores.parent.mkdir(parents=True)
+    likert_long().to_parquet(scores)
+    human = human_ratings(tmp_path / "ratings.csv")
+    out = tmp_path / "meta"
+    res = CliRunner().invoke(meta_evaluate_cmd, [str(scores), "--human", str(human), "--out", str(out),
+                                                 "--bootstrap", "20"])
+    assert res.exit_code == 0, res.output
+    assert "long layout: 32 scores of 4 (judge, aspect) pair(s) over 8 explanations" in res.output
+    assert "| org/model-a | " in res.output and "long_rows" in res.output
+    results = pd.read_parquet(out / "meta_evaluation.parquet")
+    for judge, aspect in LONG_SCORES:  # NaN judge scores count as 0, the human gap as 3
+        j, h = expected(judge, aspect)
+        for method, fn in (("pearson", stats.pearsonr), ("spearman", stats.spearmanr),
+                           ("kendall", stats.kendalltau)):
+            row = results[(results.evaluator == judge) & (results.aspect == aspect) & (results.level == "dataset")
+                          & (results.method == method)]
+            assert row["value"].item() == pytest.approx(fn(j, h).statistic)
+    report = json.loads((out / "report.json").read_text())
+    assert report["counts"]["judge_filled"] == 4 and report["counts"]["human_filled"] == 2

@@ -1,0 +1,63 @@
+"""`rexeval judge ...` as a user runs it: help, clear errors, a run with the scripted LLM."""
+import json
+
+import pandas as pd
+from click.testing import CliRunner
+
+from ray_jobs.cli import cli
+
+SCRIPTED = ["--backend", "tests.llm_double:ScriptedLLM", "--model", "judge_llm=scripted", "--no-cache",
+            "--judge-service", "none"]
+
+
+def _explanations(tmp_path):
+    df = pd.DataFrame({"example_id": ["e1", "e2", "e1", "e2"], "system": ["base", "base", "mine", "mine"],
+                       "user_id": ["u1", "u2", "u1", "u2"], "item_id": ["i1", "i2", "i1", "i2"],
+                       "explanation": ["Fits your kit.", "Good strings.", "Bright sound you like.", "Lasts long."],
+                       "reference": [None] * 4})
+    p = tmp_path / "expl.parquet"
+    df.to_parquet(p)
+    return str(p)
+
+
+def test_judge_help_lists_the_three_jobs():
+    res = CliRunner().invoke(cli, ["judge", "--help"])
+    assert res.exit_code == 0
+    for sub in ("likert", "pairwise", "detect"):
+        assert sub in res.output
+        sub_help = CliRunner().invoke(cli, ["judge", sub, "--help"])
+        assert sub_help.exit_code == 0 and "Example" in sub_help.output
+
+
+def test_clear_errors(tmp_path, ray_session):
+    expl = _explanations(tmp_path)
+    res = CliRunner().invoke(cli, ["judge", "pairwise", expl, "--out", str(tmp_path / "o")] + SCRIPTED)
+    assert res.exit_code == 2 and "baseline" in res.output
+    res = CliRunner().invoke(cli, ["judge", "pairwise", expl, "--baseline", "nobody", "--out",
+                                   str(tmp_path / "o")] + SCRIPTED)
+    assert res.exit_code == 1 and "baseline system 'nobody' is not in the explanations" in res.output
+    res = CliRunner().invoke(cli, ["judge", "likert", expl, "--shots", "personalised", "--out",
+                                   str(tmp_path / "o2")] + SCRIPTED)
+    assert res.exit_code == 1 and "--examples" in res.output
+    res = CliRunner().invoke(cli, ["judge", "detect", "--out", str(tmp_path / "o3")] + SCRIPTED)
+    assert res.exit_code == 1 and "--contexts" in res.output
+
+
+def test_likert_with_a_personalised_example_through_the_cli(tmp_path, ray_session):
+    expl = _explanations(tmp_path)
+    # u1 rated system "mine" on another item: the personalised example for (u1, i1, mine).
+    pd.DataFrame([{"user_id": "u1", "item_id": "i9", "system": "mine", "explanation": "You play a lot.",
+                   "item_description": "A capo", "human_persuasiveness": 5, "human_transparency": 4,
+                   "human_accuracy": 3, "human_satisfaction": 2}]).to_parquet(tmp_path / "rated.parquet")
+    res = CliRunner().invoke(cli, ["judge", "likert", expl, "--shots", "personalised", "--examples",
+                                   str(tmp_path / "rated.parquet"), "--aspect", "persuasiveness",
+                                   "--backend-option", 'default="persuasiveness: 4"',
+                                   "--out", str(tmp_path / "lk")] + SCRIPTED)
+    assert res.exit_code == 0, res.output
+    scores = pd.read_parquet(tmp_path / "lk" / "likert_scores.parquet")
+    assert len(scores) == 4 and (scores["score"] == 4).all()
+    used = scores.set_index(["system", "example_id"])["shot_example"]
+    assert pd.notna(used.loc[("mine", "e1")]) and used.drop(("mine", "e1")).isna().all()
+    report = json.loads((tmp_path / "lk" / "report.json").read_text())
+    assert report["one_shot_fallbacks"] == 3  # no example for the other three rows
+    assert "| scripted | mine |" in res.output or "scripted" in res.output
