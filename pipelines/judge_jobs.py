@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pydantic import Field

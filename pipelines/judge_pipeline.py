@@ -12,7 +12,6 @@ finished chunks and the report's totals still count every call the results cost.
 """
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -200,10 +199,6 @@ def usage_totals(outputs: list[ShardedOutput], price_table: str | None, model_id
 
 def write_report(root: Path, report: dict) -> None:
     write_json_atomic(root / "report.json", report)
-
-
-def _json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, default=str)
 
 
 TASKS: dict[str, Callable] = {}

@@ -5,7 +5,8 @@ import time
 
 import click
 
-from pipelines.judge_jobs import DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert, run_pairwise
+from pipelines.judge_jobs import (DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert,
+                                 run_pairwise)
 from pipelines.ray_runtime import init_ray
 from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
@@ -113,7 +114,8 @@ def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examp
                       ensemble_missing=ensemble_missing, max_tokens=max_tokens, out=out, contexts=contexts,
                       reviews=reviews, max_history=max_history, judge_service=judge_service,
                       judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
+                      price_table=price_table, chunk_size=chunk_size, seed=seed,
+                      constrained=constrained, **llm)
     init_ray()
     report = run_likert(cfg, progress=click.echo)
     _finish("judge likert", report, started, cfg.out,
@@ -171,7 +173,8 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, crit
                       divide=divide, both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens,
                       out=out, contexts=contexts, reviews=reviews, max_history=max_history,
                       judge_service=judge_service, judge_replicas=judge_replicas, judge_gpus=judge_gpus,
-                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
+                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed,
+                      constrained=constrained, **llm)
     init_ray()
     report = run_pairwise(cfg, progress=click.echo)
     _finish("judge pairwise", report, started, cfg.out,
@@ -222,7 +225,8 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
                       both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens, out=out,
                       contexts=contexts, reviews=reviews, max_history=max_history, judge_service=judge_service,
                       judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed, constrained=constrained, **llm)
+                      price_table=price_table, chunk_size=chunk_size, seed=seed,
+                      constrained=constrained, **llm)
     init_ray()
     report = run_detect(cfg, progress=click.echo)
     _finish("judge detect", report, started, cfg.out,
