@@ -146,7 +146,10 @@ def _combine(pairs: pd.DataFrame, detail: pd.DataFrame, cfg: PairwiseConfig) -> 
 def order_bias(detail: pd.DataFrame) -> dict:
     """Position-bias statistics per unit and over all calls (pairs asked in both orders)."""
     out = {}
-    for unit, part in [(ALL + "_units", detail)] + list(detail.groupby("unit", sort=False)):
+    groups = list(detail.groupby("unit", sort=False))
+    if len(groups) > 1:  # the criteria together, then each one
+        groups = [("overall", detail)] + groups
+    for unit, part in groups:
         wide = part.pivot_table(index=["pair_id", "unit"], columns="order", values="verdict",
                                 aggfunc="first", dropna=False)
         if "ba" not in wide.columns:

@@ -81,6 +81,9 @@ def test_divide_and_aggregate_majority_over_criteria():
     assert (row["verdict_reasoning"], row["verdict_clear_language"], row["verdict_engaging_narrative"],
             row["verdict_neutral_tone"]) == ("A", "A", "B", "C")
     assert row["verdict"] == "A" and stats.asked == 8 and len(detail) == 8
+    bias = order_bias(detail)
+    assert list(bias) == ["overall", "reasoning", "clear_language", "engaging_narrative", "neutral_tone"]
+    assert bias["overall"]["pairs_both_orders"] == 4 and bias["overall"]["flip_rate"] == 0
 
 
 def test_unreadable_verdict_is_retried_then_counted():
