@@ -36,11 +36,12 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from pipelines.judge_context import CONTEXT_COLUMNS
+
 DATA_CONDITIONS = ("item_replace", "user_replace", "empty_user")
 PROMPT_CONDITIONS = ("jargon", "minor_benefits", "misinformation", "bad_experience")
 ALL_CONDITIONS = DATA_CONDITIONS + PROMPT_CONDITIONS
 STAGE = "detect_generate"
-CONTEXT_COLUMNS = ("user_id", "item_id", "user_profile", "item_description")
 PAIR_COLUMNS = ("pair_id", "user_id", "item_id", "condition", "kind", "user_profile",
                 "item_description", "original", "inferior", "replacement_id", "generator",
                 "original_prompt_version", "inferior_prompt_version")

@@ -217,9 +217,11 @@ class NLIService:
     """The NLI scorer the job's families call; starts a deployment when asked to."""
 
     def __init__(self, cfg: EvaluateConfig, profile, progress):
+        from serve.common import AppLease
+        from serve.nli import APP_NAME
+
         self.cfg, self.profile, self.progress = cfg, profile, progress
-        self.started: str | None = None
-        self.started_serve = False
+        self.lease = AppLease(APP_NAME, "NLI", progress)
 
     def address(self) -> str:
         s = self.cfg.nli_service
@@ -227,32 +229,17 @@ class NLIService:
             return s
         if s != "auto":
             raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
-        from serve.nli import APP_NAME, NLIServeConfig, running_apps, serve_running, start_nli_service
+        from serve.nli import NLIServeConfig, start_nli_service
 
-        if APP_NAME in running_apps():
-            self.progress(f"  NLI: using the running Serve application {APP_NAME!r}")
-            return f"serve:{APP_NAME}"
         ref = self.profile.require("nli")
-        self.progress(f"  NLI: starting the Serve deployment {APP_NAME!r} ({ref}) on 127.0.0.1:{self.cfg.serve_port}")
-        self.started_serve = not serve_running()
-        start_nli_service(NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
-                                         max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus),
-                          port=self.cfg.serve_port)
-        self.started = APP_NAME
-        return f"serve:{APP_NAME}"
+        serve_cfg = NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
+                                   max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus)
+        return self.lease.acquire(lambda: start_nli_service(serve_cfg, port=self.cfg.serve_port), ref,
+                                  f"127.0.0.1:{self.cfg.serve_port}")
 
     def stop(self) -> None:
-        """Leave the cluster as the job found it: our app deleted, and Serve itself shut
-        down when the job was the one that started it."""
-        if self.started:
-            from ray import serve
-
-            if self.started_serve:
-                serve.shutdown()
-            else:
-                serve.delete(self.started)
-            self.progress(f"  NLI: stopped the Serve application {self.started!r} this job started")
-            self.started = None
+        """Leave the cluster as the job found it (see `serve.common.AppLease`)."""
+        self.lease.release()
 
 
 def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,

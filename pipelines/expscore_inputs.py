@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 
 from metrics.expscore_factors import words
-from pipelines.io import read_table
+from pipelines.io import json_lines, read_table
 
 if TYPE_CHECKING:
     from pipelines.expscore_pipeline import _Inputs
@@ -57,17 +57,11 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[dict], list[str]]:
         frame = pd.concat([pd.read_parquet(f) for f in _parquet_files(p)], ignore_index=True)
     elif p.suffix in (".jsonl", ".json"):
         columns: dict[str, None] = {}
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                errors.append(error_row(str(p), n, None, None, "bad_json", f"not JSON: {exc.msg}", line))
-                continue
-            if not isinstance(obj, dict):
-                errors.append(error_row(str(p), n, None, None, "bad_json", "expected a JSON object", line))
-                continue
+
+        def bad(n: int, problem: str, line: str) -> None:
+            errors.append(error_row(str(p), n, None, None, "bad_json", problem, line))
+
+        for n, obj in json_lines(p, "explanations", on_bad=bad):
             columns.update(dict.fromkeys(obj))
             rows.append({**obj, "_source": str(p), "_line": n})
         return rows, errors, list(columns)

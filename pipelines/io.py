@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -101,9 +101,12 @@ def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | N
     return pa.concat_tables(parts)
 
 
-def json_lines(path: str | Path, table: str) -> Iterator[tuple[int, dict]]:
-    """(1-based line, object) of every non-blank line of a JSON-lines file; a line that
-    is not a JSON object raises `SchemaError` naming the file and line."""
+def json_lines(path: str | Path, table: str,
+               on_bad: Callable[[int, str, str], None] | None = None) -> Iterator[tuple[int, dict]]:
+    """(1-based line, object) of every non-blank line of a JSON-lines file. A line that
+    is not a JSON object raises `SchemaError` naming the file and line, or, with
+    `on_bad`, is passed to `on_bad(line number, problem, raw line)` and skipped (for
+    readers that turn bad lines into error rows)."""
     p = Path(path)
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
@@ -111,10 +114,15 @@ def json_lines(path: str | Path, table: str) -> Iterator[tuple[int, dict]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise SchemaError(table, str(p), None, n, f"not JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise SchemaError(table, str(p), None, n, "expected a JSON object")
-        yield n, obj
+            problem = f"not JSON: {exc.msg}"
+        else:
+            if isinstance(obj, dict):
+                yield n, obj
+                continue
+            problem = "expected a JSON object"
+        if on_bad is None:
+            raise SchemaError(table, str(p), None, n, problem)
+        on_bad(n, problem, line)
 
 
 class ShardedOutput:

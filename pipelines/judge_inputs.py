@@ -16,20 +16,24 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.io import read_table
+from pipelines.judge_context import CONTEXT_COLUMNS
 from pipelines.schema import ERRORS
 
-CONTEXT_COLUMNS = ("user_id", "item_id", "user_profile", "item_description")
+
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix."""
+    p = Path(path)
+    if p.suffix == ".csv":
+        return pd.read_csv(p, dtype=str, keep_default_na=False)
+    if p.suffix in (".jsonl", ".json"):
+        return pd.read_json(p, lines=True, dtype=False)
+    return pd.read_parquet(p)
 
 
 def read_contexts(path: str | Path) -> pd.DataFrame:
     """A contexts file (Parquet, CSV or JSON lines) with CONTEXT_COLUMNS."""
     p = Path(path)
-    if p.suffix == ".csv":
-        df = pd.read_csv(p, dtype=str, keep_default_na=False)
-    elif p.suffix in (".jsonl", ".json"):
-        df = pd.read_json(p, lines=True, dtype=False)
-    else:
-        df = pd.read_parquet(p)
+    df = read_frame(p)
     missing = [c for c in CONTEXT_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{p}: contexts need column(s) {missing} (it has {list(df.columns)})")

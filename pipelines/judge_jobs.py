@@ -284,14 +284,13 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     """The interactions to explain, with their contexts: the --interactions given, else
     every row of --contexts, else each user's latest purchase in --reviews (seed 004
     explains the most recent purchase); sorted, then the first --limit."""
-    from pipelines.judge_inputs import load_contexts, read_contexts, reviews_table
+    from pipelines.judge_inputs import load_contexts, read_contexts, read_frame, reviews_table
 
     if not (cfg.contexts or cfg.reviews):
         raise ValueError("detect needs --contexts FILE or --reviews PATH (where the interactions come from)")
     if cfg.interactions:
         p = Path(cfg.interactions)
-        inter = (pd.read_csv(p, dtype=str) if p.suffix == ".csv" else pd.read_json(p, lines=True, dtype=False)
-                 if p.suffix in (".jsonl", ".json") else pd.read_parquet(p))
+        inter = read_frame(p)
         missing = [c for c in ("user_id", "item_id") if c not in inter.columns]
         if missing:
             raise ValueError(f"{p}: interactions need column(s) {missing}")

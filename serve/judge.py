@@ -45,7 +45,7 @@ from models.llm.base import (
     LLMResult,
     register_backend,
 )
-from serve.nli import RequestError, running_apps, serve_running
+from serve.common import AppLease, ReplicaSettings, RequestError
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
@@ -64,29 +64,16 @@ class JudgeLimits(BaseModel):
     max_tokens: int = Field(8192, ge=1, description="largest sampling.max_tokens accepted")
 
 
-class JudgeServeConfig(BaseModel):
-    """How the deployment runs: which backend, cache, replicas, batching, queue."""
-
-    model_config = ConfigDict(extra="forbid")
+class JudgeServeConfig(ReplicaSettings):
+    """How the deployment runs: which backend, cache, batching; replicas and queue
+    from ReplicaSettings."""
 
     backend: BackendSpec = Field(description="the judge backend each replica builds (hf, openai, module:Class)")
     cache: str | None = Field(None, description="LLM-call cache file on the replicas' node (None: no cache)")
     max_batch_requests: int = Field(32, ge=1, description="chat requests merged into one generate()")
     batch_wait_timeout_s: float = Field(0.02, ge=0)
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(1, ge=1)
     target_ongoing_requests: float = Field(8, gt=0)
-    # Calls in flight per replica: below max_batch_requests a batch of one-request
-    # calls could never fill.
-    max_ongoing_requests: int = Field(64, ge=1)
-    max_queued_requests: int = Field(256, ge=1)
-    num_cpus: float = Field(1, gt=0)
-    num_gpus: float = Field(0, ge=0)
     limits: JudgeLimits = Field(default_factory=JudgeLimits)
-
-    def autoscaling(self) -> dict[str, Any]:
-        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                "target_ongoing_requests": self.target_ongoing_requests}
 
 
 # -- request validation (pure: tested without Serve) -----------------------------------
@@ -445,8 +432,7 @@ class JudgeService:
         self.cfg, self.service, self.host, self.port = cfg, service, host, port
         self.app_name, self.progress = app_name, progress
         self._address: str | None = None
-        self.started: str | None = None
-        self.started_serve = False
+        self.lease = AppLease(app_name, "judge", progress)
 
     def address(self) -> str:
         """Where the judge is ("none", "serve:APP" or a URL); starts the app when needed."""
@@ -457,17 +443,19 @@ class JudgeService:
     def _resolve(self) -> str:
         if self.service != "auto":
             return self.service
-        name = self.app_name
-        if name in running_apps():
-            self.progress(f"  judge: using the running Serve application {name!r}")
-            return f"serve:{name}"
         spec = self.cfg.backend
-        self.progress(f"  judge: starting the Serve deployment {name!r} ({spec.backend}: {spec.model}) "
-                      f"on {self.host}:{self.port}")
-        self.started_serve = not serve_running()
-        start_judge_service(self.cfg, host=self.host, port=self.port, name=name)
-        self.started = name
-        return f"serve:{name}"
+        return self.lease.acquire(
+            lambda: start_judge_service(self.cfg, host=self.host, port=self.port, name=self.app_name),
+            f"{spec.backend}: {spec.model}", f"{self.host}:{self.port}")
+
+    @property
+    def started(self) -> str | None:
+        """The app this job started (None when it uses one that was running)."""
+        return self.app_name if self.lease.started else None
+
+    @property
+    def started_serve(self) -> bool:
+        return self.lease.started_serve
 
     def backend_spec(self, **client_options) -> BackendSpec:
         """The spec a job's actors build: the in-process backend, or a "serve" client."""
@@ -493,13 +481,7 @@ class JudgeService:
 
     def stop(self) -> None:
         """Leave the cluster as found: our app deleted, Serve shut down if we started it."""
-        if self.started:
-            if self.started_serve:
-                serve.shutdown()
-            else:
-                serve.delete(self.started)
-            self.progress(f"  judge: stopped the Serve application {self.started!r} this job started")
-            self.started = None
+        self.lease.release()
         self._address = None
 
     def __enter__(self) -> Self:

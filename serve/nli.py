@@ -25,6 +25,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
+from serve.common import ReplicaSettings, RequestError, running_apps, serve_running  # noqa: F401  (re-exported)
+
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
 
@@ -39,10 +41,8 @@ class ServeLimits(BaseModel):
     max_chars: int = Field(8000, ge=1, description="characters per premise or hypothesis")
 
 
-class NLIServeConfig(BaseModel):
-    """How the deployment runs: model, replicas, batching, queue."""
-
-    model_config = ConfigDict(extra="forbid")
+class NLIServeConfig(ReplicaSettings):
+    """How the deployment runs: model, batching; replicas and queue from ReplicaSettings."""
 
     model: str = Field(description="NLI checkpoint reference (path or hub id)")
     scorer: str = Field("models.encoders.nli:NLIScorer",
@@ -51,28 +51,7 @@ class NLIServeConfig(BaseModel):
     scorer_options: dict[str, Any] = Field(default_factory=dict)
     max_batch_pairs: int = Field(64, ge=1)
     batch_wait_timeout_s: float = Field(0.01, ge=0)
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(1, ge=1)
-    target_ongoing_requests: float = Field(4, gt=0)
-    # Requests in flight per replica: with one-pair requests, fewer than max_batch_pairs
-    # could never fill a batch (measured in benchmarks/bench_nli.py).
-    max_ongoing_requests: int = Field(64, ge=1)
-    max_queued_requests: int = Field(256, ge=1)
-    num_cpus: float = Field(1, gt=0)
-    num_gpus: float = Field(0, ge=0)
     limits: ServeLimits = Field(default_factory=ServeLimits)
-
-    def autoscaling(self) -> dict[str, Any]:
-        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                "target_ongoing_requests": self.target_ongoing_requests}
-
-
-class RequestError(ValueError):
-    """A request the deployment refuses, with the HTTP status it deserves."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
 
 
 def parse_pairs(body: bytes, limits: ServeLimits) -> list[tuple[str, str]]:
@@ -246,24 +225,3 @@ class HttpNLIClient:
         with httpx.Client(timeout=self.timeout_s) as client, ThreadPoolExecutor(self.concurrency) as pool:
             rows = [row for part in pool.map(lambda c: self._post(client, c), chunks) for row in part]
         return np.asarray(rows, dtype=np.float32).reshape(-1, 3)
-
-
-def serve_running() -> bool:
-    """Whether Serve (its controller) is up on the connected Ray cluster."""
-    import ray
-    from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
-
-    try:
-        ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
-        return True
-    except ValueError:
-        return False
-
-
-def running_apps() -> set[str]:
-    """Names of the Serve applications running on the connected Ray cluster."""
-    try:
-        return {name for name, app in serve.status().applications.items()
-                if str(app.status).endswith("RUNNING")}
-    except Exception:  # noqa: BLE001  (Serve not started on this cluster: nothing runs)
-        return set()

@@ -26,7 +26,7 @@ from serve.judge import (
     parse_judge_body,
     start_judge_service,
 )
-from serve.nli import RequestError, running_apps, serve_running
+from serve.common import RequestError, running_apps, serve_running
 from tests.llm_double import ScriptedLLM
 
 RULES = [["strings", '{"verdict": "yes"}'], ["broken", "!error"], ["case", '{"verdict": "no"}']]
