@@ -1,5 +1,28 @@
 """rexeval: a Ray platform for evaluating the explanations recommender systems give."""
-from setuptools import setup
+import warnings
+
+from setuptools import find_namespace_packages, setup
+
+try:  # setuptools >= 69
+    from setuptools.warnings import InformationOnly
+except ImportError:  # pragma: no cover
+    InformationOnly = None
+if InformationOnly is not None:
+    # An editable install of a layout other than src/ goes through setuptools' import
+    # finder, and setuptools then prints an information-only notice that a folder named
+    # like the package in the working directory takes precedence. Here that folder is
+    # rexeval/ itself and takes precedence on purpose (rexeval/__init__.py), so the notice
+    # is silenced; real warnings about this configuration still show.
+    warnings.filterwarnings("ignore", category=InformationOnly)
+
+# The repository's top-level folders install as rexeval.<folder> (see rexeval/__init__.py);
+# nothing but `rexeval` lands in site-packages. Data folders (prompts/rubrics,
+# pipelines/sample, ...) are listed as packages too, so their files are packaged.
+LAYERS = ["ray_jobs", "pipelines", "serve", "metrics", "models", "prompts"]
+PACKAGE_DIR = {"rexeval": "rexeval", **{f"rexeval.{top}": top for top in LAYERS}}
+PACKAGES = ["rexeval"] + [f"rexeval.{top}" + (f".{sub}" if sub else "")
+                          for top in LAYERS
+                          for sub in ["", *find_namespace_packages(top, exclude=["*__pycache__*"])]]
 
 BASE = [
     "ray[data,serve,tune]==2.60.0",
@@ -45,13 +68,9 @@ setup(
     version="0.1.0",
     description=__doc__,
     python_requires=">=3.10",
-    packages=["pipelines", "models", "models.llm", "models.encoders", "models.recommenders", "metrics", "serve", "prompts", "ray_jobs"],
-    package_data={
-        "pipelines": ["sample/*"],
-        "models": ["*.yaml"],
-        "prompts": ["**/*"],
-    },
-    include_package_data=True,
+    packages=PACKAGES,
+    package_dir=PACKAGE_DIR,
+    package_data={"": ["*.yaml", "*.jsonl", "*.md"]},
     install_requires=BASE,
     extras_require={
         # xgrammar (JSON-schema constrained decoding in the hf backend) is installed by
@@ -61,5 +80,5 @@ setup(
         "gpu": ["vllm==0.32.0", "faiss-gpu", "xgrammar==0.2.8"],
         "test": ["pytest>=8", "pytest-timeout"],
     },
-    entry_points={"console_scripts": ["rexeval=ray_jobs.cli:main"]},
+    entry_points={"console_scripts": ["rexeval=rexeval.ray_jobs.cli:main"]},
 )

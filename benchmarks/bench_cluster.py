@@ -50,8 +50,8 @@ def _peak_rss_gib() -> float:
 # -- ours ---------------------------------------------------------------------------------
 
 def run_ours(emb, groups, kind="auto"):
-    from pipelines.cluster_graph import cluster_graph
-    from pipelines.neighbours import candidate_pairs
+    from rexeval.pipelines.cluster_graph import cluster_graph
+    from rexeval.pipelines.neighbours import candidate_pairs
 
     t0 = time.perf_counter()
     pairs = candidate_pairs(emb, groups, k=K, tau=TAU_PAIR, kind=kind, workers=1)
@@ -68,7 +68,7 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
-    from pipelines.neighbours import _faiss
+    from rexeval.pipelines.neighbours import _faiss
 
     faiss = _faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
 

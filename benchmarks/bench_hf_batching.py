@@ -59,12 +59,12 @@ def load_reviews(path: Path, n: int, max_words: int) -> list[str]:
 def build_messages(reviews: list[str]) -> tuple[list[list[dict]], dict, str]:
     """(messages per review, JSON schema, which prompt was used)."""
     try:
-        from prompts import load_prompt
+        from rexeval.prompts import load_prompt
 
         prompt = load_prompt("star_candidates")
         msgs = [prompt.render(review=r) for r in reviews]
         try:
-            from pipelines.llm_outputs import CANDIDATES
+            from rexeval.pipelines.llm_outputs import CANDIDATES
 
             schema = CANDIDATES.json_schema()
         except ImportError:
@@ -105,8 +105,8 @@ def valid_json(texts: list[str | None]) -> int:
 def cpu_bench(args) -> dict:
     import torch
 
-    from models.llm import BackendSpec, ChatRequest, SamplingParams
-    from models.llm.hf_backend import HFBackend
+    from rexeval.models.llm import BackendSpec, ChatRequest, SamplingParams
+    from rexeval.models.llm.hf_backend import HFBackend
 
     load_start = os.getloadavg()[0]  # other processes on the machine skew the timings
     reviews = load_reviews(Path(args.csv), args.n, args.max_words)
@@ -164,8 +164,8 @@ def print_cpu(result: dict) -> None:
 
 def gpu_child(args) -> dict:
     """One side of the GPU comparison, run in its own process (GPU memory is freed after)."""
-    from models.llm import BackendSpec
-    from models.refs import resolve
+    from rexeval.models.llm import BackendSpec
+    from rexeval.models.refs import resolve
 
     reviews = load_reviews(Path(args.csv), args.gpu_n, args.max_words)
     messages, schema, _ = build_messages(reviews)
@@ -185,10 +185,10 @@ def gpu_child(args) -> dict:
     else:
         import ray
 
-        from models.llm import ChatRequest
-        from models.llm import SamplingParams as SP
-        from models.llm.vllm_backend import build_request_processor, request_rows
-        from pipelines.ray_runtime import init_ray
+        from rexeval.models.llm import ChatRequest
+        from rexeval.models.llm import SamplingParams as SP
+        from rexeval.models.llm.vllm_backend import build_request_processor, request_rows
+        from rexeval.pipelines.ray_runtime import init_ray
 
         init_ray()
         spec = BackendSpec(backend="vllm", model=location, options={

@@ -71,7 +71,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.subprocess_run import run_side
-from models.encoders.nli import NLIScorer  # light: torch is imported lazily
+from rexeval.models.encoders.nli import NLIScorer  # light: torch is imported lazily
 
 CACHE = Path("/tmp/rexeval-bench-nli")
 SOURCE_MODEL = "all-MiniLM-L6-v2"
@@ -94,7 +94,7 @@ def build_model(path: Path, seed: int) -> dict:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from models.refs import resolve
+    from rexeval.models.refs import resolve
 
     src = resolve(SOURCE_MODEL).location  # a sentence-transformers folder, BertModel at the root
     torch.manual_seed(seed)
@@ -120,7 +120,7 @@ def build_model(path: Path, seed: int) -> dict:
 
 def item_pools() -> dict[str, collections.Counter]:
     """item -> Counter(statement -> number of sample reviews stating it)."""
-    from pipelines.statement_inputs import statements_from_annotations
+    from rexeval.pipelines.statement_inputs import statements_from_annotations
 
     t = statements_from_annotations(STATEMENTS).to_pydict()
     pools: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -188,7 +188,7 @@ def layout(gen, ref):
     """Flat pairs as `nli_pairs` lays them out (all precision pairs, then all recall
     pairs), and for each example the flat indices of its own pairs (its precision pairs,
     then its recall pairs: the order the reference loop scores them in)."""
-    from pipelines.statement_nli import nli_pairs
+    from rexeval.pipelines.statement_nli import nli_pairs
 
     prec, rec, n, m = nli_pairs(gen, ref)
     nm = n * m
@@ -227,7 +227,7 @@ def side_reference(params, pairs, per_example):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from models.encoders.nli import nli_columns
+    from rexeval.models.encoders.nli import nli_columns
 
     tok = AutoTokenizer.from_pretrained(params["model"])
     model = AutoModelForSequenceClassification.from_pretrained(params["model"]).eval()
@@ -330,8 +330,8 @@ def side_serve(params, pairs, per_example):
     """One deployment (max_batch_pairs = params["max_batch_pairs"]); one pair per request."""
     from ray import serve
 
-    from pipelines.ray_runtime import init_ray
-    from serve.nli import NLIServeConfig, start_nli_service
+    from rexeval.pipelines.ray_runtime import init_ray
+    from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
     sub = np.concatenate(per_example[:params["ref_subset"]])
     seen, chosen = set(), []

@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.subprocess_run import run_side
-from models.recommenders.base import Ranker
+from rexeval.models.recommenders.base import Ranker
 
 KS = (1, 3, 5, 10, 20)
 TOL = 1e-9
@@ -87,7 +87,7 @@ def _zipf(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
 
 def make_data(cfg: dict, dim: int, seed: int):
     """(StarData, embeddings dict, fingerprint) of a synthetic benchmark; deterministic."""
-    from pipelines.star_data import StarData
+    from rexeval.pipelines.star_data import StarData
 
     if 2 * dim * EMB_MAX ** 2 >= 1 << 24:
         raise ValueError(f"dim {dim} too large for exact float32 scores (need 2*dim*127^2 < 2^24)")
@@ -130,7 +130,7 @@ def build_ranker(name: str, data, emb):
     """The ranker measured by `ours` ('dot' or a registered baseline such as 'itempop')."""
     if name == "dot":
         return DotRanker(emb)
-    from models.recommenders.base import ranker_class
+    from rexeval.models.recommenders.base import ranker_class
 
     return ranker_class(name).fit(data)
 
@@ -208,7 +208,7 @@ class PeakRSS:
 # -- the two sides ----------------------------------------------------------------------------
 
 def run_ours(ranker, data, rows, batch_size):
-    from pipelines.star_eval import evaluate
+    from rexeval.pipelines.star_eval import evaluate
 
     t0 = time.perf_counter()
     res = evaluate(ranker, data, split="test", levels=("global",), ks=KS, device="cpu", rows=rows,
@@ -289,7 +289,7 @@ def _child(side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas_
         else:
             per_row, secs = run_reference(ranker_name, ranker, data, emb, rows)
             summary = None
-    from pipelines.star_eval import batch_rows
+    from rexeval.pipelines.star_eval import batch_rows
 
     res = {"side": side, "ranker": ranker_name, "interactions": len(rows), "seconds": secs,
            "interactions_per_s": len(rows) / secs, "per_interaction_ms": 1000 * secs / len(rows),
@@ -356,7 +356,7 @@ def main(argv=None):
     n_ref = min(cfg["ref_subset"], cfg["interactions"])
     out = Path(args.out or ROOT / "benchmarks" / "results" /
                ("star_eval.json" if args.scale == "full" else f"star_eval_{args.scale}.json"))
-    from pipelines.star_eval import batch_rows
+    from rexeval.pipelines.star_eval import batch_rows
 
     b = args.batch_size or batch_rows(cfg["statements"])
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

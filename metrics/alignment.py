@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from metrics.statement_level import (
+from rexeval.metrics.statement_level import (
     EMPTY_POLICIES,
     _check_policy,
     _segment_max_mean,

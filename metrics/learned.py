@@ -66,9 +66,9 @@ from typing import Any
 
 import numpy as np
 
-from metrics.registry import register_metric
-from metrics.similarity import _check_pairs, _fix_model_max_length
-from models.encoders.pair_batching import (
+from rexeval.metrics.registry import register_metric
+from rexeval.metrics.similarity import _check_pairs, _fix_model_max_length
+from rexeval.models.encoders.pair_batching import (
     BatchedPairModel,
     Row,
     check_pairs,
@@ -78,7 +78,7 @@ from models.encoders.pair_batching import (
     read_config_json,
     resolve_checkpoint,
 )
-from models.refs import ModelUnavailable
+from rexeval.models.refs import ModelUnavailable
 
 BARTSCORE_DIRECTIONS = ("gen_to_ref", "ref_to_gen", "f")
 _TEXT_INPUTS = ("generated_explanations", "reference_explanations")
@@ -177,7 +177,7 @@ _LOCK = threading.Lock()
 
 
 def _cached(cache: dict, location: str, device: str, build):
-    from models.encoders.embedder import resolve_device
+    from rexeval.models.encoders.embedder import resolve_device
 
     key = (str(location), resolve_device(device))
     model = cache.get(key)

@@ -76,8 +76,8 @@ from typing import Any
 
 import numpy as np
 
-from metrics.registry import register_metric
-from metrics.similarity import _check_pairs
+from rexeval.metrics.registry import register_metric
+from rexeval.metrics.similarity import _check_pairs
 
 QUESTEVAL_KEYS = ("questeval", "questeval_p", "questeval_r")
 QG_TEMPLATE = "sv1 </s> {answer} </s> {context}"
@@ -234,7 +234,7 @@ def load_spacy(spacy_model: str = "en_core_web_sm"):
         if nlp is None:
             import spacy
 
-            from models.refs import ModelUnavailable, PackageNotInstalled, resolve
+            from rexeval.models.refs import ModelUnavailable, PackageNotInstalled, resolve
 
             try:
                 location = resolve(spacy_model, prepare=False).location
@@ -297,7 +297,7 @@ class Seq2SeqGenerator:
     def __init__(self, location: str, *, model_ref: str | None = None, device: str = "cpu"):
         from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        from models.encoders.embedder import resolve_device
+        from rexeval.models.encoders.embedder import resolve_device
 
         self.location = str(location)
         self.model_ref = model_ref or self.location
@@ -325,7 +325,7 @@ class Seq2SeqGenerator:
         import torch
         from transformers import GenerationConfig
 
-        from models.encoders.pair_batching import dedupe, length_batches
+        from rexeval.models.encoders.pair_batching import dedupe, length_batches
 
         prompts = list(prompts)
         if not prompts:
@@ -351,9 +351,9 @@ class Seq2SeqGenerator:
 
 def get_seq2seq_generator(location: str, device: str = "cpu") -> Seq2SeqGenerator:
     """The process-wide `Seq2SeqGenerator` for (location, device), loaded on first use."""
-    from models.encoders.embedder import resolve_device
-    from models.encoders.pair_batching import resolve_checkpoint
-    from models.refs import ModelUnavailable
+    from rexeval.models.encoders.embedder import resolve_device
+    from rexeval.models.encoders.pair_batching import resolve_checkpoint
+    from rexeval.models.refs import ModelUnavailable
 
     key = (str(location), resolve_device(device))
     model = _SEQ2SEQ.get(key)

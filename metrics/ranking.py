@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from metrics.registry import register_metric
+from rexeval.metrics.registry import register_metric
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10, 20)
 FAMILIES: tuple[str, ...] = ("precision", "recall", "ndcg", "hit")

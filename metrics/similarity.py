@@ -75,7 +75,7 @@ from typing import Any
 
 import numpy as np
 
-from metrics.registry import register_metric
+from rexeval.metrics.registry import register_metric
 
 BERTSCORE_KEYS = ("bertscore_p", "bertscore_r", "bertscore_f1")
 _TEXT_INPUTS = ("generated_explanations", "reference_explanations")
@@ -156,7 +156,7 @@ def get_bertscorer(model_location: str, num_layers: int | None, device: str = "c
     Only its model and tokenizer are used: idf weights and rescaling are per call, so one
     cached scorer serves every option safely from several threads.
     """
-    from models.encoders.embedder import resolve_device
+    from rexeval.models.encoders.embedder import resolve_device
 
     location = str(model_location)
     layers = default_num_layers(location) if num_layers is None else int(num_layers)
@@ -350,7 +350,7 @@ def bertscore_f1(candidates: Sequence[str], references: Sequence[str], model_loc
 def sts(candidates: Sequence[str], references: Sequence[str], encoder: Any) -> np.ndarray:
     """Cosine similarity per pair, from `encoder.encode(texts)` (rows for the texts in
     order, e.g. an `Embedder`). Each distinct text is encoded once, in one call."""
-    from models.encoders.embedder import l2_normalise
+    from rexeval.models.encoders.embedder import l2_normalise
 
     cands, refs = _check_pairs(candidates, references)
     out = np.zeros(len(cands), dtype=np.float64)

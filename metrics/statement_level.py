@@ -104,7 +104,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from metrics.registry import register_metric
+from rexeval.metrics.registry import register_metric
 
 ENT, NEU, CON = 0, 1, 2
 """Column indices of entailment, neutral and contradiction in every NLI array."""

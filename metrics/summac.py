@@ -57,8 +57,8 @@ from typing import Any
 
 import numpy as np
 
-from metrics.registry import register_metric
-from metrics.statement_level import (
+from rexeval.metrics.registry import register_metric
+from rexeval.metrics.statement_level import (
     CON,
     EMPTY_POLICIES,
     ENT,
@@ -107,7 +107,7 @@ def _fill_empty(out: np.ndarray, ok: np.ndarray, empty: str) -> np.ndarray:
 def summac_sentences(text: str | None) -> list[str]:
     """Our Punkt splitter with the package's length filter (sentences of more than 10
     characters), for results closest to the package's own splitting."""
-    from pipelines.extra_baseline import split_sentences
+    from rexeval.pipelines.extra_baseline import split_sentences
 
     return [s for s in split_sentences(text) if len(s) > MIN_SENTENCE_CHARS]
 
@@ -115,7 +115,7 @@ def summac_sentences(text: str | None) -> list[str]:
 def _splitter(split: SplitFn | None) -> SplitFn:
     if split is not None:
         return split
-    from pipelines.extra_baseline import split_sentences
+    from rexeval.pipelines.extra_baseline import split_sentences
 
     return split_sentences
 
@@ -185,7 +185,7 @@ def summac_zs_scores(generated: Sequence[str], references: Sequence[str], scorer
 
     All sentence pairs of the batch go to `scorer` in one call, each distinct pair once.
     """
-    from pipelines.statement_nli import score_unique
+    from rexeval.pipelines.statement_nli import score_unique
 
     _check(zs_score, ZS_SCORES, "zs_score")
     _check(empty, EMPTY_POLICIES, "empty policy")
@@ -348,7 +348,7 @@ def summac_conv_scores(generated: Sequence[str], references: Sequence[str], scor
     Only the first CONV_ROWS generated sentences are scored (the head ignores the rest);
     one scorer call for the batch, each distinct pair once.
     """
-    from pipelines.statement_nli import score_unique
+    from rexeval.pipelines.statement_nli import score_unique
 
     _check(empty, EMPTY_POLICIES, "empty policy")
     pairs, n, m = sentence_pairs(generated, references, split, max_gen=CONV_ROWS)

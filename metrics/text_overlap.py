@@ -69,7 +69,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from metrics.registry import register_metric
+from rexeval.metrics.registry import register_metric
 
 Tokenizer = Callable[[str], list[str]]
 

@@ -16,7 +16,7 @@ from typing import Annotated, Iterable, Literal, Mapping
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from models.refs import ModelUnavailable, ResolvedModel, resolve
+from rexeval.models.refs import ModelUnavailable, ResolvedModel, resolve
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 Backend = Literal["hf", "vllm", "openai"]

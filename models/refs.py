@@ -76,7 +76,7 @@ def _locate_minilm(pkg_dir: Path, prepare: bool, cache_dir) -> Path:
 
 
 def _locate_smollm2(pkg_dir: Path, prepare: bool, cache_dir) -> Path:
-    from models import gguf_cache
+    from rexeval.models import gguf_cache
 
     gguf = pkg_dir / SMOLLM2_GGUF
     if not gguf.is_file():

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.schema import CANONICAL, CLUSTERS, error_rows
-from pipelines.statements import dedup_key
+from rexeval.pipelines.schema import CANONICAL, CLUSTERS, error_rows
+from rexeval.pipelines.statements import dedup_key
 
 NO_SENTIMENT = "(none)"  # the polarity group of rows without a sentiment
 

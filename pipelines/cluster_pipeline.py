@@ -29,10 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from models.profiles import ModelOverrides
-from pipelines.cluster_nodes import Nodes, build_nodes, output_tables
-from pipelines.io import ShardedOutput, read_table, table_files
-from pipelines.stage import Resources, Stage, use_cpus, worker_resources
+from rexeval.models.profiles import ModelOverrides
+from rexeval.pipelines.cluster_nodes import Nodes, build_nodes, output_tables
+from rexeval.pipelines.io import ShardedOutput, read_table, table_files
+from rexeval.pipelines.stage import Resources, Stage, use_cpus, worker_resources
 
 JOB = "cluster"
 TABLES = ["clusters", "canonical", "errors"]
@@ -90,8 +90,8 @@ class ClusterConfig(BaseModel):
 
 def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
     """Embedder and pair scorer of this run; the pair filter mode is stated in words."""
-    from models.profiles import load_profile
-    from models.refs import resolve
+    from rexeval.models.profiles import load_profile
+    from rexeval.models.refs import resolve
 
     profile = load_profile(cfg.profile, overrides=cfg.models)
     embedder = profile.require("embedder")
@@ -108,7 +108,7 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
                               "cross_encoder=/path to filter pairs as seed 002 does)")
         out["cross_encoder"] = None
     else:
-        from models.encoders.pair_scorer import detect_pair_scorer_kind
+        from rexeval.models.encoders.pair_scorer import detect_pair_scorer_kind
 
         location = resolve(cross).location
         # Read the checkpoint here, so a wrong path fails before any work, not in an actor.
@@ -127,7 +127,7 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
 
 def load_statements(cfg: ClusterConfig, progress) -> tuple[pa.Table, dict, str]:
     """The statements to cluster, their provenance for the config hash, and the stage."""
-    from pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
+    from rexeval.pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
 
     files = statement_files(cfg.input)
     check_schemas(files)
@@ -158,8 +158,8 @@ def _is_reviews_input(path: str) -> bool:
 
 def extra_statements(cfg: ClusterConfig, progress) -> tuple[pa.Table, dict, dict]:
     """EXTRA's heuristic candidates from the reviews of an ingest folder / reviews file."""
-    from pipelines.extra_baseline import extra_candidates
-    from pipelines.split_pipeline import reviews_path
+    from rexeval.pipelines.extra_baseline import extra_candidates
+    from rexeval.pipelines.split_pipeline import reviews_path
 
     src_path = reviews_path(cfg.input)
     reviews = read_table(src_path, "reviews", columns=["review_id", "user_id", "item_id", "text"])
@@ -193,7 +193,7 @@ class PairScoreStage(Stage):
         self.scorer = None
 
     def setup(self) -> None:
-        from models.encoders.pair_scorer import build_pair_scorer
+        from rexeval.models.encoders.pair_scorer import build_pair_scorer
 
         use_cpus(self.resources)
         self.scorer = build_pair_scorer(self.location, kind=self.kind, device=self.device)
@@ -218,7 +218,7 @@ def score_pairs(a: np.ndarray, b: np.ndarray, texts: np.ndarray, folder: Path, d
     """Probability per candidate pair, resumable per shard of `cfg.shard_size` pairs."""
     import pyarrow.parquet as pq
 
-    from pipelines.ray_runtime import run_tasks
+    from rexeval.pipelines.ray_runtime import run_tasks
 
     conf = {"model": enc["cross_encoder"], "kind": enc["cross_kind"], "pairs": digest}
     out = ShardedOutput(folder, "pair-scores", conf, ["pair_scores"]).open(overwrite=True)
@@ -258,7 +258,7 @@ def neighbour_pairs(emb: np.ndarray, nodes: Nodes, folder: Path, emb_key: str, c
     """Candidate pairs (a < b, cos >= tau_pair) within each polarity; saved for resume."""
     import pyarrow.parquet as pq
 
-    from pipelines.neighbours import candidate_pairs
+    from rexeval.pipelines.neighbours import candidate_pairs
 
     conf = {"embeddings": emb_key, "k": cfg.k, "tau_pair": cfg.tau_pair, "index": cfg.index,
             "nprobe": cfg.nprobe}
@@ -284,8 +284,8 @@ def neighbour_pairs(emb: np.ndarray, nodes: Nodes, folder: Path, emb_key: str, c
 def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (reusing finished work) and return the manifest."""
-    from pipelines.cluster_quality import quality_summary, write_report
-    from pipelines.embed_pipeline import embed_texts
+    from rexeval.pipelines.cluster_quality import quality_summary, write_report
+    from rexeval.pipelines.embed_pipeline import embed_texts
 
     t0 = time.time()
     timings: dict[str, float] = {}
@@ -330,7 +330,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                                              cfg, enc, timings, progress)
         counts.update(graph_counts)
     else:
-        from pipelines.extra_baseline import extra_representatives, minhash_lsh_clusters
+        from rexeval.pipelines.extra_baseline import extra_representatives, minhash_lsh_clusters
 
         labels = minhash_lsh_clusters(nodes.texts.tolist(), threshold=cfg.extra_threshold,
                                       num_perm=cfg.extra_num_perm, ngram=cfg.extra_ngram)
@@ -373,7 +373,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
 
 def _star_graph(emb, nodes, work, emb_key, cfg, enc, timings, progress):
     """Neighbours -> pair filter -> graph refinement; returns labels, representatives, counts."""
-    from pipelines.cluster_graph import cluster_graph
+    from rexeval.pipelines.cluster_graph import cluster_graph
 
     t = time.time()
     if nodes.n == 0:

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipelines.cluster_graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
+from rexeval.pipelines.cluster_graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
 
 
 # ----------------------------------------------------------------------------- SSE / SSB

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipelines.judge_context import CONTEXT_COLUMNS
+from rexeval.pipelines.judge_context import CONTEXT_COLUMNS
 
 DATA_CONDITIONS = ("item_replace", "user_replace", "empty_user")
 PROMPT_CONDITIONS = ("jargon", "minor_benefits", "misinformation", "bad_experience")
@@ -235,7 +235,7 @@ def build_detection_pairs(contexts: pd.DataFrame, llm, cfg: DetectSuiteConfig | 
 
 
 def check_conditions(cfg: DetectSuiteConfig) -> None:
-    from prompts.rubrics import load_rubric
+    from rexeval.prompts.rubrics import load_rubric
 
     inferior = load_rubric(cfg.inferior, cfg.prompts_dir)
     unknown = [c for c in cfg.conditions if c not in DATA_CONDITIONS and c not in inferior.names]
@@ -248,10 +248,10 @@ def generate_planned(plan: pd.DataFrame, llm, cfg: DetectSuiteConfig | None = No
     """`build_detection_pairs` on rows of a plan made beforehand (`plan_conditions` over
     every interaction, so replacements are drawn from the whole set): a job plans once in
     the driver and generates chunk by chunk."""
-    from models.llm.base import SamplingParams
-    from pipelines.judge_calls import ask
-    from prompts import load_prompt
-    from prompts.rubrics import load_rubric
+    from rexeval.models.llm.base import SamplingParams
+    from rexeval.pipelines.judge_calls import ask
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
 
     cfg = cfg or DetectSuiteConfig()
     prompt = load_prompt(cfg.prompt, cfg.prompts_dir)

@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pipelines.io import ShardedOutput, table_files
-from pipelines.stage import Resources, Stage, use_cpus
+from rexeval.pipelines.io import ShardedOutput, table_files
+from rexeval.pipelines.stage import Resources, Stage, use_cpus
 
 TABLE = "embeddings"
 _RESULT = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("dim", pa.int64())])
@@ -62,7 +62,7 @@ class EmbedStage(Stage):
         self.model = None
 
     def setup(self) -> None:
-        from models.encoders.embedder import build_embedder
+        from rexeval.models.encoders.embedder import build_embedder
 
         use_cpus(self.resources)
         self.model = build_embedder(self.location, device=self.device)
@@ -89,7 +89,7 @@ def embed_texts(texts: Sequence[str], folder: str | Path, *, model_ref: str, loc
     `digest` identifies the text list (see `cluster_nodes.Nodes.digest`); together with
     the model it decides whether existing shards can be reused.
     """
-    from pipelines.ray_runtime import run_tasks
+    from rexeval.pipelines.ray_runtime import run_tasks
 
     if not len(texts):  # nothing to embed (e.g. no statement survived): no model load
         return np.zeros((0, 0), dtype=np.float32)
@@ -118,7 +118,7 @@ def _embed_vllm(texts, todo, shard_size, out, location, batch_size, workers, res
     """vLLM's embed task through `ray.data.llm`, one pass over all missing shards."""
     import ray
 
-    from models.encoders.embedder import build_vllm_embed_processor
+    from rexeval.models.encoders.embedder import build_vllm_embed_processor
 
     rows = [{"row": r, "statement": texts[r]} for i in todo
             for r in range(i * shard_size, min(len(texts), (i + 1) * shard_size))]

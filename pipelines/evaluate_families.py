@@ -20,8 +20,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
-from metrics.text_overlap import rouge_metric_names
+from rexeval.metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
+from rexeval.metrics.text_overlap import rouge_metric_names
 
 FAMILIES: dict[str, type[Family]] = {}
 
@@ -47,14 +47,14 @@ class EvalContext:
     empty: str = "skip"
     unparseable: str = "zero"
     nli_service: str = "none"  # none (in process) | serve:<app name> | http(s)://host:port/route
-    nli_scorer: str = "models.encoders.nli:NLIScorer"
+    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     feature_vocabulary: tuple[str, ...] = ()
     llm: dict[str, Any] = field(default_factory=dict)  # backend, model, options, cache, max_retries
 
     def nli_client(self):
         """The NLI scorer families call: the shared Serve deployment, a remote one over
         HTTP, or (nli_service "none") a model loaded in this process."""
-        from serve.nli import HttpNLIClient, ServeNLIClient, load_class
+        from rexeval.serve.nli import HttpNLIClient, ServeNLIClient, load_class
 
         if self.nli_service.startswith("serve:"):
             return ServeNLIClient.connect(app_name=self.nli_service.split(":", 1)[1])
@@ -107,7 +107,7 @@ class Overlap(Family):
     batch_size = 1024
 
     def score(self, batch):
-        from metrics.text_overlap import extract_features, feature_matches, rouge_scores, sentence_bleu_scores
+        from rexeval.metrics.text_overlap import extract_features, feature_matches, rouge_scores, sentence_bleu_scores
 
         gen, ref = _texts(batch)
         out = {"sentence-bleu-1": sentence_bleu_scores(gen, ref, max_n=1),
@@ -125,12 +125,12 @@ class Meteor(Family):
 
     @classmethod
     def unavailable(cls, ctx):
-        from metrics.text_overlap import meteor_unavailable_reason
+        from rexeval.metrics.text_overlap import meteor_unavailable_reason
 
         return meteor_unavailable_reason()
 
     def score(self, batch):
-        from metrics.text_overlap import meteor_scores
+        from rexeval.metrics.text_overlap import meteor_scores
 
         return {"meteor": meteor_scores(*_texts(batch))}, {}
 
@@ -145,7 +145,7 @@ class BertScore(Family):
     batch_size = 256
 
     def score(self, batch):
-        from metrics.similarity import bertscore
+        from rexeval.metrics.similarity import bertscore
 
         got = bertscore(*_texts(batch), self.ctx.locations["bertscore_model"], self.ctx.bertscore_num_layers,
                         device=self.ctx.device)
@@ -159,13 +159,13 @@ class Sts(Family):
     roles = ("sts",)
 
     def setup(self):
-        from models.encoders.embedder import Embedder
+        from rexeval.models.encoders.embedder import Embedder
 
         self.encoder = Embedder(self.ctx.locations["sts"], model_ref=self.ctx.refs.get("sts"),
                                 device=self.ctx.device)
 
     def score(self, batch):
-        from metrics.similarity import sts
+        from rexeval.metrics.similarity import sts
 
         return {"sts": sts(*_texts(batch), self.encoder)}, {}
 
@@ -186,7 +186,7 @@ class StatementNLI(Family):
         self.scorer = self.ctx.nli_client()
 
     def score(self, batch):
-        from pipelines.statement_nli import score_statement_nli
+        from rexeval.pipelines.statement_nli import score_statement_nli
 
         got = score_statement_nli(batch["gen_sentences"], batch["ref_sentences"], self.scorer,
                                   empty=self.ctx.empty)
@@ -205,7 +205,7 @@ class SummacZS(Family):
         self.scorer = self.ctx.nli_client()
 
     def score(self, batch):
-        from metrics.summac import summac_zs_scores
+        from rexeval.metrics.summac import summac_zs_scores
 
         return {"summac_zs": summac_zs_scores(*_texts(batch), self.scorer, empty=self.ctx.empty)}, {}
 
@@ -217,13 +217,13 @@ class SummacConv(Family):
     uses_nli = True
 
     def setup(self):
-        from metrics.summac import load_conv_head
+        from rexeval.metrics.summac import load_conv_head
 
         self.scorer = self.ctx.nli_client()
         self.head = load_conv_head(self.ctx.locations["summac_conv"], device=self.ctx.device)
 
     def score(self, batch):
-        from metrics.summac import summac_conv_scores
+        from rexeval.metrics.summac import summac_conv_scores
 
         return {"summac_conv": summac_conv_scores(*_texts(batch), self.scorer, self.head,
                                                   empty=self.ctx.empty)}, {}
@@ -236,12 +236,12 @@ class AlignScore(Family):
     batch_size = 128
 
     def setup(self):
-        from models.encoders.alignscore import build_alignscore
+        from rexeval.models.encoders.alignscore import build_alignscore
 
         self.scorer = build_alignscore(self.ctx.locations["alignscore"], device=self.ctx.device)
 
     def score(self, batch):
-        from metrics.alignment import alignscore_scores
+        from rexeval.metrics.alignment import alignscore_scores
 
         return {"alignscore": alignscore_scores(*_texts(batch), self.scorer, empty=self.ctx.empty)}, {}
 
@@ -256,7 +256,7 @@ class BartScore(Family):
     batch_size = 128
 
     def score(self, batch):
-        from metrics.learned import bartscore_scores
+        from rexeval.metrics.learned import bartscore_scores
 
         return {"bartscore": bartscore_scores(*_texts(batch), self.ctx.locations["bartscore"],
                                               device=self.ctx.device)}, {}
@@ -268,7 +268,7 @@ class Bleurt(Family):
     roles = ("bleurt",)
 
     def score(self, batch):
-        from metrics.learned import bleurt_scores
+        from rexeval.metrics.learned import bleurt_scores
 
         return {"bleurt": bleurt_scores(*_texts(batch), self.ctx.locations["bleurt"], device=self.ctx.device)}, {}
 
@@ -280,7 +280,7 @@ class QuestEval(Family):
     batch_size = 64
 
     def score(self, batch):
-        from metrics.questeval import questeval_scores
+        from rexeval.metrics.questeval import questeval_scores
 
         got = questeval_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
                                self.ctx.locations["questeval_qa"], device=self.ctx.device)
@@ -299,13 +299,13 @@ class St2Exp(Family):
     batch_size = 64
 
     def setup(self):
-        from pipelines.llm_job import llm_generate
+        from rexeval.pipelines.llm_job import llm_generate
 
         spec = self.ctx.llm
         self.llm = llm_generate(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))
 
     def score(self, batch):
-        from pipelines.st2exp import score_st2exp
+        from rexeval.pipelines.st2exp import score_st2exp
 
         got, _ = score_st2exp(batch["gen_sentences"], list(batch["reference"]), batch["ref_sentences"],
                               list(batch["explanation"]), self.llm, unparseable=self.ctx.unparseable,
@@ -319,7 +319,7 @@ CORPUS_METRICS = ("bleu-1", "bleu-4", "usr", "fcr", "div")
 def corpus_scores(explanations: list[str], references: list[str], vocabulary: tuple[str, ...]) -> dict[str, float]:
     """One value per system: corpus BLEU-1/4, USR, and FCR/DIV over the features the
     explanations mention (features: the reference statements' topics)."""
-    from metrics.text_overlap import (
+    from rexeval.metrics.text_overlap import (
         bleu_1,
         bleu_4,
         extract_features,

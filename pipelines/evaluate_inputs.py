@@ -28,9 +28,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ground_truth import polarity, statement_sentence
-from pipelines.io import json_lines, read_table
-from pipelines.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
+from rexeval.pipelines.ground_truth import polarity, statement_sentence
+from rexeval.pipelines.io import json_lines, read_table
+from rexeval.pipelines.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
 
 STAGE = "evaluate"
 FLIP = {"positive": "negative", "negative": "positive", "neutral": "neutral"}
@@ -214,9 +214,9 @@ def write_flip_benchmark(statements: pa.Table, root: str | Path, system: str = "
     (also the reference) and a copy with every sentiment flipped, written as a
     ground-truth folder, one explanations table and one statements table. Both
     systems' statements are known by construction (the rules that wrote the texts)."""
-    from pipelines.ground_truth import ground_truth_tables
-    from pipelines.io import write_parquet_atomic
-    from pipelines.schema import EXPLANATIONS
+    from rexeval.pipelines.ground_truth import ground_truth_tables
+    from rexeval.pipelines.io import write_parquet_atomic
+    from rexeval.pipelines.schema import EXPLANATIONS
 
     root = Path(root)
     truth, sentences = ground_truth_tables(statements)

@@ -34,17 +34,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from pipelines.evaluate_families import CORPUS_METRICS, FAMILIES, EvalContext, Family, corpus_scores
-from pipelines.evaluate_inputs import (
+from rexeval.pipelines.evaluate_families import CORPUS_METRICS, FAMILIES, EvalContext, Family, corpus_scores
+from rexeval.pipelines.evaluate_inputs import (
     EXAMPLES,
     build_examples,
     read_explanations,
     systems_of,
 )
-from pipelines.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
-from pipelines.llm_job import LLMJobSettings
-from pipelines.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.llm_job import LLMJobSettings
+from rexeval.pipelines.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
+from rexeval.pipelines.stage import Resources, Stage
 
 JOB = "evaluate"
 ALL = "all"
@@ -67,7 +67,7 @@ class EvaluateConfig(LLMJobSettings):
     empty: Literal["skip", "zero"] = "skip"
     unparseable: Literal["zero", "skip"] = "zero"
     nli_service: str = Field("auto", description="auto | none | serve:APP | http://host:port/route")
-    nli_scorer: str = "models.encoders.nli:NLIScorer"
+    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     nli_replicas: int = Field(1, ge=1)
     nli_gpus: float = Field(0.0, ge=0)
     serve_port: int = Field(8000, ge=1, le=65535)
@@ -146,7 +146,7 @@ class FamilyStage(Stage):
         self.name = f"evaluate:{family.name}"
 
     def setup(self) -> None:
-        from pipelines.stage import use_cpus
+        from rexeval.pipelines.stage import use_cpus
 
         use_cpus(self.resources)
         self.impl = self.family(self.ctx)
@@ -217,8 +217,8 @@ class NLIService:
     """The NLI scorer the job's families call; starts a deployment when asked to."""
 
     def __init__(self, cfg: EvaluateConfig, profile, progress):
-        from serve.common import AppLease
-        from serve.nli import APP_NAME
+        from rexeval.serve.common import AppLease
+        from rexeval.serve.nli import APP_NAME
 
         self.cfg, self.profile, self.progress = cfg, profile, progress
         self.lease = AppLease(APP_NAME, "NLI", progress)
@@ -229,7 +229,7 @@ class NLIService:
             return s
         if s != "auto":
             raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
-        from serve.nli import NLIServeConfig, start_nli_service
+        from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
         ref = self.profile.require("nli")
         serve_cfg = NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
@@ -245,8 +245,8 @@ class NLIService:
 def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
                  progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (resuming) and return its report."""
-    from models.profiles import load_profile
-    from models.refs import resolve
+    from rexeval.models.profiles import load_profile
+    from rexeval.models.refs import resolve
 
     t0 = time.time()
     profile = load_profile(cfg.profile, cfg.models)
@@ -260,7 +260,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     statement_files = list(cfg.statements)
     extract_errors, extracted = None, []
     if cfg.extract and not cfg.domain:
-        from prompts import list_domains
+        from rexeval.prompts import list_domains
 
         raise ValueError("--extract needs --domain: the topic table the extraction prompt uses for the "
                          f"explanations (one of {', '.join(list_domains())})")
@@ -313,7 +313,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         llm = {"backend": cfg.backend or profile.llm_backend, "model": refs["judge_llm"],
                "options": dict(cfg.backend_options), "cache": c.cache_path(), "max_retries": cfg.max_retries}
     vocab = tuple(sorted({t for ts in examples.column("ref_topics").to_pylist() for t in (ts or [])}))
-    from models.encoders.embedder import resolve_device
+    from rexeval.models.encoders.embedder import resolve_device
 
     ctx = EvalContext(locations=locations, refs=refs, bertscore_num_layers=profile.bertscore_num_layers,
                       device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
@@ -354,7 +354,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
                                source="aggregates")
     write_parquet_atomic(root / "aggregates.parquet", agg_table)
-    from pipelines.evaluate_report import results_csv, results_markdown
+    from rexeval.pipelines.evaluate_report import results_csv, results_markdown
 
     md = results_markdown(agg, dataset=cfg.dataset, systems=systems)
     (root / "tables.md").write_text(md)
@@ -384,7 +384,7 @@ def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows
 def family_done(root: Path, cls: type[Family], fconf: dict) -> bool:
     """A family whose folder is complete for these settings (then the NLI deployment
     need not start for it)."""
-    from pipelines.io import config_hash
+    from rexeval.pipelines.io import config_hash
 
     p = root / "families" / cls.name / "manifest.json"
     if not p.exists():
@@ -404,7 +404,7 @@ def failure_reason(exc: BaseException) -> str:
 def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Path, rows: np.ndarray,
                examples_hash: str, progress) -> dict:
     """One family over its examples, chunk by chunk on Ray Data; finished chunks kept."""
-    from pipelines.ray_runtime import run_tasks
+    from rexeval.pipelines.ray_runtime import run_tasks
 
     fconf = family_config(cls, ctx, cfg, rows, examples_hash)
     # A family's folder holds derived results only: other settings replace them.
@@ -443,7 +443,7 @@ def collect_scores(root: Path, families: list[str]) -> pa.Table:
 
 
 def aggregate(scores: pa.Table, cfg: EvaluateConfig) -> pd.DataFrame:
-    from metrics.aggregate import aggregate_scores
+    from rexeval.metrics.aggregate import aggregate_scores
 
     df = scores.select(["system", "metric", "value"]).to_pandas()
     agg = aggregate_scores(df, confidence=cfg.confidence, n_resamples=max(cfg.bootstrap, 1), seed=cfg.seed)
@@ -479,8 +479,8 @@ def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_fi
     """Run the extraction stage (seed 000 triplets) on the explanations of systems that
     have no statements yet; returns an EXPLANATION_STATEMENTS file and the stage's
     error rows."""
-    from pipelines.evaluate_inputs import read_statement_rows
-    from pipelines.extract_pipeline import ExtractConfig, run_extract
+    from rexeval.pipelines.evaluate_inputs import read_statement_rows
+    from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
 
     have = {r["system"] for _, _, r in read_statement_rows(statement_files)}
     t = explanations

@@ -6,7 +6,7 @@ import io
 
 import pandas as pd
 
-from metrics.aggregate import format_results_table
+from rexeval.metrics.aggregate import format_results_table
 
 # (title, [(metric, label)]): the seed's tables, in its order and naming.
 TABLES: list[tuple[str, list[tuple[str, str]]]] = [
@@ -31,9 +31,9 @@ TABLES: list[tuple[str, list[tuple[str, str]]]] = [
 
 
 def _higher_is_better(metric: str) -> bool:
-    import metrics.statement_level  # noqa: F401  (registers the statement metrics)
-    import metrics.text_overlap  # noqa: F401
-    from metrics.registry import METRICS
+    import rexeval.metrics.statement_level  # noqa: F401  (registers the statement metrics)
+    import rexeval.metrics.text_overlap  # noqa: F401
+    from rexeval.metrics.registry import METRICS
 
     info = METRICS.get(metric)
     return True if info is None else info.higher_is_better

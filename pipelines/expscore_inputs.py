@@ -22,11 +22,11 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from metrics.expscore_factors import words
-from pipelines.io import json_lines, read_table
+from rexeval.metrics.expscore_factors import words
+from rexeval.pipelines.io import json_lines, read_table
 
 if TYPE_CHECKING:
-    from pipelines.expscore_pipeline import _Inputs
+    from rexeval.pipelines.expscore_pipeline import _Inputs
 
 
 def _cell(value: Any) -> Any:

@@ -27,37 +27,37 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from metrics.expscore_factors import (
+from rexeval.metrics.expscore_factors import (
     FACTOR_NAMES,
     FACTORS,
     factor_table,
     term_frequencies,
 )
-from models.expscore import HEADS, ExpScoreModel, TrainSettings, train_head
-from models.languagetool import (
+from rexeval.models.expscore import HEADS, ExpScoreModel, TrainSettings, train_head
+from rexeval.models.languagetool import (
     GRAMMAR_UNAVAILABLE,
     LANGUAGETOOL_ENV,
     open_grammar_checker,
 )
-from pipelines.expscore_inputs import (
+from rexeval.pipelines.expscore_inputs import (
     attach_reviews,
     error_row,
     load_examples,
     split_rows,
 )
-from pipelines.expscore_report import (
+from rexeval.pipelines.expscore_report import (
     correlations,
     head_metrics,
     report_markdown,
     unavailable_notes,
 )
-from pipelines.io import (
+from rexeval.pipelines.io import (
     ShardedOutput,
     write_json_atomic,
     write_parquet_atomic,
 )
-from pipelines.schema import error_rows
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.schema import error_rows
+from rexeval.pipelines.stage import Resources, Stage
 
 STAGE = "expscore"
 FACTORS_JSON = "factors.json"
@@ -167,7 +167,7 @@ class FactorStage(Stage):
 
     def setup(self) -> None:
         if self.encoder is None and "REL" in self.factors:
-            from models.encoders.embedder import build_embedder
+            from rexeval.models.encoders.embedder import build_embedder
 
             self.encoder = build_embedder(self.encoder_ref, device=self.device)
 
@@ -207,7 +207,7 @@ def compute_factors(rows: list[dict], stage: FactorStage, mode: str, min_rows: i
     if use_ray:
         import ray
 
-        from pipelines.ray_runtime import init_ray, map_stage
+        from rexeval.pipelines.ray_runtime import init_ray, map_stage
 
         init_ray()
         progress(f"factors: {len(rows):,} rows on Ray Data (batches of {stage.batch_size})")
@@ -264,7 +264,7 @@ def _write_outputs(out: Path, scores: pa.Table, errors: list[dict], report: dict
 def _encoder_ref(cfg: _Inputs) -> str:
     if cfg.embedder:
         return cfg.embedder
-    from models.profiles import load_profile
+    from rexeval.models.profiles import load_profile
 
     return load_profile(cfg.profile).require(ENCODER_ROLE)
 

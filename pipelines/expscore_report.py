@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from metrics.expscore_factors import FACTOR_NAMES, FACTORS
-from models.expscore import ExpScoreModel
+from rexeval.metrics.expscore_factors import FACTOR_NAMES, FACTORS
+from rexeval.models.expscore import ExpScoreModel
 
 
 def correlations(x: Sequence[float], y: Sequence[float]) -> dict[str, float | None]:

@@ -107,8 +107,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from pipelines.schema import STATEMENTS
-from pipelines.statements import dedup_key, statement_id
+from rexeval.pipelines.schema import STATEMENTS
+from rexeval.pipelines.statements import dedup_key, statement_id
 
 STAGE = "extra"
 

@@ -17,12 +17,12 @@ from typing import Any, Callable, Literal
 
 import pyarrow as pa
 
-from models.llm.base import SamplingParams
-from pipelines.llm_outputs import CANDIDATES, TRIPLETS
-from pipelines.schema import ERRORS, STATEMENTS
-from pipelines.statements import (TopicMapper, dedup_key, normalise_statement, statement_id,
+from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.llm_outputs import CANDIDATES, TRIPLETS
+from rexeval.pipelines.schema import ERRORS, STATEMENTS
+from rexeval.pipelines.statements import (TopicMapper, dedup_key, normalise_statement, statement_id,
                                   truncate_words)
-from pipelines.structured import Generate, Outcome, Task, answer_all, items_json
+from rexeval.pipelines.structured import Generate, Outcome, Task, answer_all, items_json
 
 Method = Literal["triplets", "star"]
 
@@ -52,7 +52,7 @@ class Extractor:
     def __init__(self, settings: ExtractSettings, generate: Generate,
                  verify_generate: Generate | None = None,
                  topic_mapper: TopicMapper | None = None):
-        from prompts import load_prompt
+        from rexeval.prompts import load_prompt
 
         self.s = settings
         self.generate = generate
@@ -69,7 +69,7 @@ class Extractor:
 
     def _domain(self, name: str | None):
         """The domain's topic table, read once per extractor (not once per review)."""
-        from prompts import PromptError, load_domain
+        from rexeval.prompts import PromptError, load_domain
 
         if name not in self._domains:
             try:
@@ -121,7 +121,7 @@ class Extractor:
                 name = self.s.domain or r.get("category")
                 domain = self._domain(name)
                 if domain is None:
-                    from prompts import list_domains
+                    from rexeval.prompts import list_domains
 
                     err(i, "extract", "unknown_domain",
                         f"no topic table for domain {name!r} (known: {', '.join(list_domains())}); "

@@ -19,13 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from models.llm.base import SamplingParams
-from pipelines.extract import ExtractSettings, Extractor
-from pipelines.io import ShardedOutput, read_table
-from pipelines.llm_job import LLMJobSettings, llm_generate
-from pipelines.ray_runtime import run_tasks
-from pipelines.split_pipeline import reviews_path
-from pipelines.stage import Resources, Stage, use_cpus, worker_resources
+from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.extract import ExtractSettings, Extractor
+from rexeval.pipelines.io import ShardedOutput, read_table
+from rexeval.pipelines.llm_job import LLMJobSettings, llm_generate
+from rexeval.pipelines.ray_runtime import run_tasks
+from rexeval.pipelines.split_pipeline import reviews_path
+from rexeval.pipelines.stage import Resources, Stage, use_cpus, worker_resources
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
 COUNTERS = ("llm_calls", "cached_calls", "retries", "repaired_answers", "truncated_reviews",
@@ -56,7 +56,7 @@ class ExtractConfig(LLMJobSettings):
 
 def resolve_models(cfg: ExtractConfig) -> dict[str, Any]:
     """Backend, model refs and embedder for this run, from the profile and overrides."""
-    from models.profiles import load_profile
+    from rexeval.models.profiles import load_profile
 
     profile = load_profile(cfg.profile, cfg.models)
     backend = cfg.backend or profile.llm_backend
@@ -67,7 +67,7 @@ def resolve_models(cfg: ExtractConfig) -> dict[str, Any]:
 
 def output_config(cfg: ExtractConfig, models: dict[str, Any]) -> dict:
     """What decides the output: input, method, models, prompts' versions, decoding."""
-    from prompts import list_domains, load_domain, load_prompt
+    from rexeval.prompts import list_domains, load_domain, load_prompt
 
     src = reviews_path(cfg.input)
     names = ["extract_triplets"] if cfg.method == "triplets" else ["star_candidates", "star_verify"]
@@ -134,8 +134,8 @@ def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
 def make_topic_mapper(models: dict[str, Any]):
     if not models.get("embedder"):
         return None
-    from models.refs import resolve
-    from pipelines.statements import TopicMapper, sentence_encoder
+    from rexeval.models.refs import resolve
+    from rexeval.pipelines.statements import TopicMapper, sentence_encoder
 
     return TopicMapper(sentence_encoder(resolve(models["embedder"]).location))
 

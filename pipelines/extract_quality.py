@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import Field
 
-from models.llm.base import SamplingParams
-from pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
-from pipelines.llm_job import LLMJobSettings, llm_generate
-from pipelines.llm_outputs import QUALITY
-from pipelines.schema import error_rows
-from pipelines.ray_runtime import run_tasks
-from pipelines.stage import Resources, Stage, use_cpus, worker_resources
-from pipelines.structured import Task, answer_all
+from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
+from rexeval.pipelines.llm_job import LLMJobSettings, llm_generate
+from rexeval.pipelines.llm_outputs import QUALITY
+from rexeval.pipelines.schema import error_rows
+from rexeval.pipelines.ray_runtime import run_tasks
+from rexeval.pipelines.stage import Resources, Stage, use_cpus, worker_resources
+from rexeval.pipelines.structured import Task, answer_all
 
 JUDGEMENTS = pa.schema([
     pa.field("statement_id", pa.string(), nullable=False),
@@ -114,7 +114,7 @@ class JudgeStage(Stage):
     def setup(self) -> None:
         import ray
 
-        from prompts import load_prompt
+        from rexeval.prompts import load_prompt
 
         use_cpus(self.resources)
         self.sample = self.sample_ref if isinstance(self.sample_ref, pa.Table) else ray.get(self.sample_ref)
@@ -163,8 +163,8 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     """Judge a sample of an extract output and write judgements + the Table 2 report."""
     from pathlib import Path
 
-    from models.profiles import load_profile
-    from prompts import load_prompt
+    from rexeval.models.profiles import load_profile
+    from rexeval.prompts import load_prompt
 
     t0 = time.time()
     cfg = cfg.with_resolved_cache()
@@ -187,7 +187,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     if cfg.with_review:
         import json
 
-        from pipelines.extract_pipeline import ExtractConfig, load_reviews
+        from rexeval.pipelines.extract_pipeline import ExtractConfig, load_reviews
 
         manifest_file = src / "manifest.json"
         if not manifest_file.exists():

@@ -24,8 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.schema import error_rows, validate_table
-from pipelines.statements import dedup_key
+from rexeval.pipelines.schema import error_rows, validate_table
+from rexeval.pipelines.statements import dedup_key
 
 STAGE = "ground-truth"
 SYSTEM = "ground_truth"

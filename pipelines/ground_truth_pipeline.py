@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
-from pipelines.io import ShardedOutput, read_table
-from pipelines.ray_runtime import run_tasks
-from pipelines.schema import SchemaError
-from pipelines.stage import Resources, Stage
-from pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
+from rexeval.pipelines.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
+from rexeval.pipelines.io import ShardedOutput, read_table
+from rexeval.pipelines.ray_runtime import run_tasks
+from rexeval.pipelines.schema import SchemaError
+from rexeval.pipelines.stage import Resources, Stage
+from rexeval.pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
 
 STAGES = ("auto", "triplet", "candidate", "verified")
 TABLES = ["explanations", "sentences", "errors"]

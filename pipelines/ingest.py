@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from pipelines.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes, parse_record
-from pipelines.schema import REVIEWS, error_rows
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes, parse_record
+from rexeval.pipelines.schema import REVIEWS, error_rows
+from rexeval.pipelines.stage import Resources, Stage
 
 STAGE = "ingest"
 _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"

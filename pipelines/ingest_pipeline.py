@@ -14,11 +14,11 @@ from typing import Callable
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from pipelines.formats import FORMATS, detect_layout, parse_columns
-from pipelines.ingest import ParseStage, drop_duplicates, find_duplicates, plan_chunks
-from pipelines.io import ShardedOutput
-from pipelines.metadata import load_titles
-from pipelines.ray_runtime import run_tasks
+from rexeval.pipelines.formats import FORMATS, detect_layout, parse_columns
+from rexeval.pipelines.ingest import ParseStage, drop_duplicates, find_duplicates, plan_chunks
+from rexeval.pipelines.io import ShardedOutput
+from rexeval.pipelines.metadata import load_titles
+from rexeval.pipelines.ray_runtime import run_tasks
 
 
 class IngestConfig(BaseModel):

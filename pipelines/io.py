@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.schema import TABLES, SchemaError, validate_table
+from rexeval.pipelines.schema import TABLES, SchemaError, validate_table
 
 MANIFEST = "manifest.json"
 DONE_DIR = "_done"

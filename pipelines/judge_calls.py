@@ -46,7 +46,7 @@ class JudgeStats:
 
     def __post_init__(self):
         if self.usage is None:
-            from models.llm.pricing import Usage
+            from rexeval.models.llm.pricing import Usage
 
             self.usage = Usage()
 
@@ -79,8 +79,8 @@ def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sa
     the parser's reason, at most `max_retries` times. With `json_schema`, backends that
     can constrain decoding (hf with xgrammar, vLLM, OpenAI-compatible servers) are held
     to it; the parser still reads the answer, so a backend that cannot is no worse off."""
-    from models.llm.base import ChatRequest, SamplingParams
-    from prompts import load_prompt
+    from rexeval.models.llm.base import ChatRequest, SamplingParams
+    from rexeval.prompts import load_prompt
 
     sampling = sampling or SamplingParams(temperature=0.0, max_tokens=512)
     stats = stats if stats is not None else JudgeStats()

@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from metrics.preference import majority_vote
-from pipelines.judge_pairwise import ALL, NO_HISTORY, PAIR_COLUMNS
+from rexeval.metrics.preference import majority_vote
+from rexeval.pipelines.judge_pairwise import ALL, NO_HISTORY, PAIR_COLUMNS
 
 
 class DiscConfig(BaseModel):
@@ -65,8 +65,8 @@ def reward_prompt(template, criteria: list, user_profile: str, item_description:
 
 def score_tasks(pairs: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:
     """One row per (pair, unit): pair_id, unit, prompt, explanation_a, explanation_b."""
-    from prompts import load_prompt
-    from prompts.rubrics import load_rubric
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
 
     missing = [c for c in PAIR_COLUMNS if c not in pairs.columns]
     if missing:

@@ -15,9 +15,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.io import read_table
-from pipelines.judge_context import CONTEXT_COLUMNS
-from pipelines.schema import ERRORS
+from rexeval.pipelines.io import read_table
+from rexeval.pipelines.judge_context import CONTEXT_COLUMNS
+from rexeval.pipelines.schema import ERRORS
 
 
 def read_frame(path: str | Path) -> pd.DataFrame:
@@ -73,7 +73,7 @@ def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd
     if contexts:
         return read_contexts(contexts)
     if reviews:
-        from pipelines.judge_context import build_contexts
+        from rexeval.pipelines.judge_context import build_contexts
 
         table = pd.concat([reviews_table(r) for r in reviews], ignore_index=True)
         return build_contexts(table, interactions[["user_id", "item_id"]].drop_duplicates(),
@@ -85,7 +85,7 @@ def explanations_frame(paths: Sequence[str], systems: Sequence[str] | None = Non
                        limit: int | None = None) -> pd.DataFrame:
     """EXPLANATIONS rows as a DataFrame, optionally limited to systems and to the first
     `limit` examples of each system (in file order)."""
-    from pipelines.evaluate_inputs import read_explanations
+    from rexeval.pipelines.evaluate_inputs import read_explanations
 
     df = read_explanations(paths).to_pandas()
     if systems:

@@ -19,8 +19,8 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import Field
 
-from pipelines.io import write_parquet_atomic
-from pipelines.judge_pipeline import (JudgeJobSettings, JudgeService, llm_spec, register_task, run_chunks,
+from rexeval.pipelines.io import write_parquet_atomic
+from rexeval.pipelines.judge_pipeline import (JudgeJobSettings, JudgeService, llm_spec, register_task, run_chunks,
                                       usage_totals, write_report)
 
 # ------------------------------------------------------------------ settings
@@ -78,7 +78,7 @@ class DetectJobConfig(JudgeJobSettings):
 
 @register_task("likert")
 def _likert_task(llm, rows: pd.DataFrame, settings: dict):
-    from pipelines.judge_likert import LikertConfig, judge_likert
+    from rexeval.pipelines.judge_likert import LikertConfig, judge_likert
 
     examples = pd.read_parquet(settings["examples"]) if settings.get("examples") else None
     scores, stats = judge_likert(llm, rows, LikertConfig(**settings["likert"]), examples=examples)
@@ -87,7 +87,7 @@ def _likert_task(llm, rows: pd.DataFrame, settings: dict):
 
 @register_task("pairwise")
 def _pairwise_task(llm, rows: pd.DataFrame, settings: dict):
-    from pipelines.judge_pairwise import PairwiseConfig, judge_pairwise
+    from rexeval.pipelines.judge_pairwise import PairwiseConfig, judge_pairwise
 
     verdicts, detail, stats = judge_pairwise(llm, rows, PairwiseConfig(**settings["pairwise"]))
     return {"verdicts": verdicts, "detail": detail}, stats
@@ -95,8 +95,8 @@ def _pairwise_task(llm, rows: pd.DataFrame, settings: dict):
 
 @register_task("detect_generate")
 def _generate_task(llm, rows: pd.DataFrame, settings: dict):
-    from pipelines.detect_suite import DetectSuiteConfig, generate_planned
-    from pipelines.schema import ERRORS
+    from rexeval.pipelines.detect_suite import DetectSuiteConfig, generate_planned
+    from rexeval.pipelines.schema import ERRORS
 
     pairs, errors, stats = generate_planned(rows, llm, DetectSuiteConfig(**settings["generate"]))
     errors = pa.Table.from_pylist(errors.astype(object).where(errors.notna(), None).to_dict("records"),
@@ -108,13 +108,13 @@ def _generate_task(llm, rows: pd.DataFrame, settings: dict):
 
 
 def _profile(cfg):
-    from models.profiles import load_profile
+    from rexeval.models.profiles import load_profile
 
     return load_profile(cfg.profile, cfg.models)
 
 
 def _with_contexts(cfg, expl: pd.DataFrame, progress) -> tuple[pd.DataFrame, int]:
-    from pipelines.judge_inputs import attach_contexts, load_contexts
+    from rexeval.pipelines.judge_inputs import attach_contexts, load_contexts
 
     ctx = load_contexts(cfg.contexts, cfg.reviews, expl, cfg.max_history)
     if ctx is None:
@@ -142,8 +142,8 @@ def _frame(out, table: str) -> pd.DataFrame:
 
 
 def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) -> dict:
-    from pipelines.judge_inputs import explanations_frame
-    from pipelines.judge_likert import LikertConfig, count_fallbacks, ensemble
+    from rexeval.pipelines.judge_inputs import explanations_frame
+    from rexeval.pipelines.judge_likert import LikertConfig, count_fallbacks, ensemble
 
     t0 = time.time()
     root = Path(cfg.out)
@@ -208,7 +208,7 @@ def _total_cost(usage: dict) -> float | None:
 
 
 def _pairwise_settings(cfg) -> dict:
-    from pipelines.judge_pairwise import PairwiseConfig
+    from rexeval.pipelines.judge_pairwise import PairwiseConfig
 
     return {"pairwise": PairwiseConfig(
         criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide,
@@ -223,9 +223,9 @@ def _rubric_ref(ref: str) -> str:
 
 
 def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print) -> dict:
-    from metrics.preference import win_rates
-    from pipelines.judge_inputs import baseline_pairs, explanations_frame
-    from pipelines.judge_pairwise import order_bias
+    from rexeval.metrics.preference import win_rates
+    from rexeval.pipelines.judge_inputs import baseline_pairs, explanations_frame
+    from rexeval.pipelines.judge_pairwise import order_bias
 
     t0 = time.time()
     root = Path(cfg.out)
@@ -284,7 +284,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     """The interactions to explain, with their contexts: the --interactions given, else
     every row of --contexts, else each user's latest purchase in --reviews (seed 004
     explains the most recent purchase); sorted, then the first --limit."""
-    from pipelines.judge_inputs import load_contexts, read_contexts, read_frame, reviews_table
+    from rexeval.pipelines.judge_inputs import load_contexts, read_contexts, read_frame, reviews_table
 
     if not (cfg.contexts or cfg.reviews):
         raise ValueError("detect needs --contexts FILE or --reviews PATH (where the interactions come from)")
@@ -301,7 +301,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     elif cfg.contexts:
         contexts = read_contexts(cfg.contexts)
     else:
-        from pipelines.judge_context import build_contexts, last_interactions
+        from rexeval.pipelines.judge_context import build_contexts, last_interactions
 
         reviews = pd.concat([reviews_table(r) for r in cfg.reviews], ignore_index=True)
         contexts = build_contexts(reviews, last_interactions(reviews), max_history=cfg.max_history)
@@ -310,7 +310,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
 
 
 def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) -> dict:
-    from pipelines.detect_suite import (ALL_CONDITIONS, DetectSuiteConfig, check_conditions, detection_accuracy,
+    from rexeval.pipelines.detect_suite import (ALL_CONDITIONS, DetectSuiteConfig, check_conditions, detection_accuracy,
                                         judge_layout, plan_conditions)
 
     t0 = time.time()
@@ -364,8 +364,8 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
 
 
 def _disc_verdicts(cfg: DetectJobConfig, pairs: pd.DataFrame, progress) -> pd.DataFrame:
-    from models.encoders.reward import build_reward_scorer
-    from pipelines.judge_disc import DiscConfig, judge_disc
+    from rexeval.models.encoders.reward import build_reward_scorer
+    from rexeval.pipelines.judge_disc import DiscConfig, judge_disc
 
     progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
     scorer = build_reward_scorer(cfg.reward_model)

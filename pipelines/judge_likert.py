@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from pipelines.judge_calls import JudgeStats, ask
+from rexeval.pipelines.judge_calls import JudgeStats, ask
 
 ASPECTS = ("persuasiveness", "transparency", "accuracy", "satisfaction")
 ROW_COLUMNS = ("example_id", "system", "user_id", "item_id", "explanation")
@@ -55,7 +55,7 @@ class LikertConfig(BaseModel):
 
     @model_validator(mode="after")
     def _known_aspects(self) -> LikertConfig:
-        from prompts.rubrics import load_rubric
+        from rexeval.prompts.rubrics import load_rubric
 
         if len(set(self.aspects)) != len(self.aspects):
             raise ValueError(f"aspects repeat a name: {self.aspects}")
@@ -364,9 +364,9 @@ def judge_likert(llm, rows: pd.DataFrame | list[dict], cfg: LikertConfig,
     human_<aspect>...). `scores.attrs["fallbacks"]` counts rows that found no eligible
     example and were judged zero-shot (also `count_fallbacks`).
     """
-    from models.llm.base import SamplingParams
-    from prompts import load_prompt
-    from prompts.rubrics import load_rubric
+    from rexeval.models.llm.base import SamplingParams
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
 
     df = _check_rows(rows)
     rubric = load_rubric(cfg.rubric)

@@ -20,7 +20,7 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from metrics.preference import combine_orders, majority_vote, position_bias, swap
+from rexeval.metrics.preference import combine_orders, majority_vote, position_bias, swap
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _TOKEN = re.compile(r"\[\[\s*([ABC])\s*\]\]")
@@ -80,8 +80,8 @@ def _units(rubric, cfg: PairwiseConfig) -> list[tuple[str, list]]:
 
 def conversations(pairs: pd.DataFrame, cfg: PairwiseConfig) -> list[dict]:
     """Every call the judge needs: one per (pair, unit, order), with its messages."""
-    from prompts import load_prompt
-    from prompts.rubrics import load_rubric
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
 
     missing = [c for c in PAIR_COLUMNS if c not in pairs.columns]
     if missing:
@@ -110,8 +110,8 @@ def judge_pairwise(llm, pairs: pd.DataFrame, cfg: PairwiseConfig | None = None):
     call (pair_id, unit, order, verdict mapped back to the pair's labels, problem, raw),
     and `stats` the JudgeStats of the calls.
     """
-    from models.llm.base import SamplingParams
-    from pipelines.judge_calls import ask
+    from rexeval.models.llm.base import SamplingParams
+    from rexeval.pipelines.judge_calls import ask
 
     cfg = cfg or PairwiseConfig()
     tasks = conversations(pairs, cfg)

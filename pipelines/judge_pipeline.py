@@ -21,9 +21,9 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import Field
 
-from pipelines.io import ShardedOutput, write_json_atomic, write_parquet_atomic
-from pipelines.llm_job import LLMJobSettings
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.io import ShardedOutput, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.llm_job import LLMJobSettings
+from rexeval.pipelines.stage import Resources, Stage
 
 USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_calls", "call_errors",
                 "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens",
@@ -60,10 +60,10 @@ def build_llm(spec: dict, address: str):
     """The LLM a task calls: a client of the judge deployment (which keeps the call
     cache), or an in-process backend behind the cache."""
     if address != "none":
-        from models.llm.base import BackendSpec, build_backend
+        from rexeval.models.llm.base import BackendSpec, build_backend
 
         return build_backend(BackendSpec(backend="serve", model="auto", options={"address": address}))
-    from pipelines.llm_job import llm_generate
+    from rexeval.pipelines.llm_job import llm_generate
 
     return llm_generate(spec["backend"], spec["model"], spec["options"], spec["cache"])
 
@@ -73,8 +73,8 @@ class JudgeService:
     `address()` is what `build_llm` takes, `model_id` the served model's id."""
 
     def __init__(self, cfg: JudgeJobSettings, spec: dict, progress: Callable[[str], None]):
-        from models.llm.base import BackendSpec
-        from serve.judge import JudgeServeConfig, JudgeService as Service
+        from rexeval.models.llm.base import BackendSpec
+        from rexeval.serve.judge import JudgeServeConfig, JudgeService as Service
 
         explicit = cfg.judge_service != "auto"
         backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
@@ -114,9 +114,9 @@ class JudgeChunkStage(Stage):
         self.name = f"judge:{task}"
 
     def setup(self) -> None:
-        from pipelines.stage import use_cpus
+        from rexeval.pipelines.stage import use_cpus
 
-        import pipelines.judge_jobs  # noqa: F401  (registers the task functions in TASKS)
+        import rexeval.pipelines.judge_jobs  # noqa: F401  (registers the task functions in TASKS)
 
         use_cpus(self.resources)
         self.rows = pd.read_parquet(self.payload)
@@ -139,8 +139,8 @@ class JudgeChunkStage(Stage):
 def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], settings: dict, spec: dict | None,
                address: str, cfg: JudgeJobSettings, progress: Callable[[str], None]) -> ShardedOutput:
     """Run `task` over `rows` in chunks (resuming finished ones); returns the output."""
-    from pipelines.io import config_hash
-    from pipelines.ray_runtime import run_tasks
+    from rexeval.pipelines.io import config_hash
+    from rexeval.pipelines.ray_runtime import run_tasks
 
     root.mkdir(parents=True, exist_ok=True)
     payload = root / "payload.parquet"
@@ -187,7 +187,7 @@ def usage_totals(outputs: list[ShardedOutput], price_table: str | None, model_id
     out: dict[str, Any] = {k: (round(v, 3) if k == "seconds" else int(v)) for k, v in total.items()}
     out["model"] = model_id
     if price_table and model_id:
-        from models.llm.pricing import PriceTable
+        from rexeval.models.llm.pricing import PriceTable
 
         prices = PriceTable.load(price_table)
         billed = prices.cost(model_id, out["prompt_tokens"], out["completion_tokens"])

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.llm.base import BackendSpec
-from models.profiles import ModelOverrides
+from rexeval.models.llm.base import BackendSpec
+from rexeval.models.profiles import ModelOverrides
 
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
@@ -41,7 +41,7 @@ class LLMJobSettings(BaseModel):
             return None
         if self.cache:
             return self.cache
-        from models.gguf_cache import cache_root
+        from rexeval.models.gguf_cache import cache_root
 
         return str(cache_root() / "llm-calls.sqlite")
 
@@ -58,11 +58,11 @@ class LLMJobSettings(BaseModel):
 
 def llm_generate(backend: str, model: str, options: dict, cache_path: str | None):
     """A backend behind the call cache (when a cache path is given); built once per actor."""
-    from models.llm.base import build_backend
+    from rexeval.models.llm.base import build_backend
 
     llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
     if cache_path:
-        from models.llm.cache import CachedBackend, LLMCache
+        from rexeval.models.llm.cache import CachedBackend, LLMCache
 
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
         llm = CachedBackend(llm, LLMCache(cache_path))

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from prompts.loader import SENTIMENTS  # defined once, with the prompts
+from rexeval.prompts.loader import SENTIMENTS  # defined once, with the prompts
 MAX_STATEMENTS = 20
 MAX_STATEMENT_CHARS = 240
 

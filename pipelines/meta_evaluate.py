@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from metrics.agreement import (
+from rexeval.metrics.agreement import (
     LEVELS,
     METHODS,
     RESULT_COLUMNS,
@@ -32,8 +32,8 @@ from metrics.agreement import (
     meta_evaluate,
     pairwise_agreement,
 )
-from pipelines.io import config_hash, write_json_atomic, write_parquet_atomic
-from pipelines.meta_evaluate_inputs import (
+from rexeval.pipelines.io import config_hash, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.meta_evaluate_inputs import (
     STAGE,
     join_tables,
     layout_of,
@@ -47,8 +47,8 @@ from pipelines.meta_evaluate_inputs import (
     resolve_targets,
     verdict_targets,
 )
-from pipelines.meta_evaluate_report import correlation_markdown, pairwise_markdown
-from pipelines.schema import error_rows
+from rexeval.pipelines.meta_evaluate_report import correlation_markdown, pairwise_markdown
+from rexeval.pipelines.schema import error_rows
 
 RESULTS_FILE, TABLE_FILE, REPORT_FILE, ERRORS_FILE = (
     "meta_evaluation.parquet", "meta_evaluation.md", "report.json", "errors.parquet")

@@ -31,12 +31,12 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from metrics.agreement import LABELS, TIE, Target
-from pipelines.io import json_lines, table_files
-from pipelines.schema import SchemaError
+from rexeval.metrics.agreement import LABELS, TIE, Target
+from rexeval.pipelines.io import json_lines, table_files
+from rexeval.pipelines.schema import SchemaError
 
 if TYPE_CHECKING:
-    from pipelines.meta_evaluate import MetaEvaluateConfig
+    from rexeval.pipelines.meta_evaluate import MetaEvaluateConfig
 
 STAGE = "meta_evaluate"
 AUTO_KEYS = ("system", "explanation_id", "pair_id")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.formats import open_bytes, parse_record
+from rexeval.pipelines.formats import open_bytes, parse_record
 
 _ID_KEYS = ("parent_asin", "asin", "item_id")
 _TITLE_KEYS = ("title", "item_title")

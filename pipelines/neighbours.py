@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.stage import Resources, Stage
 
 FLAT_MAX = 50_000
 """Exact search up to this many vectors per group: 50k x 50k x 384 took 16 s on 2 cores
@@ -540,7 +540,7 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
     if workers is None:
         use_ray = _ray_multi_node()
     if use_ray:
-        from pipelines.ray_runtime import init_ray
+        from rexeval.pipelines.ray_runtime import init_ray
 
         ray = init_ray()
         gpu_search = _ray_gpu(gpu)
@@ -617,7 +617,7 @@ def _run_on_ray(refs, tasks, codes, stats, k, tau, workers, gpu, n, say):
     """Shard the queries of every group over an actor pool; deduplicated pairs per group."""
     import ray
 
-    from pipelines.ray_runtime import run_tasks
+    from rexeval.pipelines.ray_runtime import run_tasks
 
     cpus = max(1.0, float(int(ray.cluster_resources().get("CPU", 1) // workers)))
     stage = NeighbourStage(refs, k, tau, cpus=cpus, gpu=gpu)

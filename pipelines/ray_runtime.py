@@ -12,7 +12,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from pipelines.stage import Stage
+from rexeval.pipelines.stage import Stage
 
 
 FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
@@ -53,9 +53,13 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
 
 
 def _project_root() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """PYTHONPATH for local workers: the source checkout first (so workers import the
+    driver's code, and plug-ins named "module:Class" beside it), then the caller's."""
+    import rexeval
+
     extra = os.environ.get("PYTHONPATH")
-    return here + (os.pathsep + extra if extra else "")
+    parts = [p for p in (rexeval.SOURCE_ROOT, extra) if p]
+    return os.pathsep.join(parts)
 
 
 class _StageActor:

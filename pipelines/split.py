@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.schema import SPLIT_NAMES
+from rexeval.pipelines.schema import SPLIT_NAMES
 
 ORDER_KEY = ("user_id", "timestamp", "source", "line")
 """Columns that order reviews; (source, line) is the row id that breaks timestamp ties."""

@@ -7,8 +7,8 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.io import ShardedOutput, read_table
-from pipelines.split import kcore, leave_last_two, temporal_split
+from rexeval.pipelines.io import ShardedOutput, read_table
+from rexeval.pipelines.split import kcore, leave_last_two, temporal_split
 
 METHODS = ("temporal", "leave-last-two")
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from metrics.statement_level import BatchScores, st2exp_batch
-from pipelines.verdicts import parse_binary_verdict
+from rexeval.metrics.statement_level import BatchScores, st2exp_batch
+from rexeval.pipelines.verdicts import parse_binary_verdict
 
 MAX_TOKENS = 8
 
@@ -45,8 +45,8 @@ class VerifierStats:
 def verify(tasks: Sequence[tuple[str, str]], llm, max_retries: int = 1,
            max_tokens: int = MAX_TOKENS) -> tuple[list[int | None], VerifierStats]:
     """Votes (1, 0 or None) for (statement, document) tasks; distinct tasks asked once."""
-    from models.llm.base import ChatRequest, SamplingParams
-    from prompts import load_prompt
+    from rexeval.models.llm.base import ChatRequest, SamplingParams
+    from rexeval.prompts import load_prompt
 
     prompt, retry = load_prompt("st2exp_verify"), load_prompt("verdict_retry")
     index: dict[tuple[str, str], int] = {}

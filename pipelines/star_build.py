@@ -31,10 +31,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.cluster_nodes import NO_SENTIMENT
-from pipelines.schema import error_rows
-from pipelines.split import leave_last_two
-from pipelines.statements import dedup_key
+from rexeval.pipelines.cluster_nodes import NO_SENTIMENT
+from rexeval.pipelines.schema import error_rows
+from rexeval.pipelines.split import leave_last_two
+from rexeval.pipelines.statements import dedup_key
 
 STAGE = "star-build"
 SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}

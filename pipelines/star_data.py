@@ -16,9 +16,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from models.recommenders.base import TrainGraph
-from pipelines.io import table_files
-from pipelines.star_build import BUILD_TABLES, SPLIT_CODES
+from rexeval.models.recommenders.base import TrainGraph
+from rexeval.pipelines.io import table_files
+from rexeval.pipelines.star_build import BUILD_TABLES, SPLIT_CODES
 
 LEVELS = ("global", "item", "user")
 
@@ -115,8 +115,8 @@ class StarData:
     def save(self, path: str | Path) -> Path:
         """Write the three build tables (the format `rexeval star build` writes), so data
         made in memory (tests, benchmarks) can go through the jobs and Ray Tune."""
-        from pipelines.io import write_parquet_atomic
-        from pipelines.star_build import CANDIDATES, INTERACTIONS, TRIPLETS
+        from rexeval.pipelines.io import write_parquet_atomic
+        from rexeval.pipelines.star_build import CANDIDATES, INTERACTIONS, TRIPLETS
 
         root = Path(path)
         names = {v: k for k, v in SPLIT_CODES.items()}

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
-from pipelines.star_data import LEVELS, StarData
+from rexeval.metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
+from rexeval.pipelines.star_data import LEVELS, StarData
 
 KS = (1, 3, 5, 10, 20)
 MAX_ELEMENTS = 1 << 25
@@ -127,7 +127,7 @@ def per_interaction_table(results: dict[str, LevelResult], data: StarData, metho
 def write_results(results: dict[str, LevelResult], data: StarData, method: str, out: str | Path,
                   extra: dict | None = None) -> Path:
     """results/<method>/{per_interaction.parquet, summary.json} under `out`."""
-    from pipelines.io import write_json_atomic, write_parquet_atomic
+    from rexeval.pipelines.io import write_json_atomic, write_parquet_atomic
 
     folder = Path(out) / "results" / method
     folder.mkdir(parents=True, exist_ok=True)

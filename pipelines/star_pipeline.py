@@ -17,9 +17,9 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
-from pipelines.star_data import StarData
-from pipelines.star_eval import KS, evaluate, write_results
+from rexeval.pipelines.io import ShardedOutput, read_table, table_files, write_json_atomic
+from rexeval.pipelines.star_data import StarData
+from rexeval.pipelines.star_eval import KS, evaluate, write_results
 
 BUILD_JOB = "star-build"
 
@@ -38,7 +38,7 @@ class BuildConfig(BaseModel):
 
 
 def _reviews_source(cfg: BuildConfig) -> Path:
-    from pipelines.split_pipeline import reviews_path
+    from rexeval.pipelines.split_pipeline import reviews_path
 
     if cfg.reviews:
         return reviews_path(cfg.reviews)
@@ -54,13 +54,13 @@ def _reviews_source(cfg: BuildConfig) -> Path:
 
 
 def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
-    from pipelines.star_build import before_clustering_stats, build_star, format_table6
-    from pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
+    from rexeval.pipelines.star_build import before_clustering_stats, build_star, format_table6
+    from rexeval.pipelines.statement_inputs import check_schemas, resolve_stage, statement_files
 
     t0 = time.time()
     annotated = Path(cfg.statements).suffix == ".jsonl"
     if annotated:  # hand-written statements (pipelines/sample/statements.jsonl layout)
-        from pipelines.statement_inputs import statements_from_annotations
+        from rexeval.pipelines.statement_inputs import statements_from_annotations
 
         if not Path(cfg.statements).exists():
             raise FileNotFoundError(f"statements input not found: {cfg.statements}")
@@ -125,8 +125,8 @@ class EvalSettings(BaseModel):
 
 def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str], None] = print) -> dict:
     """Fit each popularity baseline on train and evaluate it on `split` at every level."""
-    import models.recommenders.popularity  # noqa: F401  (registers the baselines)
-    from models.recommenders.base import ranker_class
+    import rexeval.models.recommenders.popularity  # noqa: F401  (registers the baselines)
+    from rexeval.models.recommenders.base import ranker_class
 
     data = StarData.load(cfg.data)
     summaries = {}
@@ -148,7 +148,7 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
 def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
                         features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
     """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
-    from pipelines.star_train import load_checkpoint_model, read_checkpoint
+    from rexeval.pipelines.star_train import load_checkpoint_model, read_checkpoint
 
     data = StarData.load(cfg.data)
     t = time.time()
@@ -201,8 +201,8 @@ class TrainJob(BaseModel):
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:
     """Tune (or restore) the experiment, evaluate the best checkpoint on test, and for a
     sweep evaluate every trial's best checkpoint and draw the sensitivity plot."""
-    from pipelines.star_report import plot_sensitivity
-    from pipelines.star_train import (
+    from rexeval.pipelines.star_report import plot_sensitivity
+    from rexeval.pipelines.star_train import (
         TrainSettings,
         best_checkpoint,
         load_checkpoint_model,
@@ -226,7 +226,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
                          "(users need at least 3 interactions)")
     features_path = None
     if settings.model == "bper+":
-        from models.profiles import load_profile
+        from rexeval.models.profiles import load_profile
 
         ref = load_profile(job.profile, overrides=job.models).require("statement_encoder")
         features_path = str(statement_features(data, ref, Path(job.out) / "_work", progress=progress))

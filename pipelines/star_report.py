@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 
-from metrics.significance import compare
+from rexeval.metrics.significance import compare
 
 POPULARITY = ("USERPOP", "ITEMPOP", "GLOBALPOP")
 ORDER = ("RANDOM", "USERPOP", "ITEMPOP", "GLOBALPOP", "BPER+", "EXPGCN")

@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.recommenders.base import ranker_class
-from pipelines.star_data import StarData
+from rexeval.models.recommenders.base import ranker_class
+from rexeval.pipelines.star_data import StarData
 
 MODEL_DEFAULTS = {
     # Seed 002: BPER+ d=20, gamma=1e-5, mu=0.7; ExpGCN d=128, gamma=1e-3, L=4/4/2.
@@ -90,8 +90,8 @@ def model_kwargs(s: dict[str, Any]) -> dict[str, Any]:
 
 def build_model(s: dict[str, Any], data: StarData, features: np.ndarray | None, device: str):
     """The torch model of a resolved settings dict, on `device`."""
-    import models.recommenders.bper
-    import models.recommenders.expgcn  # noqa: F401  (registers "expgcn")
+    import rexeval.models.recommenders.bper
+    import rexeval.models.recommenders.expgcn  # noqa: F401  (registers "expgcn")
 
     cls = ranker_class(s["model"])
     model = cls(data.n_users, data.n_items, data.n_statements, graph=data.train_graph(),
@@ -140,7 +140,7 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
     """The Tune function trainable (see the module docstring)."""
     from ray import tune
 
-    from pipelines.star_eval import evaluate
+    from rexeval.pipelines.star_eval import evaluate
 
     settings = TrainSettings(**{k: v for k, v in config.items() if k in TrainSettings.model_fields})
     s = settings.resolved()
@@ -242,7 +242,7 @@ def build_tuner(settings: TrainSettings, data_path: str | Path, storage: str | P
     from ray import tune
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
-    from pipelines.io import config_hash
+    from rexeval.pipelines.io import config_hash
 
     # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -334,7 +334,7 @@ def statement_features(data: StarData, encoder_ref: str, path: Path, device: str
     """Encode the candidate statements once (BPER+'s frozen features), cached by content."""
     import hashlib
 
-    from models.encoders.embedder import build_embedder
+    from rexeval.models.encoders.embedder import build_embedder
 
     h = hashlib.blake2b(digest_size=8)
     h.update(encoder_ref.encode())
@@ -353,6 +353,6 @@ def statement_features(data: StarData, encoder_ref: str, path: Path, device: str
 
 
 def dump_json(path: Path, obj: Any) -> None:
-    from pipelines.io import write_json_atomic
+    from rexeval.pipelines.io import write_json_atomic
 
     write_json_atomic(path, json.loads(json.dumps(obj, default=str)))

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pipelines.io import json_lines, table_files
-from pipelines.schema import SchemaError, validate_table
+from rexeval.pipelines.io import json_lines, table_files
+from rexeval.pipelines.schema import SchemaError, validate_table
 
 
 def statement_files(path: str | Path) -> list[Path]:
@@ -65,9 +65,9 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
     """
     import json
 
-    from pipelines.ingest import review_ids
-    from pipelines.schema import STATEMENTS
-    from pipelines.statements import statement_id
+    from rexeval.pipelines.ingest import review_ids
+    from rexeval.pipelines.schema import STATEMENTS
+    from rexeval.pipelines.statements import statement_id
 
     p = Path(path)
     cols: dict[str, list] = {f.name: [] for f in STATEMENTS}

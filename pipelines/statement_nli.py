@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from metrics.statement_level import BatchScores, statement_nli_batch
+from rexeval.metrics.statement_level import BatchScores, statement_nli_batch
 
 
 def nli_pairs(gen: Sequence[Sequence[str]], ref: Sequence[Sequence[str]]

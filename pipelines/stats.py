@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.schema import SPLIT_NAMES
+from rexeval.pipelines.schema import SPLIT_NAMES
 
 _SPLIT_ALIASES = {"train": "train", "valid": "valid", "validation": "valid", "test": "test"}
 

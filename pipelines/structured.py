@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from models.llm.base import ChatRequest, LLMResult, SamplingParams
-from pipelines.llm_outputs import OutputSpec, Parsed, parse_output
+from rexeval.models.llm.base import ChatRequest, LLMResult, SamplingParams
+from rexeval.pipelines.llm_outputs import OutputSpec, Parsed, parse_output
 
 Generate = Callable[[list[ChatRequest]], list[LLMResult]]
 
@@ -68,7 +68,7 @@ def _safe_generate(generate: Generate, requests: list[ChatRequest]) -> list[LLMR
 def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
                max_retries: int = 2) -> list[Outcome]:
     """Answer every task, batching each round's requests into one backend call."""
-    from prompts import load_prompt
+    from rexeval.prompts import load_prompt
 
     feedback = load_prompt("retry_feedback")  # read once per call, not once per retry
     outcomes = [Outcome() for _ in tasks]

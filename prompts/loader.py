@@ -19,8 +19,8 @@ from typing import Any
 
 import yaml
 
-from prompts.errors import PromptError
-from prompts.template import PromptTemplate
+from rexeval.prompts.errors import PromptError
+from rexeval.prompts.template import PromptTemplate
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ENV_VAR = "REXEVAL_PROMPTS_DIR"

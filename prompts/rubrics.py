@@ -20,8 +20,8 @@ from pathlib import Path
 
 import yaml
 
-from prompts.errors import PromptError
-from prompts.loader import search_path
+from rexeval.prompts.errors import PromptError
+from rexeval.prompts.loader import search_path
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 

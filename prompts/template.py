@@ -15,8 +15,8 @@ from typing import Any
 import jinja2
 from jinja2 import meta
 
-from prompts.errors import PromptError
-from prompts.untrusted import close_tag, delimit_untrusted, open_tag
+from rexeval.prompts.errors import PromptError
+from rexeval.prompts.untrusted import close_tag, delimit_untrusted, open_tag
 
 REQUIRED_KEYS = ("name", "version", "description", "system", "user", "output")
 OPTIONAL_KEYS = ("examples", "examples_from", "defaults")

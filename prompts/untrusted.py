@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from prompts.errors import PromptError
+from rexeval.prompts.errors import PromptError
 
 _LABEL = re.compile(r"^[A-Z][A-Z_]*$")
 _RUN_OPEN = re.compile(r"<{3,}")

@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import click
 
-from ray_jobs.cluster import cluster_cmd, cluster_report_cmd
-from ray_jobs.demo import demo_cmd
-from ray_jobs.evaluate import evaluate_cmd
-from ray_jobs.expscore import expscore_group
-from ray_jobs.extract import extract_cmd
-from ray_jobs.extract_quality import extract_quality_cmd
-from ray_jobs.ground_truth import ground_truth_cmd
-from ray_jobs.info import info_cmd
-from ray_jobs.ingest import ingest_cmd
-from ray_jobs.judge import judge_group
-from ray_jobs.meta_evaluate import meta_evaluate_cmd
-from ray_jobs.split import split_cmd
-from ray_jobs.star import star_group
+from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
+from rexeval.ray_jobs.demo import demo_cmd
+from rexeval.ray_jobs.evaluate import evaluate_cmd
+from rexeval.ray_jobs.expscore import expscore_group
+from rexeval.ray_jobs.extract import extract_cmd
+from rexeval.ray_jobs.extract_quality import extract_quality_cmd
+from rexeval.ray_jobs.ground_truth import ground_truth_cmd
+from rexeval.ray_jobs.info import info_cmd
+from rexeval.ray_jobs.ingest import ingest_cmd
+from rexeval.ray_jobs.judge import judge_group
+from rexeval.ray_jobs.meta_evaluate import meta_evaluate_cmd
+from rexeval.ray_jobs.split import split_cmd
+from rexeval.ray_jobs.star import star_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,7 +43,7 @@ cli.add_command(meta_evaluate_cmd)
 cli.add_command(expscore_group)
 cli.add_command(demo_cmd)
 try:
-    from ray_jobs.models_cmd import models_group
+    from rexeval.ray_jobs.models_cmd import models_group
 
     cli.add_command(models_group)
 except ImportError:  # pragma: no cover - models/ not installed in a trimmed checkout

@@ -12,8 +12,8 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from models.refs import ModelUnavailable
-from pipelines.schema import SchemaError
+from rexeval.models.refs import ModelUnavailable
+from rexeval.pipelines.schema import SchemaError
 
 C = TypeVar("C", bound=BaseModel)
 

@@ -5,9 +5,9 @@ import time
 
 import click
 
-from pipelines.evaluate_pipeline import EvaluateConfig, run_evaluate
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.pipelines.evaluate_pipeline import EvaluateConfig, run_evaluate
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("evaluate")
@@ -41,7 +41,7 @@ from ray_jobs.common import config_option, llm_options, load_config, summary, us
                    "serve:APP, or an http(s) URL of a running deployment.")
 @click.option("--nli-scorer", metavar="MODULE:CLASS",
               help="Class that scores NLI pairs from a model location (default: the Hugging Face engine, "
-                   "models.encoders.nli:NLIScorer).")
+                   "rexeval.models.encoders.nli:NLIScorer).")
 @click.option("--nli-replicas", type=int, help="Max replicas of a deployment this job starts.")
 @click.option("--nli-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
 @click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts (127.0.0.1).")

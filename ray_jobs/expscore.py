@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import click
 
-from pipelines.expscore_pipeline import (
+from rexeval.pipelines.expscore_pipeline import (
     ExpScoreScoreConfig,
     ExpScoreTrainConfig,
     run_score,
     run_train,
 )
-from pipelines.expscore_report import report_markdown
-from ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.pipelines.expscore_report import report_markdown
+from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])
 

@@ -5,9 +5,9 @@ import time
 
 import click
 
-from pipelines.extract_pipeline import ExtractConfig, run_extract
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("extract")

@@ -5,9 +5,9 @@ import time
 
 import click
 
-from pipelines.extract_quality import QualityConfig, run_quality
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.pipelines.extract_quality import QualityConfig, run_quality
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("extract-quality")

@@ -5,9 +5,9 @@ import time
 
 import click
 
-from pipelines.ground_truth_pipeline import STAGES, GroundTruthConfig, run_ground_truth
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.pipelines.ground_truth_pipeline import STAGES, GroundTruthConfig, run_ground_truth
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 
 @click.command("ground-truth")

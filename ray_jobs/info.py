@@ -5,11 +5,11 @@ from pathlib import Path
 
 import click
 
-from pipelines.io import read_table
-from pipelines.schema import SPLIT_NAMES
-from pipelines.split_pipeline import reviews_path
-from pipelines.stats import dataset_stats, format_table
-from ray_jobs.common import echo_json, user_errors
+from rexeval.pipelines.io import read_table
+from rexeval.pipelines.schema import SPLIT_NAMES
+from rexeval.pipelines.split_pipeline import reviews_path
+from rexeval.pipelines.stats import dataset_stats, format_table
+from rexeval.ray_jobs.common import echo_json, user_errors
 
 
 def load_dataset(path: str | Path) -> dict:

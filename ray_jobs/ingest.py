@@ -5,10 +5,10 @@ import time
 
 import click
 
-from pipelines.formats import FORMATS
-from pipelines.ingest_pipeline import IngestConfig, run_ingest
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.pipelines.formats import FORMATS
+from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 
 @click.command("ingest")

@@ -5,10 +5,10 @@ import time
 
 import click
 
-from pipelines.judge_jobs import (DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert,
+from rexeval.pipelines.judge_jobs import (DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert,
                                  run_pairwise)
-from pipelines.ray_runtime import init_ray
-from ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 
 def _judge_options(fn):

@@ -6,8 +6,8 @@ import time
 
 import click
 
-from metrics.agreement import LEVELS, METHODS
-from pipelines.meta_evaluate import (
+from rexeval.metrics.agreement import LEVELS, METHODS
+from rexeval.pipelines.meta_evaluate import (
     ERRORS_FILE,
     REPORT_FILE,
     RESULTS_FILE,
@@ -15,7 +15,7 @@ from pipelines.meta_evaluate import (
     MetaEvaluateConfig,
     run_meta_evaluate,
 )
-from ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 
 def _null_policy(ctx, param, value):

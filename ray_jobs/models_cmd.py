@@ -11,8 +11,8 @@ import time
 
 import click
 
-from models.profiles import ProfileError, available_profiles, load_profile, parse_overrides
-from models.refs import ModelUnavailable, offline_status, resolve
+from rexeval.models.profiles import ProfileError, available_profiles, load_profile, parse_overrides
+from rexeval.models.refs import ModelUnavailable, offline_status, resolve
 
 MODEL_OPT_HELP = ("Override one role, as ROLE=REF (a local path, a packaged model name or a "
                   "Hugging Face id); ROLE=none clears it. Repeatable.")

@@ -5,8 +5,8 @@ import time
 
 import click
 
-from pipelines.split_pipeline import SplitConfig, run_split
-from ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.pipelines.split_pipeline import SplitConfig, run_split
+from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 
 @click.command("split")

@@ -38,14 +38,14 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 
-from models.llm.base import (
+from rexeval.models.llm.base import (
     BackendSpec,
     ChatRequest,
     LLMBackend,
     LLMResult,
     register_backend,
 )
-from serve.common import AppLease, ReplicaSettings, RequestError
+from rexeval.serve.common import AppLease, ReplicaSettings, RequestError
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
@@ -138,7 +138,7 @@ class JudgeServer:
     """The deployment's class (wrapped by `serve.deployment` in `judge_app`)."""
 
     def __init__(self, cfg: dict[str, Any]):
-        from pipelines.llm_job import llm_generate
+        from rexeval.pipelines.llm_job import llm_generate
 
         self.cfg = JudgeServeConfig(**cfg)
         spec = self.cfg.backend

@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
-from serve.common import ReplicaSettings, RequestError, running_apps, serve_running  # noqa: F401  (re-exported)
+from rexeval.serve.common import ReplicaSettings, RequestError, running_apps, serve_running  # noqa: F401  (re-exported)
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
@@ -45,7 +45,7 @@ class NLIServeConfig(ReplicaSettings):
     """How the deployment runs: model, batching; replicas and queue from ReplicaSettings."""
 
     model: str = Field(description="NLI checkpoint reference (path or hub id)")
-    scorer: str = Field("models.encoders.nli:NLIScorer",
+    scorer: str = Field("rexeval.models.encoders.nli:NLIScorer",
                         description="package.module:Class building the scorer from a location")
     device: str = "auto"
     scorer_options: dict[str, Any] = Field(default_factory=dict)
@@ -92,7 +92,7 @@ class NLIServer:
     """The deployment's class (wrapped by `serve.deployment` in `nli_app`)."""
 
     def __init__(self, cfg: dict[str, Any]):
-        from models.refs import resolve
+        from rexeval.models.refs import resolve
 
         self.cfg = NLIServeConfig(**cfg)
         cls = load_class(self.cfg.scorer)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 
-from models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult
 
 
 class ScriptedLLM(LLMBackend):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.encoders.pair_scorer import PairScorer
+from rexeval.models.encoders.pair_scorer import PairScorer
 
 INTENSIFIERS = {"really", "very"}
 

@@ -10,22 +10,22 @@ P(entailment, neutral, contradiction) per (premise, hypothesis) pair; both pair 
 share the batching of `pair_batching.py`. Torch, transformers and sentence-transformers
 are imported only when a model is built, and vLLM never on this side.
 """
-from models.encoders.embedder import (  # noqa: F401
+from rexeval.models.encoders.embedder import (  # noqa: F401
     DEFAULT_EMBED_ENGINE_KWARGS,
     Embedder,
     build_embedder,
     build_vllm_embed_processor,
     vllm_embed_processor_config,
 )
-from models.encoders.nli import (  # noqa: F401
+from rexeval.models.encoders.nli import (  # noqa: F401
     CON,
     ENT,
     NEU,
     NLIScorer,
     build_nli,
 )
-from models.encoders.pair_batching import BatchStats  # noqa: F401
-from models.encoders.pair_scorer import (  # noqa: F401
+from rexeval.models.encoders.pair_batching import BatchStats  # noqa: F401
+from rexeval.models.encoders.pair_scorer import (  # noqa: F401
     PAIR_SCORERS,
     CrossEncoderScorer,
     PairScorer,

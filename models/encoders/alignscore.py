@@ -63,9 +63,9 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.nli import NLIScorer, _zip_texts
-from models.encoders.pair_batching import BatchedPairModel, Row, looks_like_path, pad_rows
-from models.refs import ModelUnavailable, resolve
+from rexeval.models.encoders.nli import NLIScorer, _zip_texts
+from rexeval.models.encoders.pair_batching import BatchedPairModel, Row, looks_like_path, pad_rows
+from rexeval.models.refs import ModelUnavailable, resolve
 
 ROLE = "alignscore"
 ALIGNED = 0

@@ -144,7 +144,7 @@ class Embedder:
 def build_embedder(ref: str, device: str = "auto", **options: Any) -> Embedder:
     """An `Embedder` for a model reference (path, packaged model such as
     "all-MiniLM-L6-v2", or hub id), resolved through `models.refs.resolve`."""
-    from models.refs import resolve
+    from rexeval.models.refs import resolve
 
     return Embedder(resolve(ref).location, model_ref=ref, device=device, **options)
 
@@ -164,7 +164,7 @@ def vllm_embed_processor_config(model: str, *, batch_size: int = 256,
     """
     from ray.data.llm import vLLMEngineProcessorConfig
 
-    from models.refs import resolve
+    from rexeval.models.refs import resolve
 
     conc = (tuple(int(c) for c in concurrency) if isinstance(concurrency, (list, tuple))
             else int(concurrency))

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.pair_batching import (
+from rexeval.models.encoders.pair_batching import (
     BatchedPairModel,
     Row,
     check_pairs,
@@ -40,7 +40,7 @@ from models.encoders.pair_batching import (
     read_config_json,
     resolve_checkpoint,
 )
-from models.refs import ModelUnavailable
+from rexeval.models.refs import ModelUnavailable
 
 ROLE = "nli"
 ENT, NEU, CON = 0, 1, 2

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.embedder import set_common_options, torch_dtype
-from models.refs import ModelUnavailable, resolve
+from rexeval.models.encoders.embedder import set_common_options, torch_dtype
+from rexeval.models.refs import ModelUnavailable, resolve
 
 Row = dict[str, Any]
 """One tokenised pair, unpadded: at least `input_ids` (its length is the sort key)."""

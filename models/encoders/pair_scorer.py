@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.pair_batching import (
+from rexeval.models.encoders.pair_batching import (
     BatchedPairModel,
     check_pairs,
     classifier_logits,
@@ -42,7 +42,7 @@ from models.encoders.pair_batching import (
     read_config_json,
     resolve_checkpoint,
 )
-from models.refs import ModelUnavailable
+from rexeval.models.refs import ModelUnavailable
 
 ROLE = "cross_encoder"
 POSITIVE_LABELS = frozenset({
@@ -166,7 +166,7 @@ class RerankerLLMScorer(PairScorer):
 
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from prompts import load_prompt
+        from rexeval.prompts import load_prompt
 
         self.prompt = load_prompt(prompt, prompts_dir)
         self.prompt_version = self.prompt.version

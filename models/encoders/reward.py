@@ -35,14 +35,14 @@ from typing import Any
 
 import numpy as np
 
-from models.encoders.pair_batching import (
+from rexeval.models.encoders.pair_batching import (
     ROW_KEYS,
     BatchedPairModel,
     check_pairs,
     pad_rows,
     resolve_checkpoint,
 )
-from models.refs import ModelUnavailable
+from rexeval.models.refs import ModelUnavailable
 
 ROLE = "reward"
 DEFAULT_MAX_LENGTH = 4096

@@ -4,5 +4,5 @@
 vllm); every backend module registers itself with `@register_backend(name)`, so adding
 one is one new file. vLLM is imported lazily and only on GPU machines.
 """
-from models.llm.base import (BackendSpec, ChatRequest, LLMBackend, LLMResult,  # noqa: F401
+from rexeval.models.llm.base import (BackendSpec, ChatRequest, LLMBackend, LLMResult,  # noqa: F401
                              SamplingParams, build_backend, register_backend)

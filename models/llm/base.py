@@ -89,8 +89,8 @@ class LLMBackend(abc.ABC):
 
 
 BACKENDS: dict[str, type[LLMBackend]] = {}
-_MODULES = {"hf": "models.llm.hf_backend", "openai": "models.llm.openai_backend",
-            "vllm": "models.llm.vllm_backend", "serve": "serve.judge"}
+_MODULES = {"hf": "rexeval.models.llm.hf_backend", "openai": "rexeval.models.llm.openai_backend",
+            "vllm": "rexeval.models.llm.vllm_backend", "serve": "rexeval.serve.judge"}
 
 
 def register_backend(name: str) -> Callable[[type[LLMBackend]], type[LLMBackend]]:

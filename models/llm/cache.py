@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from models.llm.base import ChatRequest, LLMBackend, LLMResult
+from rexeval.models.llm.base import ChatRequest, LLMBackend, LLMResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (

@@ -47,7 +47,7 @@ import re
 import time
 from typing import Any
 
-from models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
 
 
 def _xgrammar_available() -> bool:
@@ -339,7 +339,7 @@ class HFBackend(LLMBackend):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from models.refs import resolve
+        from rexeval.models.refs import resolve
 
         opts = spec.options
         self.batch_size = int(opts.get("batch_size", 8))

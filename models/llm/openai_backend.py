@@ -23,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
 
 RETRY_STATUS = {408, 429}  # plus every 5xx
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.llm.base import LLMResult
+from rexeval.models.llm.base import LLMResult
 
 
 class ModelPrice(BaseModel):

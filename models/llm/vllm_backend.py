@@ -27,7 +27,7 @@ import json
 import time
 from typing import Any, Sequence
 
-from models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
 
 DEFAULT_ENGINE_KWARGS: dict[str, Any] = {
     "max_model_len": 4096,
@@ -43,7 +43,7 @@ def processor_config(spec: BackendSpec, *, batch_size: int | None = None,
     """The `vLLMEngineProcessorConfig` for a spec; arguments override its options."""
     from ray.data.llm import vLLMEngineProcessorConfig
 
-    from models.refs import resolve
+    from rexeval.models.refs import resolve
 
     opts = spec.options
     engine_kwargs = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}

@@ -33,7 +33,7 @@ def register_ranker(name: str) -> Callable[[type], type]:
     return wrap
 
 
-BUILTIN = ("models.recommenders.popularity", "models.recommenders.bper", "models.recommenders.expgcn")
+BUILTIN = ("rexeval.models.recommenders.popularity", "rexeval.models.recommenders.bper", "rexeval.models.recommenders.expgcn")
 """Modules whose rankers `ranker_class` finds without an explicit import."""
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from models.recommenders.base import (
+from rexeval.models.recommenders.base import (
     TrainableRanker,
     TrainGraph,
     register_ranker,

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import LGConv
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
-from models.recommenders.base import (
+from rexeval.models.recommenders.base import (
     TrainableRanker,
     TrainGraph,
     register_ranker,

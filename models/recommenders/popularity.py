@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from models.recommenders.base import Ranker, register_ranker
+from rexeval.models.recommenders.base import Ranker, register_ranker
 
 _M1 = -4658895280553007687  # 0xBF58476D1CE4E5B9 as a signed int64
 _M2 = -7723592293110705685  # 0x94D049BB133111EB

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metrics.aggregate import aggregate_scores, bootstrap_ci, format_results_table
+from rexeval.metrics.aggregate import aggregate_scores, bootstrap_ci, format_results_table
 
 
 def scores():

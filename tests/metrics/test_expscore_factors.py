@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from metrics import expscore_factors as ef
+from rexeval.metrics import expscore_factors as ef
 
 
 class BagOfWords:

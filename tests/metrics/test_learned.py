@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metrics import learned
-from metrics.learned import bartscore_pairs, bartscore_scores, bleurt_scores
-from metrics.registry import get_metric
-from models.refs import ModelUnavailable
+from rexeval.metrics import learned
+from rexeval.metrics.learned import bartscore_pairs, bartscore_scores, bleurt_scores
+from rexeval.metrics.registry import get_metric
+from rexeval.models.refs import ModelUnavailable
 from tests.models.encoders.conftest import build_tiny_bert
 
 CORPUS = [

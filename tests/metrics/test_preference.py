@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from metrics.preference import combine_orders, majority_vote, position_bias, swap, win_rates
+from rexeval.metrics.preference import combine_orders, majority_vote, position_bias, swap, win_rates
 
 
 def test_swap_maps_back_and_keeps_ties_and_none():

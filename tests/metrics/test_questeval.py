@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from metrics import questeval as qe
-from metrics.questeval import (
+from rexeval.metrics import questeval as qe
+from rexeval.metrics.questeval import (
     answer_score,
     harmonic_f1,
     normalize_answer,
@@ -17,7 +17,7 @@ from metrics.questeval import (
     questeval_scores,
     token_f1,
 )
-from metrics.registry import get_metric
+from rexeval.metrics.registry import get_metric
 
 # ------------------------------------------------------------------ answer comparison
 
@@ -159,7 +159,7 @@ def test_registered():
 
 @pytest.fixture(scope="module")
 def nlp():
-    from models.refs import ModelUnavailable
+    from rexeval.models.refs import ModelUnavailable
 
     try:
         return qe.load_spacy("en_core_web_sm")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from metrics.ranking import (
+from rexeval.metrics.ranking import (
     metric_names,
     pad_positives,
     ranking_metrics,
@@ -15,7 +15,7 @@ from metrics.ranking import (
     summarise,
     top_k,
 )
-from metrics.registry import get_metric
+from rexeval.metrics.registry import get_metric
 
 INF = float("inf")
 NAN = float("nan")
@@ -278,7 +278,7 @@ def test_summarise_numpy_and_all_nan():
 
 
 def test_lowest_tied_searches_wider_windows_when_a_prefix_has_too_few_ties(monkeypatch):
-    from metrics import ranking
+    from rexeval.metrics import ranking
 
     monkeypatch.setattr(ranking, "TIE_WINDOWS", (4,))
     scores = torch.tensor([[0.0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [1.0, 1, 0, 1, 1, 1, 1, 1, 1, 1]])
@@ -291,7 +291,7 @@ def test_lowest_tied_searches_wider_windows_when_a_prefix_has_too_few_ties(monke
 
 
 def test_first_true_in_bounded_chunks(monkeypatch):
-    import metrics.ranking as ranking
+    import rexeval.metrics.ranking as ranking
 
     monkeypatch.setattr(ranking, "NONZERO_CHUNK", 7)  # one row per nonzero call
     eq = torch.tensor([[False, True, True, False, True], [False] * 5, [True] * 5])
@@ -302,7 +302,7 @@ def test_first_true_in_bounded_chunks(monkeypatch):
 
 @pytest.mark.parametrize("windows", [(3, 50), (64,), ()])
 def test_top_k_with_narrow_tie_windows_matches_reference(monkeypatch, windows):
-    from metrics import ranking
+    from rexeval.metrics import ranking
 
     monkeypatch.setattr(ranking, "TIE_WINDOWS", windows)
     gen = torch.Generator().manual_seed(5)

@@ -5,8 +5,8 @@ import dataclasses
 
 import pytest
 
-from metrics import registry
-from metrics.registry import MetricInfo, get_metric, list_metrics, register_metric
+from rexeval.metrics import registry
+from rexeval.metrics.registry import MetricInfo, get_metric, list_metrics, register_metric
 
 
 @pytest.fixture(autouse=True)

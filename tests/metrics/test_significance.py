@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from metrics.significance import (
+from rexeval.metrics.significance import (
     cliffs_delta,
     cohens_d,
     compare,

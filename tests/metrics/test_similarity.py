@@ -7,9 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from metrics import similarity
-from metrics.registry import get_metric
-from metrics.similarity import (
+from rexeval.metrics import similarity
+from rexeval.metrics.registry import get_metric
+from rexeval.metrics.similarity import (
     BERTSCORE_KEYS,
     IdfWeights,
     bertscore,
@@ -47,7 +47,7 @@ def one_torch_thread():
 @pytest.fixture(scope="module")
 def minilm() -> str:
     pytest.importorskip("bert_score")
-    from models.refs import ModelUnavailable, resolve
+    from rexeval.models.refs import ModelUnavailable, resolve
 
     try:
         return resolve("all-MiniLM-L6-v2").location
@@ -57,7 +57,7 @@ def minilm() -> str:
 
 @pytest.fixture(scope="module")
 def embedder(minilm):
-    from models.encoders.embedder import build_embedder
+    from rexeval.models.encoders.embedder import build_embedder
 
     return build_embedder("all-MiniLM-L6-v2", device="cpu")
 

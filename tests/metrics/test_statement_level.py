@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from metrics import statement_level as sl
-from metrics.registry import get_metric
+from rexeval.metrics import statement_level as sl
+from rexeval.metrics.registry import get_metric
 
 NAN = float("nan")
 

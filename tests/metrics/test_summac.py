@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from metrics import statement_level as sl
-from metrics import summac as sm
-from metrics.registry import get_metric
+from rexeval.metrics import statement_level as sl
+from rexeval.metrics import summac as sm
+from rexeval.metrics.registry import get_metric
 from tests.nli_double import ScriptedNLI
 
 NAN = float("nan")
@@ -231,14 +231,14 @@ def nli_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def our_scorer(nli_model):
-    from models.encoders.nli import NLIScorer
+    from rexeval.models.encoders.nli import NLIScorer
 
     return NLIScorer(str(nli_model), device="cpu")
 
 
 @pytest.fixture
 def package(monkeypatch, nli_model):
-    from pipelines.extra_baseline import split_sentences
+    from rexeval.pipelines.extra_baseline import split_sentences
     from tests.metrics.summac_reference import patch_summac
 
     return patch_summac(monkeypatch, "tiny-rexeval", nli_model, entailment_idx=2,

@@ -9,8 +9,8 @@ import types
 import numpy as np
 import pytest
 
-from metrics import text_overlap as T
-from metrics.registry import get_metric
+from rexeval.metrics import text_overlap as T
+from rexeval.metrics.registry import get_metric
 
 # ---------------------------------------------------------------------- tokenize
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.expscore import (
+from rexeval.models.expscore import (
     HEADS,
     ExpScoreModel,
     Normaliser,

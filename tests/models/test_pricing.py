@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from models.llm.base import LLMResult
-from models.llm.pricing import PriceTable, Usage, format_cost
+from rexeval.models.llm.base import LLMResult
+from rexeval.models.llm.pricing import PriceTable, Usage, format_cost
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "models" / "prices.example.yaml"
 

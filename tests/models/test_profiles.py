@@ -1,7 +1,7 @@
 """Profiles: loading, per-role overrides, and loud failures for missing roles."""
 import pytest
 
-from models.profiles import (
+from rexeval.models.profiles import (
     ROLES,
     ModelUnavailable,
     ProfileError,

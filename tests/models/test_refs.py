@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from models import refs
-from models.refs import (
+from rexeval.models import refs
+from rexeval.models.refs import (
     PackageNotInstalled,
     ModelUnavailable,
     ResolvedModel,

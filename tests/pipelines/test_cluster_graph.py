@@ -14,8 +14,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from pipelines import cluster_graph as cg
-from pipelines.cluster_graph import (
+from rexeval.pipelines import cluster_graph as cg
+from rexeval.pipelines.cluster_graph import (
     GraphClusters,
     cluster_graph,
     connected_components,

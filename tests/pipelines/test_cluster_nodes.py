@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from pipelines.cluster_nodes import build_nodes, cluster_ids, output_tables
-from pipelines.schema import STATEMENTS, validate_table
+from rexeval.pipelines.cluster_nodes import build_nodes, cluster_ids, output_tables
+from rexeval.pipelines.schema import STATEMENTS, validate_table
 
 
 def _statements(rows):

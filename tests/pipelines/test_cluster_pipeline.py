@@ -8,9 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.cluster_pipeline import ClusterConfig, run_cluster
-from pipelines.io import read_table
-from pipelines.schema import REVIEWS, STATEMENTS
+from rexeval.pipelines.cluster_pipeline import ClusterConfig, run_cluster
+from rexeval.pipelines.io import read_table
+from rexeval.pipelines.schema import REVIEWS, STATEMENTS
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 

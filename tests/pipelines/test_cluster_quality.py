@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import calinski_harabasz_score
 
-from pipelines import cluster_graph as cg
-from pipelines.cluster_quality import (
+from rexeval.pipelines import cluster_graph as cg
+from rexeval.pipelines.cluster_quality import (
     cluster_examples,
     format_table3,
     quality_summary,

@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from pipelines.cluster_pipeline import ClusterConfig, run_cluster
-from pipelines.extract_pipeline import ExtractConfig, run_extract
-from pipelines.ingest_pipeline import IngestConfig, run_ingest
-from pipelines.io import read_table
+from rexeval.pipelines.cluster_pipeline import ClusterConfig, run_cluster
+from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.io import read_table
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.detect_suite import (
+from rexeval.pipelines.detect_suite import (
     ALL_CONDITIONS,
     DetectSuiteConfig,
     build_detection_pairs,
@@ -14,7 +14,7 @@ from pipelines.detect_suite import (
     parse_explanation,
     plan_conditions,
 )
-from prompts.rubrics import load_rubric
+from rexeval.prompts.rubrics import load_rubric
 from tests.llm_double import ScriptedLLM
 
 _BLOCK = {k: re.compile(rf"<<<{k}\n(.*?)\n{k}>>>", re.DOTALL) for k in ("HISTORY", "ITEM")}

@@ -7,16 +7,16 @@ import json
 import pyarrow as pa
 import pytest
 
-from pipelines.evaluate_inputs import (
+from rexeval.pipelines.evaluate_inputs import (
     build_examples,
     read_explanations,
     sentiment_flipped,
     write_flip_benchmark,
 )
-from pipelines.evaluate_pipeline import select_families, statement_gaps
-from pipelines.io import write_parquet_atomic
-from pipelines.schema import EXPLANATIONS, SchemaError
-from pipelines.statement_inputs import statements_from_annotations
+from rexeval.pipelines.evaluate_pipeline import select_families, statement_gaps
+from rexeval.pipelines.io import write_parquet_atomic
+from rexeval.pipelines.schema import EXPLANATIONS, SchemaError
+from rexeval.pipelines.statement_inputs import statements_from_annotations
 
 
 def _statements(rows):

@@ -10,9 +10,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.evaluate_inputs import write_flip_benchmark
-from pipelines.evaluate_pipeline import EvaluateConfig, run_evaluate
-from pipelines.statement_inputs import statements_from_annotations
+from rexeval.pipelines.evaluate_inputs import write_flip_benchmark
+from rexeval.pipelines.evaluate_pipeline import EvaluateConfig, run_evaluate
+from rexeval.pipelines.statement_inputs import statements_from_annotations
 
 SCRIPTED_NLI = "tests.nli_double:ScriptedNLI"
 LLM = "tests.llm_double:ScriptedLLM"
@@ -38,7 +38,7 @@ def _means(out) -> dict[tuple[str, str], float]:
 
 @pytest.mark.slow
 def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_path):
-    from serve.nli import APP_NAME, running_apps, serve_running
+    from rexeval.serve.nli import APP_NAME, running_apps, serve_running
 
     out = tmp_path / "eval"
     cfg = _cfg(bench, out, metrics=["statement_nli", "summac_zs", "bertscore", "overlap", "corpus",
@@ -87,7 +87,7 @@ def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_pat
 def test_local_profile_without_nli_skips_and_says_why(ray_session, bench, tmp_path):
     out = tmp_path / "eval"
     cfg = _cfg(bench, out, models={}, metrics=["statement_nli", "summac_zs", "overlap"], limit=5,
-               nli_scorer="models.encoders.nli:NLIScorer")
+               nli_scorer="rexeval.models.encoders.nli:NLIScorer")
     rep = run_evaluate(cfg, progress=lambda s: None)
     assert rep["families_run"] == ["overlap"]
     assert "no PyPI package ships an NLI model" in rep["skipped"]["statement_nli"]

@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from models import languagetool as lt
-from pipelines import expscore_inputs as ei
-from pipelines import expscore_pipeline as ep
-from pipelines import expscore_report as er
-from pipelines.schema import REVIEWS, validate_table
+from rexeval.models import languagetool as lt
+from rexeval.pipelines import expscore_inputs as ei
+from rexeval.pipelines import expscore_pipeline as ep
+from rexeval.pipelines import expscore_report as er
+from rexeval.pipelines.schema import REVIEWS, validate_table
 from tests.expscore_double import HashingEncoder
 
 CSV_COLUMNS = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "overall", "summary",
@@ -279,7 +279,7 @@ def test_factor_stage_matches_the_pure_factors(data):
                            batch_size=4)
     values = ep.compute_factors(rows, stage, "never", 1, progress=lambda m: None)
     assert list(values.index) == list(range(10))
-    from metrics.expscore_factors import factor_table
+    from rexeval.metrics.expscore_factors import factor_table
 
     frame = pd.DataFrame(rows).assign(item_reviews=lambda f: f["item_id"].map(reviews))
     direct = factor_table(frame, encoder=HashingEncoder(), term_frequency={"great": 3},

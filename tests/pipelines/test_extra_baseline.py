@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines import extra_baseline as eb
-from pipelines.statements import statement_id
+from rexeval.pipelines import extra_baseline as eb
+from rexeval.pipelines.statements import statement_id
 
 # -- sentences and normalisation -------------------------------------------------------
 
@@ -273,7 +273,7 @@ def test_cluster_summary_counts_merges_beyond_punctuation():
 def test_extra_on_shared_reviews(shared_csv):
     """On real Amazon reviews EXTRA keeps generic sentences and merges almost nothing."""
     pd = pytest.importorskip("pandas")
-    from pipelines.ingest import review_ids
+    from rexeval.pipelines.ingest import review_ids
 
     cols = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "overall",
             "summary", "unixReviewTime", "reviewTime"]

@@ -7,10 +7,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from models.llm.base import SamplingParams
-from pipelines.extract import ExtractSettings, Extractor
-from pipelines.schema import validate_table
-from pipelines.statements import TopicMapper
+from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.extract import ExtractSettings, Extractor
+from rexeval.pipelines.schema import validate_table
+from rexeval.pipelines.statements import TopicMapper
 from tests.llm_double import ScriptedLLM
 
 GOOD = json.dumps([
@@ -164,7 +164,7 @@ def test_prompt_injection_stays_data_and_cannot_change_the_output_format():
     st, er, _ = run([inj], llm, max_retries=1)
     assert st == [] and er[0]["error_type"] == "no_json"
     # The review sits inside exactly one delimited block of the final user turn.
-    from prompts.untrusted import close_tag, open_tag
+    from rexeval.prompts.untrusted import close_tag, open_tag
 
     user = llm.calls[0].messages[-1]["content"]
     assert user.count(open_tag()) == 1 and user.count(close_tag()) == 1

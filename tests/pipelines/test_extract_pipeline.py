@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.extract_pipeline import ExtractConfig, run_extract
-from pipelines.schema import REVIEWS
+from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.schema import REVIEWS
 
 ROOT = Path(__file__).resolve().parents[2]
 BACKEND = "tests.llm_double:ScriptedLLM"
@@ -77,7 +77,7 @@ def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_s
 
     env = {**os.environ, "RAY_ADDRESS": ray.get_runtime_context().gcs_address,
            "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "ray_jobs.extract", "--config", str(cfg_file)],
+    proc = subprocess.Popen([sys.executable, "-m", "rexeval.ray_jobs.extract", "--config", str(cfg_file)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     done_dir = tmp_path / "out" / "_done"
@@ -104,7 +104,7 @@ def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_s
 
 def test_vllm_style_driver_path_gives_the_same_rows(tmp_path, ray_session, monkeypatch):
     """The driver path (used for vLLM) and the actor path write identical shards."""
-    import pipelines.extract_pipeline as ep
+    import rexeval.pipelines.extract_pipeline as ep
 
     write_reviews(tmp_path / "reviews.parquet", 10)
     run_extract(config(tmp_path, "actors", "a.sqlite", "a.log"), progress=lambda s: None)

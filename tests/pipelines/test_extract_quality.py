@@ -6,10 +6,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines.extract_pipeline import ExtractConfig, run_extract
-from pipelines.extract_quality import (QualityConfig, format_table2, run_quality,
+from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.extract_quality import (QualityConfig, format_table2, run_quality,
                                        sample_statements, summarise)
-from pipelines.schema import REVIEWS, STATEMENTS
+from rexeval.pipelines.schema import REVIEWS, STATEMENTS
 
 BACKEND = "tests.llm_double:ScriptedLLM"
 YES = json.dumps({"explanatory": True, "atomic": True})

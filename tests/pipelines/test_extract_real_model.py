@@ -7,9 +7,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from pipelines.extract_pipeline import ExtractConfig, run_extract
-from pipelines.ingest_pipeline import IngestConfig, run_ingest
-from pipelines.io import read_table
+from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.io import read_table
 
 
 @pytest.mark.slow
@@ -30,7 +30,7 @@ def test_smollm2_extracts_schema_valid_rows_from_three_shared_reviews(tmp_path, 
     ids = set(reviews.column("review_id").to_pylist())
     ended = set(statements.column("review_id").to_pylist()) | set(errors.column("row_id").to_pylist())
     assert ended == ids
-    from prompts import load_domain
+    from rexeval.prompts import load_domain
 
     topics = set(load_domain("instruments").topic_names)
     for row in statements.to_pylist():

@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.io import ShardedOutput, read_table, write_parquet_atomic
-from pipelines.schema import SchemaError, empty, validate_table
+from rexeval.pipelines.io import ShardedOutput, read_table, write_parquet_atomic
+from rexeval.pipelines.schema import SchemaError, empty, validate_table
 
 
 def _reviews(n, offset=0):

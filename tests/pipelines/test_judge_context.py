@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from pipelines.judge_context import (
+from rexeval.pipelines.judge_context import (
     build_contexts,
     informative_headline,
     last_interactions,
@@ -120,9 +120,9 @@ def test_last_interactions(reviews):
 
 
 def _read_reviews(path: Path, titles: Path | None = None) -> pd.DataFrame:
-    from pipelines.formats import detect_layout
-    from pipelines.ingest import join_titles, normalise, parse_chunk, plan_chunks
-    from pipelines.metadata import load_titles
+    from rexeval.pipelines.formats import detect_layout
+    from rexeval.pipelines.ingest import join_titles, normalise, parse_chunk, plan_chunks
+    from rexeval.pipelines.metadata import load_titles
 
     layout = detect_layout(path)
     table = pa.concat_tables([normalise(parse_chunk(c))[0] for c in plan_chunks([(str(path), layout)], 1 << 30)])

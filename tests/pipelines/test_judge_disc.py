@@ -3,15 +3,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.judge_disc import (
+from rexeval.pipelines.judge_disc import (
     DiscConfig,
     judge_disc,
     reward_prompt,
     score_tasks,
     verdict_from_scores,
 )
-from prompts import load_prompt
-from prompts.rubrics import load_rubric
+from rexeval.prompts import load_prompt
+from rexeval.prompts.rubrics import load_rubric
 
 CRITERIA = load_rubric("alert_criteria")
 TITLES = {i.name: i.title for i in CRITERIA.items}
@@ -120,7 +120,7 @@ def test_unreadable_scores_and_bad_input():
 
 
 def test_with_a_tiny_reward_model(tiny_reward):
-    from models.encoders.reward import RewardScorer
+    from rexeval.models.encoders.reward import RewardScorer
 
     scorer = RewardScorer(str(tiny_reward), device="cpu")
     pairs = _pairs(("p1", "the strings sound bright", "the cable is cheap"),

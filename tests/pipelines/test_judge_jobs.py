@@ -8,7 +8,7 @@ import pytest
 
 from tests.llm_double import ScriptedLLM
 
-from pipelines.judge_jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
+from rexeval.pipelines.judge_jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
 
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample"
 SCRIPTED = "tests.llm_double:ScriptedLLM"
@@ -19,9 +19,9 @@ LIKERT = "persuasiveness: 4\ntransparency: 3\naccuracy: 5\nsatisfaction: 2"
 def bench(tmp_path_factory, ray_session):
     """The demo's two systems (ground truth and a sentiment-flipped copy) and the
     ingested sample reviews the contexts are built from."""
-    from pipelines.evaluate_inputs import write_flip_benchmark
-    from pipelines.ingest_pipeline import IngestConfig, run_ingest
-    from pipelines.statement_inputs import statements_from_annotations
+    from rexeval.pipelines.evaluate_inputs import write_flip_benchmark
+    from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.statement_inputs import statements_from_annotations
 
     root = tmp_path_factory.mktemp("judge_bench")
     paths = write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
@@ -147,7 +147,7 @@ class FairLLM(ScriptedLLM):
 
 
 def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp_path):
-    from pipelines.judge_jobs import DetectJobConfig, run_detect
+    from rexeval.pipelines.judge_jobs import DetectJobConfig, run_detect
 
     cfg = DetectJobConfig(reviews=[bench["reviews"]], limit=4, out=str(tmp_path / "detect"), chunk_size=8,
                           divide=False, judge_service="none", backend="tests.pipelines.test_judge_jobs:FairLLM",

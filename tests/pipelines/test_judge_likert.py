@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from pipelines.judge_likert import (
+from rexeval.pipelines.judge_likert import (
     ASPECTS,
     LikertConfig,
     count_fallbacks,
@@ -315,8 +315,8 @@ def test_ensemble_refuses_unknown_judges_and_double_scores():
 
 @pytest.mark.slow
 def test_smollm2_judges_three_examples():
-    from models.llm.base import BackendSpec, build_backend
-    from models.refs import PackageNotInstalled
+    from rexeval.models.llm.base import BackendSpec, build_backend
+    from rexeval.models.refs import PackageNotInstalled
 
     try:
         llm = build_backend(BackendSpec(backend="hf", model="SmolLM2-135M-Instruct"))

@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from pipelines.judge_pairwise import PairwiseConfig, defuse, judge_pairwise, order_bias, parse_verdict
+from rexeval.pipelines.judge_pairwise import PairwiseConfig, defuse, judge_pairwise, order_bias, parse_verdict
 from tests.llm_double import ScriptedLLM
 
 GOOD = "You often buy strings, and these coated ones last longer between changes."

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pipelines.judge_pairwise import PairwiseConfig, judge_pairwise
+from rexeval.pipelines.judge_pairwise import PairwiseConfig, judge_pairwise
 
 CONTEXT = {"user_profile": "Elixir acoustic guitar strings (rated 5/5)\nSnark clip-on tuner (rated 4/5)",
            "item_description": "D'Addario phosphor bronze acoustic strings (category: instruments)"}
@@ -13,8 +13,8 @@ CONTEXT = {"user_profile": "Elixir acoustic guitar strings (rated 5/5)\nSnark cl
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from models.profiles import load_profile
-    from pipelines.llm_job import llm_generate
+    from rexeval.models.profiles import load_profile
+    from rexeval.pipelines.llm_job import llm_generate
 
     ref = load_profile("local").require("judge_llm")
     return llm_generate("hf", ref, {}, None)
@@ -36,7 +36,7 @@ def test_smollm2_pairwise_judge_gives_verdicts_or_reasons(smollm2):
 
 @pytest.mark.slow
 def test_smollm2_writes_detection_pairs_or_error_rows(smollm2):
-    from pipelines.detect_suite import DetectSuiteConfig, build_detection_pairs
+    from rexeval.pipelines.detect_suite import DetectSuiteConfig, build_detection_pairs
 
     contexts = pd.DataFrame([{"user_id": "u1", "item_id": "i1", **CONTEXT},
                              {"user_id": "u2", "item_id": "i2", "user_profile": "Yamaha keyboard stand (rated 4/5)",

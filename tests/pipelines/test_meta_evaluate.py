@@ -12,9 +12,9 @@ import pytest
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
-from pipelines.meta_evaluate import MetaEvaluateConfig, run_meta_evaluate
-from pipelines.meta_evaluate_inputs import read_input, read_number, read_verdict, resolve_targets
-from pipelines.schema import ERRORS, SchemaError
+from rexeval.pipelines.meta_evaluate import MetaEvaluateConfig, run_meta_evaluate
+from rexeval.pipelines.meta_evaluate_inputs import read_input, read_number, read_verdict, resolve_targets
+from rexeval.pipelines.schema import ERRORS, SchemaError
 
 ONE_TABLE = """user_id,item_id,system,judge_persuasiveness,human_persuasiveness,judge_transparency,human_transparency
 u1,i1,s1,4,5,3,2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.neighbours import (
+from rexeval.pipelines.neighbours import (
     IndexPlan,
     NeighbourStage,
     PairResult,
@@ -15,7 +15,7 @@ from pipelines.neighbours import (
     ivf_join_pairs,
     search_pairs,
 )
-from pipelines.stage import Resources
+from rexeval.pipelines.stage import Resources
 
 
 def planted_families(n: int, d: int, *, family_frac: float = 0.3, seed: int = 0,
@@ -216,8 +216,8 @@ def test_neighbour_stage_declares_a_gpu_when_planned():
 def test_ray_path_plans_gpu_actors_on_a_gpu_cluster(ray_session, small, monkeypatch):
     """Plan-inspected on CPU: a cluster with GPUs gets GPU plans and one-GPU actors; the
     index is still built here (on CPU) and nothing touches CUDA."""
-    import pipelines.neighbours as nb
-    import pipelines.ray_runtime as rt
+    import rexeval.pipelines.neighbours as nb
+    import rexeval.pipelines.ray_runtime as rt
 
     seen = {}
 
@@ -286,7 +286,7 @@ def test_float64_and_nearly_unit_input_is_accepted():
 
 
 def test_blas_coretype_from_cpu_flags(tmp_path):
-    from pipelines.neighbours import _blas_coretype
+    from rexeval.pipelines.neighbours import _blas_coretype
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t: fpu sse avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")

@@ -2,8 +2,8 @@
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pipelines.ray_runtime import map_stage, run_tasks
-from pipelines.stage import Resources, Stage
+from rexeval.pipelines.ray_runtime import map_stage, run_tasks
+from rexeval.pipelines.stage import Resources, Stage
 
 
 class Upper(Stage):

@@ -7,7 +7,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.split import (COUNT_KEYS, ORDER_KEY, SplitResult, kcore, leave_last_two,
+from rexeval.pipelines.split import (COUNT_KEYS, ORDER_KEY, SplitResult, kcore, leave_last_two,
                              temporal_split)
 
 ROW_KEYS = ("train", "valid", "test", "dropped_min_interactions",

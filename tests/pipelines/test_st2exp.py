@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.st2exp import score_st2exp, verify
+from rexeval.pipelines.st2exp import score_st2exp, verify
 from tests.llm_double import ScriptedLLM
 
 

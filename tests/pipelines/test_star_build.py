@@ -5,8 +5,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.schema import CANONICAL, CLUSTERS, REVIEWS, STATEMENTS
-from pipelines.star_build import before_clustering_stats, build_star, format_table6
+from rexeval.pipelines.schema import CANONICAL, CLUSTERS, REVIEWS, STATEMENTS
+from rexeval.pipelines.star_build import before_clustering_stats, build_star, format_table6
 
 
 def reviews(rows):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pipelines.star_data import StarData, csr
+from rexeval.pipelines.star_data import StarData, csr
 
 
 def toy() -> StarData:

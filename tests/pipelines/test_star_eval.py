@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from models.recommenders.base import Ranker, ranker_class
-from pipelines.star_data import StarData
-from pipelines.star_eval import evaluate, mask_to_candidates
+from rexeval.models.recommenders.base import Ranker, ranker_class
+from rexeval.pipelines.star_data import StarData
+from rexeval.pipelines.star_eval import evaluate, mask_to_candidates
 from tests.star_synthetic import planted_star
 
 
@@ -84,7 +84,7 @@ def _item_ndcg(ranker, d) -> float:
 
 
 def test_planted_signal_userpop_and_expgcn_beat_random_at_item_level():
-    from pipelines.star_train import build_model, train_epoch
+    from rexeval.pipelines.star_train import build_model, train_epoch
 
     d = planted_star(seed=0)
     rnd = _item_ndcg(ranker_class("random").fit(d, seed=0), d)

@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
-from pipelines.star_report import (
+from rexeval.pipelines.star_report import (
     effect_details,
     format_table1,
     plot_sensitivity,

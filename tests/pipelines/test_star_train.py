@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.star_pipeline import (
+from rexeval.pipelines.star_pipeline import (
     EvalSettings,
     TrainJob,
     evaluate_checkpoint,
     run_train,
 )
-from pipelines.star_train import TrainSettings, run_tune, star_trainable
+from rexeval.pipelines.star_train import TrainSettings, run_tune, star_trainable
 from tests.star_synthetic import planted_star
 
 pytestmark = pytest.mark.slow
@@ -94,7 +94,7 @@ def test_run_train_evaluates_the_best_checkpoint_and_plots_a_sweep(ray_session, 
 def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path, gpus):
     """What a GPU cluster would run, checked on CPU: the trainable asks Tune for a GPU and
     trains on cuda; everything else (space, scheduler) is the CPU plan."""
-    from pipelines.star_train import build_tuner
+    from rexeval.pipelines.star_train import build_tuner
 
     _, plan = build_tuner(TrainSettings(**SETTINGS), data_dir, tmp_path, "exp", grid=GRID,
                               gpus_per_trial=gpus, cpus_per_trial=2, progress=lambda m: None)

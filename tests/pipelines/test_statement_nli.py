@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from metrics.statement_level import statement_nli_metrics
-from pipelines.ground_truth import statement_sentence
-from pipelines.statement_nli import nli_pairs, score_statement_nli
+from rexeval.metrics.statement_level import statement_nli_metrics
+from rexeval.pipelines.ground_truth import statement_sentence
+from rexeval.pipelines.statement_nli import nli_pairs, score_statement_nli
 from tests.nli_double import ScriptedNLI
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from pipelines.split import SplitResult
-from pipelines.stats import dataset_stats, format_markdown, format_table, group_thousands
+from rexeval.pipelines.split import SplitResult
+from rexeval.pipelines.stats import dataset_stats, format_markdown, format_table, group_thousands
 
 
 def reviews(rows):

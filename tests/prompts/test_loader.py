@@ -10,10 +10,10 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from prompts import (Domain, PromptError, PromptTemplate, Topic, delimit_untrusted,
+from rexeval.prompts import (Domain, PromptError, PromptTemplate, Topic, delimit_untrusted,
                      list_domains, list_prompts, load_domain, load_prompt)
-from prompts.loader import PACKAGE_DIR, SENTIMENTS
-from prompts.untrusted import close_tag, open_tag
+from rexeval.prompts.loader import PACKAGE_DIR, SENTIMENTS
+from rexeval.prompts.untrusted import close_tag, open_tag
 
 DOMAINS = ["beauty", "cellphones", "clothes", "instruments", "sports", "toys"]
 OURS = ["extract_quality", "extract_triplets", "star_candidates", "star_verify"]
@@ -262,7 +262,7 @@ def test_quality_examples_cover_both_labels():
 
 
 def test_examples_validate_against_the_pipeline_output_models():
-    llm_outputs = pytest.importorskip("pipelines.llm_outputs")
+    llm_outputs = pytest.importorskip("rexeval.pipelines.llm_outputs")
     for domain in DOMAINS:
         for ex in load_domain(domain).examples:
             for t in ex["triplets"]:

@@ -1,8 +1,8 @@
 """Rubric files: shipped ones load, overrides and bad files give clear errors."""
 import pytest
 
-from prompts.errors import PromptError
-from prompts.rubrics import list_rubrics, load_rubric
+from rexeval.prompts.errors import PromptError
+from rexeval.prompts.rubrics import list_rubrics, load_rubric
 
 
 def test_alert_criteria_has_the_four_criteria():

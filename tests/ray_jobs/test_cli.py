@@ -5,7 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from ray_jobs.cli import cli
+from rexeval.ray_jobs.cli import cli
 
 SAMPLE_ARGS = ["pipelines/sample/reviews.jsonl", "pipelines/sample/reviews_noisy.jsonl",
                "--meta", "pipelines/sample/items.jsonl"]

@@ -6,7 +6,7 @@ import json
 import yaml
 from click.testing import CliRunner
 
-from ray_jobs.cluster import cluster_cmd, cluster_report_cmd
+from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
 from tests.pipelines.test_cluster_pipeline import _statements
 
 

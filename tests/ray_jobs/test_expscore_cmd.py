@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from ray_jobs.expscore import expscore_group
+from rexeval.ray_jobs.expscore import expscore_group
 from tests.expscore_double import HashingEncoder
 
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample" / "reviews.jsonl"
@@ -19,7 +19,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample" / "reviews
 @pytest.fixture(autouse=True)
 def fake_encoder(monkeypatch):
     """The factor stage builds its encoder through build_embedder: hand it the fake."""
-    from models.encoders import embedder
+    from rexeval.models.encoders import embedder
 
     monkeypatch.setattr(embedder, "build_embedder", lambda ref, device="auto", **kw: HashingEncoder())
 

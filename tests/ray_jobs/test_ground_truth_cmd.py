@@ -6,7 +6,7 @@ import json
 import pyarrow.parquet as pq
 from click.testing import CliRunner
 
-from ray_jobs.ground_truth import ground_truth_cmd
+from rexeval.ray_jobs.ground_truth import ground_truth_cmd
 from tests.pipelines.test_ground_truth import make_extract
 
 

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 from click.testing import CliRunner
 
-from ray_jobs.cli import cli
+from rexeval.ray_jobs.cli import cli
 
 SCRIPTED = ["--backend", "tests.llm_double:ScriptedLLM", "--model", "judge_llm=scripted", "--no-cache",
             "--judge-service", "none"]

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from ray_jobs.meta_evaluate import meta_evaluate_cmd
+from rexeval.ray_jobs.meta_evaluate import meta_evaluate_cmd
 from tests.pipelines.test_meta_evaluate import LONG_SCORES, ONE_TABLE, expected, human_ratings, likert_long
 
 

@@ -6,9 +6,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipelines.io import write_parquet_atomic
-from pipelines.statement_inputs import statements_from_annotations
-from ray_jobs.cli import cli
+from rexeval.pipelines.io import write_parquet_atomic
+from rexeval.pipelines.statement_inputs import statements_from_annotations
+from rexeval.ray_jobs.cli import cli
 
 pytestmark = pytest.mark.slow
 

@@ -16,8 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from models.llm.base import BackendSpec, ChatRequest, SamplingParams, build_backend
-from serve.judge import (
+from rexeval.models.llm.base import BackendSpec, ChatRequest, SamplingParams, build_backend
+from rexeval.serve.judge import (
     APP_NAME,
     JudgeLimits,
     JudgeServeConfig,
@@ -26,7 +26,7 @@ from serve.judge import (
     parse_judge_body,
     start_judge_service,
 )
-from serve.common import RequestError, running_apps, serve_running
+from rexeval.serve.common import RequestError, running_apps, serve_running
 from tests.llm_double import ScriptedLLM
 
 RULES = [["strings", '{"verdict": "yes"}'], ["broken", "!error"], ["case", '{"verdict": "no"}']]
@@ -160,7 +160,7 @@ def test_handle_http_and_client_answers_equal_in_process(judge):
     local = ScriptedLLM(SCRIPTED).generate(reqs)
     assert local[1].error  # the scripted "!error" rule
 
-    from models.llm.base import LLMResult
+    from rexeval.models.llm.base import LLMResult
 
     via_handle = [LLMResult(**r) for r in handle.generate.remote([r.model_dump() for r in reqs]).result()]
     assert essentials(via_handle) == essentials(local)

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from serve.nli import (
+from rexeval.serve.nli import (
     NLIServeConfig,
     RequestError,
     ServeLimits,
@@ -65,7 +65,7 @@ def serve_app(ray_session):
 
 @pytest.mark.slow
 def test_http_and_handle_answers_equal_in_process_scoring(serve_app, tiny_nli):
-    from models.encoders.nli import NLIScorer
+    from rexeval.models.encoders.nli import NLIScorer
 
     cfg = NLIServeConfig(model=str(tiny_nli), max_batch_pairs=8, batch_wait_timeout_s=0.05)
     handle, url = serve_app(cfg)

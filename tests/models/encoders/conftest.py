@@ -106,7 +106,7 @@ def tiny_reranker(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def minilm_location() -> str:
-    from models.refs import PackageNotInstalled, resolve
+    from rexeval.models.refs import PackageNotInstalled, resolve
 
     try:
         return resolve("all-MiniLM-L6-v2").location

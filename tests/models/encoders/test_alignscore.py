@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from models.encoders.alignscore import (
+from rexeval.models.encoders.alignscore import (
     AlignScorer,
     build_alignscore,
     read_alignscore_checkpoint,
 )
-from models.refs import ModelUnavailable
+from rexeval.models.refs import ModelUnavailable
 from tests.alignscore_tiny import (
     SENTENCES,
     build_tiny_alignscore,

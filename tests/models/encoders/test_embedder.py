@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from models.encoders.embedder import (
+from rexeval.models.encoders.embedder import (
     DEFAULT_EMBED_ENGINE_KWARGS,
     ERROR_COLUMN,
     Embedder,

@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from models.encoders.nli import (
+from rexeval.models.encoders.nli import (
     CON,
     ENT,
     NEU,
@@ -16,8 +16,8 @@ from models.encoders.nli import (
     label_class,
     nli_columns,
 )
-from models.encoders.pair_batching import BatchStats, dedupe, length_batches
-from models.refs import ModelUnavailable
+from rexeval.models.encoders.pair_batching import BatchStats, dedupe, length_batches
+from rexeval.models.refs import ModelUnavailable
 from tests.models.encoders.conftest import build_tiny_bert
 
 PREMISES = [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.encoders.pair_scorer import (
+from rexeval.models.encoders.pair_scorer import (
     PAIR_SCORERS,
     CrossEncoderScorer,
     PairScorer,
@@ -18,8 +18,8 @@ from models.encoders.pair_scorer import (
     pair_scorer_class,
     register_pair_scorer,
 )
-from models.refs import ModelUnavailable
-from prompts import load_prompt
+from rexeval.models.refs import ModelUnavailable
+from rexeval.prompts import load_prompt
 
 PAIRS = [
     ("the product is loud", "the product makes a lot of noise"),

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.encoders.reward import RewardScorer, build_reward_scorer, model_limit
-from models.refs import ModelUnavailable
+from rexeval.models.encoders.reward import RewardScorer, build_reward_scorer, model_limit
+from rexeval.models.refs import ModelUnavailable
 
 PROMPT = "decide whether the query and the document are paraphrases"
 PAIRS = [

@@ -5,8 +5,8 @@ import multiprocessing as mp
 import pickle
 import sqlite3
 
-from models.llm import BackendSpec, ChatRequest, LLMBackend, LLMResult, SamplingParams
-from models.llm.cache import CachedBackend, LLMCache, request_key
+from rexeval.models.llm import BackendSpec, ChatRequest, LLMBackend, LLMResult, SamplingParams
+from rexeval.models.llm.cache import CachedBackend, LLMCache, request_key
 
 
 class FakeBackend(LLMBackend):

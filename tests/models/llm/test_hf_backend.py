@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
-from models.llm.hf_backend import HFBackend, _xgrammar_available, plan_batches
+from rexeval.models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
+from rexeval.models.llm.hf_backend import HFBackend, _xgrammar_available, plan_batches
 
 SCHEMA = {
     "type": "object",
@@ -154,7 +154,7 @@ def test_bad_constrained_option(tiny_model_dir):
 @pytest.mark.slow
 @pytest.mark.skipif(not _xgrammar_available(), reason="xgrammar not importable")
 def test_smollm2_short_json():
-    from models.refs import PackageNotInstalled
+    from rexeval.models.refs import PackageNotInstalled
 
     try:
         b = build_backend(BackendSpec(backend="hf", model="SmolLM2-135M-Instruct"))
@@ -172,7 +172,7 @@ def test_smollm2_short_json():
 
 
 def test_escape_controls_keeps_json_value():
-    from models.llm.hf_backend import escape_controls
+    from rexeval.models.llm.hf_backend import escape_controls
 
     raw = '{"topic": "a\x0fb\tc", "score": 2}'
     assert json.loads(escape_controls(raw)) == json.loads(raw, strict=False)
@@ -201,7 +201,7 @@ def test_shared_prefix_batch_equals_one_at_a_time(backend, single):
 
 
 def test_pad_batch_layout():
-    from models.llm.hf_backend import pad_batch
+    from rexeval.models.llm.hf_backend import pad_batch
 
     ids, mask = pad_batch([[1, 2, 3, 4], [1, 2, 5]], 0, 0)
     assert ids.tolist() == [[1, 2, 3, 4], [0, 1, 2, 5]]
@@ -253,7 +253,7 @@ def test_greedy_loop_equals_generate(backend, single, via_generate, system, monk
 @pytest.mark.skipif(not _xgrammar_available(), reason="xgrammar not importable")
 @pytest.mark.parametrize("system", [None, SHORT_SYSTEM])
 def test_greedy_loop_constrained_equals_generate(backend, via_generate, system, monkeypatch):
-    from models.llm.hf_backend import _DecodeState
+    from rexeval.models.llm.hf_backend import _DecodeState
 
     reqs = [ChatRequest(messages=([{"role": "system", "content": system}] if system else [])
                         + [{"role": "user", "content": p}], json_schema=SCHEMA,
@@ -279,7 +279,7 @@ def test_cascade_attention_matches_sdpa():
     """The shared-prefix + own-KV attention equals SDPA over [prefix][own] with the mask."""
     import torch
 
-    from models.llm.hf_backend import _DecodeState
+    from rexeval.models.llm.hf_backend import _DecodeState
 
     torch.manual_seed(0)
     batch, heads, kv_heads, dim, prefix_len, width = 3, 6, 2, 8, 5, 4

@@ -8,8 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
-from models.llm.openai_backend import OpenAIBackend, _retry_after
+from rexeval.models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
+from rexeval.models.llm.openai_backend import OpenAIBackend, _retry_after
 
 
 class FakeServer:

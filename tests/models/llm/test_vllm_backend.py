@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
-from models.llm.vllm_backend import (DEFAULT_ENGINE_KWARGS, ERROR_COLUMN, build_request_processor,
+from rexeval.models.llm import BackendSpec, ChatRequest, SamplingParams, build_backend
+from rexeval.models.llm.vllm_backend import (DEFAULT_ENGINE_KWARGS, ERROR_COLUMN, build_request_processor,
                                      from_vllm_row, processor_config, request_rows, to_vllm_row)
 
 SCHEMA = {"type": "object", "properties": {"score": {"type": "integer"}},

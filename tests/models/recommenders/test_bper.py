@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.recommenders.base import RANKERS, TrainGraph, ranker_class
-from models.recommenders.bper import BPERPlus
+from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
+from rexeval.models.recommenders.bper import BPERPlus
 from tests.models.recommenders.training import (
     check_eval_cache,
     planted_graph,

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.recommenders.base import RANKERS, TrainGraph, ranker_class
-from models.recommenders.expgcn import ExpGCN, normalized_bipartite
+from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
+from rexeval.models.recommenders.expgcn import ExpGCN, normalized_bipartite
 from tests.models.recommenders.training import (
     check_eval_cache,
     planted_graph,

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from models.recommenders.base import ranker_class
-from models.recommenders.popularity import hash_uniform
-from pipelines.star_data import StarData
+from rexeval.models.recommenders.base import ranker_class
+from rexeval.models.recommenders.popularity import hash_uniform
+from rexeval.pipelines.star_data import StarData
 
 
 def toy() -> StarData:

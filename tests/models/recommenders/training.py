@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from models.recommenders.base import TrainGraph
+from rexeval.models.recommenders.base import TrainGraph
 
 
 def train_steps(model: torch.nn.Module, graph: TrainGraph, steps: int = 50,
