@@ -3,8 +3,8 @@
 Input: synthetic unit vectors with planted paraphrase families in three polarity groups
 (`synthetic_paraphrases.planted_vectors`), 384 dimensions like all-MiniLM-L6-v2.
 
-- ours: `pipelines.neighbours.candidate_pairs` (FAISS, exact up to a size and IVF above,
-  all cores) + `pipelines.cluster_graph.cluster_graph` (scipy components, batched
+- ours: `pipelines.cluster.neighbours.candidate_pairs` (FAISS, exact up to a size and IVF above,
+  all cores) + `pipelines.cluster.graph.cluster_graph` (scipy components, batched
   cohesion, heap-driven Algorithm 1, vectorised representatives).
 - reference: the paper followed literally in one process: an exact FAISS inner-product
   index per polarity, K neighbours per statement, and Python loops over neighbours,
@@ -50,8 +50,8 @@ def _peak_rss_gib() -> float:
 # -- ours ---------------------------------------------------------------------------------
 
 def run_ours(emb, groups, kind="auto"):
-    from rexeval.pipelines.cluster_graph import cluster_graph
-    from rexeval.pipelines.neighbours import candidate_pairs
+    from rexeval.pipelines.cluster.graph import cluster_graph
+    from rexeval.pipelines.cluster.neighbours import candidate_pairs
 
     t0 = time.perf_counter()
     pairs = candidate_pairs(emb, groups, k=K, tau=TAU_PAIR, kind=kind, workers=1)
@@ -68,7 +68,7 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
-    from rexeval.pipelines.neighbours import _faiss
+    from rexeval.pipelines.cluster.neighbours import _faiss
 
     faiss = _faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
 

@@ -64,7 +64,7 @@ def build_messages(reviews: list[str]) -> tuple[list[list[dict]], dict, str]:
         prompt = load_prompt("star_candidates")
         msgs = [prompt.render(review=r) for r in reviews]
         try:
-            from rexeval.pipelines.llm_outputs import CANDIDATES
+            from rexeval.pipelines.extract.outputs import CANDIDATES
 
             schema = CANDIDATES.json_schema()
         except ImportError:
@@ -188,7 +188,7 @@ def gpu_child(args) -> dict:
         from rexeval.models.llm import ChatRequest
         from rexeval.models.llm import SamplingParams as SP
         from rexeval.models.llm.vllm_backend import build_request_processor, request_rows
-        from rexeval.pipelines.ray_runtime import init_ray
+        from rexeval.pipelines.core.runtime import init_ray
 
         init_ray()
         spec = BackendSpec(backend="vllm", model=location, options={

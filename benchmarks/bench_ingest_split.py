@@ -51,9 +51,9 @@ def run_rexeval(csv: str, out: str) -> dict:
     sys.path.insert(0, str(REPO))
     import shutil
 
-    from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
-    from rexeval.pipelines.ray_runtime import init_ray
-    from rexeval.pipelines.split_pipeline import SplitConfig, run_split
+    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.core.runtime import init_ray
+    from rexeval.pipelines.ingest.split_pipeline import SplitConfig, run_split
 
     shutil.rmtree(out, ignore_errors=True)  # measure a cold run, not a resume
     t0 = time.perf_counter()

@@ -3,7 +3,7 @@
 Issue 6: score the (premise, hypothesis) pairs of StEnt / StCoh for >= 2,000 examples of
 about 5 generated x 5 reference statements (precision pairs: premise = reference s_l,
 hypothesis = generated s'_k; recall pairs the other way round, laid out by
-`pipelines.statement_nli.nli_pairs`: 2 x 5 x 5 = 50 pairs per example, 100,000 in all);
+`pipelines.evaluate.statement_nli.nli_pairs`: 2 x 5 x 5 = 50 pairs per example, 100,000 in all);
 targets: >= 3x the pairs/s of the seed's approach, and >= 0.8x of a pure forward-pass
 bound on the same pre-tokenised batches; and the Serve deployment's throughput with
 batching against batch size 1.
@@ -120,7 +120,7 @@ def build_model(path: Path, seed: int) -> dict:
 
 def item_pools() -> dict[str, collections.Counter]:
     """item -> Counter(statement -> number of sample reviews stating it)."""
-    from rexeval.pipelines.statement_inputs import statements_from_annotations
+    from rexeval.pipelines.core.inputs import statements_from_annotations
 
     t = statements_from_annotations(STATEMENTS).to_pydict()
     pools: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -188,7 +188,7 @@ def layout(gen, ref):
     """Flat pairs as `nli_pairs` lays them out (all precision pairs, then all recall
     pairs), and for each example the flat indices of its own pairs (its precision pairs,
     then its recall pairs: the order the reference loop scores them in)."""
-    from rexeval.pipelines.statement_nli import nli_pairs
+    from rexeval.pipelines.evaluate.statement_nli import nli_pairs
 
     prec, rec, n, m = nli_pairs(gen, ref)
     nm = n * m
@@ -330,7 +330,7 @@ def side_serve(params, pairs, per_example):
     """One deployment (max_batch_pairs = params["max_batch_pairs"]); one pair per request."""
     from ray import serve
 
-    from rexeval.pipelines.ray_runtime import init_ray
+    from rexeval.pipelines.core.runtime import init_ray
     from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
     sub = np.concatenate(per_example[:params["ref_subset"]])

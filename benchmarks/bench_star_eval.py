@@ -22,7 +22,7 @@ Two rankers, each measured on both sides:
 Sides, each in its own spawned process (peak RSS its own: the kernel's high-water mark is
 reset after the data are built, so the peak is that of the evaluation; ru_maxrss of the
 whole process is stored too):
-- ours: `pipelines.star_eval.evaluate(levels=("global",))` over all test interactions;
+- ours: `pipelines.star.evaluate.evaluate(levels=("global",))` over all test interactions;
 - reference: the loop a researcher would write: per interaction, its score vector in
   NumPy (same embeddings / the same count matrix), `np.argsort(-scores, kind="stable")[:20]`
   (stable: the same tie rule), P/R/NDCG(ideal)/hit@k in Python from the ground-truth set;
@@ -87,7 +87,7 @@ def _zipf(n: int, a: float, rng: np.random.Generator) -> np.ndarray:
 
 def make_data(cfg: dict, dim: int, seed: int):
     """(StarData, embeddings dict, fingerprint) of a synthetic benchmark; deterministic."""
-    from rexeval.pipelines.star_data import StarData
+    from rexeval.pipelines.star.data import StarData
 
     if 2 * dim * EMB_MAX ** 2 >= 1 << 24:
         raise ValueError(f"dim {dim} too large for exact float32 scores (need 2*dim*127^2 < 2^24)")
@@ -208,7 +208,7 @@ class PeakRSS:
 # -- the two sides ----------------------------------------------------------------------------
 
 def run_ours(ranker, data, rows, batch_size):
-    from rexeval.pipelines.star_eval import evaluate
+    from rexeval.pipelines.star.evaluate import evaluate
 
     t0 = time.perf_counter()
     res = evaluate(ranker, data, split="test", levels=("global",), ks=KS, device="cpu", rows=rows,
@@ -289,7 +289,7 @@ def _child(side, ranker_name, cfg, dim, seed, n_rows, batch_size, threads, blas_
         else:
             per_row, secs = run_reference(ranker_name, ranker, data, emb, rows)
             summary = None
-    from rexeval.pipelines.star_eval import batch_rows
+    from rexeval.pipelines.star.evaluate import batch_rows
 
     res = {"side": side, "ranker": ranker_name, "interactions": len(rows), "seconds": secs,
            "interactions_per_s": len(rows) / secs, "per_interaction_ms": 1000 * secs / len(rows),
@@ -356,7 +356,7 @@ def main(argv=None):
     n_ref = min(cfg["ref_subset"], cfg["interactions"])
     out = Path(args.out or ROOT / "benchmarks" / "results" /
                ("star_eval.json" if args.scale == "full" else f"star_eval_{args.scale}.json"))
-    from rexeval.pipelines.star_eval import batch_rows
+    from rexeval.pipelines.star.evaluate import batch_rows
 
     b = args.batch_size or batch_rows(cfg["statements"])
     result = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def statements_table(rows: list[dict]) -> pa.Table:
-    from rexeval.pipelines.schema import STATEMENTS
+    from rexeval.pipelines.core.schema import STATEMENTS
 
     full = [{"review_id": f"r{i}", "user_id": "u", "item_id": "i", "stage": "verified", "topic": None,
              "provenance": None, **{k: r[k] for k in ("statement_id", "statement", "sentiment")}}
@@ -39,8 +39,8 @@ def statements_table(rows: list[dict]) -> pa.Table:
 def evaluate(rows: list[dict], work: Path, settings: list[dict], progress=lambda m: None) -> list[dict]:
     """Run the cluster job per setting; score its labels against the families."""
     from benchmarks.synthetic_paraphrases import pairwise_scores
-    from rexeval.pipelines.cluster_pipeline import ClusterConfig, run_cluster
-    from rexeval.pipelines.io import read_table
+    from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+    from rexeval.pipelines.core.io import read_table
 
     src = work / "statements.parquet"
     pq.write_table(statements_table(rows), src)
@@ -72,7 +72,7 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "paraphrase_families.json"))
     args = ap.parse_args(argv)
     from benchmarks.synthetic_paraphrases import paraphrase_families
-    from rexeval.pipelines.ray_runtime import init_ray
+    from rexeval.pipelines.core.runtime import init_ray
 
     init_ray()
     rows = paraphrase_families(args.families, args.members, seed=args.seed)

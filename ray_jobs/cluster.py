@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from rexeval.pipelines.cluster_pipeline import ClusterConfig, run_cluster
-from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 
@@ -99,7 +99,7 @@ def cluster_report_cmd(runs, dataset, csv_path):
 
     Example: rexeval cluster-report runs/mi/clusters-extra runs/mi/clusters --dataset MI
     """
-    from rexeval.pipelines.cluster_quality import format_table3
+    from rexeval.pipelines.cluster.quality import format_table3
 
     rows = []
     for run in runs:

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rexeval.models.refs import ModelUnavailable
-from rexeval.pipelines.schema import SchemaError
+from rexeval.pipelines.core.schema import SchemaError
 
 C = TypeVar("C", bound=BaseModel)
 
@@ -74,7 +74,7 @@ _LLM_OPTIONS = [
 
 def llm_options(fn: Callable) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
-    (pipelines.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""
+    (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""
 
     @functools.wraps(fn)
     def wrapper(*args, profile, models, backend, backend_options, max_retries, workers, cache,

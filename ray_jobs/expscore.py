@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import click
 
-from rexeval.pipelines.expscore_pipeline import (
+from rexeval.pipelines.expscore.pipeline import (
     ExpScoreScoreConfig,
     ExpScoreTrainConfig,
     run_score,
     run_train,
 )
-from rexeval.pipelines.expscore_report import report_markdown
+from rexeval.pipelines.expscore.report import report_markdown
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])

@@ -5,8 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.extract_pipeline import ExtractConfig, run_extract
-from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
 

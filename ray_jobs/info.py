@@ -5,10 +5,10 @@ from pathlib import Path
 
 import click
 
-from rexeval.pipelines.io import read_table
-from rexeval.pipelines.schema import SPLIT_NAMES
-from rexeval.pipelines.split_pipeline import reviews_path
-from rexeval.pipelines.stats import dataset_stats, format_table
+from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.core.schema import SPLIT_NAMES
+from rexeval.pipelines.ingest.split_pipeline import reviews_path
+from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 from rexeval.ray_jobs.common import echo_json, user_errors
 
 

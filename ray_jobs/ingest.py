@@ -5,9 +5,9 @@ import time
 
 import click
 
-from rexeval.pipelines.formats import FORMATS
-from rexeval.pipelines.ingest_pipeline import IngestConfig, run_ingest
-from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.pipelines.ingest.formats import FORMATS
+from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 

@@ -7,7 +7,7 @@ import time
 import click
 
 from rexeval.metrics.agreement import LEVELS, METHODS
-from rexeval.pipelines.meta_evaluate import (
+from rexeval.pipelines.meta_evaluate.pipeline import (
     ERRORS_FILE,
     REPORT_FILE,
     RESULTS_FILE,

@@ -5,7 +5,7 @@ import time
 
 import click
 
-from rexeval.pipelines.split_pipeline import SplitConfig, run_split
+from rexeval.pipelines.ingest.split_pipeline import SplitConfig, run_split
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from rexeval.pipelines.ray_runtime import init_ray
+from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import (
     config_option,
     load_config,
@@ -70,7 +70,7 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
 
       rexeval star build pipelines/sample/statements.jsonl --reviews runs/demo/ingest --out runs/demo/bench0
     """
-    from rexeval.pipelines.star_pipeline import BuildConfig, run_build
+    from rexeval.pipelines.star.pipeline import BuildConfig, run_build
 
     started = time.time()
     cfg = load_config(BuildConfig, config_file, statements=statements, out=out, **flags)
@@ -121,7 +121,7 @@ def baselines_cmd(data, methods, config_file, **flags):
 
     Example: rexeval star baselines runs/mi/bench --out runs/mi/rank
     """
-    from rexeval.pipelines.star_pipeline import EvalSettings, run_baselines
+    from rexeval.pipelines.star.pipeline import EvalSettings, run_baselines
 
     started = time.time()
     cfg = load_config(EvalSettings, config_file, data=data, **flags)
@@ -192,7 +192,7 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
 
       rexeval star train runs/toys/bench --model expgcn --grid lr=0.001,0.0005 --gpus-per-trial 1 --out runs/toys/rank
     """
-    from rexeval.pipelines.star_pipeline import TrainJob, run_train
+    from rexeval.pipelines.star.pipeline import TrainJob, run_train
 
     started = time.time()
     settings = parse_backend_options(sets)
@@ -232,7 +232,7 @@ def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
 
     Example: rexeval star evaluate runs/mi/bench --checkpoint runs/mi/rank/tune/expgcn/<trial>/checkpoint_000009 --out runs/mi/rank
     """
-    from rexeval.pipelines.star_pipeline import EvalSettings, evaluate_checkpoint
+    from rexeval.pipelines.star.pipeline import EvalSettings, evaluate_checkpoint
 
     started = time.time()
     cfg = load_config(EvalSettings, config_file, data=data, **flags)
@@ -257,7 +257,7 @@ def report_cmd(runs, names, k, levels, csv_path, md_path):
 
     Example: rexeval star report runs/toys/rank runs/mi/rank --name Toys --name MI
     """
-    from rexeval.pipelines.star_report import effect_details, format_table1, table1
+    from rexeval.pipelines.star.report import effect_details, format_table1, table1
 
     if names and len(names) != len(runs):
         raise click.UsageError(f"{len(runs)} run(s) but {len(names)} --name value(s)")

@@ -138,7 +138,7 @@ class JudgeServer:
     """The deployment's class (wrapped by `serve.deployment` in `judge_app`)."""
 
     def __init__(self, cfg: dict[str, Any]):
-        from rexeval.pipelines.llm_job import llm_generate
+        from rexeval.pipelines.core.llm_job import llm_generate
 
         self.cfg = JudgeServeConfig(**cfg)
         spec = self.cfg.backend

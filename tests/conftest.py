@@ -18,7 +18,7 @@ SHARED_CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
 @pytest.fixture(scope="session")
 def ray_session():
     """A local Ray started once for the whole session (3-5 s to start)."""
-    from rexeval.pipelines.ray_runtime import init_ray
+    from rexeval.pipelines.core.runtime import init_ray
 
     ray = init_ray(num_cpus=2)
     yield ray

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from rexeval.pipelines.star_data import StarData
+from rexeval.pipelines.star.data import StarData
 
 
 def planted_star(n_users: int = 60, n_items: int = 30, per_user: int = 8, voice: int = 3,

@@ -2,12 +2,12 @@
 
 A ranker scores every statement of the benchmark for a batch of interactions at once:
 `score_all(users, items, rows)` returns a dense [B, n_statements] float tensor. The
-evaluator (pipelines/star_eval.py) turns that into top-k lists with one batched top-k,
+evaluator (pipelines/star/evaluate.py) turns that into top-k lists with one batched top-k,
 so a ranker never loops over interactions. Candidate restriction (item or user level)
 is the evaluator's job: it masks the dense scores, so a ranker is level-agnostic.
 
 Trainable rankers (BPER+, ExpGCN) are torch modules with `loss(batch)`; the training
-loop (pipelines/star_train.py) samples batches, steps the optimizer, and saves
+loop (pipelines/star/train.py) samples batches, steps the optimizer, and saves
 `state_dict()` checkpoints. Popularity baselines have no parameters: they `fit` counts.
 """
 from __future__ import annotations

@@ -262,7 +262,7 @@ def test_quality_examples_cover_both_labels():
 
 
 def test_examples_validate_against_the_pipeline_output_models():
-    llm_outputs = pytest.importorskip("rexeval.pipelines.llm_outputs")
+    llm_outputs = pytest.importorskip("rexeval.pipelines.extract.outputs")
     for domain in DOMAINS:
         for ex in load_domain(domain).examples:
             for t in ex["triplets"]:

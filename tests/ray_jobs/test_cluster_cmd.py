@@ -7,7 +7,7 @@ import yaml
 from click.testing import CliRunner
 
 from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
-from tests.pipelines.test_cluster_pipeline import _statements
+from tests.pipelines.cluster.test_pipeline import _statements
 
 
 def test_help_explains_the_method_and_has_examples():

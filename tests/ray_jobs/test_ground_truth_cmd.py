@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 from click.testing import CliRunner
 
 from rexeval.ray_jobs.ground_truth import ground_truth_cmd
-from tests.pipelines.test_ground_truth import make_extract
+from tests.pipelines.extract.test_ground_truth import make_extract
 
 
 def test_help_has_an_example():

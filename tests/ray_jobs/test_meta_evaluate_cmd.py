@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from rexeval.ray_jobs.meta_evaluate import meta_evaluate_cmd
-from tests.pipelines.test_meta_evaluate import LONG_SCORES, ONE_TABLE, expected, human_ratings, likert_long
+from tests.pipelines.meta_evaluate.test_pipeline import LONG_SCORES, ONE_TABLE, expected, human_ratings, likert_long
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rexeval.pipelines.io import write_parquet_atomic
-from rexeval.pipelines.statement_inputs import statements_from_annotations
+from rexeval.pipelines.core.io import write_parquet_atomic
+from rexeval.pipelines.core.inputs import statements_from_annotations
 from rexeval.ray_jobs.cli import cli
 
 pytestmark = pytest.mark.slow

@@ -6,7 +6,7 @@ import torch
 
 from rexeval.models.recommenders.base import ranker_class
 from rexeval.models.recommenders.popularity import hash_uniform
-from rexeval.pipelines.star_data import StarData
+from rexeval.pipelines.star.data import StarData
 
 
 def toy() -> StarData:

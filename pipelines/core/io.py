@@ -1,0 +1,223 @@
+"""Parquet in and out: atomic writes, resumable sharded outputs and their manifests.
+
+A job's output folder holds one sub-folder per table (`reviews/`, `errors/`, ...) with
+numbered shards `part-00000.parquet`, a `_done/` folder with one marker per finished
+shard, and `manifest.json` (job, config, config hash, counts). A shard's files are
+written to temporary names and renamed into place, and its marker is written last, so
+a crash leaves either a whole shard or none. Re-running the same job skips the shards
+whose markers exist and yields byte-identical files to an uninterrupted run; running
+it with a different config into the same folder is refused unless asked to overwrite.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
+
+MANIFEST = "manifest.json"
+DONE_DIR = "_done"
+FORMAT_VERSION = 1
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A stable hash of the settings that decide a job's output."""
+    blob = json.dumps(config, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: str | Path, obj: Any) -> None:
+    _atomic_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def write_parquet_atomic(path: str | Path, table: pa.Table) -> None:
+    """Write a Parquet file under a temporary name, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=128 * 1024)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def table_files(path: str | Path) -> list[Path]:
+    """The Parquet files of a table: the file itself, or a folder's parts in order."""
+    path = Path(path)
+    if path.is_dir():
+        return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
+    if path.exists():
+        return [path]
+    raise FileNotFoundError(f"no such table: {path}")
+
+
+def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """Read a table (file or folder of parts), validating each part against `schema`.
+
+    A mismatch raises `SchemaError` naming the part file, the row within it and the
+    field, rather than failing later in a stage with an unrelated message.
+    """
+    files = table_files(path)
+    name = schema if isinstance(schema, str) else None
+    sch = TABLES[schema] if isinstance(schema, str) else schema
+    parts = []
+    for f in files:
+        try:
+            t = pq.read_table(f)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file: {exc}") from None
+        t = validate_table(t, sch, source=str(f), name=name)
+        if columns is not None:
+            t = t.select(columns)
+        parts.append(t)
+    if not parts:
+        t = sch.empty_table()
+        return t.select(columns) if columns is not None else t
+    return pa.concat_tables(parts)
+
+
+def json_lines(path: str | Path, table: str,
+               on_bad: Callable[[int, str, str], None] | None = None) -> Iterator[tuple[int, dict]]:
+    """(1-based line, object) of every non-blank line of a JSON-lines file. A line that
+    is not a JSON object raises `SchemaError` naming the file and line, or, with
+    `on_bad`, is passed to `on_bad(line number, problem, raw line)` and skipped (for
+    readers that turn bad lines into error rows)."""
+    p = Path(path)
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON: {exc.msg}"
+        else:
+            if isinstance(obj, dict):
+                yield n, obj
+                continue
+            problem = "expected a JSON object"
+        if on_bad is None:
+            raise SchemaError(table, str(p), None, n, problem)
+        on_bad(n, problem, line)
+
+
+class ShardedOutput:
+    """A resumable, sharded job output (see the module docstring)."""
+
+    def __init__(self, root: str | Path, job: str, config: dict[str, Any], tables: Iterable[str]):
+        self.root = Path(root)
+        self.job = job
+        self.config = config
+        self.hash = config_hash(config)
+        self.tables = list(tables)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def open(self, overwrite: bool = False) -> "ShardedOutput":
+        """Prepare the folder; refuse to mix outputs of two different configs."""
+        manifest = self.read_manifest()
+        if manifest is not None and manifest.get("config_hash") != self.hash:
+            if not overwrite:
+                raise FileExistsError(
+                    f"{self.root} holds output of a different '{manifest.get('job')}' config "
+                    f"(hash {manifest.get('config_hash')} != {self.hash}); use another output "
+                    "folder or --overwrite to replace it")
+            shutil.rmtree(self.root)
+        elif manifest is None and self.root.exists() and any(self.root.iterdir()):
+            if not overwrite:
+                raise FileExistsError(f"{self.root} is not empty and has no rexeval manifest; "
+                                      "use another output folder or --overwrite")
+            shutil.rmtree(self.root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        if manifest is None or manifest.get("config_hash") != self.hash:
+            write_json_atomic(self.root / MANIFEST, self._manifest("running", {}, 0))
+        return self
+
+    def _manifest(self, status: str, counts: dict[str, int], shards: int, **extra: Any) -> dict:
+        return {"format": FORMAT_VERSION, "job": self.job, "status": status,
+                "config": self.config, "config_hash": self.hash, "shards": shards,
+                "tables": self.tables, "counts": counts, **extra}
+
+    def read_manifest(self) -> dict | None:
+        p = self.root / MANIFEST
+        if not p.exists():
+            return None
+        return json.loads(p.read_text())
+
+    def finish(self, shards: int, counts: dict[str, int] | None = None, **extra: Any) -> dict:
+        """Write the final manifest: summed shard counts unless `counts` is given."""
+        if counts is None:
+            counts = self.total_counts()
+        manifest = self._manifest("complete", counts, shards, **extra)
+        write_json_atomic(self.root / MANIFEST, manifest)
+        return manifest
+
+    # -- shards ----------------------------------------------------------------------
+
+    def shard_path(self, table: str, shard: int) -> Path:
+        return self.root / table / f"part-{shard:05d}.parquet"
+
+    def marker_path(self, shard: int) -> Path:
+        return self.root / DONE_DIR / f"part-{shard:05d}.json"
+
+    def done_shards(self) -> dict[int, dict]:
+        """Finished shards and the counts their markers hold."""
+        out = {}
+        d = self.root / DONE_DIR
+        if d.exists():
+            for p in sorted(d.glob("part-*.json")):
+                out[int(p.stem.split("-")[1])] = json.loads(p.read_text())["counts"]
+        return out
+
+    def write_shard(self, shard: int, tables: dict[str, pa.Table], counts: dict[str, int]) -> None:
+        """Write every table of one shard, then its marker (the commit point)."""
+        missing = set(self.tables) - set(tables)
+        if missing:
+            raise ValueError(f"shard {shard} lacks tables {sorted(missing)}")
+        for name, table in tables.items():
+            if name in TABLES:
+                table = validate_table(table, name, source=f"{self.job} shard {shard}")
+            write_parquet_atomic(self.shard_path(name, shard), table)
+        self.mark_done(shard, counts)
+
+    def mark_done(self, shard: int, counts: dict[str, int]) -> None:
+        """Commit a shard whose files are already in place."""
+        write_json_atomic(self.marker_path(shard), {"shard": shard, "counts": counts})
+
+    def shard_counts(self, shard: int) -> dict[str, int]:
+        return json.loads(self.marker_path(shard).read_text())["counts"]
+
+    def total_counts(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for counts in self.done_shards().values():
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + int(v)
+        return total
+
+    def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
+        schema = table if table in TABLES else pq.read_schema(table_files(self.root / table)[0])
+        return read_table(self.root / table, schema, columns)

@@ -1,0 +1,109 @@
+"""One place that starts or joins Ray and wires stages onto Ray Data actor pools.
+
+Joins the cluster named by `address` or `RAY_ADDRESS` when set; otherwise starts a
+local Ray with token auth disabled (Ray 2.60 enables it by default, which a laptop
+run does not need) and without the dashboard, which takes seconds to start.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Iterable
+
+import pyarrow as pa
+
+from rexeval.pipelines.core.stage import Stage
+
+
+FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True):
+    """Start a local Ray or join a cluster; a no-op when Ray is already up."""
+    import ray
+
+    if ray.is_initialized():
+        return ray
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict = {"ignore_reinit_error": True,
+                    "logging_level": logging.WARNING if quiet else logging.INFO,
+                    "log_to_driver": not quiet}
+    # Settings that change what a worker computes travel with the job.
+    forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV}
+    if address:
+        if forwarded:
+            kwargs["runtime_env"] = {"env_vars": forwarded}
+        ray.init(address=address, **kwargs)
+    else:
+        # Local Ray: no token auth (a laptop run does not need it) and workers import
+        # the project's packages from this checkout.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        kwargs["runtime_env"] = {"env_vars": {**forwarded, "RAY_AUTH_MODE": "disabled",
+                                               "PYTHONPATH": _project_root()}}
+        ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
+    if quiet:
+        # Jobs print their own per-shard progress; Ray Data's bars would interleave.
+        for name in ("ray.data", "ray.data._internal.progress",
+                     "ray.data._internal.execution.streaming_executor"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        ctx.print_on_execution_start = False
+    return ray
+
+
+def _project_root() -> str:
+    """PYTHONPATH for local workers: the source checkout first (so workers import the
+    driver's code, and plug-ins named "module:Class" beside it), then the caller's."""
+    import rexeval
+
+    extra = os.environ.get("PYTHONPATH")
+    parts = [p for p in (rexeval.SOURCE_ROOT, extra) if p]
+    return os.pathsep.join(parts)
+
+
+class _StageActor:
+    """Holds one stage per actor so `setup()` (model loading) runs once."""
+
+    def __init__(self, stage: Stage):
+        self.stage = stage
+        stage.setup()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return self.stage.process(batch)
+
+
+def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None):
+    """Append `stage` to a Ray Dataset as an actor pool sized by `concurrency`."""
+    import ray
+
+    if concurrency is None:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        per = max(stage.resources.cpus, 0.001)
+        concurrency = max(1, int(cpus // per)) if stage.resources.gpus == 0 else 1
+    return ds.map_batches(
+        _StageActor,
+        fn_constructor_args=(stage,),
+        batch_format="pyarrow",
+        batch_size=stage.batch_size,
+        num_cpus=stage.resources.cpus,
+        num_gpus=stage.resources.gpus or None,
+        compute=ray.data.ActorPoolStrategy(size=concurrency) if isinstance(concurrency, int)
+        else ray.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1]),
+    )
+
+
+def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | None = None):
+    """Run `stage` over task descriptors (one per batch), yielding its result rows.
+
+    Used by sharded jobs: each task is one shard, the stage writes that shard and
+    returns a small row of counts, so the driver can report progress as shards finish.
+    """
+    import ray
+
+    tasks = list(tasks)
+    if not tasks:
+        return
+    ds = ray.data.from_items(tasks, override_num_blocks=len(tasks))
+    ds = map_stage(ds, stage, concurrency)
+    yield from ds.iter_rows()

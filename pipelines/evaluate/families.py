@@ -1,0 +1,334 @@
+"""The metric families `rexeval evaluate` runs, one registered class each.
+
+A family is the unit that shares a model: BERTScore P/R/F1 come from one pass, the
+eight StEnt/StCoh values from one set of NLI pairs. Each family says which metrics it
+writes, which profile roles it needs, whether it needs statement sets, and how to score
+a batch of examples (columns of `pipelines.evaluate.inputs.EXAMPLES`). The job asks
+`unavailable()` before running it, so a missing model or data file is reported as a
+skipped family with its reason, never replaced by something else. Adding a metric
+family is one new class with `@register_family`.
+
+Model-backed families load their model once per Ray actor in `setup()`. The NLI
+families do not load a model at all: they call the NLI scorer through
+`EvalContext.nli_client()`, normally the Serve deployment the job shares.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rexeval.metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
+from rexeval.metrics.text_overlap import rouge_metric_names
+
+FAMILIES: dict[str, type[Family]] = {}
+
+
+def register_family(name: str) -> Callable[[type[Family]], type[Family]]:
+    def wrap(cls: type[Family]) -> type[Family]:
+        if name in FAMILIES and FAMILIES[name] is not cls:
+            raise ValueError(f"metric family {name!r} is registered twice")
+        cls.name = name
+        FAMILIES[name] = cls
+        return cls
+    return wrap
+
+
+@dataclass
+class EvalContext:
+    """What families need from the job, picklable so it travels to Ray actors."""
+
+    locations: dict[str, str] = field(default_factory=dict)  # role -> resolved location
+    refs: dict[str, str] = field(default_factory=dict)  # role -> reference as given
+    bertscore_num_layers: int | None = None
+    device: str = "cpu"
+    empty: str = "skip"
+    unparseable: str = "zero"
+    nli_service: str = "none"  # none (in process) | serve:<app name> | http(s)://host:port/route
+    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
+    feature_vocabulary: tuple[str, ...] = ()
+    llm: dict[str, Any] = field(default_factory=dict)  # backend, model, options, cache, max_retries
+
+    def nli_client(self):
+        """The NLI scorer families call: the shared Serve deployment, a remote one over
+        HTTP, or (nli_service "none") a model loaded in this process."""
+        from rexeval.serve.nli import HttpNLIClient, ServeNLIClient, load_class
+
+        if self.nli_service.startswith("serve:"):
+            return ServeNLIClient.connect(app_name=self.nli_service.split(":", 1)[1])
+        if self.nli_service.startswith(("http://", "https://")):
+            return HttpNLIClient(self.nli_service)
+        cls = load_class(self.nli_scorer)
+        return cls(self.locations.get("nli", ""), model_ref=self.refs.get("nli"), device=self.device)
+
+
+class Family:
+    """One group of metrics computed together (see module docstring)."""
+
+    name: ClassVar[str] = ""
+    metrics: ClassVar[tuple[str, ...]] = ()
+    roles: ClassVar[tuple[str, ...]] = ()
+    needs_statements: ClassVar[bool] = False
+    uses_nli: ClassVar[bool] = False  # through EvalContext.nli_client(); the "nli" role is
+    # only needed when no service address is given
+    uses_llm: ClassVar[bool] = False
+    batch_size: ClassVar[int] = 256
+
+    def __init__(self, ctx: EvalContext):
+        self.ctx = ctx
+
+    @classmethod
+    def unavailable(cls, ctx: EvalContext) -> str | None:
+        """Why this family cannot run here beyond missing roles (data, packages), or None."""
+        return None
+
+    def setup(self) -> None:
+        """Load models (once per actor)."""
+
+    def score(self, batch: dict[str, list]) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+        """{metric: float64 [B]} and counts for a batch of examples."""
+        raise NotImplementedError
+
+
+def _texts(batch: dict[str, list]) -> tuple[list[str], list[str]]:
+    return list(batch["explanation"]), list(batch["reference"])
+
+
+# ------------------------------------------------------------------- no model
+
+
+@register_family("overlap")
+class Overlap(Family):
+    """Sentence BLEU-1/4, ROUGE-1/2/L P/R/F against the reference, and FMR."""
+
+    metrics = ("sentence-bleu-1", "sentence-bleu-4", *rouge_metric_names(), "fmr")
+    batch_size = 1024
+
+    def score(self, batch):
+        from rexeval.metrics.text_overlap import extract_features, feature_matches, rouge_scores, sentence_bleu_scores
+
+        gen, ref = _texts(batch)
+        out = {"sentence-bleu-1": sentence_bleu_scores(gen, ref, max_n=1),
+               "sentence-bleu-4": sentence_bleu_scores(gen, ref, max_n=4), **rouge_scores(gen, ref)}
+        vocab = self.ctx.feature_vocabulary
+        feats = [extract_features(g, vocab) for g in gen]
+        out["fmr"] = feature_matches(feats, [t or None for t in batch["ref_topics"]])
+        return out, {}
+
+
+@register_family("meteor")
+class Meteor(Family):
+    metrics = ("meteor",)
+    batch_size = 512
+
+    @classmethod
+    def unavailable(cls, ctx):
+        from rexeval.metrics.text_overlap import meteor_unavailable_reason
+
+        return meteor_unavailable_reason()
+
+    def score(self, batch):
+        from rexeval.metrics.text_overlap import meteor_scores
+
+        return {"meteor": meteor_scores(*_texts(batch))}, {}
+
+
+# ------------------------------------------------------------- encoder models
+
+
+@register_family("bertscore")
+class BertScore(Family):
+    metrics = ("bertscore-p", "bertscore-r", "bertscore-f1")
+    roles = ("bertscore_model",)
+    batch_size = 256
+
+    def score(self, batch):
+        from rexeval.metrics.similarity import bertscore
+
+        got = bertscore(*_texts(batch), self.ctx.locations["bertscore_model"], self.ctx.bertscore_num_layers,
+                        device=self.ctx.device)
+        return {"bertscore-p": got["bertscore_p"], "bertscore-r": got["bertscore_r"],
+                "bertscore-f1": got["bertscore_f1"]}, {}
+
+
+@register_family("sts")
+class Sts(Family):
+    metrics = ("sts",)
+    roles = ("sts",)
+
+    def setup(self):
+        from rexeval.models.encoders.embedder import Embedder
+
+        self.encoder = Embedder(self.ctx.locations["sts"], model_ref=self.ctx.refs.get("sts"),
+                                device=self.ctx.device)
+
+    def score(self, batch):
+        from rexeval.metrics.similarity import sts
+
+        return {"sts": sts(*_texts(batch), self.encoder)}, {}
+
+
+# ------------------------------------------------------------------ NLI based
+
+
+@register_family("statement_nli")
+class StatementNLI(Family):
+    """StEnt, StEnt-bin and StCoh (seed 000 eq. 9-11) on statement sentences."""
+
+    metrics = NLI_METRICS
+    roles = ("nli",)
+    needs_statements = True
+    uses_nli = True
+
+    def setup(self):
+        self.scorer = self.ctx.nli_client()
+
+    def score(self, batch):
+        from rexeval.pipelines.evaluate.statement_nli import score_statement_nli
+
+        got = score_statement_nli(batch["gen_sentences"], batch["ref_sentences"], self.scorer,
+                                  empty=self.ctx.empty)
+        return got.values, got.counts
+
+
+@register_family("summac_zs")
+class SummacZS(Family):
+    """SummaC-ZS (eq. 4): generated sentences checked against reference sentences."""
+
+    metrics = ("summac_zs",)
+    roles = ("nli",)
+    uses_nli = True
+
+    def setup(self):
+        self.scorer = self.ctx.nli_client()
+
+    def score(self, batch):
+        from rexeval.metrics.summac import summac_zs_scores
+
+        return {"summac_zs": summac_zs_scores(*_texts(batch), self.scorer, empty=self.ctx.empty)}, {}
+
+
+@register_family("summac_conv")
+class SummacConv(Family):
+    metrics = ("summac_conv",)
+    roles = ("nli", "summac_conv")
+    uses_nli = True
+
+    def setup(self):
+        from rexeval.metrics.summac import load_conv_head
+
+        self.scorer = self.ctx.nli_client()
+        self.head = load_conv_head(self.ctx.locations["summac_conv"], device=self.ctx.device)
+
+    def score(self, batch):
+        from rexeval.metrics.summac import summac_conv_scores
+
+        return {"summac_conv": summac_conv_scores(*_texts(batch), self.scorer, self.head,
+                                                  empty=self.ctx.empty)}, {}
+
+
+@register_family("alignscore")
+class AlignScore(Family):
+    metrics = ("alignscore",)
+    roles = ("alignscore",)
+    batch_size = 128
+
+    def setup(self):
+        from rexeval.models.encoders.alignscore import build_alignscore
+
+        self.scorer = build_alignscore(self.ctx.locations["alignscore"], device=self.ctx.device)
+
+    def score(self, batch):
+        from rexeval.metrics.alignment import alignscore_scores
+
+        return {"alignscore": alignscore_scores(*_texts(batch), self.scorer, empty=self.ctx.empty)}, {}
+
+
+# --------------------------------------------------------- generative models
+
+
+@register_family("bartscore")
+class BartScore(Family):
+    metrics = ("bartscore",)
+    roles = ("bartscore",)
+    batch_size = 128
+
+    def score(self, batch):
+        from rexeval.metrics.learned import bartscore_scores
+
+        return {"bartscore": bartscore_scores(*_texts(batch), self.ctx.locations["bartscore"],
+                                              device=self.ctx.device)}, {}
+
+
+@register_family("bleurt")
+class Bleurt(Family):
+    metrics = ("bleurt",)
+    roles = ("bleurt",)
+
+    def score(self, batch):
+        from rexeval.metrics.learned import bleurt_scores
+
+        return {"bleurt": bleurt_scores(*_texts(batch), self.ctx.locations["bleurt"], device=self.ctx.device)}, {}
+
+
+@register_family("questeval")
+class QuestEval(Family):
+    metrics = ("questeval", "questeval_p", "questeval_r")
+    roles = ("questeval_qg", "questeval_qa", "spacy")
+    batch_size = 64
+
+    def score(self, batch):
+        from rexeval.metrics.questeval import questeval_scores
+
+        got = questeval_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
+                               self.ctx.locations["questeval_qa"], device=self.ctx.device)
+        return {m: got[m] for m in self.metrics}, {}
+
+
+@register_family("st2exp")
+class St2Exp(Family):
+    """St2Exp-P/R/F1 (eq. 6-8): an LLM verifier votes on each statement against the
+    other side's whole explanation."""
+
+    metrics = ST2EXP_METRICS
+    roles = ("judge_llm",)
+    needs_statements = True
+    uses_llm = True
+    batch_size = 64
+
+    def setup(self):
+        from rexeval.pipelines.core.llm_job import llm_generate
+
+        spec = self.ctx.llm
+        self.llm = llm_generate(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))
+
+    def score(self, batch):
+        from rexeval.pipelines.evaluate.st2exp import score_st2exp
+
+        got, _ = score_st2exp(batch["gen_sentences"], list(batch["reference"]), batch["ref_sentences"],
+                              list(batch["explanation"]), self.llm, unparseable=self.ctx.unparseable,
+                              empty=self.ctx.empty, max_retries=int(self.ctx.llm.get("max_retries", 1)))
+        return got.values, got.counts
+
+
+CORPUS_METRICS = ("bleu-1", "bleu-4", "usr", "fcr", "div")
+
+
+def corpus_scores(explanations: list[str], references: list[str], vocabulary: tuple[str, ...]) -> dict[str, float]:
+    """One value per system: corpus BLEU-1/4, USR, and FCR/DIV over the features the
+    explanations mention (features: the reference statements' topics)."""
+    from rexeval.metrics.text_overlap import (
+        bleu_1,
+        bleu_4,
+        extract_features,
+        feature_coverage_ratio,
+        feature_diversity,
+        unique_sentence_ratio,
+    )
+
+    feats = [extract_features(e, vocabulary) for e in explanations]
+    return {"bleu-1": bleu_1(explanations, references), "bleu-4": bleu_4(explanations, references),
+            "usr": unique_sentence_ratio(explanations),
+            "fcr": feature_coverage_ratio(feats, vocabulary), "div": feature_diversity(feats)}

@@ -1,0 +1,522 @@
+"""The evaluation job: explanations + references in, per-example scores, aggregates
+and seed 000's tables out.
+
+1. Inputs become one EXAMPLES table (`pipelines.evaluate.inputs`); rows that cannot be
+   scored go to `errors.parquet` with the reason. With `extract`, the extraction stage
+   (`rexeval extract`, seed 000 triplets) first writes the statements of the systems
+   that came without them.
+2. Each metric family (`pipelines.evaluate.families`) whose models are available runs
+   as a Ray Data job over chunks of examples: an actor pool loads the family's model
+   once per actor and writes each chunk's long-format scores as a shard, so a re-run
+   resumes at the first unfinished chunk (and a family whose settings changed is
+   recomputed alone).
+3. The NLI families call the NLI Serve deployment: the one named by `nli_service`, or
+   one this job starts on its Ray cluster (and stops at the end) when none is running.
+4. The driver adds the corpus-level metrics, aggregates (mean, population std, n,
+   bootstrap interval) and writes the tables.
+
+Families that cannot run (no model for a role in the profile, missing data, no
+statement sets for a system) are listed in the report with the reason; no other model
+stands in for a missing one.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import Field
+
+from rexeval.pipelines.evaluate.families import CORPUS_METRICS, FAMILIES, EvalContext, Family, corpus_scores
+from rexeval.pipelines.evaluate.inputs import (
+    EXAMPLES,
+    build_examples,
+    read_explanations,
+    systems_of,
+)
+from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
+from rexeval.pipelines.core.stage import Resources, Stage
+
+JOB = "evaluate"
+ALL = "all"
+
+
+class EvaluateConfig(LLMJobSettings):
+    """Settings of `rexeval evaluate` (YAML or flags)."""
+
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
+    out: str
+    references: str | None = Field(None, description="ground-truth job folder (texts + statement sentences)")
+    statements: list[str] = Field(default_factory=list,
+                                  description="statements of the generated explanations (Parquet or JSONL)")
+    extract: bool = Field(False, description="extract statements for systems that came without them")
+    domain: str | None = Field(None, description="topic table for --extract (default: generic)")
+    metrics: list[str] = Field(default_factory=lambda: [ALL], description="families or metric names")
+    skip: list[str] = Field(default_factory=list, description="families or metric names to leave out")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="first N examples of each system")
+    empty: Literal["skip", "zero"] = "skip"
+    unparseable: Literal["zero", "skip"] = "zero"
+    nli_service: str = Field("auto", description="auto | none | serve:APP | http://host:port/route")
+    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
+    nli_replicas: int = Field(1, ge=1)
+    nli_gpus: float = Field(0.0, ge=0)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    device: str = "auto"
+    chunk_size: int = Field(512, ge=1)
+    bootstrap: int = Field(1000, ge=0)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    seed: int = 0
+    dataset: str = ""
+
+
+# ------------------------------------------------------------------ selection
+
+
+def select_families(names: list[str], skip: list[str]) -> list[str]:
+    """Family names from family or metric names ("all" = every family)."""
+    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics}
+    by_metric.update({m: "corpus" for m in CORPUS_METRICS})
+
+    def expand(items: list[str]) -> list[str]:
+        out = []
+        for x in items:
+            if x == ALL:
+                out += [*FAMILIES, "corpus"]
+            elif x in FAMILIES or x == "corpus":
+                out.append(x)
+            elif x in by_metric:
+                out.append(by_metric[x])
+            else:
+                raise ValueError(f"unknown metric or family {x!r}; families: {', '.join([*FAMILIES, 'corpus'])}")
+        return list(dict.fromkeys(out))
+
+    drop = set(expand(skip))
+    return [f for f in expand(names) if f not in drop]
+
+
+def missing_roles(cls: type[Family], profile, nli_remote: bool) -> list[str]:
+    roles = [r for r in cls.roles if not (r == "nli" and cls.uses_nli and nli_remote)]
+    return [r for r in roles if profile.ref(r) is None]
+
+
+def role_reason(profile, roles: list[str]) -> str:
+    notes = [f"{r}: {profile.notes[r]}" if r in profile.notes else f"{r}: not set" for r in roles]
+    return (f"profile {profile.name!r} has no model for " + "; ".join(notes)
+            + " (pass --model " + " --model ".join(f"{r}=PATH" for r in roles) + ")")
+
+
+def statement_gaps(examples: pa.Table) -> dict[str, str]:
+    """Systems whose statement sets are unknown, with why."""
+    gaps = {}
+    gen_null = pc.is_null(examples.column("gen_sentences")).to_numpy(zero_copy_only=False)
+    ref_null = pc.is_null(examples.column("ref_sentences")).to_numpy(zero_copy_only=False)
+    sys = np.asarray(examples.column("system").to_pylist(), dtype=object)
+    for s in systems_of(examples):
+        m = sys == s
+        if ref_null[m].all():
+            gaps[s] = "no reference statements (pass --references: a ground-truth job folder)"
+        elif gen_null[m].all():
+            gaps[s] = (f"no statements for system {s!r} (pass --statements FILE, or --extract to run "
+                       "the extraction stage on its explanations)")
+    return gaps
+
+
+# ------------------------------------------------------------------ running
+
+
+class FamilyStage(Stage):
+    """Scores chunks of examples for one family and writes each chunk as a shard."""
+
+    batch_size = 1
+
+    def __init__(self, family: type[Family], ctx: EvalContext, examples_path: str, rows: np.ndarray,
+                 chunk: int, output: ShardedOutput, resources: Resources):
+        self.family, self.ctx, self.examples_path = family, ctx, examples_path
+        self.rows, self.chunk, self.output, self.resources = rows, chunk, output, resources
+        self.name = f"evaluate:{family.name}"
+
+    def setup(self) -> None:
+        from rexeval.pipelines.core.stage import use_cpus
+
+        use_cpus(self.resources)
+        self.impl = self.family(self.ctx)
+        self.impl.setup()
+        self.examples = read_table(self.examples_path, EXAMPLES)
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for shard in batch.column("shard").to_pylist():
+            rows = self.rows[shard * self.chunk:(shard + 1) * self.chunk]
+            part = self.examples.take(pa.array(rows))
+            cols = {c: part.column(c).to_pylist() for c in part.column_names}
+            values, counts = self.impl.score(cols)
+            table = long_scores(cols["example_id"], cols["system"], values, self.family.metrics)
+            counts = {"examples": part.num_rows, **{k: v for k, v in counts.items() if k != "n_examples"}}
+            self.output.write_shard(shard, {"scores": table}, counts)
+            out.append({"shard": shard, "examples": part.num_rows, "counts": json.dumps(counts)})
+        return pa.Table.from_pylist(out)
+
+
+def long_scores(example_ids: list[str], systems: list[str], values: dict[str, np.ndarray],
+                metrics: tuple[str, ...]) -> pa.Table:
+    """Per-example values -> SCORES rows (example, system, metric, value), metric order kept."""
+    n = len(example_ids)
+    names = [m for m in metrics if m in values]
+    for m in names:
+        if len(values[m]) != n:
+            raise ValueError(f"metric {m} returned {len(values[m])} values for {n} examples")
+    return pa.table({
+        "example_id": pa.array(example_ids * len(names), pa.string()),
+        "system": pa.array(systems * len(names), pa.string()),
+        "metric": pa.array([m for m in names for _ in range(n)], pa.string()),
+        "value": pa.array(np.concatenate([np.asarray(values[m], dtype=np.float64) for m in names])
+                          if names else np.zeros(0), pa.float64()),
+    }, schema=SCORES)
+
+
+def _hash_file(path: Path) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _family_resources(cls: type[Family], cfg: EvaluateConfig) -> Resources:
+    """NLI and model-free families: one CPU per actor. Model families: the CPUs free now
+    (a running Serve replica may hold some) shared by `workers` actors."""
+    if cls.uses_nli or not (cls.roles or cls.uses_llm):
+        return Resources(cpus=1)
+    if cfg.cpus_per_worker:
+        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
+    import ray
+
+    free = ray.available_resources().get("CPU", 1)
+    return Resources(cpus=max(1.0, float(int(free // cfg.workers))), gpus=cfg.gpus_per_worker)
+
+
+def _file_info(paths) -> list[dict]:
+    return [{"path": str(Path(p).resolve()), "size": _size(Path(p))} for p in paths]
+
+
+def _size(p: Path) -> int:
+    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+
+
+class NLIService:
+    """The NLI scorer the job's families call; starts a deployment when asked to."""
+
+    def __init__(self, cfg: EvaluateConfig, profile, progress):
+        from rexeval.serve.common import AppLease
+        from rexeval.serve.nli import APP_NAME
+
+        self.cfg, self.profile, self.progress = cfg, profile, progress
+        self.lease = AppLease(APP_NAME, "NLI", progress)
+
+    def address(self) -> str:
+        s = self.cfg.nli_service
+        if s == "none" or s.startswith(("http://", "https://", "serve:")):
+            return s
+        if s != "auto":
+            raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
+        from rexeval.serve.nli import NLIServeConfig, start_nli_service
+
+        ref = self.profile.require("nli")
+        serve_cfg = NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
+                                   max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus)
+        return self.lease.acquire(lambda: start_nli_service(serve_cfg, port=self.cfg.serve_port), ref,
+                                  f"127.0.0.1:{self.cfg.serve_port}")
+
+    def stop(self) -> None:
+        """Leave the cluster as the job found it (see `serve.common.AppLease`)."""
+        self.lease.release()
+
+
+def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
+                 progress: Callable[[str], None] = print) -> dict:
+    """Run the job end to end (resuming) and return its report."""
+    from rexeval.models.profiles import load_profile
+    from rexeval.models.refs import resolve
+
+    t0 = time.time()
+    profile = load_profile(cfg.profile, cfg.models)
+    root = Path(cfg.out)
+    explanations = read_explanations(cfg.explanations)
+    conf = {"explanations": _file_info(cfg.explanations),
+            "references": _file_info([cfg.references]) if cfg.references else None,
+            "statements": _file_info(cfg.statements), "extract": cfg.extract, "domain": cfg.domain,
+            "systems": cfg.systems, "limit": cfg.limit}
+    top = ShardedOutput(root, JOB, conf, []).open(overwrite=overwrite)
+    statement_files = list(cfg.statements)
+    extract_errors, extracted = None, []
+    if cfg.extract and not cfg.domain:
+        from rexeval.prompts import list_domains
+
+        raise ValueError("--extract needs --domain: the topic table the extraction prompt uses for the "
+                         f"explanations (one of {', '.join(list_domains())})")
+    if cfg.extract:
+        path, extract_errors, extracted = extract_statements(cfg, explanations, statement_files,
+                                                             root / "extract", progress)
+        if path:
+            statement_files.append(path)
+    examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
+                                              cfg.systems, known_systems=extracted)
+    if extract_errors is not None and extract_errors.num_rows:
+        errors = pa.concat_tables([errors, extract_errors])
+    write_parquet_atomic(root / "examples.parquet", examples)
+    write_parquet_atomic(root / "errors.parquet", errors)
+    systems = systems_of(examples)
+    progress(f"evaluate: {examples.num_rows} example(s) of {len(systems)} system(s) "
+             f"({', '.join(systems)}); {errors.num_rows} error row(s) -> {root}")
+
+    families = select_families(cfg.metrics, cfg.skip)
+    gaps = statement_gaps(examples)
+    remote = cfg.nli_service.startswith(("http://", "https://", "serve:"))
+    skipped: dict[str, str] = {}
+    partial: dict[str, dict[str, str]] = {}
+    plan: list[tuple[type[Family], np.ndarray]] = []
+    sys_col = np.asarray(examples.column("system").to_pylist(), dtype=object)
+    for name in families:
+        if name == "corpus":
+            continue
+        cls = FAMILIES[name]
+        miss = missing_roles(cls, profile, remote)
+        why = role_reason(profile, miss) if miss else cls.unavailable(EvalContext())
+        if why:
+            skipped[name] = why
+            continue
+        ok = np.ones(len(sys_col), dtype=bool)
+        if cls.needs_statements and gaps:
+            partial[name] = {s: gaps[s] for s in systems if s in gaps}
+            ok = ~np.isin(sys_col, list(gaps))
+            if not ok.any():
+                skipped[name] = "; ".join(f"{s}: {w}" for s, w in partial.pop(name).items())
+                continue
+        plan.append((cls, np.flatnonzero(ok)))
+
+    needed = {r for cls, _ in plan for r in cls.roles if not (r == "nli" and cls.uses_nli and remote)}
+    refs = {r: profile.ref(r) for r in needed}
+    locations = {r: resolve(ref).location for r, ref in refs.items()}
+    llm = {}
+    if any(cls.uses_llm for cls, _ in plan):
+        c = cfg.with_resolved_cache()
+        llm = {"backend": cfg.backend or profile.llm_backend, "model": refs["judge_llm"],
+               "options": dict(cfg.backend_options), "cache": c.cache_path(), "max_retries": cfg.max_retries}
+    vocab = tuple(sorted({t for ts in examples.column("ref_topics").to_pylist() for t in (ts or [])}))
+    from rexeval.models.encoders.embedder import resolve_device
+
+    ctx = EvalContext(locations=locations, refs=refs, bertscore_num_layers=profile.bertscore_num_layers,
+                      device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
+                      nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm)
+    service = NLIService(cfg, profile, progress)
+    examples_hash = _hash_file(root / "examples.parquet")
+    family_counts: dict[str, dict] = {}
+    # Families that call the NLI service run last, so the deployment's replica does
+    # not hold CPUs the other families' actor pools wait for.
+    plan.sort(key=lambda p: p[0].uses_nli)
+    nli_error: Exception | None = None
+    try:
+        for cls, rows in plan:
+            try:
+                if cls.uses_nli and nli_error is not None:
+                    raise nli_error
+                if (cls.uses_nli and ctx.nli_service == "none" and cfg.nli_service != "none"
+                        and not family_done(root, cls, family_config(cls, ctx, cfg, rows, examples_hash))):
+                    try:
+                        ctx.nli_service = service.address()
+                    except Exception as exc:  # noqa: BLE001  (reported for every NLI family)
+                        nli_error = exc
+                        raise
+                family_counts[cls.name] = run_family(cls, ctx, cfg, root, rows, examples_hash, progress)
+            except Exception as exc:  # noqa: BLE001  (one broken family must not sink the others)
+                reason = failure_reason(exc)
+                skipped[cls.name] = reason
+                progress(f"  {cls.name}: {reason}")
+    finally:
+        service.stop()
+
+    ran = [cls.name for cls, _ in plan if cls.name in family_counts]
+    scores = collect_scores(root, ran)
+    write_parquet_atomic(root / "scores.parquet", scores)
+    agg = aggregate(scores, cfg)
+    if "corpus" in families:
+        agg = pd.concat([agg, corpus_frame(corpus_rows(examples, vocab))], ignore_index=True)
+    agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
+                               source="aggregates")
+    write_parquet_atomic(root / "aggregates.parquet", agg_table)
+    from rexeval.pipelines.evaluate.report import results_csv, results_markdown
+
+    md = results_markdown(agg, dataset=cfg.dataset, systems=systems)
+    (root / "tables.md").write_text(md)
+    (root / "tables.csv").write_text(results_csv(agg))
+    report = {"counts": {**counts, "scores": scores.num_rows},
+              "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
+              "family_counts": family_counts, "nli_service": ctx.nli_service,
+              "models": refs, "elapsed_s": round(time.time() - t0, 2)}
+    write_json_atomic(root / "report.json", report)
+    top.finish(0, counts={**counts, "scores": scores.num_rows})
+    report["tables_md"] = md
+    return report
+
+
+def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows: np.ndarray,
+                  examples_hash: str) -> dict:
+    """What decides a family's results (its folder is recomputed when this changes)."""
+    return {"family": cls.name, "metrics": list(cls.metrics), "examples": examples_hash,
+            "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
+            "models": {r: ctx.refs.get(r) for r in cls.roles},
+            "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,
+            "bertscore_num_layers": ctx.bertscore_num_layers if cls.name == "bertscore" else None,
+            "nli_scorer": cfg.nli_scorer if cls.uses_nli else None,
+            "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
+
+
+def family_done(root: Path, cls: type[Family], fconf: dict) -> bool:
+    """A family whose folder is complete for these settings (then the NLI deployment
+    need not start for it)."""
+    from rexeval.pipelines.core.io import config_hash
+
+    p = root / "families" / cls.name / "manifest.json"
+    if not p.exists():
+        return False
+    m = json.loads(p.read_text())
+    return m.get("status") == "complete" and m.get("config_hash") == config_hash(fconf)
+
+
+def failure_reason(exc: BaseException) -> str:
+    """One line for the report: the root error, not Ray's wrapper around it."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    root = next((ln for ln in reversed(lines) if ln.split(":", 1)[0].endswith(("Error", "Exception",
+                                                                               "Unavailable"))), None)
+    return "failed: " + (root or f"{type(exc).__name__}: {lines[0] if lines else ''}")[:400]
+
+
+def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Path, rows: np.ndarray,
+               examples_hash: str, progress) -> dict:
+    """One family over its examples, chunk by chunk on Ray Data; finished chunks kept."""
+    from rexeval.pipelines.core.runtime import run_tasks
+
+    fconf = family_config(cls, ctx, cfg, rows, examples_hash)
+    # A family's folder holds derived results only: other settings replace them.
+    out = ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]).open(overwrite=True)
+    n_chunks = max(1, -(-len(rows) // cfg.chunk_size))
+    done = out.done_shards()
+    todo = [{"shard": i} for i in range(n_chunks) if i not in done]
+    if not todo:
+        progress(f"  {cls.name}: already done ({len(rows)} examples)")
+    else:
+        progress(f"  {cls.name}: {len(rows)} examples in {n_chunks} chunk(s)"
+                 + (f", {len(done)} already done" if done else ""))
+        res = _family_resources(cls, cfg)
+        stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, out, res)
+        for k, row in enumerate(run_tasks(todo, stage, _actors(cls, res, cfg, len(todo))), 1):
+            progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{len(todo)})")
+    return out.finish(n_chunks)["counts"]
+
+
+def _actors(cls: type[Family], res: Resources, cfg: EvaluateConfig, tasks: int) -> int:
+    """Model families: `workers` actors (each loads the model); the others: as many as
+    the CPUs free now allow (a Serve replica may hold some), never more than tasks."""
+    if cls.uses_llm or cls.roles:
+        n = cfg.workers
+    else:
+        import ray
+
+        n = int(ray.available_resources().get("CPU", 1) // max(res.cpus, 0.001))
+    return max(1, min(n, tasks))
+
+
+def collect_scores(root: Path, families: list[str]) -> pa.Table:
+    parts = [read_table(root / "families" / f / "scores", SCORES) for f in families
+             if (root / "families" / f / "scores").exists()]
+    return pa.concat_tables(parts) if parts else SCORES.empty_table()
+
+
+def aggregate(scores: pa.Table, cfg: EvaluateConfig) -> pd.DataFrame:
+    from rexeval.metrics.aggregate import aggregate_scores
+
+    df = scores.select(["system", "metric", "value"]).to_pandas()
+    agg = aggregate_scores(df, confidence=cfg.confidence, n_resamples=max(cfg.bootstrap, 1), seed=cfg.seed)
+    if cfg.bootstrap == 0:
+        agg["ci_low"] = np.nan
+        agg["ci_high"] = np.nan
+    agg["kind"] = "per_example"
+    return agg
+
+
+def corpus_rows(examples: pa.Table, vocab: tuple[str, ...]) -> dict[str, dict[str, float]]:
+    out = {}
+    sys = examples.column("system").to_pylist()
+    expl, ref = examples.column("explanation").to_pylist(), examples.column("reference").to_pylist()
+    for s in sorted(set(sys)):
+        idx = [i for i, x in enumerate(sys) if x == s]
+        out[s] = corpus_scores([expl[i] for i in idx], [ref[i] for i in idx], vocab) | {"_n": len(idx)}
+    return out
+
+
+def corpus_frame(corpus: dict[str, dict[str, float]]) -> pd.DataFrame:
+    rows = [{"system": s, "metric": m, "mean": v, "std": np.nan, "n": vals["_n"], "n_missing": 0,
+             "ci_low": np.nan, "ci_high": np.nan, "kind": "corpus"}
+            for s, vals in corpus.items() for m, v in vals.items() if m != "_n"]
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------ extraction
+
+
+def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_files: list[str], folder: Path,
+                       progress) -> tuple[str | None, pa.Table | None, list[str]]:
+    """Run the extraction stage (seed 000 triplets) on the explanations of systems that
+    have no statements yet; returns an EXPLANATION_STATEMENTS file and the stage's
+    error rows."""
+    from rexeval.pipelines.evaluate.inputs import read_statement_rows
+    from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
+
+    have = {r["system"] for _, _, r in read_statement_rows(statement_files)}
+    t = explanations
+    keep = [s not in have and (cfg.systems is None or s in cfg.systems) for s in t.column("system").to_pylist()]
+    t = t.filter(pa.array(keep))
+    if cfg.limit is not None:
+        sys = t.column("system").to_pylist()
+        seen: dict[str, int] = {}
+        mask = []
+        for s in sys:
+            seen[s] = seen.get(s, 0) + 1
+            mask.append(seen[s] <= cfg.limit)
+        t = t.filter(pa.array(mask))
+    if not t.num_rows:
+        return None, None, []
+    ids = [f"{s}::{e}" for s, e in zip(t.column("system").to_pylist(), t.column("example_id").to_pylist())]
+    reviews = pa.table({"review_id": ids, "user_id": t.column("user_id"), "item_id": t.column("item_id"),
+                        "rating": pa.array([0.0] * t.num_rows, pa.float32()),
+                        "timestamp": pa.array([0] * t.num_rows, pa.int64()),
+                        "text": t.column("explanation"), "category": pa.array([cfg.domain] * t.num_rows, pa.string()),
+                        "source": pa.array(["explanations"] * t.num_rows, pa.string()),
+                        "line": pa.array(range(1, t.num_rows + 1), pa.int64())})
+    reviews = validate_table(reviews, "reviews", source="explanations")
+    folder.mkdir(parents=True, exist_ok=True)
+    write_parquet_atomic(folder / "explanations_as_reviews.parquet", reviews)
+    progress(f"  extract: statements of {t.num_rows} explanation(s) with the extraction stage")
+    fields = {k: getattr(cfg, k) for k in ("profile", "models", "backend", "backend_options", "max_retries",
+                                           "workers", "cpus_per_worker", "gpus_per_worker", "cache", "use_cache")}
+    run_extract(ExtractConfig(input=str(folder / "explanations_as_reviews.parquet"), out=str(folder / "run"),
+                              method="triplets", domain=cfg.domain, **fields), progress=progress)
+    st = read_table(folder / "run" / "statements", "statements")
+    st = st.filter(pc.equal(st.column("stage"), "triplet"))
+    keys = [r.split("::", 1) for r in st.column("review_id").to_pylist()]
+    out = pa.table({"example_id": [k[1] for k in keys], "system": [k[0] for k in keys],
+                    "statement": st.column("statement"), "topic": st.column("topic"),
+                    "sentiment": st.column("sentiment")}, schema=EXPLANATION_STATEMENTS)
+    write_parquet_atomic(folder / "statements.parquet", out)
+    errors = read_table(folder / "run" / "errors", "errors") if (folder / "run" / "errors").exists() else None
+    return str(folder / "statements.parquet"), errors, sorted(set(t.column("system").to_pylist()))

@@ -1,0 +1,106 @@
+"""St2Exp (seed 000, eq. 6-8): an LLM verifier votes 1/0 on whether each statement is
+backed by the other side's explanation text.
+
+Precision votes check every generated statement against the reference explanation;
+recall votes check every reference statement against the generated explanation. Each
+distinct (statement, document) pair is asked once, greedily (temperature 0, a few
+tokens), through any LLM backend (with the call cache, a re-run costs nothing). An
+answer without a readable verdict (`pipelines.evaluate.verdicts.parse_binary_verdict`) is asked
+again with the reason, at most `max_retries` times; what is still unreadable counts as
+unparseable and the metric's `unparseable` policy decides (default: unsupported).
+Backend errors count the same way, separately.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rexeval.metrics.statement_level import BatchScores, st2exp_batch
+from rexeval.pipelines.evaluate.verdicts import parse_binary_verdict
+
+MAX_TOKENS = 8
+
+
+@dataclass
+class VerifierStats:
+    """What the verifier cost and how often it could not be read."""
+
+    asked: int = 0  # distinct (statement, document) pairs
+    calls: int = 0  # LLM requests, retries included
+    retries: int = 0
+    unparseable: int = 0  # distinct pairs without a verdict after the retries
+    errors: int = 0  # distinct pairs whose last call failed in the backend
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    seconds: float = 0.0
+    raw_unparseable: list[str] = field(default_factory=list)  # a few examples, for the report
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "raw_unparseable"} | {
+            "raw_unparseable_examples": self.raw_unparseable[:5]}
+
+
+def verify(tasks: Sequence[tuple[str, str]], llm, max_retries: int = 1,
+           max_tokens: int = MAX_TOKENS) -> tuple[list[int | None], VerifierStats]:
+    """Votes (1, 0 or None) for (statement, document) tasks; distinct tasks asked once."""
+    from rexeval.models.llm.base import ChatRequest, SamplingParams
+    from rexeval.prompts import load_prompt
+
+    prompt, retry = load_prompt("st2exp_verify"), load_prompt("verdict_retry")
+    index: dict[tuple[str, str], int] = {}
+    inverse = [index.setdefault((s, d), len(index)) for s, d in tasks]
+    unique = list(index)
+    stats = VerifierStats(asked=len(unique))
+    sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
+    convs = [prompt.render(statement=s, document=d) for s, d in unique]
+    votes: list[int | None] = [None] * len(unique)
+    failed = [False] * len(unique)
+    todo = list(range(len(unique)))
+    for attempt in range(max_retries + 1):
+        if not todo:
+            break
+        results = llm.generate([ChatRequest(messages=convs[i], sampling=sampling) for i in todo])
+        stats.calls += len(todo)
+        stats.retries += len(todo) if attempt else 0
+        again = []
+        for i, res in zip(todo, results):
+            stats.prompt_tokens += res.prompt_tokens
+            stats.completion_tokens += res.completion_tokens
+            stats.seconds += res.seconds
+            failed[i] = res.error is not None
+            votes[i] = None if failed[i] else parse_binary_verdict(res.text)
+            if votes[i] is None and not failed[i]:
+                problem = "it was empty" if not (res.text or "").strip() else "it held no single 1 or 0"
+                convs[i] = convs[i] + [{"role": "assistant", "content": res.text or ""},
+                                       retry.render(problem=problem, expected="1 or 0")[-1]]
+                again.append(i)
+        todo = again
+    for i, v in enumerate(votes):
+        if v is None:
+            stats.errors += failed[i]
+            stats.unparseable += not failed[i]
+            if not failed[i] and len(stats.raw_unparseable) < 5:
+                stats.raw_unparseable.append(convs[i][-2]["content"])
+    return [votes[j] for j in inverse], stats
+
+
+def score_st2exp(gen_statements: Sequence[Sequence[str]], ref_texts: Sequence[str],
+                 ref_statements: Sequence[Sequence[str]], gen_texts: Sequence[str], llm,
+                 unparseable: str = "zero", empty: str = "skip", max_retries: int = 1
+                 ) -> tuple[BatchScores, VerifierStats]:
+    """St2Exp-P/R/F1 per example: generated statements against the reference text,
+    reference statements against the generated text, in one verifier batch."""
+    b = len(gen_statements)
+    if not (len(ref_texts) == len(ref_statements) == len(gen_texts) == b):
+        raise ValueError("gen_statements, ref_texts, ref_statements and gen_texts differ in length")
+    p_tasks = [(s, ref_texts[e]) for e in range(b) for s in gen_statements[e]]
+    r_tasks = [(s, gen_texts[e]) for e in range(b) for s in ref_statements[e]]
+    votes, stats = verify(p_tasks + r_tasks, llm, max_retries=max_retries)
+    flat = np.array([np.nan if v is None else v for v in votes], dtype=np.float64)
+    n = np.array([len(s) for s in gen_statements], dtype=np.int64)
+    m = np.array([len(s) for s in ref_statements], dtype=np.int64)
+    out = st2exp_batch(flat[:len(p_tasks)], n, flat[len(p_tasks):], m, unparseable=unparseable, empty=empty)
+    out.counts.update({"verifier_" + k: v for k, v in stats.as_dict().items() if k != "raw_unparseable_examples"})
+    return out, stats

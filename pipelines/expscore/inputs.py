@@ -1,0 +1,243 @@
+"""Reading and validating ExpScore's input files, so the runners only see clean rows.
+
+Explanation tables are Parquet (a file or a folder of parts), CSV (with a header) or
+JSON lines, one explanation per row, with columns named in the config: the text, the
+item id, the human rating (training; optional when scoring) and, optionally, an example
+id and the item's feature words (a list, a JSON array string, or words separated by
+";"). The item's reviews (for relevance, REL) come from a REVIEWS table (`rexeval
+ingest` output or a Parquet file) or from a column holding them.
+
+Nothing is lost: a row that cannot be used becomes an error row naming the file, the
+row (1-based: the line of a JSON-lines file, the record number of a CSV or Parquet
+file) and the field.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from rexeval.metrics.expscore_factors import words
+from rexeval.pipelines.core.io import json_lines, read_table
+
+if TYPE_CHECKING:
+    from rexeval.pipelines.expscore.pipeline import _Inputs
+
+
+def _cell(value: Any) -> Any:
+    """A table cell as a plain Python value (NaN / NA -> None)."""
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    try:
+        if pd.isna(value) is True:
+            return None
+    except (TypeError, ValueError):
+        pass
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def read_rows(path: str | Path) -> tuple[list[dict], list[dict], list[str]]:
+    """(rows, error rows, column names) of one explanation file. Each row carries
+    `_source` and `_line`; a JSON-lines line that is not a JSON object is an error row."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such input: {p}")
+    rows: list[dict] = []
+    errors: list[dict] = []
+    if p.is_dir() or p.suffix == ".parquet":
+        frame = pd.concat([pd.read_parquet(f) for f in _parquet_files(p)], ignore_index=True)
+    elif p.suffix in (".jsonl", ".json"):
+        columns: dict[str, None] = {}
+
+        def bad(n: int, problem: str, line: str) -> None:
+            errors.append(error_row(str(p), n, None, None, "bad_json", problem, line))
+
+        for n, obj in json_lines(p, "explanations", on_bad=bad):
+            columns.update(dict.fromkeys(obj))
+            rows.append({**obj, "_source": str(p), "_line": n})
+        return rows, errors, list(columns)
+    elif p.suffix == ".csv":
+        frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    else:
+        raise ValueError(f"{p}: unknown input format (use .parquet, a folder of Parquet parts, .csv or .jsonl)")
+    for n, rec in enumerate(frame.to_dict("records"), start=1):
+        rows.append({**{k: _cell(v) for k, v in rec.items()}, "_source": str(p), "_line": n})
+    return rows, errors, [str(c) for c in frame.columns]
+
+
+def _parquet_files(p: Path) -> list[Path]:
+    if p.is_file():
+        return [p]
+    files = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
+    if not files:
+        raise FileNotFoundError(f"{p}: no Parquet parts in this folder")
+    return files
+
+
+def error_row(source: str | None, line: int | None, row_id: str | None, field: str | None, kind: str,
+              message: str, raw: Any = None) -> dict:
+    """One error row (the ERRORS columns but `stage`); `raw` is kept as text."""
+    raw_text = raw if isinstance(raw, str) or raw is None else json.dumps(raw, default=str)[:2000]
+    return {"source": source, "line": line, "row_id": row_id, "field": field, "error_type": kind,
+            "message": message, "raw": raw_text}
+
+
+def parse_list(value: Any) -> list[str] | None:
+    """A list of strings from a cell: a list, a JSON array string, or "a; b" text.
+    None when the value cannot be one."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        text = value.strip()
+        if text.startswith("["):
+            try:
+                value = json.loads(text)
+            except json.JSONDecodeError:
+                return None
+        else:
+            return [s.strip() for s in text.split(";") if s.strip()]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return [v for v in value if v.strip()]
+    return None
+
+
+def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"],
+                 scale: tuple[float, float] = (1, 5)) -> tuple[dict | None, dict | None]:
+    """(clean row, None) or (None, error row) for one input row; ratings must lie in `scale`."""
+    src, line = raw.get("_source"), raw.get("_line")
+    rid = raw.get(cfg.id_column)
+    row_id = str(rid) if rid is not None and str(rid).strip() else f"{Path(str(src)).name}:{line}"
+    clean_raw = {k: v for k, v in raw.items() if not k.startswith("_")}
+
+    def fail(field: str, kind: str, message: str):
+        return None, error_row(src, line, row_id, field, kind, message, clean_raw)
+
+    text = raw.get(cfg.text_column)
+    if not isinstance(text, str) or not text.strip():
+        return fail(cfg.text_column, "missing_text", "the explanation is missing or empty")
+    if not words(text):
+        return fail(cfg.text_column, "no_words", "the explanation has no words")
+    item = raw.get(cfg.item_column)
+    if item is None or not str(item).strip():
+        return fail(cfg.item_column, "missing_item", "the item id is missing")
+    value = raw.get(cfg.rating_column)
+    label = None
+    if value is None:
+        if rating == "required":
+            return fail(cfg.rating_column, "missing_rating", "the human rating is missing")
+    else:
+        try:
+            label = float(value)
+        except (TypeError, ValueError):
+            return fail(cfg.rating_column, "bad_rating", f"the rating {value!r} is not a number")
+        lo, hi = scale
+        if not math.isfinite(label) or not lo <= label <= hi:
+            return fail(cfg.rating_column, "bad_rating", f"the rating {value!r} is outside {lo}..{hi}")
+    features = parse_list(raw.get(cfg.features_column))
+    if features is None:
+        return fail(cfg.features_column, "bad_features",
+                    "features must be a list of strings, a JSON array of strings, or text separated by ';'")
+    row = {"example_id": row_id, "source": src, "line": line, "explanation": text, "item_id": str(item),
+           "rating": label, "features": features}
+    if cfg.reviews_column:
+        reviews = raw.get(cfg.reviews_column)
+        reviews = [reviews] if isinstance(reviews, str) else parse_list(reviews)
+        if reviews is None:
+            return fail(cfg.reviews_column, "bad_reviews", "reviews must be a text or a list of texts")
+        row["item_reviews"] = [r for r in reviews if r.strip()]
+    return row, None
+
+
+def load_examples(cfg: _Inputs, rating: Literal["required", "optional"],
+                  scale: tuple[float, float] = (1, 5)) -> tuple[list[dict], list[dict], bool]:
+    """Valid rows, error rows, and whether any input has the features column."""
+    if not cfg.inputs:
+        raise ValueError("no input files given")
+    if not cfg.reviews and not cfg.reviews_column:
+        raise ValueError("give the item reviews: a reviews table (reviews) or an input column (reviews_column)")
+    rows, errors, has_features, seen = [], [], False, set()
+    for path in cfg.inputs:
+        raw_rows, errs, columns = read_rows(path)
+        errors += errs
+        for col in (cfg.text_column, cfg.item_column):
+            if raw_rows and col not in columns:
+                raise ValueError(f"{path}: no column {col!r} (columns: {', '.join(columns)}); "
+                                 "set the column names in the config or flags")
+        if rating == "required" and raw_rows and cfg.rating_column not in columns:
+            raise ValueError(f"{path}: no rating column {cfg.rating_column!r} (columns: {', '.join(columns)})")
+        if cfg.reviews_column and raw_rows and cfg.reviews_column not in columns:
+            raise ValueError(f"{path}: no reviews column {cfg.reviews_column!r}")
+        has_features = has_features or cfg.features_column in columns
+        for raw in raw_rows:
+            row, err = validate_row(raw, cfg, rating, scale)
+            if err is None and row["example_id"] in seen:
+                err = error_row(row["source"], row["line"], row["example_id"], cfg.id_column, "duplicate_id",
+                                f"example id {row['example_id']!r} was already used by an earlier row",
+                                {k: v for k, v in raw.items() if not k.startswith("_")})
+                row = None
+            if err is not None:
+                errors.append(err)
+            else:
+                seen.add(row["example_id"])
+                rows.append(row)
+    return rows, errors, has_features
+
+
+def read_reviews(path: str | Path) -> pa.Table:
+    """item_id, text of a REVIEWS table (a Parquet file, a folder of parts, or an ingest folder)."""
+    p = Path(path)
+    if (p / "reviews").is_dir():
+        p = p / "reviews"
+    return read_table(p, "reviews", columns=["review_id", "item_id", "text"])
+
+
+def reviews_by_item(table: pa.Table, items: set[str], cap: int) -> dict[str, list[str]]:
+    """Up to `cap` review texts per wanted item, in review_id order (deterministic)."""
+    frame = table.to_pandas()
+    frame = frame[frame["item_id"].isin(items) & frame["text"].str.strip().astype(bool)]
+    frame = frame.sort_values(["item_id", "review_id"], kind="stable")
+    return {item: grp["text"].tolist()[:cap] for item, grp in frame.groupby("item_id", sort=True)}
+
+
+def attach_reviews(rows: list[dict], cfg: _Inputs) -> tuple[list[dict], list[dict], list[str], dict[str, list[str]]]:
+    """Rows that have item reviews, error rows for those that do not, the WI corpus,
+    and the reviews per item (empty in column mode, where rows carry their own)."""
+    kept, errors = [], []
+    if cfg.reviews_column:
+        corpus = sorted({r for row in rows for r in row["item_reviews"]})
+        by_item: dict[str, list[str]] = {}
+        for row in rows:
+            row["item_reviews"] = row["item_reviews"][: cfg.max_reviews_per_item]
+            if row["item_reviews"]:
+                kept.append(row)
+            else:
+                errors.append(error_row(row["source"], row["line"], row["example_id"], cfg.reviews_column,
+                                        "no_reviews", "the row has no item reviews (relevance needs them)"))
+        return kept, errors, corpus, by_item
+    table = read_reviews(cfg.reviews)
+    corpus = [t for t in table.column("text").to_pylist() if t]
+    by_item = reviews_by_item(table, {r["item_id"] for r in rows}, cfg.max_reviews_per_item)
+    for row in rows:
+        if by_item.get(row["item_id"]):
+            kept.append(row)
+        else:
+            errors.append(error_row(row["source"], row["line"], row["example_id"], cfg.item_column, "no_reviews",
+                                    f"item {row['item_id']!r} has no reviews in {cfg.reviews} (relevance needs them)"))
+    return kept, errors, corpus, by_item
+
+
+def split_rows(n: int, test_fraction: float, seed: int) -> np.ndarray:
+    """"train" / "test" per row from a seeded permutation (test = round(fraction * n))."""
+    order = np.random.default_rng(seed).permutation(n)
+    labels = np.array(["train"] * n, dtype=object)
+    labels[order[: round(test_fraction * n)]] = "test"
+    return labels

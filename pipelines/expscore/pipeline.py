@@ -1,0 +1,443 @@
+"""ExpScore end to end (seed 003): rated explanations -> factors -> trained heads -> report;
+and a trained model -> scores of new explanations.
+
+Inputs are read and checked by `pipelines.expscore.inputs` (every unusable row becomes
+a row of `errors.parquet`, ERRORS; every other row is in `scores.parquet`). The
+word-importance corpus (WI) is every review text given; it is saved with the model and
+reused when scoring, so a factor means the same thing at training and scoring time.
+
+Grammar (GC) needs LanguageTool (`models.languagetool`); without one GC is
+*unavailable*: the heads are trained and scored without it and the report
+(`pipelines.expscore.report`) says so.
+
+Factors are computed by one Stage (`FactorStage`), in process for small inputs and on a
+Ray Data actor pool for large ones (`ray: auto` switches at `ray_min_rows`). The math
+lives in `metrics.expscore_factors` and `models.expscore`.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.metrics.expscore_factors import (
+    FACTOR_NAMES,
+    FACTORS,
+    factor_table,
+    term_frequencies,
+)
+from rexeval.models.expscore import HEADS, ExpScoreModel, TrainSettings, train_head
+from rexeval.models.languagetool import (
+    GRAMMAR_UNAVAILABLE,
+    LANGUAGETOOL_ENV,
+    open_grammar_checker,
+)
+from rexeval.pipelines.expscore.inputs import (
+    attach_reviews,
+    error_row,
+    load_examples,
+    split_rows,
+)
+from rexeval.pipelines.expscore.report import (
+    correlations,
+    head_metrics,
+    report_markdown,
+    unavailable_notes,
+)
+from rexeval.pipelines.core.io import (
+    ShardedOutput,
+    write_json_atomic,
+    write_parquet_atomic,
+)
+from rexeval.pipelines.core.schema import error_rows
+from rexeval.pipelines.core.stage import Resources, Stage
+
+STAGE = "expscore"
+FACTORS_JSON = "factors.json"
+ENCODER_ROLE = "sts"  # sentence similarity role: all-MiniLM-L6-v2 (sentence-BERT) in both profiles
+ONE_CPU = Resources(cpus=1)
+
+SCORES_SCHEMA = pa.schema(
+    [pa.field("example_id", pa.string(), nullable=False), pa.field("source", pa.string()),
+     pa.field("line", pa.int64()), pa.field("split", pa.string(), nullable=False),
+     pa.field("item_id", pa.string(), nullable=False), pa.field("rating", pa.float64())]
+    + [pa.field(f, pa.float64()) for f in FACTORS]
+    + [pa.field(f"expscore_{h}", pa.float64()) for h in HEADS])
+
+
+# ================================================================== settings
+
+
+class _Inputs(BaseModel):
+    """Where explanations, reviews and the grammar checker come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    inputs: list[str] = Field(description="explanation tables: Parquet, CSV or JSON lines")
+    out: str
+    reviews: str | None = Field(None, description="REVIEWS table or `rexeval ingest` folder")
+    reviews_column: str | None = Field(None, description="input column with the item's reviews")
+    text_column: str = "explanation"
+    item_column: str = "item_id"
+    rating_column: str = "rating"
+    id_column: str = "example_id"
+    features_column: str = "features"
+    languagetool: str | None = Field(None, description="LanguageTool server URL or folder")
+    language: str = "en-US"
+    max_reviews_per_item: int = Field(50, ge=1)
+    profile: str = "local"
+    embedder: str | None = Field(None, description=f"sentence encoder (default: the profile's {ENCODER_ROLE})")
+    device: str = "auto"
+    ray: Literal["auto", "always", "never"] = "auto"
+    ray_min_rows: int = Field(20000, ge=1)
+    batch_size: int = Field(512, ge=1)
+
+
+class ExpScoreTrainConfig(_Inputs):
+    """Settings of `rexeval expscore train`."""
+
+    head: Literal["linear", "logistic", "nn", "all"] = "all"
+    test_fraction: float = Field(0.2, ge=0, lt=1)
+    seed: int = 0
+    l2: float = Field(0.01, ge=0)
+    lr: float = Field(0.01, gt=0)
+    max_epochs: int = Field(5000, ge=1)
+    patience: int = Field(50, ge=1)
+    rating_min: int = 1
+    rating_max: int = 5
+    repetition_n: int = Field(2, ge=1)
+
+    def train_settings(self) -> TrainSettings:
+        return TrainSettings(l2=self.l2, lr=self.lr, max_epochs=self.max_epochs, patience=self.patience,
+                             seed=self.seed, rating_min=self.rating_min, rating_max=self.rating_max)
+
+
+class ExpScoreScoreConfig(_Inputs):
+    """Settings of `rexeval expscore score`."""
+
+    model: str = Field(description="model folder written by `rexeval expscore train`")
+    head: Literal["linear", "logistic", "nn", "all"] = "all"
+
+
+def _nothing_to_close() -> None:
+    """The closer when the caller owns the grammar checker (or there is none)."""
+
+
+def heads_of(head: str) -> list[str]:
+    return list(HEADS) if head == "all" else [head]
+
+
+# ================================================================== factors
+
+
+class FactorStage(Stage):
+    """Explanation rows in, factor columns out (keyed by `row`).
+
+    Holds the item reviews, the WI table and the encoder reference; `setup()` loads the
+    sentence encoder once per actor. The grammar checker (a LanguageTool client) travels
+    with the stage and reconnects in each actor: a server started from a local folder
+    listens on 127.0.0.1, so on a multi-node cluster pass a URL the workers can reach.
+    `encoder` and `grammar` may be given as objects (tests, in-process runs).
+    """
+
+    name = "expscore-factors"
+
+    def __init__(self, factors: Sequence[str], term_frequency: dict[str, int],
+                 reviews: dict[str, list[str]], *, encoder_ref: str | None = None, device: str = "auto",
+                 encoder=None, grammar=None, repetition_n: int = 2, batch_size: int = 512,
+                 resources: Resources = ONE_CPU):
+        self.factors = list(factors)
+        self.term_frequency = term_frequency
+        self.reviews = reviews
+        self.encoder_ref = encoder_ref
+        self.device = device
+        self.encoder = encoder
+        self.grammar = grammar
+        self.repetition_n = repetition_n
+        self.batch_size = batch_size
+        self.resources = resources
+        self._centroids: dict = {}
+
+    def setup(self) -> None:
+        if self.encoder is None and "REL" in self.factors:
+            from rexeval.models.encoders.embedder import build_embedder
+
+            self.encoder = build_embedder(self.encoder_ref, device=self.device)
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        if self.encoder is None and "REL" in self.factors:
+            self.setup()
+        frame = batch.to_pandas()
+        if "item_reviews" not in frame.columns:
+            frame["item_reviews"] = [self.reviews.get(i, []) for i in frame["item_id"]]
+        table = factor_table(frame, encoder=self.encoder, term_frequency=self.term_frequency,
+                             grammar=self.grammar, features_column="features",
+                             repetition_n=self.repetition_n, factors=self.factors,
+                             centroid_cache=self._centroids)
+        cols = {"row": batch.column("row")}
+        cols.update({f: pa.array(table.values[f].to_numpy(), pa.float64()) for f in self.factors})
+        return pa.table(cols)
+
+
+def rows_table(rows: list[dict]) -> pa.Table:
+    """The columns the factor stage reads, sorted by item so batches share reviews."""
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["item_id"], i))
+    data = {"row": order, "explanation": [rows[i]["explanation"] for i in order],
+            "item_id": [rows[i]["item_id"] for i in order],
+            "features": pa.array([rows[i]["features"] for i in order], pa.list_(pa.string()))}
+    if rows and "item_reviews" in rows[0]:
+        data["item_reviews"] = pa.array([rows[i]["item_reviews"] for i in order], pa.list_(pa.string()))
+    return pa.table(data)
+
+
+def compute_factors(rows: list[dict], stage: FactorStage, mode: str, min_rows: int,
+                    progress: Callable[[str], None] = print) -> pd.DataFrame:
+    """Factor values per row (index = position in `rows`), in process or on Ray Data."""
+    table = rows_table(rows)
+    use_ray = mode == "always" or (mode == "auto" and len(rows) >= min_rows)
+    if not rows:
+        return pd.DataFrame(columns=stage.factors, dtype=np.float64)
+    if use_ray:
+        import ray
+
+        from rexeval.pipelines.core.runtime import init_ray, map_stage
+
+        init_ray()
+        progress(f"factors: {len(rows):,} rows on Ray Data (batches of {stage.batch_size})")
+        # One block per batch (rows are sorted by item, so a block holds few items).
+        blocks = [table.slice(s, stage.batch_size) for s in range(0, len(rows), stage.batch_size)]
+        ds = map_stage(ray.data.from_arrow(blocks), stage)
+        out = pa.concat_tables(ray.get(ds.to_arrow_refs()))
+    else:
+        progress(f"factors: {len(rows):,} rows in process")
+        stage.setup()
+        parts = [stage.process(table.slice(s, stage.batch_size)) for s in range(0, len(rows), stage.batch_size)]
+        out = pa.concat_tables(parts)
+    return out.to_pandas().set_index("row").sort_index()
+
+
+def undefined_factor_errors(rows: list[dict], values: pd.DataFrame,
+                            factors: Sequence[str]) -> tuple[list[int], list[dict]]:
+    """Positions of rows whose used factors are all finite, and error rows for the others."""
+    keep, errors = [], []
+    for i, row in enumerate(rows):
+        bad = [f for f in factors if not np.isfinite(values.at[i, f])]
+        if bad:
+            errors.append(error_row(row["source"], row["line"], row["example_id"], bad[0], "undefined_factor",
+                                    f"factor {bad[0]} ({FACTOR_NAMES[bad[0]]}) is undefined for this explanation"))
+        else:
+            keep.append(i)
+    return keep, errors
+
+
+# ================================================================== outputs
+
+
+def scores_table(rows: list[dict], split: Sequence[str], values: pd.DataFrame,
+                 predictions: dict[str, np.ndarray]) -> pa.Table:
+    n = len(rows)
+    data: dict[str, Any] = {
+        "example_id": [r["example_id"] for r in rows], "source": [r["source"] for r in rows],
+        "line": [r["line"] for r in rows], "split": list(split), "item_id": [r["item_id"] for r in rows],
+        "rating": [r["rating"] for r in rows]}
+    for f in FACTORS:
+        data[f] = values[f].to_numpy(dtype=np.float64) if f in values.columns else [None] * n
+    for h in HEADS:
+        data[f"expscore_{h}"] = predictions.get(h, [None] * n)
+    return pa.Table.from_pydict(data, schema=SCORES_SCHEMA)
+
+
+def _write_outputs(out: Path, scores: pa.Table, errors: list[dict], report: dict) -> None:
+    write_parquet_atomic(out / "scores.parquet", scores)
+    write_parquet_atomic(out / "errors.parquet", error_rows(STAGE, errors))
+    write_json_atomic(out / "report.json", report)
+    (out / "report.md").write_text(report_markdown(report))
+
+
+def _encoder_ref(cfg: _Inputs) -> str:
+    if cfg.embedder:
+        return cfg.embedder
+    from rexeval.models.profiles import load_profile
+
+    return load_profile(cfg.profile).require(ENCODER_ROLE)
+
+
+def _factor_rows(rows: list[dict], values: pd.DataFrame, keep: list[int]) -> tuple[list[dict], pd.DataFrame]:
+    return [rows[i] for i in keep], values.loc[keep].reset_index(drop=True)
+
+
+# ================================================================== train
+
+
+def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None, grammar=None,
+              progress: Callable[[str], None] = print) -> dict:
+    """Read, compute factors, split, train the heads, write model + scores + report.
+
+    `encoder` / `grammar` replace the profile's sentence encoder / the LanguageTool
+    checker (tests pass fakes); otherwise they come from the config.
+    """
+    out = Path(cfg.out)
+    settings = cfg.train_settings()
+    rows, errors, has_features = load_examples(cfg, "required", (cfg.rating_min, cfg.rating_max))
+    n_in = len(rows) + len(errors)
+    rows, more, corpus, by_item = attach_reviews(rows, cfg)
+    errors += more
+    progress(f"inputs: {n_in:,} rows, {len(rows):,} usable, {len(errors):,} errors")
+    if len(rows) < 3:
+        first = "; ".join(f"{e['source']} row {e['line']}: {e['message']}" for e in errors[:3])
+        raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations"
+                         + (f" (first problems: {first})" if first else ""))
+    job = ShardedOutput(out, "expscore-train", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
+    unavailable: dict[str, str] = {}
+    close: Callable[[], None] = _nothing_to_close
+    if grammar is None:
+        grammar, note, close = open_grammar_checker(cfg.languagetool, cfg.language)
+        if grammar is None:
+            unavailable["GC"] = note
+    if not has_features:
+        unavailable["FA"] = f"no {cfg.features_column!r} column in the inputs"
+    used = [f for f in FACTORS if f not in unavailable]
+    tf = dict(term_frequencies(corpus))
+    encoder_ref = None if encoder is not None else _encoder_ref(cfg)
+    stage = FactorStage(used, tf, by_item, encoder_ref=encoder_ref, device=cfg.device, encoder=encoder,
+                        grammar=grammar, repetition_n=cfg.repetition_n, batch_size=cfg.batch_size)
+    try:
+        values = compute_factors(rows, stage, cfg.ray, cfg.ray_min_rows, progress)
+    finally:
+        close()
+    keep, more = undefined_factor_errors(rows, values, used)
+    errors += more
+    rows, values = _factor_rows(rows, values, keep)
+    split = split_rows(len(rows), cfg.test_fraction, cfg.seed)
+    if (split == "train").sum() < 2:
+        raise ValueError("fewer than 2 training rows after the split; lower test_fraction or add data")
+    y = np.array([r["rating"] for r in rows], dtype=np.float64)
+    x = values[used].to_numpy(dtype=np.float64)
+    train, test = split == "train", split == "test"
+
+    factor_settings = {"term_frequency": tf, "repetition_n": cfg.repetition_n, "encoder": encoder_ref,
+                       "encoder_role": ENCODER_ROLE, "language": cfg.language,
+                       "max_reviews_per_item": cfg.max_reviews_per_item,
+                       "stop_words": "scikit-learn ENGLISH_STOP_WORDS", "factors": used,
+                       "unavailable": unavailable}
+    model_dir = out / "model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(model_dir / FACTORS_JSON, factor_settings)
+    heads: dict[str, dict] = {}
+    predictions: dict[str, np.ndarray] = {}
+    linear_weights = None
+    for head in heads_of(cfg.head):
+        progress(f"training the {head} head on {int(train.sum()):,} rows")
+        model = train_head(x[train], y[train], head, used, settings, unavailable,
+                           extra={"encoder": encoder_ref})
+        model.save(model_dir / head)
+        predictions[head] = model.predict(x)
+        heads[head] = {"train": head_metrics(model, x[train], y[train]),
+                       "test": head_metrics(model, x[test], y[test]), "history": model.history}
+        if head == "nn":
+            heads[head]["hidden"] = list(model.n_hidden())
+        if head == "linear":
+            linear_weights = model.weights()
+
+    report = {
+        "job": "train",
+        "counts": {"rows_in": n_in, "scored": len(rows), "errors": len(errors),
+                   "train": int(train.sum()), "test": int(test.sum())},
+        "factors": used, "unavailable": unavailable, "heads": heads,
+        "factor_correlations": {f: (None if f in unavailable else correlations(values[f], y)) for f in FACTORS},
+        "linear_weights": linear_weights,
+        "settings": {**settings.model_dump(), "test_fraction": cfg.test_fraction, "encoder": encoder_ref},
+        "notes": unavailable_notes(unavailable),
+    }
+    _write_outputs(out, scores_table(rows, split, values, predictions), errors, report)
+    job.finish(shards=0, counts=report["counts"])
+    return report
+
+
+# ================================================================== score
+
+
+def load_models(path: str | Path, head: str) -> tuple[dict[str, ExpScoreModel], dict]:
+    """The heads asked for from a model folder (or one head's folder), and its factor settings."""
+    p = Path(path)
+    if (p / "expscore.json").exists() and (p.parent / FACTORS_JSON).exists():
+        root, found = p.parent, {p.name: p}
+    elif (p / FACTORS_JSON).exists():
+        root, found = p, {h: p / h for h in HEADS if (p / h / "expscore.json").exists()}
+    else:
+        raise FileNotFoundError(f"{p} is not an ExpScore model folder (no {FACTORS_JSON}); "
+                                "give the `model` folder that `rexeval expscore train` wrote")
+    wanted = heads_of(head) if head != "all" else list(found)
+    missing = [h for h in wanted if h not in found]
+    if missing:
+        raise FileNotFoundError(f"{p} has no {missing[0]!r} head (it has: {', '.join(found) or 'none'})")
+    settings = json.loads((root / FACTORS_JSON).read_text())
+    return {h: ExpScoreModel.load(found[h]) for h in wanted}, settings
+
+
+def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None, grammar=None,
+              progress: Callable[[str], None] = print) -> dict:
+    """Score explanations with a trained model; ratings, when the input has them, are
+    compared with the scores in the report."""
+    out = Path(cfg.out)
+    models, settings = load_models(cfg.model, cfg.head)
+    needed = [f for f in FACTORS if any(f in m.factors for m in models.values())]
+    if "GC" in needed and grammar is None and not (cfg.languagetool or os.environ.get(LANGUAGETOOL_ENV)):
+        raise ValueError(f"the model uses grammar correctness (GC): {GRAMMAR_UNAVAILABLE}")
+    first = next(iter(models.values())).settings
+    rows, errors, has_features = load_examples(cfg, "optional", (first.rating_min, first.rating_max))
+    n_in = len(rows) + len(errors)
+    rows, more, _, by_item = attach_reviews(rows, cfg)
+    errors += more
+    progress(f"inputs: {n_in:,} rows, {len(rows):,} usable, {len(errors):,} errors")
+    if "FA" in needed and not has_features:
+        raise ValueError(f"the model uses feature appearance (FA) but the inputs have no "
+                         f"{cfg.features_column!r} column")
+    job = ShardedOutput(out, "expscore-score", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
+    close: Callable[[], None] = _nothing_to_close
+    if "GC" in needed and grammar is None:
+        grammar, _, close = open_grammar_checker(cfg.languagetool, cfg.language)
+    encoder_ref = settings.get("encoder")
+    notes = []
+    if cfg.embedder and cfg.embedder != encoder_ref:
+        notes.append(f"relevance uses {cfg.embedder}, not the encoder the model was trained with ({encoder_ref})")
+        encoder_ref = cfg.embedder
+    if encoder is None and "REL" in needed and not encoder_ref:
+        encoder_ref = _encoder_ref(cfg)
+    stage = FactorStage(needed, settings["term_frequency"], by_item, encoder_ref=encoder_ref, device=cfg.device,
+                        encoder=encoder, grammar=grammar if "GC" in needed else None,
+                        repetition_n=int(settings.get("repetition_n", 2)), batch_size=cfg.batch_size)
+    try:
+        values = compute_factors(rows, stage, cfg.ray, cfg.ray_min_rows, progress)
+    finally:
+        close()
+    keep, more = undefined_factor_errors(rows, values, needed)
+    errors += more
+    rows, values = _factor_rows(rows, values, keep)
+    predictions = {h: m.predict(values[list(m.factors)].to_numpy(dtype=np.float64)) for h, m in models.items()}
+    rated = np.array([r["rating"] is not None for r in rows], dtype=bool)
+    y = np.array([r["rating"] if r["rating"] is not None else np.nan for r in rows], dtype=np.float64)
+    heads = {}
+    for h, m in models.items():
+        x = values[list(m.factors)].to_numpy(dtype=np.float64)
+        heads[h] = {"score": head_metrics(m, x[rated], y[rated]) if rated.any() else {"n": 0}}
+    unavailable = dict(settings.get("unavailable") or {})
+    report = {
+        "job": "score",
+        "counts": {"rows_in": n_in, "scored": len(rows), "errors": len(errors), "rated": int(rated.sum())},
+        "model": str(cfg.model), "factors": needed, "unavailable": unavailable, "heads": heads,
+        "factor_correlations": ({f: (None if f not in needed else correlations(values[f][rated], y[rated]))
+                                 for f in FACTORS} if rated.sum() >= 3 else {}),
+        "linear_weights": models["linear"].weights() if "linear" in models else None,
+        "notes": unavailable_notes(unavailable) + notes,
+    }
+    _write_outputs(out, scores_table(rows, ["score"] * len(rows), values, predictions), errors, report)
+    job.finish(shards=0, counts=report["counts"])
+    return report

@@ -1,0 +1,281 @@
+"""Reviews -> explanatory, atomic statements (seed 000 triplets, seed 002 two-stage STAR).
+
+`Extractor.run` maps a table of reviews to statement rows and error rows with no Ray
+inside, given a `generate` function (any LLM backend, or a scripted double in tests).
+Every review ends with statements of its final stage or at least one error row:
+
+- triplets: one call per review with its domain's topic table -> stage "triplet";
+- star: candidate extraction -> stage "candidate", then verification of the candidate
+  list -> stage "verified" (candidates are kept so extraction quality can be compared
+  with and without verification, as in seed 002's Table 2).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import pyarrow as pa
+
+from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.extract.outputs import CANDIDATES, TRIPLETS
+from rexeval.pipelines.core.schema import ERRORS, STATEMENTS
+from rexeval.pipelines.core.statements import (TopicMapper, dedup_key, normalise_statement, statement_id,
+                                  truncate_words)
+from rexeval.pipelines.extract.structured import Generate, Outcome, Task, answer_all, items_json
+
+Method = Literal["triplets", "star"]
+
+
+@dataclass
+class ExtractSettings:
+    method: Method = "triplets"
+    domain: str | None = None  # overrides each review's category
+    sampling: SamplingParams = field(default_factory=lambda: SamplingParams(max_tokens=512))
+    max_retries: int = 2
+    max_review_words: int = 384
+    constrained: bool = True  # send the JSON schema to the backend
+    model: str = ""  # for provenance
+    backend: str = ""
+    verify_model: str | None = None  # star: verifier model when it differs
+
+
+COUNT_KEYS = ("reviews_in", "reviews_out", "reviews_empty", "reviews_failed", "reviews_skipped",
+              "statements", "candidates", "item_errors", "truncated_reviews", "llm_calls",
+              "cached_calls", "retries", "repaired_answers", "topics_mapped",
+              "prompt_tokens", "completion_tokens")
+
+
+class Extractor:
+    """Runs one extraction method over a batch of reviews (see module docstring)."""
+
+    def __init__(self, settings: ExtractSettings, generate: Generate,
+                 verify_generate: Generate | None = None,
+                 topic_mapper: TopicMapper | None = None):
+        from rexeval.prompts import load_prompt
+
+        self.s = settings
+        self.generate = generate
+        self.verify_generate = verify_generate or generate
+        self.topic_mapper = topic_mapper
+        self._domains: dict = {}
+        if settings.method == "triplets":
+            self.prompt = load_prompt("extract_triplets")
+        else:
+            self.prompt = load_prompt("star_candidates")
+            self.verify_prompt = load_prompt("star_verify")
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _domain(self, name: str | None):
+        """The domain's topic table, read once per extractor (not once per review)."""
+        from rexeval.prompts import PromptError, load_domain
+
+        if name not in self._domains:
+            try:
+                self._domains[name] = load_domain(name) if name else None
+            except PromptError:
+                self._domains[name] = None
+        return self._domains[name]
+
+    def _provenance(self, stage: str, outcome: Outcome, prompt_version: str, extra: dict) -> dict:
+        model = self.s.verify_model if stage == "verified" and self.s.verify_model else self.s.model
+        return {"method": self.s.method, "backend": self.s.backend, "model": model,
+                "prompt": prompt_version, "sampling": self.s.sampling.model_dump(),
+                "attempts": outcome.attempts, "repairs": sorted(set(outcome.repairs)), **extra}
+
+    # -- main ------------------------------------------------------------------------
+
+    def run(self, reviews: pa.Table) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+        """Statements (STATEMENTS schema), error rows (ERRORS) and counts for `reviews`."""
+        rows = reviews.to_pylist()
+        counts = dict.fromkeys(COUNT_KEYS, 0)
+        counts["reviews_in"] = len(rows)
+        statements: list[dict] = []
+        errors: list[dict] = []
+        ended = [False] * len(rows)  # a review with statements or an error row
+
+        def err(i: int, stage: str, etype: str, msg: str, raw: Any = None, fld: str | None = None):
+            r = rows[i]
+            errors.append({"stage": stage, "source": r.get("source"), "line": r.get("line"),
+                           "row_id": r["review_id"], "field": fld, "error_type": etype,
+                           "message": msg,
+                           "raw": raw if raw is None or isinstance(raw, str)
+                           else json.dumps(raw, ensure_ascii=False)})
+
+        # 1. Prompts (skipping reviews that cannot be asked about).
+        tasks, task_rows, meta = [], [], {}
+        for i, r in enumerate(rows):
+            text = (r.get("text") or "").strip()
+            if not text:
+                err(i, "extract", "empty_review", "the review has no text", fld="text")
+                counts["reviews_skipped"] += 1
+                ended[i] = True
+                continue
+            extra: dict[str, Any] = {}
+            kept, words = truncate_words(text, self.s.max_review_words)
+            if kept != text:
+                counts["truncated_reviews"] += 1
+                extra["review_truncated"] = {"words": words, "kept": self.s.max_review_words}
+            if self.s.method == "triplets":
+                name = self.s.domain or r.get("category")
+                domain = self._domain(name)
+                if domain is None:
+                    from rexeval.prompts import list_domains
+
+                    err(i, "extract", "unknown_domain",
+                        f"no topic table for domain {name!r} (known: {', '.join(list_domains())}); "
+                        "set the review's category or pass --domain", fld="category")
+                    counts["reviews_skipped"] += 1
+                    ended[i] = True
+                    continue
+                extra["domain"] = domain.domain
+                messages = self.prompt.render(review=kept, domain=domain)
+                version = self.prompt.version_for(domain)
+                schema = TRIPLETS.json_schema(domain.topic_names) if self.s.constrained else None
+                tasks.append(Task(messages, TRIPLETS, schema))
+                meta[i] = (domain, version, extra)
+            else:
+                messages = self.prompt.render(review=kept)
+                schema = CANDIDATES.json_schema() if self.s.constrained else None
+                tasks.append(Task(messages, CANDIDATES, schema))
+                meta[i] = (None, self.prompt.version_for(None), extra)
+            task_rows.append(i)
+
+        # 2. First (or only) stage.
+        first_stage = "triplet" if self.s.method == "triplets" else "candidate"
+        outcomes = answer_all(tasks, self.generate, self.s.sampling, self.s.max_retries)
+        self._count_calls(counts, outcomes)
+        firsts: dict[int, list[dict]] = {}
+        for i, out in zip(task_rows, outcomes):
+            domain, version, extra = meta[i]
+            kept = self._settle(i, rows[i], first_stage, out, version, extra, domain, counts,
+                                err, ended)
+            if kept is not None:
+                firsts[i] = kept
+                statements.extend(kept)
+
+        if self.s.method == "triplets":
+            counts["statements"] = len(statements)
+        else:
+            counts["candidates"] = len(statements)
+            statements.extend(self._verify(rows, firsts, meta, counts, err, ended))
+        for i in range(len(rows)):
+            if not ended[i]:
+                counts["reviews_out"] += 1
+        return _statements_table(statements), _errors_table(errors), counts
+
+    def _verify(self, rows, firsts, meta, counts, err, ended) -> list[dict]:
+        idx = [i for i, kept in firsts.items() if kept]
+        tasks = []
+        version = self.verify_prompt.version_for(None)
+        for i in idx:
+            cands = [{"statement": k["statement"], "sentiment": k["sentiment"]} for k in firsts[i]]
+            tasks.append(Task(self.verify_prompt.render(candidates_json=items_json(cands, "statements")),
+                              CANDIDATES, CANDIDATES.json_schema() if self.s.constrained else None))
+        outcomes = answer_all(tasks, self.verify_generate, self.s.sampling, self.s.max_retries)
+        self._count_calls(counts, outcomes)
+        out_rows: list[dict] = []
+        for i, out in zip(idx, outcomes):
+            _, _, extra = meta[i]
+            out_rows.extend(self._settle(i, rows[i], "verified", out, version, extra, None,
+                                         counts, err, ended) or [])
+        counts["statements"] += len(out_rows)
+        return out_rows
+
+    def _settle(self, i, review, stage, out: Outcome, version, extra, domain, counts,
+                err: Callable, ended: list) -> list[dict] | None:
+        """One answer -> its statement rows, or the error row that ends the review.
+
+        Returns None when the answer failed, [] when it held no usable statement.
+        """
+        err_stage = "verify" if stage == "verified" else "extract"
+        if not out.ok:
+            err(i, err_stage, out.error_type, out.message, out.raw)
+            counts["reviews_failed"] += 1
+            ended[i] = True
+            return None
+        kept = self._statement_rows(i, review, stage, out, version, extra, domain, counts, err)
+        if not kept:
+            if out.parsed.item_errors:
+                why = "every item of the answer was invalid"
+            elif stage == "verified":
+                why = "verification kept no statement"
+            else:
+                why = "the model found no explanatory statement"
+            err(i, err_stage, "no_statements", why, out.raw)
+            counts["reviews_empty"] += 1
+            ended[i] = True
+        return kept
+
+    def _count_calls(self, counts: dict, outcomes: list[Outcome]) -> None:
+        for o in outcomes:
+            counts["llm_calls"] += o.attempts
+            counts["retries"] += max(0, o.attempts - 1)
+            counts["cached_calls"] += o.cached_calls
+            counts["prompt_tokens"] += o.prompt_tokens
+            counts["completion_tokens"] += o.completion_tokens
+            counts["repaired_answers"] += int(bool(o.repairs))
+
+    def _statement_rows(self, i, review, stage, out: Outcome, version, extra, domain, counts,
+                        err: Callable) -> list[dict]:
+        """Normalise, map topics, dedup and id the valid items of one answer."""
+        err_stage = "verify" if stage == "verified" else "extract"
+        for raw, fld, msg in out.parsed.item_errors:
+            err(i, err_stage, "invalid_item", msg, raw, fld)
+            counts["item_errors"] += 1
+        if out.parsed.salvaged:
+            err(i, err_stage, "truncated_json",
+                "the answer was cut off; its complete items were kept, the last one is lost",
+                out.raw)
+        items = out.parsed.items
+        mapped: dict[int, tuple[str, float]] = {}
+        if domain is not None:
+            listed = set(domain.topic_names)
+            off = [k for k, it in enumerate(items) if it.topic.strip().lower() not in listed]
+            if off:
+                if self.topic_mapper is None:
+                    for k in off:
+                        err(i, err_stage, "off_list_topic",
+                            f"topic {items[k].topic!r} is not in the {domain.domain} list and no "
+                            "embedder is configured to map it", items[k].model_dump(), "topic")
+                        counts["item_errors"] += 1
+                else:
+                    for k, res in zip(off, self.topic_mapper.map(domain, [items[k].topic for k in off])):
+                        mapped[k] = res
+        seen, kept = set(), []
+        product_subject = self.s.method == "star"
+        for k, it in enumerate(items):
+            if domain is not None and it.topic.strip().lower() not in domain.topic_names and k not in mapped:
+                continue  # recorded above as off_list_topic
+            text = normalise_statement(it.statement, product_subject=product_subject)
+            key = (dedup_key(text), it.sentiment)
+            if not key[0] or key in seen:
+                continue
+            seen.add(key)
+            prov_extra = dict(extra)
+            topic = None
+            if domain is not None:
+                topic = it.topic.strip().lower()
+                if k in mapped:
+                    topic, sim = mapped[k]
+                    prov_extra["topic_mapped_from"] = it.topic
+                    prov_extra["topic_similarity"] = round(sim, 4)
+                    counts["topics_mapped"] += 1
+            kept.append({
+                "statement_id": statement_id(review["review_id"], stage, text, it.sentiment),
+                "review_id": review["review_id"], "user_id": review["user_id"],
+                "item_id": review["item_id"], "statement": text, "topic": topic,
+                "sentiment": it.sentiment, "stage": stage,
+                "provenance": json.dumps(self._provenance(stage, out, version, prov_extra),
+                                         sort_keys=True, ensure_ascii=False),
+            })
+        return kept
+
+
+def _statements_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=STATEMENTS) if rows else STATEMENTS.empty_table()
+
+
+def _errors_table(rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=ERRORS) if rows else ERRORS.empty_table()

@@ -1,0 +1,129 @@
+"""The ground-truth job: extracted statements -> explanations + per-statement sentences.
+
+One output shard per input shard (an extract shard holds whole reviews, so shards are
+independent), each built by a Ray actor that reads, filters, builds and writes it
+(`pipelines.extract.ground_truth` holds the rules). Finished shards are skipped on a re-run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Callable, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.pipelines.extract.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
+from rexeval.pipelines.core.io import ShardedOutput, read_table
+from rexeval.pipelines.core.runtime import run_tasks
+from rexeval.pipelines.core.schema import SchemaError
+from rexeval.pipelines.core.stage import Resources, Stage
+from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
+
+STAGES = ("auto", "triplet", "candidate", "verified")
+TABLES = ["explanations", "sentences", "errors"]
+COUNT_KEYS = ("in", "out", "statements", "sentences", "duplicates", "errors")
+
+
+class GroundTruthConfig(BaseModel):
+    """Settings of `rexeval ground-truth`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description="an `rexeval extract` output folder, or a statements Parquet file")
+    out: str = Field(description="output folder")
+    stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
+        "auto", description="statements to use; auto: verified if any exist, else triplet")
+    workers: int | None = Field(None, ge=1, description="actors (default: one per CPU)")
+
+
+def shard_counts(statements: pa.Table, explanations: pa.Table, sentences: pa.Table,
+                 errors: pa.Table) -> dict[str, int]:
+    """in = reviews with statements; statements = sentences + duplicates + errors."""
+    dropped = statements.num_rows - sentences.num_rows - errors.num_rows
+    return {"in": len(pc.unique(statements.column("review_id"))), "out": explanations.num_rows,
+            "statements": statements.num_rows, "sentences": sentences.num_rows,
+            "duplicates": dropped, "errors": errors.num_rows}
+
+
+_RESULT = pa.schema([("shard", pa.int64()), *[(k, pa.int64()) for k in COUNT_KEYS],
+                     ("schema_error", pa.string())])
+
+
+class GroundTruthStage(Stage):
+    """Build one output shard per call from one input shard (batch_size 1)."""
+
+    name = "ground-truth"
+    resources = Resources(cpus=1)
+    batch_size = 1
+
+    def __init__(self, output: ShardedOutput, files: dict[int, str], stage: str):
+        self.output, self.files, self.stage = output, files, stage
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        rows = []
+        for shard in batch.column("shard").to_pylist():
+            try:
+                rows.append({"shard": shard, **self.build(shard)})
+            except SchemaError as exc:
+                # Sent back as data: the driver re-raises the same SchemaError, not a
+                # Ray wrapper with a worker traceback.
+                rows.append({"shard": shard, "schema_error": json.dumps(dataclasses.asdict(exc))})
+        return pa.Table.from_pylist(rows, schema=_RESULT)
+
+    def build(self, shard: int) -> dict[str, int]:
+        source = self.files[shard]
+        table = read_table(source, "statements")
+        table = table.filter(pc.equal(table.column("stage"), self.stage))
+        explanations, sentences, errors = ground_truth_shard(table, source=source)
+        counts = shard_counts(table, explanations, sentences, errors)
+        self.output.write_shard(shard, {"explanations": explanations, "sentences": sentences,
+                                        "errors": errors}, counts)
+        return counts
+
+
+def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
+                     progress: Callable[[str], None] = print) -> dict:
+    """Run the job end to end (resuming finished shards) and return the manifest."""
+    t0 = time.time()
+    files = statement_files(cfg.input)
+    check_schemas(files)
+    stage = resolve_stage(files, cfg.stage)
+    conf = {"input": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files],
+            "stage": stage, "rules": RULES_VERSION}
+    out = ShardedOutput(cfg.out, STAGE, conf, TABLES).open(overwrite=overwrite)
+    done = out.done_shards()
+    todo = [{"shard": i} for i in range(len(files)) if i not in done]
+    manifest = out.read_manifest()
+    if not todo and manifest and manifest.get("status") == "complete":
+        progress(f"ground-truth: {cfg.out} is already complete for these settings")
+        return manifest
+    progress(f"ground-truth: {len(files)} shard(s), '{stage}' statements"
+             + (" (auto)" if cfg.stage == "auto" else "") + f" -> {cfg.out}")
+    if done:
+        progress(f"  resuming: {len(done)} of {len(files)} shard(s) already done")
+    task = GroundTruthStage(out, {i: str(f) for i, f in enumerate(files)}, stage)
+    failures = []
+    for n, row in enumerate(run_tasks(todo, task, _actors(cfg.workers, len(todo))), 1):
+        if row["schema_error"]:
+            failures.append(SchemaError(**json.loads(row["schema_error"])))
+            progress(f"  shard {row['shard']} failed ({n}/{len(todo)}): {failures[-1]}")
+            continue
+        progress(f"  shard {row['shard']} done ({n}/{len(todo)}): reviews={row['in']} "
+                 f"explanations={row['out']} sentences={row['sentences']} errors={row['errors']}")
+    if failures:  # the shards that passed are saved; a re-run after the fix resumes
+        raise failures[0]
+    manifest = out.finish(len(files), stage=stage, stage_requested=cfg.stage)
+    manifest["elapsed_s"] = round(time.time() - t0, 2)
+    return manifest
+
+
+def _actors(workers: int | None, tasks: int) -> int:
+    """No more actors than shards to build (an idle actor still costs its start-up)."""
+    if workers is None:
+        import ray
+
+        workers = int(ray.cluster_resources().get("CPU", 1))
+    return max(1, min(workers, tasks))

@@ -1,0 +1,65 @@
+"""Item metadata (titles) from the Amazon meta dumps or any table, keyed by item id.
+
+The 2014 meta files are Python-literal lines with `asin`/`title`; the 2018 ones are
+JSON lines with the same keys; the 2023 ones are JSON lines with `parent_asin`/`title`;
+a CSV or Parquet file needs `item_id` (or `asin`/`parent_asin`) and `title` columns.
+Only items that occur in the reviews are kept, so a multi-GB meta file costs memory
+for the titles that matter only.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rexeval.pipelines.ingest.formats import open_bytes, parse_record
+
+_ID_KEYS = ("parent_asin", "asin", "item_id")
+_TITLE_KEYS = ("title", "item_title")
+
+
+def load_titles(paths: list[str], wanted: pa.Array | None = None) -> pa.Table:
+    """Return a table (item_id, item_title), first title per item winning."""
+    wanted_set = set(wanted.to_pylist()) if wanted is not None else None
+    ids, titles = [], []
+    for path in paths:
+        for item, title in _iter_meta(Path(path)):
+            if item is None or not title:
+                continue
+            item = str(item)
+            if wanted_set is None or item in wanted_set:
+                ids.append(item)
+                titles.append(str(title).strip())
+    t = pa.table({"item_id": pa.array(ids, pa.string()), "item_title": pa.array(titles, pa.string())})
+    if t.num_rows:
+        first = pc.equal(pa.array(range(t.num_rows)), pc.index_in(t.column("item_id"), value_set=t.column("item_id")))
+        t = t.filter(first)
+    return t
+
+
+def _iter_meta(path: Path):
+    name = path.name.lower().removesuffix(".gz")
+    if name.endswith((".parquet", ".csv")):
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        t = pq.read_table(path) if name.endswith(".parquet") else pacsv.read_csv(path)
+        idk = next((k for k in _ID_KEYS if k in t.column_names), None)
+        tk = next((k for k in _TITLE_KEYS if k in t.column_names), None)
+        if idk is None or tk is None:
+            raise ValueError(f"{path}: metadata needs an item id column ({'/'.join(_ID_KEYS)}) "
+                             f"and a title column ({'/'.join(_TITLE_KEYS)}); found {t.column_names}")
+        yield from zip(t.column(idk).to_pylist(), t.column(tk).to_pylist())
+        return
+    with open_bytes(path) as fh:
+        for n, raw in enumerate(fh, 1):
+            if not raw.strip():
+                continue
+            try:
+                obj = parse_record(raw.decode("utf-8", "replace"))
+            except ValueError:
+                continue  # a broken metadata line only costs that item's title
+            if isinstance(obj, dict):
+                yield next((obj[k] for k in _ID_KEYS if obj.get(k)), None), next(
+                    (obj[k] for k in _TITLE_KEYS if obj.get(k)), None)

@@ -1,0 +1,140 @@
+"""The discriminative pairwise judge of seed 004 (ALERT-Disc): a reward model scores each
+of two explanations for the same user and item, and the higher score wins.
+
+The reward model reads the explanation-writing instruction (`alert_disc` prompt: the
+user's history, the item description and the criteria) as the prompt and the
+explanation as the response (`models.encoders.reward.RewardScorer`, or any object with
+`score(pairs) -> array`). Two variants, as in Table 1:
+- divide-and-aggregate (default): one prompt per criterion; per criterion the verdict
+  is A when score_a - score_b > tie_margin, B when < -tie_margin, else C (a tie); the
+  pair's verdict is the plurality over criteria (`metrics.preference.majority_vote`, a
+  tie for the top count is C);
+- "w/o DA" (`divide=False`): one prompt holding every criterion, one verdict.
+Each distinct (prompt, response) is scored once: explanations repeated across pairs
+(a baseline compared with many systems) cost nothing extra. The scores are
+deterministic, so no presentation-order swap is needed: the verdict only depends on
+which explanation is called A.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.metrics.preference import majority_vote
+from rexeval.pipelines.judge.pairwise import ALL, NO_HISTORY, PAIR_COLUMNS
+
+
+class DiscConfig(BaseModel):
+    """How the reward model is asked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    criteria: str = Field("alert_criteria", description="rubric name or a .yaml path")
+    only: list[str] | None = Field(None, description="a subset of the rubric's criteria")
+    divide: bool = Field(True, description="one score per criterion + majority vote (seed 004 D&A); "
+                         "False: every criterion in one prompt")
+    tie_margin: float = Field(0.0, ge=0.0, description="score differences up to this are ties")
+    prompt: str = "alert_disc"
+    prompts_dir: str | None = None
+    batch_size: int | None = Field(None, ge=1, description="passed to the scorer")
+
+
+def verdict_from_scores(score_a: float, score_b: float, tie_margin: float = 0.0) -> str | None:
+    """A, B or C (|difference| <= tie_margin); None when either score is missing."""
+    if score_a is None or score_b is None or math.isnan(score_a) or math.isnan(score_b):
+        return None
+    diff = float(score_a) - float(score_b)
+    return "A" if diff > tie_margin else "B" if diff < -tie_margin else "C"
+
+
+def units(rubric, cfg: DiscConfig) -> list[tuple[str, list]]:
+    """(unit name, criteria) per reward prompt: one per criterion, or one with all."""
+    items = list(rubric.subset(cfg.only).items)
+    return [(i.name, [i]) for i in items] if cfg.divide else [(ALL, items)]
+
+
+def reward_prompt(template, criteria: list, user_profile: str, item_description: str) -> str:
+    """The one user turn the reward model reads: the prompt's turns joined."""
+    messages = template.render(criteria=criteria, user_profile=user_profile or NO_HISTORY,
+                               item_description=item_description or "")
+    return "\n\n".join(m["content"] for m in messages)
+
+
+def score_tasks(pairs: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:
+    """One row per (pair, unit): pair_id, unit, prompt, explanation_a, explanation_b."""
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
+
+    missing = [c for c in PAIR_COLUMNS if c not in pairs.columns]
+    if missing:
+        raise ValueError(f"pairs lack column(s) {missing}")
+    if pairs["pair_id"].duplicated().any():
+        raise ValueError("pairs repeat a pair_id: one row per pair")
+    template = load_prompt(cfg.prompt, cfg.prompts_dir)
+    rubric = load_rubric(cfg.criteria, cfg.prompts_dir)
+    plan = units(rubric, cfg)
+    rows = []
+    for r in pairs.itertuples(index=False):
+        for unit, items in plan:
+            rows.append({"pair_id": r.pair_id, "unit": unit,
+                         "prompt": reward_prompt(template, items, r.user_profile, r.item_description),
+                         "explanation_a": r.explanation_a or "", "explanation_b": r.explanation_b or ""})
+    return pd.DataFrame(rows, columns=["pair_id", "unit", "prompt", "explanation_a", "explanation_b"])
+
+
+def score_distinct(scorer, texts: list[tuple[str, str]], batch_size: int | None = None) -> np.ndarray:
+    """The scorer's value for every (prompt, response), each distinct one asked once."""
+    index: dict[tuple[str, str], int] = {}
+    inverse = np.fromiter((index.setdefault(t, len(index)) for t in texts), dtype=np.int64,
+                          count=len(texts))
+    if not index:
+        return np.zeros(0, dtype=np.float64)
+    kwargs = {"batch_size": batch_size} if batch_size else {}
+    values = np.asarray(scorer.score(list(index), **kwargs), dtype=np.float64).reshape(-1)
+    if len(values) != len(index):
+        raise ValueError(f"the scorer returned {len(values)} scores for {len(index)} pairs")
+    return values[inverse]
+
+
+def judge_disc(scorer, pairs: pd.DataFrame, cfg: DiscConfig | None = None):
+    """Verdicts for every pair (A = explanation_a), from reward-model scores.
+
+    Returns (verdicts, detail): `verdicts` has one row per pair: pair_id, verdict,
+    score_a and score_b (mean over units), and per unit (a criterion name, or "all")
+    verdict_<unit>, score_a_<unit>, score_b_<unit>; `detail` one row per (pair, unit):
+    pair_id, unit, score_a, score_b, verdict.
+    """
+    cfg = cfg or DiscConfig()
+    tasks = score_tasks(pairs, cfg)
+    n = len(tasks)
+    texts = (list(zip(tasks["prompt"], tasks["explanation_a"]))
+             + list(zip(tasks["prompt"], tasks["explanation_b"])))
+    scores = score_distinct(scorer, texts, cfg.batch_size)
+    detail = pd.DataFrame({"pair_id": tasks["pair_id"], "unit": tasks["unit"],
+                           "score_a": scores[:n], "score_b": scores[n:]})
+    detail["verdict"] = [verdict_from_scores(a, b, cfg.tie_margin)
+                         for a, b in zip(detail["score_a"], detail["score_b"])]
+    return _combine(pairs, detail, cfg), detail
+
+
+def _combine(pairs: pd.DataFrame, detail: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:
+    names = list(dict.fromkeys(detail["unit"]))
+    wide = {u: part.set_index("pair_id") for u, part in detail.groupby("unit", sort=False)}
+    out = pd.DataFrame({"pair_id": pairs["pair_id"].to_numpy()})
+    for u in names:
+        part = wide[u].reindex(out["pair_id"])
+        out[f"verdict_{u}"] = part["verdict"].to_numpy()
+        out[f"score_a_{u}"] = part["score_a"].to_numpy()
+        out[f"score_b_{u}"] = part["score_b"].to_numpy()
+    per_unit = out[[f"verdict_{u}" for u in names]].to_numpy(dtype=object)
+    if cfg.divide:
+        out["verdict"] = [majority_vote(None if pd.isna(v) else v for v in row) for row in per_unit]
+    else:
+        out["verdict"] = [None if pd.isna(v) else v for v in per_unit[:, 0]] if names else None
+    out["score_a"] = out[[f"score_a_{u}" for u in names]].mean(axis=1)
+    out["score_b"] = out[[f"score_b_{u}" for u in names]].mean(axis=1)
+    lead = ["pair_id", "verdict", "score_a", "score_b"]
+    return out[lead + [c for c in out.columns if c not in lead]]

@@ -1,0 +1,126 @@
+"""What the judge jobs read: explanations, the recommendation context, and the pairs
+a pairwise judge compares.
+
+Contexts (the shopper's purchase history, the item's description) come from a file that
+already holds them (`user_id, item_id, user_profile, item_description`) or are built from
+an ingested reviews table (`pipelines.judge.context.build_contexts`). Every explanation
+row ends in a judged row or an error row: a pair whose baseline explanation is missing
+is an error row naming the file, row and field, not a silent drop.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.judge.context import CONTEXT_COLUMNS
+from rexeval.pipelines.core.schema import ERRORS
+
+
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix."""
+    p = Path(path)
+    if p.suffix == ".csv":
+        return pd.read_csv(p, dtype=str, keep_default_na=False)
+    if p.suffix in (".jsonl", ".json"):
+        return pd.read_json(p, lines=True, dtype=False)
+    return pd.read_parquet(p)
+
+
+def read_contexts(path: str | Path) -> pd.DataFrame:
+    """A contexts file (Parquet, CSV or JSON lines) with CONTEXT_COLUMNS."""
+    p = Path(path)
+    df = read_frame(p)
+    missing = [c for c in CONTEXT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{p}: contexts need column(s) {missing} (it has {list(df.columns)})")
+    for c in CONTEXT_COLUMNS:
+        df[c] = df[c].fillna("").astype(str)
+    dup = df.duplicated(["user_id", "item_id"], keep=False)
+    if dup.any():
+        i = int(dup.to_numpy().argmax())
+        raise ValueError(f"{p}: row {i + 1}: (user_id, item_id) = ({df.user_id.iloc[i]}, "
+                         f"{df.item_id.iloc[i]}) appears more than once")
+    return df[list(CONTEXT_COLUMNS)].reset_index(drop=True)
+
+
+def reviews_table(path: str | Path) -> pd.DataFrame:
+    """An ingested reviews table (a `rexeval ingest` folder or its reviews/ Parquet)."""
+    p = Path(path)
+    src = p / "reviews" if (p / "reviews").is_dir() else p
+    return read_table(src, "reviews").to_pandas()
+
+
+def attach_contexts(expl: pd.DataFrame, contexts: pd.DataFrame | None) -> tuple[pd.DataFrame, int]:
+    """Explanations with user_profile and item_description columns; rows without a
+    context get an empty history and the item id as description (counted)."""
+    out = expl.copy()
+    if contexts is None:
+        out["user_profile"], out["item_description"] = "", out["item_id"].astype(str)
+        return out, len(out)
+    out = out.merge(contexts, on=["user_id", "item_id"], how="left")
+    missing = out["item_description"].isna()
+    out["user_profile"] = out["user_profile"].fillna("")
+    out.loc[missing, "item_description"] = out.loc[missing, "item_id"].astype(str)
+    return out, int(missing.sum())
+
+
+def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd.DataFrame,
+                  max_history: int = 10) -> pd.DataFrame | None:
+    if contexts:
+        return read_contexts(contexts)
+    if reviews:
+        from rexeval.pipelines.judge.context import build_contexts
+
+        table = pd.concat([reviews_table(r) for r in reviews], ignore_index=True)
+        return build_contexts(table, interactions[["user_id", "item_id"]].drop_duplicates(),
+                              max_history=max_history)
+    return None
+
+
+def explanations_frame(paths: Sequence[str], systems: Sequence[str] | None = None,
+                       limit: int | None = None) -> pd.DataFrame:
+    """EXPLANATIONS rows as a DataFrame, optionally limited to systems and to the first
+    `limit` examples of each system (in file order)."""
+    from rexeval.pipelines.evaluate.inputs import read_explanations
+
+    df = read_explanations(paths).to_pandas()
+    if systems:
+        unknown = sorted(set(systems) - set(df["system"]))
+        if unknown:
+            raise ValueError(f"system(s) {unknown} not in the explanations (they have "
+                             f"{sorted(set(df['system']))})")
+        df = df[df["system"].isin(systems)]
+    if limit:
+        df = df.groupby("system", sort=False, group_keys=False).head(limit)
+    dup = df.duplicated(["system", "example_id"], keep="first")
+    return df[~dup].reset_index(drop=True)
+
+
+def baseline_pairs(expl: pd.DataFrame, baseline: str) -> tuple[pd.DataFrame, pa.Table]:
+    """(pairs, errors): each other system's explanation against the baseline's for the
+    same example; explanation_a is the system's, explanation_b the baseline's."""
+    systems = sorted(set(expl["system"]))
+    if baseline not in systems:
+        raise ValueError(f"baseline system {baseline!r} is not in the explanations (they have {systems})")
+    base = expl[expl["system"] == baseline].set_index("example_id")
+    rows, errors = [], []
+    for r in expl[expl["system"] != baseline].itertuples(index=False):
+        if r.example_id not in base.index:
+            errors.append({"stage": "judge_pairwise", "source": None, "line": None,
+                           "row_id": f"{r.system}|{r.example_id}", "field": "example_id",
+                           "error_type": "no_baseline",
+                           "message": f"system {r.system!r}, example {r.example_id!r}: the baseline "
+                                      f"{baseline!r} has no explanation for this example", "raw": None})
+            continue
+        b = base.loc[r.example_id]
+        rows.append({"pair_id": f"{r.system}|{r.example_id}", "system": r.system, "baseline": baseline,
+                     "example_id": r.example_id, "user_id": r.user_id, "item_id": r.item_id,
+                     "user_profile": r.user_profile, "item_description": r.item_description,
+                     "explanation_a": r.explanation, "explanation_b": b["explanation"]})
+    cols = ["pair_id", "system", "baseline", "example_id", "user_id", "item_id", "user_profile",
+            "item_description", "explanation_a", "explanation_b"]
+    return pd.DataFrame(rows, columns=cols), pa.Table.from_pylist(errors, schema=ERRORS)

@@ -1,0 +1,386 @@
+"""`rexeval judge likert|pairwise|detect`: inputs, the chunk tasks and the reports.
+
+- likert (seed 001): each explanation rated 1-5 on the four aspects by one or more LLM
+  judges; with several judges, their average (the ensemble) is added as one more judge.
+- pairwise (seed 004, ALERT-Gen): each system's explanation against the baseline
+  system's for the same example; win / loss / tie rates and position-bias statistics.
+- detect (seed 004, section 4.2): an LLM writes a good explanation and deliberately
+  worse ones for the same interactions; the judges must prefer the good one
+  (accuracy per condition; a coin flip scores 0.5).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import Field
+
+from rexeval.pipelines.core.io import write_parquet_atomic
+from rexeval.pipelines.judge.pipeline import (JudgeJobSettings, JudgeService, llm_spec, register_task, run_chunks,
+                                      usage_totals, write_report)
+
+# ------------------------------------------------------------------ settings
+
+
+class LikertJobConfig(JudgeJobSettings):
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="first N examples of each system")
+    judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
+                              "judge_llm); two or more also give their ensemble")
+    aspects: list[str] | None = None
+    mode: Literal["single", "multi"] = "multi"
+    shots: Literal["zero", "one", "personalised"] = "zero"
+    examples: str | None = Field(None, description="human-rated examples for one-shot prompts")
+    ensemble_missing: Literal["skip", "zero"] = "skip"
+    max_tokens: int = Field(64, ge=4)
+    constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")
+
+
+class PairwiseJobConfig(JudgeJobSettings):
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    baseline: str = Field(description="the system every other system is compared with")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1)
+    criteria: str = "alert_criteria"
+    only: list[str] | None = None
+    divide: bool = True
+    both_orders: bool = True
+    disagreement: Literal["tie", "first"] = "tie"
+    max_tokens: int = Field(512, ge=8)
+    temperature: float = Field(0.0, ge=0)
+    constrained: bool = True
+
+
+class DetectJobConfig(JudgeJobSettings):
+    interactions: str | None = Field(None, description="file of user_id, item_id to explain (default: "
+                                     "each context row)")
+    limit: int | None = Field(None, ge=1, description="first N interactions")
+    conditions: list[str] | None = None
+    generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")
+    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"])
+    reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
+    criteria: str = "alert_criteria"
+    divide: bool = True
+    both_orders: bool = True
+    disagreement: Literal["tie", "first"] = "tie"
+    max_tokens: int = Field(512, ge=8)
+    constrained: bool = True
+    generation_max_tokens: int = Field(96, ge=8)
+
+
+# ------------------------------------------------------------------ tasks (one chunk each)
+
+
+@register_task("likert")
+def _likert_task(llm, rows: pd.DataFrame, settings: dict):
+    from rexeval.pipelines.judge.likert import LikertConfig, judge_likert
+
+    examples = pd.read_parquet(settings["examples"]) if settings.get("examples") else None
+    scores, stats = judge_likert(llm, rows, LikertConfig(**settings["likert"]), examples=examples)
+    return {"likert": scores}, stats
+
+
+@register_task("pairwise")
+def _pairwise_task(llm, rows: pd.DataFrame, settings: dict):
+    from rexeval.pipelines.judge.pairwise import PairwiseConfig, judge_pairwise
+
+    verdicts, detail, stats = judge_pairwise(llm, rows, PairwiseConfig(**settings["pairwise"]))
+    return {"verdicts": verdicts, "detail": detail}, stats
+
+
+@register_task("detect_generate")
+def _generate_task(llm, rows: pd.DataFrame, settings: dict):
+    from rexeval.pipelines.judge.detect import DetectSuiteConfig, generate_planned
+    from rexeval.pipelines.core.schema import ERRORS
+
+    pairs, errors, stats = generate_planned(rows, llm, DetectSuiteConfig(**settings["generate"]))
+    errors = pa.Table.from_pylist(errors.astype(object).where(errors.notna(), None).to_dict("records"),
+                                  schema=ERRORS)
+    return {"pairs": pairs.astype({"replacement_id": object}), "errors": errors}, stats
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _profile(cfg):
+    from rexeval.models.profiles import load_profile
+
+    return load_profile(cfg.profile, cfg.models)
+
+
+def _with_contexts(cfg, expl: pd.DataFrame, progress) -> tuple[pd.DataFrame, int]:
+    from rexeval.pipelines.judge.inputs import attach_contexts, load_contexts
+
+    ctx = load_contexts(cfg.contexts, cfg.reviews, expl, cfg.max_history)
+    if ctx is None:
+        progress("  no --contexts or --reviews: judges see the item id only and no purchase history")
+    return attach_contexts(expl, ctx)
+
+
+def _judged(cfg, spec: dict, progress, work: Callable[[str], object]):
+    """Run `work(address)` with the judge service up; the spec's model becomes the
+    served model's id (what prices and provenance name)."""
+    service = JudgeService(cfg, spec, progress)
+    try:
+        result = work(service.address())
+        spec["model"] = service.model_id
+        return result
+    finally:
+        service.stop()
+
+
+def _frame(out, table: str) -> pd.DataFrame:
+    return out.read(table).to_pandas()
+
+
+# ------------------------------------------------------------------ likert
+
+
+def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) -> dict:
+    from rexeval.pipelines.judge.inputs import explanations_frame
+    from rexeval.pipelines.judge.likert import LikertConfig, count_fallbacks, ensemble
+
+    t0 = time.time()
+    root = Path(cfg.out)
+    profile = _profile(cfg)
+    expl = explanations_frame(cfg.explanations, cfg.systems, cfg.limit)
+    rows, no_ctx = _with_contexts(cfg, expl, progress)
+    rows = rows[["example_id", "system", "user_id", "item_id", "explanation", "item_description"]]
+    judges = cfg.judges or [profile.require("judge_llm")]
+    lcfg = LikertConfig(aspects=cfg.aspects or LikertConfig().aspects, mode=cfg.mode, shots=cfg.shots,
+                        seed=cfg.seed, max_retries=cfg.max_retries, max_tokens=cfg.max_tokens,
+                        constrained=cfg.constrained)
+    examples_path = None
+    if cfg.shots != "zero":
+        if not cfg.examples:
+            raise ValueError(f"--shots {cfg.shots} needs --examples: a file of human-rated explanations")
+        examples_path = str(Path(cfg.examples).resolve())
+    progress(f"judge likert: {len(rows)} explanation(s) of {rows['system'].nunique()} system(s), "
+             f"{len(judges)} judge(s), aspects {', '.join(lcfg.aspects)} ({cfg.mode}, {cfg.shots}-shot)")
+    parts, usage = [], {}
+    for j, model in enumerate(judges):
+        spec = llm_spec(cfg, profile, model=model)
+        settings = {"likert": lcfg.model_dump(), "examples": examples_path}
+        out = _judged(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
+            "likert", rows, root / "judges" / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
+        parts.append(_frame(out, "likert"))
+        usage[spec["model"]] = usage_totals([out], cfg.price_table, spec["model"])
+    scores = pd.concat(parts, ignore_index=True)
+    fallbacks = int(count_fallbacks(scores)) if cfg.shots != "zero" else 0
+    if len(judges) > 1:
+        scores = pd.concat([scores, ensemble(scores, missing=cfg.ensemble_missing)], ignore_index=True)
+    write_parquet_atomic(root / "likert_scores.parquet", pa.Table.from_pandas(scores, preserve_index=False))
+    table = likert_table(scores)
+    (root / "likert.md").write_text(table)
+    report = {"job": "judge likert", "explanations": len(rows), "no_context": no_ctx,
+              "one_shot_fallbacks": fallbacks,
+              "unreadable": int(scores["score"].isna().sum()), "usage": usage,
+              "total_cost_usd": _total_cost(usage), "elapsed_s": round(time.time() - t0, 2)}
+    write_report(root, report)
+    report["table_md"] = table
+    return report
+
+
+def likert_table(scores: pd.DataFrame) -> str:
+    """Mean score per judge and system (rows) and aspect (columns), unreadable left out."""
+    g = scores.groupby(["judge", "system", "aspect"], sort=True)["score"]
+    wide = g.mean().unstack("aspect")[list(dict.fromkeys(scores["aspect"]))]
+    n_bad = scores["score"].isna().groupby([scores["judge"], scores["system"]]).sum()
+    lines = ["| judge | system | " + " | ".join(wide.columns) + " | unreadable |",
+             "|---|---|" + "---|" * (len(wide.columns) + 1)]
+    for (judge, system), r in wide.iterrows():
+        cells = ["–" if pd.isna(v) else f"{v:.2f}" for v in r]
+        lines.append(f"| {judge} | {system} | " + " | ".join(cells) + f" | {int(n_bad.loc[(judge, system)])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _total_cost(usage: dict) -> float | None:
+    costs = [u.get("cost_usd") for u in usage.values()]
+    return None if not costs or any(c is None for c in costs) else round(sum(costs), 6)
+
+
+# ------------------------------------------------------------------ pairwise
+
+
+def _pairwise_settings(cfg) -> dict:
+    from rexeval.pipelines.judge.pairwise import PairwiseConfig
+
+    return {"pairwise": PairwiseConfig(
+        criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide,
+        both_orders=cfg.both_orders, disagreement=cfg.disagreement, max_retries=cfg.max_retries,
+        max_tokens=cfg.max_tokens, temperature=getattr(cfg, "temperature", 0.0), seed=cfg.seed,
+        constrained=cfg.constrained).model_dump()}
+
+
+def _rubric_ref(ref: str) -> str:
+    p = Path(ref).expanduser()
+    return str(p.resolve()) if p.suffix in (".yaml", ".yml") else ref
+
+
+def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print) -> dict:
+    from rexeval.metrics.preference import win_rates
+    from rexeval.pipelines.judge.inputs import baseline_pairs, explanations_frame
+    from rexeval.pipelines.judge.pairwise import order_bias
+
+    t0 = time.time()
+    root = Path(cfg.out)
+    profile = _profile(cfg)
+    systems = None if not cfg.systems else sorted(set(cfg.systems) | {cfg.baseline})
+    expl = explanations_frame(cfg.explanations, systems, cfg.limit)
+    rows, no_ctx = _with_contexts(cfg, expl, progress)
+    pairs, errors = baseline_pairs(rows, cfg.baseline)
+    root.mkdir(parents=True, exist_ok=True)
+    write_parquet_atomic(root / "errors.parquet", errors)
+    progress(f"judge pairwise: {len(pairs)} pair(s) against baseline {cfg.baseline!r}, "
+             f"{errors.num_rows} error row(s)")
+    spec = llm_spec(cfg, profile)
+    settings = _pairwise_settings(cfg)
+    cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
+    out = _judged(cfg, spec, progress, lambda addr: run_chunks(
+        "pairwise", pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
+    verdicts = pairs[["pair_id", "system", "baseline", "example_id", "user_id", "item_id"]].merge(
+        _frame(out, "verdicts"), on="pair_id", how="left")
+    detail = _frame(out, "detail")
+    write_parquet_atomic(root / "verdicts.parquet", pa.Table.from_pandas(verdicts, preserve_index=False))
+    write_parquet_atomic(root / "calls.parquet", pa.Table.from_pandas(detail, preserve_index=False))
+    wins = win_rates(verdicts)
+    per_criterion = {c[len("verdict_"):]: win_rates(verdicts, verdict_col=c).to_dict("records")
+                     for c in verdicts.columns if c.startswith("verdict_")}
+    bias = order_bias(detail) if cfg.both_orders else {}
+    usage = usage_totals([out], cfg.price_table, spec["model"])
+    md = pairwise_markdown(wins, bias, cfg.baseline)
+    (root / "pairwise.md").write_text(md)
+    report = {"job": "judge pairwise", "pairs": len(pairs), "errors": errors.num_rows, "no_context": no_ctx,
+              "win_rates": wins.to_dict("records"), "win_rates_per_criterion": per_criterion,
+              "position_bias": bias, "usage": usage, "elapsed_s": round(time.time() - t0, 2)}
+    write_report(root, report)
+    report["table_md"] = md
+    return report
+
+
+def pairwise_markdown(wins: pd.DataFrame, bias: dict, baseline: str) -> str:
+    lines = [f"Win rates against the baseline `{baseline}` (ties and losses beside):", "",
+             "| system | n | win | tie | loss | win (ties ½) | unreadable |", "|---|---|---|---|---|---|---|"]
+    for r in wins.itertuples(index=False):
+        lines.append(f"| {r.system} | {r.n} | {r.win_rate:.1%} | {r.tie_rate:.1%} | {r.loss_rate:.1%} | "
+                     f"{r.win_rate_half_ties:.1%} | {r.unreadable} |")
+    if bias:
+        lines += ["", "Position bias (pairs asked in both orders):", "",
+                  "| criterion | pairs | verdict flipped with the order | first shown chosen |", "|---|---|---|---|"]
+        for unit, b in bias.items():
+            lines.append(f"| {unit} | {b['pairs_both_orders']} | {b['flip_rate']:.1%} | {b['first_slot_rate']:.1%} |")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ detect
+
+
+def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
+    """The interactions to explain, with their contexts: the --interactions given, else
+    every row of --contexts, else each user's latest purchase in --reviews (seed 004
+    explains the most recent purchase); sorted, then the first --limit."""
+    from rexeval.pipelines.judge.inputs import load_contexts, read_contexts, read_frame, reviews_table
+
+    if not (cfg.contexts or cfg.reviews):
+        raise ValueError("detect needs --contexts FILE or --reviews PATH (where the interactions come from)")
+    if cfg.interactions:
+        p = Path(cfg.interactions)
+        inter = read_frame(p)
+        missing = [c for c in ("user_id", "item_id") if c not in inter.columns]
+        if missing:
+            raise ValueError(f"{p}: interactions need column(s) {missing}")
+        contexts = load_contexts(cfg.contexts, cfg.reviews, inter[["user_id", "item_id"]].astype(str),
+                                 cfg.max_history)
+        if cfg.contexts:
+            contexts = contexts.merge(inter[["user_id", "item_id"]].astype(str), on=["user_id", "item_id"])
+    elif cfg.contexts:
+        contexts = read_contexts(cfg.contexts)
+    else:
+        from rexeval.pipelines.judge.context import build_contexts, last_interactions
+
+        reviews = pd.concat([reviews_table(r) for r in cfg.reviews], ignore_index=True)
+        contexts = build_contexts(reviews, last_interactions(reviews), max_history=cfg.max_history)
+    contexts = contexts.sort_values(["user_id", "item_id"]).reset_index(drop=True)
+    return contexts.head(cfg.limit) if cfg.limit else contexts
+
+
+def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) -> dict:
+    from rexeval.pipelines.judge.detect import (ALL_CONDITIONS, DetectSuiteConfig, check_conditions, detection_accuracy,
+                                        judge_layout, plan_conditions)
+
+    t0 = time.time()
+    root = Path(cfg.out)
+    profile = _profile(cfg)
+    suite = DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
+                              max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens)
+    check_conditions(suite)
+    if "disc" in cfg.evaluators and not cfg.reward_model:
+        raise ValueError("the disc evaluator needs --reward-model PATH (a sequence-classification reward model)")
+    contexts = detect_contexts(cfg)
+    # Planned once over every interaction, so replacement items and users are drawn from
+    # the whole set; the chunks only generate.
+    plan = plan_conditions(contexts, suite.conditions, suite.seed)
+    progress(f"judge detect: {len(contexts)} interaction(s) x {len(suite.conditions)} condition(s); "
+             f"evaluators {', '.join(cfg.evaluators)}")
+    gen_spec = llm_spec(cfg, profile, role="llm", model=cfg.generator)
+    gen = _judged(cfg, gen_spec, progress, lambda addr: run_chunks(
+        "detect_generate", plan, root / "generate", ["pairs", "errors"],
+        {"generate": suite.model_dump()}, gen_spec, addr, cfg, progress))
+    pairs = _frame(gen, "pairs")
+    gen_errors = gen.read("errors")
+    layout = judge_layout(pairs, seed=cfg.seed)
+    cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
+    results, usage = {}, {"generator": usage_totals([gen], cfg.price_table, gen_spec["model"])}
+    if "gen" in cfg.evaluators:
+        spec = llm_spec(cfg, profile)
+        out = _judged(cfg, spec, progress, lambda addr: run_chunks(
+            "pairwise", layout[cols], root / "judge_gen", ["verdicts", "detail"], _pairwise_settings(cfg), spec,
+            addr, cfg, progress))
+        results["gen"] = layout[["pair_id", "condition", "original_position"]].merge(
+            _frame(out, "verdicts")[["pair_id", "verdict"]], on="pair_id", how="left")
+        usage["gen"] = usage_totals([out], cfg.price_table, spec["model"])
+    if "disc" in cfg.evaluators:
+        results["disc"] = layout[["pair_id", "condition", "original_position"]].merge(
+            _disc_verdicts(cfg, layout[cols], progress), on="pair_id", how="left")
+    tables = {name: detection_accuracy(v) for name, v in results.items()}
+    for name, v in results.items():
+        write_parquet_atomic(root / f"verdicts_{name}.parquet", pa.Table.from_pandas(v, preserve_index=False))
+    write_parquet_atomic(root / "pairs.parquet", pa.Table.from_pandas(pairs, preserve_index=False))
+    write_parquet_atomic(root / "errors.parquet", gen_errors)
+    md = detect_markdown(tables)
+    (root / "detection.md").write_text(md)
+    report = {"job": "judge detect", "interactions": len(contexts), "pairs": len(pairs),
+              "generation_errors": gen_errors.num_rows,
+              "accuracy": {k: t.to_dict("records") for k, t in tables.items()}, "usage": usage,
+              "elapsed_s": round(time.time() - t0, 2)}
+    write_report(root, report)
+    report["table_md"] = md
+    return report
+
+
+def _disc_verdicts(cfg: DetectJobConfig, pairs: pd.DataFrame, progress) -> pd.DataFrame:
+    from rexeval.models.encoders.reward import build_reward_scorer
+    from rexeval.pipelines.judge.disc import DiscConfig, judge_disc
+
+    progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
+    scorer = build_reward_scorer(cfg.reward_model)
+    verdicts, _ = judge_disc(scorer, pairs, DiscConfig(criteria=_rubric_ref(cfg.criteria), divide=cfg.divide))
+    return verdicts[["pair_id", "verdict"]]
+
+
+def detect_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    lines = []
+    for name, t in tables.items():
+        lines += [f"Inferior-explanation detection, evaluator `{name}` (accuracy; random = 0.5):", "",
+                  "| condition | n | accuracy | ties | unreadable |", "|---|---|---|---|---|"]
+        for r in t.to_dict("records"):
+            acc = "–" if pd.isna(r["accuracy"]) else f"{r['accuracy']:.3f}"
+            lines.append(f"| {r['condition']} | {r.get('n', '')} | {acc} | {r.get('ties', '')} | "
+                         f"{r.get('unreadable', '')} |")
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,212 @@
+"""The judge jobs on Ray: chunks of work, each a resumable shard, calling the judge
+LLM through its Serve deployment (or an in-process backend).
+
+`rexeval judge likert|pairwise|detect` share this runner: the driver writes the rows to
+judge (`payload.parquet`), splits them into chunks, and a Ray Data actor pool runs one
+task function per chunk (`TASKS`). Each actor holds one LLM client: a handle to the
+`rexeval-judge` Serve deployment (started by the job when none is running, and stopped
+at the end), an HTTP client of a remote one, or, with `judge_service: none`, an
+in-process backend behind the call cache. Every chunk writes its tables and a one-row
+`usage` table (calls, tokens, seconds, retries, unreadable answers), so a re-run skips
+finished chunks and the report's totals still count every call the results cost.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import Field
+
+from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.stage import Resources, Stage
+
+USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_calls", "call_errors",
+                "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens",
+                "seconds")
+
+
+class JudgeJobSettings(LLMJobSettings):
+    """What every judge job shares: inputs' context, the judge service, cost, chunks."""
+
+    out: str
+    contexts: str | None = Field(None, description="file with user_id, item_id, user_profile, item_description")
+    reviews: list[str] = Field(default_factory=list, description="ingested reviews to build contexts from")
+    max_history: int = Field(10, ge=0)
+    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge")
+    judge_replicas: int = Field(1, ge=1)
+    judge_gpus: float = Field(0.0, ge=0)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
+    chunk_size: int = Field(16, ge=1)
+    seed: int = 0
+
+
+# ------------------------------------------------------------------ LLM clients
+
+
+def llm_spec(cfg: JudgeJobSettings, profile, role: str = "judge_llm", model: str | None = None) -> dict:
+    """Backend, model and options of the judge, resolved in the driver."""
+    c = cfg.with_resolved_cache()
+    return {"backend": cfg.backend or profile.llm_backend, "model": model or profile.require(role),
+            "options": dict(cfg.backend_options), "cache": c.cache_path()}
+
+
+def build_llm(spec: dict, address: str):
+    """The LLM a task calls: a client of the judge deployment (which keeps the call
+    cache), or an in-process backend behind the cache."""
+    if address != "none":
+        from rexeval.models.llm.base import BackendSpec, build_backend
+
+        return build_backend(BackendSpec(backend="serve", model="auto", options={"address": address}))
+    from rexeval.pipelines.core.llm_job import llm_generate
+
+    return llm_generate(spec["backend"], spec["model"], spec["options"], spec["cache"])
+
+
+class JudgeService:
+    """The judge a job uses (`serve.judge.JudgeService` set up from the job's settings):
+    `address()` is what `build_llm` takes, `model_id` the served model's id."""
+
+    def __init__(self, cfg: JudgeJobSettings, spec: dict, progress: Callable[[str], None]):
+        from rexeval.models.llm.base import BackendSpec
+        from rexeval.serve.judge import JudgeServeConfig, JudgeService as Service
+
+        explicit = cfg.judge_service != "auto"
+        backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
+                              options=spec["options"])
+        serve_cfg = JudgeServeConfig(backend=backend, cache=spec["cache"], max_replicas=cfg.judge_replicas,
+                                     num_gpus=cfg.judge_gpus)
+        self.service = Service(serve_cfg, service=cfg.judge_service, port=cfg.serve_port, progress=progress)
+        self.model_id = spec["model"]
+
+    def address(self) -> str:
+        address = self.service.address()
+        if address != "none":
+            self.model_id = self.service.check()
+        return address
+
+    def stop(self) -> None:
+        self.service.stop()
+
+
+# ------------------------------------------------------------------ the chunk runner
+
+
+def _stats_row(stats) -> pa.Table:
+    d = stats.as_dict()
+    return pa.table({k: pa.array([float(d.get(k, 0) or 0)], pa.float64()) for k in USAGE_FIELDS})
+
+
+class JudgeChunkStage(Stage):
+    """Runs one task function over chunks of the payload and writes each as a shard."""
+
+    batch_size = 1
+
+    def __init__(self, task: str, spec: dict, address: str, payload: str, chunk: int,
+                 output: ShardedOutput, settings: dict, resources: Resources):
+        self.task, self.spec, self.address, self.payload = task, spec, address, payload
+        self.chunk, self.output, self.settings, self.resources = chunk, output, settings, resources
+        self.name = f"judge:{task}"
+
+    def setup(self) -> None:
+        from rexeval.pipelines.core.stage import use_cpus
+
+        import rexeval.pipelines.judge.jobs  # noqa: F401  (registers the task functions in TASKS)
+
+        use_cpus(self.resources)
+        self.rows = pd.read_parquet(self.payload)
+        self.llm = build_llm(self.spec, self.address) if self.spec else None
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        out = []
+        for shard in batch.column("shard").to_pylist():
+            part = self.rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
+            tables, stats = TASKS[self.task](self.llm, part, self.settings)
+            tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
+                      for k, v in tables.items()}
+            tables["usage"] = _stats_row(stats)
+            counts = {"rows": len(part), "unparseable": int(stats.unparseable), "errors": int(stats.errors)}
+            self.output.write_shard(shard, tables, counts)
+            out.append({"shard": shard, "rows": len(part)})
+        return pa.Table.from_pylist(out)
+
+
+def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], settings: dict, spec: dict | None,
+               address: str, cfg: JudgeJobSettings, progress: Callable[[str], None]) -> ShardedOutput:
+    """Run `task` over `rows` in chunks (resuming finished ones); returns the output."""
+    from rexeval.pipelines.core.io import config_hash
+    from rexeval.pipelines.core.runtime import run_tasks
+
+    root.mkdir(parents=True, exist_ok=True)
+    payload = root / "payload.parquet"
+    conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
+            "settings": settings, "model": (spec or {}).get("model"), "chunk": cfg.chunk_size}
+    out = ShardedOutput(root, f"judge:{task}", conf, [*tables, "usage"]).open(overwrite=True)
+    write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
+    n = max(1, -(-len(rows) // cfg.chunk_size))
+    done = out.done_shards()
+    todo = [{"shard": i} for i in range(n) if i not in done]
+    if not todo:
+        progress(f"  {task}: already done ({len(rows)} rows)")
+    else:
+        progress(f"  {task}: {len(rows)} rows in {n} chunk(s)" + (f", {len(done)} already done" if done else ""))
+        # A client of the Serve deployment needs little CPU; an in-process model takes
+        # the CPUs free now, shared by `workers` actors.
+        res = Resources(cpus=0.25) if address != "none" or not spec else _inprocess_resources(cfg)
+        stage = JudgeChunkStage(task, spec or {}, address, str(payload), cfg.chunk_size, out, settings, res)
+        t0 = time.time()
+        for k, row in enumerate(run_tasks(todo, stage, max(1, min(cfg.workers, len(todo)))), 1):
+            progress(f"    {task}: chunk {row['shard'] + 1}/{n} done ({k}/{len(todo)}, "
+                     f"{time.time() - t0:.0f}s)")
+    out.finish(n)
+    return out
+
+
+def _inprocess_resources(cfg: JudgeJobSettings) -> Resources:
+    if cfg.cpus_per_worker:
+        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
+    import ray
+
+    free = ray.available_resources().get("CPU", 1)
+    return Resources(cpus=max(1.0, float(int(free // cfg.workers))), gpus=cfg.gpus_per_worker)
+
+
+def usage_totals(outputs: list[ShardedOutput], price_table: str | None, model_id: str | None) -> dict:
+    """Summed usage of every chunk of the given outputs, with the cost when priced."""
+    total = {k: 0.0 for k in USAGE_FIELDS}
+    for o in outputs:
+        if (o.root / "usage").is_dir():
+            t = o.read("usage").to_pandas()
+            for k in USAGE_FIELDS:
+                total[k] += float(t[k].sum())
+    out: dict[str, Any] = {k: (round(v, 3) if k == "seconds" else int(v)) for k, v in total.items()}
+    out["model"] = model_id
+    if price_table and model_id:
+        from rexeval.models.llm.pricing import PriceTable
+
+        prices = PriceTable.load(price_table)
+        billed = prices.cost(model_id, out["prompt_tokens"], out["completion_tokens"])
+        out["cost_usd"] = None if billed is None else round(billed, 6)
+        if billed is None:
+            out["cost_note"] = f"no price for {model_id!r} in {price_table}"
+    return out
+
+
+def write_report(root: Path, report: dict) -> None:
+    write_json_atomic(root / "report.json", report)
+
+
+TASKS: dict[str, Callable] = {}
+
+
+def register_task(name: str):
+    def wrap(fn):
+        TASKS[name] = fn
+        return fn
+
+    return wrap

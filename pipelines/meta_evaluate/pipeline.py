@@ -1,0 +1,288 @@
+"""`rexeval meta-evaluate`: how well evaluators agree with human ratings, from files.
+
+This module holds the settings and the run; reading, pivoting, joining and pairing
+columns are in `meta_evaluate_inputs` (its docstring states the layouts and the key
+rule), the Markdown tables in `meta_evaluate_report`.
+
+The evaluator table is wide (`judge_<aspect>` columns), long as `rexeval judge likert`
+writes it (judge, aspect, score: one evaluator per judge), or a `rexeval judge
+pairwise` verdicts file. The human ratings sit in the same table or in `--human`,
+joined on the keys. Missing ratings follow seed 001's null policy (counted in the
+report); missing verdicts are left out and counted; every row or value that cannot be
+used is an error row. The work is small tabular arithmetic, so no Ray is used.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rexeval.metrics.agreement import (
+    LEVELS,
+    METHODS,
+    RESULT_COLUMNS,
+    Target,
+    apply_null_policy,
+    meta_evaluate,
+    pairwise_agreement,
+)
+from rexeval.pipelines.core.io import config_hash, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.meta_evaluate.inputs import (
+    STAGE,
+    join_tables,
+    layout_of,
+    long_targets,
+    parse_column,
+    pivot_long,
+    read_input,
+    read_number,
+    read_verdict,
+    resolve_keys,
+    resolve_targets,
+    verdict_targets,
+)
+from rexeval.pipelines.meta_evaluate.report import correlation_markdown, pairwise_markdown
+from rexeval.pipelines.core.schema import error_rows
+
+RESULTS_FILE, TABLE_FILE, REPORT_FILE, ERRORS_FILE = (
+    "meta_evaluation.parquet", "meta_evaluation.md", "report.json", "errors.parquet")
+
+Method = Literal["pearson", "spearman", "kendall"]
+Level = Literal["dataset", "user", "pair"]
+
+CORRELATION_RESULTS = pa.schema([
+    pa.field("evaluator", pa.string()), pa.field("aspect", pa.string()), pa.field("level", pa.string()),
+    pa.field("method", pa.string()), pa.field("value", pa.float64()), pa.field("n_rows", pa.int64()),
+    pa.field("n_groups_used", pa.int64()), pa.field("n_groups_total", pa.int64()),
+    pa.field("ci_low", pa.float64()), pa.field("ci_high", pa.float64()),
+])
+PAIRWISE_RESULTS = pa.schema([
+    pa.field("evaluator", pa.string()), pa.field("aspect", pa.string()), pa.field("ties", pa.bool_()),
+    pa.field("metric", pa.string()), pa.field("value", pa.float64()), pa.field("n_used", pa.int64()),
+    pa.field("n_total", pa.int64()), pa.field("n_missing", pa.int64()), pa.field("n_tie_dropped", pa.int64()),
+    pa.field("ci_low", pa.float64()), pa.field("ci_high", pa.float64()),
+])
+
+
+class MetaEvaluateConfig(BaseModel):
+    """Settings of `rexeval meta-evaluate` (YAML keys = the flags' names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scores: str = Field(description="evaluator table, or the one table with both sides")
+    human: str | None = Field(None, description="human table joined to `scores` on the keys")
+    out: str
+    mode: Literal["scores", "pairwise"] = "scores"
+    aspects: list[str] = Field(default_factory=list, description="default: every aspect found")
+    judge_prefixes: list[str] = Field(default_factory=lambda: ["judge_"])
+    human_prefix: str = "human_"
+    judge_cols: list[str] = Field(default_factory=list, description="explicit pairs, with human_cols")
+    human_cols: list[str] = Field(default_factory=list)
+    evaluator: str | None = Field(None, description="evaluator name for a single prefix or column pairs")
+    user_col: str = "user_id"
+    item_col: str = "item_id"
+    key: str = Field("auto", description="explanation key; auto: system, explanation_id, pair_id")
+    methods: list[Method] = Field(default_factory=lambda: list(METHODS))
+    levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
+    table_method: Method | None = Field(None, description="method of the Markdown table (default: first)")
+    human_null: float | Literal["drop"] = 3.0
+    judge_null: float | Literal["drop"] = 0.0
+    bootstrap: int = Field(1000, ge=0, description="resamples for the 95% interval (0: none)")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    seed: int = 0
+    random_baseline: bool = Field(False, description="add seed 001's Random row (uniform 1-5)")
+
+    @model_validator(mode="after")
+    def _check(self) -> MetaEvaluateConfig:
+        if len(self.judge_cols) != len(self.human_cols):
+            raise ValueError(f"give one human column per judge column ({len(self.judge_cols)} judge, "
+                             f"{len(self.human_cols)} human)")
+        if self.judge_cols and self.aspects:
+            raise ValueError("give either column pairs (judge_cols/human_cols) or aspects, not both")
+        if not self.methods or not self.levels:
+            raise ValueError("methods and levels must not be empty")
+        if self.table_method is not None and self.table_method not in self.methods:
+            raise ValueError(f"table_method {self.table_method!r} is not among methods {self.methods}")
+        return self
+
+    @property
+    def shown_method(self) -> str:
+        return self.table_method or self.methods[0]
+
+
+# ------------------------------------------------------------------ the job
+
+
+def _policy(value: float | str) -> float | None:
+    return None if value == "drop" else float(value)
+
+
+def _prepare_out(cfg: MetaEvaluateConfig, digest: str, overwrite: bool) -> Path:
+    """Refuse to mix two configs' results in one folder unless asked to overwrite."""
+    root = Path(cfg.out)
+    report = root / REPORT_FILE
+    if report.exists():
+        old = json.loads(report.read_text()).get("config_hash")
+        if old != digest and not overwrite:
+            raise FileExistsError(f"{root} holds meta-evaluation results of another config "
+                                  f"(hash {old} != {digest}); use another folder or --overwrite")
+    elif root.exists() and any(root.iterdir()) and not overwrite:
+        raise FileExistsError(f"{root} is not empty and holds no meta-evaluation report; "
+                              "use another folder or --overwrite")
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _random_targets(targets: list[Target]) -> list[Target]:
+    first = {}
+    for t in targets:
+        first.setdefault(t.aspect, t)
+    return [Target("random", a, f"<random {a}>", t.human_col) for a, t in first.items()]
+
+
+def _read(cfg: MetaEvaluateConfig, progress: Callable[[str], None]) -> dict:
+    """Both tables read (a long table pivoted), the keys and the targets."""
+    scores = read_input(cfg.scores)
+    human = read_input(cfg.human) if cfg.human else None
+    progress(f"read {len(scores.df):,} rows from {scores.source}"
+             + (f" and {len(human.df):,} from {human.source}" if human else ""))
+    layout, errors, counts = layout_of(cfg, scores), [], {}
+    if layout == "long":
+        long_rows = len(scores.df)
+        scores, errors = pivot_long(cfg, scores)
+        cells = sum(len(r) for r in scores.rows)
+        counts = {"long_rows": long_rows,
+                  "absent_scores": len(scores.df) * len(scores.columns) - len(scores.cells)}
+        progress(f"long layout: {cells:,} scores of {len(scores.columns)} (judge, aspect) pair(s) "
+                 f"over {len(scores.df):,} explanations")
+    hum = human or scores
+    keys, also = resolve_keys(cfg, [scores] + ([human] if human else []))
+    ids = keys + also
+    if layout == "long":
+        targets = long_targets(cfg, scores, list(hum.df.columns), hum.source)
+    elif layout == "verdicts":
+        targets = verdict_targets(cfg, list(scores.df.columns), list(hum.df.columns), scores.source, hum.source)
+    else:
+        targets = resolve_targets(cfg, list(scores.df.columns), list(hum.df.columns), ids, scores.source,
+                                  hum.source)
+    return {"scores": scores, "human": human, "hum": hum, "layout": layout, "keys": keys, "also": also,
+            "targets": targets, "errors": errors, "counts": counts}
+
+
+def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
+                      progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Read, join, pair, score and write the outputs; returns the report."""
+    settings = cfg.model_dump(exclude={"out"})
+    digest = config_hash(settings)
+    inp = _read(cfg, progress)
+    scores, human, hum, keys, targets = inp["scores"], inp["human"], inp["hum"], inp["keys"], inp["targets"]
+    root = _prepare_out(cfg, digest, overwrite)
+    joined, errors, counts = join_tables(scores, human, keys, inp["also"])
+    errors[:0] = inp["errors"]
+    counts = inp["counts"] | counts
+    progress(f"{counts['joined']:,} rows joined on {', '.join(keys)}; {len(targets)} column pair(s)")
+    keys_text = ["/".join(r) for r in joined[keys].itertuples(index=False, name=None)]
+    reader = read_number if cfg.mode == "scores" else read_verdict
+    parsed: dict[tuple[str, str], tuple[list, np.ndarray]] = {}
+
+    def column(side: str, name: str) -> tuple[list, np.ndarray]:
+        if (side, name) not in parsed:
+            table, pos = (scores, joined["pos_judge"]) if side == "judge" else (hum, joined["pos_human"])
+            values, bad, errs = parse_column(table, pos.to_numpy(), name, keys_text, reader)
+            errors.extend(errs)
+            parsed[(side, name)] = values, bad
+        return parsed[(side, name)]
+
+    if cfg.mode == "scores":
+        results, per_target = _score_targets(cfg, joined, targets, column)
+    else:
+        results, per_target = _pairwise_targets(cfg, targets, column)
+    err = error_rows(STAGE, errors)
+    counts |= {"targets": len(per_target), "errors": err.num_rows,
+               "bad_values": sum(e["error_type"] == "bad_value" for e in errors),
+               "missing_key": sum(e["error_type"] == "missing_key" for e in errors),
+               "duplicate_key": sum(e["error_type"] == "duplicate_key" for e in errors),
+               "users": int(joined[cfg.user_col].nunique()),
+               "pairs": len(joined[[cfg.user_col, cfg.item_col]].drop_duplicates())}
+    # Summed over the (evaluator, aspect) pairs, the random baseline left out; each
+    # pair's own numbers are in the report's "targets".
+    real = [t for t in per_target if t["evaluator"] != "random" or not cfg.random_baseline]
+    for name in ("human_filled", "judge_filled", "dropped_null", "missing_labels", "tie_dropped"):
+        if any(name in t for t in real):
+            counts[name] = int(sum(t.get(name, 0) for t in real))
+    schema = CORRELATION_RESULTS if cfg.mode == "scores" else PAIRWISE_RESULTS
+    write_parquet_atomic(root / RESULTS_FILE, pa.Table.from_pandas(results, schema=schema, preserve_index=False))
+    markdown = (correlation_markdown(results, cfg.shown_method, cfg.levels) if cfg.mode == "scores"
+                else pairwise_markdown(results))
+    (root / TABLE_FILE).write_text(markdown, encoding="utf-8")
+    outputs = [RESULTS_FILE, TABLE_FILE, REPORT_FILE]
+    if err.num_rows:
+        write_parquet_atomic(root / ERRORS_FILE, err)
+        outputs.append(ERRORS_FILE)
+    else:
+        (root / ERRORS_FILE).unlink(missing_ok=True)  # a previous run's errors are not this run's
+    report = {"job": STAGE, "mode": cfg.mode, "layout": inp["layout"], "config": settings, "config_hash": digest,
+              "keys": keys,
+              "counts": counts, "targets": per_target, "outputs": outputs}
+    write_json_atomic(root / REPORT_FILE, report)
+    return report | {"markdown": markdown}
+
+
+def _score_targets(cfg: MetaEvaluateConfig, joined: pd.DataFrame, targets: list[Target],
+                   column: Callable) -> tuple[pd.DataFrame, list[dict]]:
+    """Correlations of every target, after the null policy; one report entry each."""
+    plan = [(t, column("judge", t.judge_col)) for t in targets]
+    if cfg.random_baseline:
+        for i, t in enumerate(_random_targets(targets)):
+            rng = np.random.default_rng([cfg.seed, i])
+            plan.append((t, (list(rng.integers(1, 6, len(joined)).astype(float)), np.zeros(len(joined), bool))))
+    frames, report = [], []
+    for t, (j_values, j_bad) in plan:
+        h_values, h_bad = column("human", t.human_col)
+        ok = ~(j_bad | h_bad)
+        res = apply_null_policy(np.asarray(h_values, np.float64)[ok], np.asarray(j_values, np.float64)[ok],
+                                _policy(cfg.human_null), _policy(cfg.judge_null))
+        sub = joined.loc[ok, [cfg.user_col, cfg.item_col]][res.keep]
+        sub = sub.assign(judge=res.judge, human=res.human)
+        frames.append(meta_evaluate(sub, [Target(t.evaluator, t.aspect, "judge", "human")], cfg.methods,
+                                    cfg.levels, cfg.bootstrap, cfg.confidence, cfg.seed, cfg.user_col,
+                                    cfg.item_col))
+        report.append({**t._asdict(), "rows": len(sub), "bad_values": int((~ok).sum()),
+                       "human_filled": res.human_filled, "judge_filled": res.judge_filled,
+                       "dropped_null": res.dropped})
+    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RESULT_COLUMNS))
+    return results, report
+
+
+def _pairwise_targets(cfg: MetaEvaluateConfig, targets: list[Target], column: Callable
+                      ) -> tuple[pd.DataFrame, list[dict]]:
+    """Accuracy, kappa and alpha of every target with and without ties."""
+    rows, report = [], []
+    for t in targets:
+        (j, j_bad), (h, h_bad) = column("judge", t.judge_col), column("human", t.human_col)
+        ok = ~(j_bad | h_bad)
+        j_ok = [v for v, keep in zip(j, ok) if keep]
+        h_ok = [v for v, keep in zip(h, ok) if keep]
+        entry = {**t._asdict(), "bad_values": int((~ok).sum())}
+        for ties in (True, False):
+            res = pairwise_agreement(j_ok, h_ok, ties=ties, n_resamples=cfg.bootstrap,
+                                     confidence=cfg.confidence, seed=cfg.seed)
+            values = {"accuracy": (res.accuracy, res.accuracy_ci), "cohen_kappa": (res.kappa, res.kappa_ci),
+                      "krippendorff_alpha": (res.alpha, res.alpha_ci)}
+            for metric, (value, (low, high)) in values.items():
+                rows.append({"evaluator": t.evaluator, "aspect": t.aspect, "ties": ties, "metric": metric,
+                             "value": value, "n_used": res.n_used, "n_total": res.n_total,
+                             "n_missing": res.n_missing, "n_tie_dropped": res.n_tie_dropped,
+                             "ci_low": low, "ci_high": high})
+            entry["rows_with_ties" if ties else "rows_without_ties"] = res.n_used
+            entry["missing_labels"] = res.n_missing
+            if not ties:
+                entry["tie_dropped"] = res.n_tie_dropped
+        report.append(entry)
+    return pd.DataFrame(rows, columns=PAIRWISE_RESULTS.names), report

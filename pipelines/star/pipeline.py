@@ -1,0 +1,277 @@
+"""The `rexeval star` jobs: build the benchmark, run baselines, train, evaluate.
+
+Folders (every job writes a manifest.json with its settings and counts):
+- build: `<out>/{interactions,triplets,candidates,errors}/part-00000.parquet`,
+  `stats.json` and `stats.md` (seed 002 Table 6, before and after clustering);
+- baselines / train / evaluate write `<run>/results/<method>/per_interaction.parquet`
+  (one row per test interaction and level, one column per metric) and `summary.json`;
+  `rexeval star report` reads any number of those.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
+from rexeval.pipelines.star.data import StarData
+from rexeval.pipelines.star.evaluate import KS, evaluate, write_results
+
+BUILD_JOB = "star-build"
+
+
+class BuildConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    statements: str = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
+                                        "hand-written statements per review")
+    out: str
+    clusters: str | None = Field(None, description="`rexeval cluster` output; none: no clustering")
+    reviews: str | None = Field(None, description="reviews (ingest output); default: the extract's input")
+    stage: str = Field("auto", description="statement stage: auto (verified, else triplet), verified, ...")
+    min_user_interactions: int = Field(3, ge=3)
+    name: str = Field("STAR", description="dataset name in the statistics table")
+
+
+def _reviews_source(cfg: BuildConfig) -> Path:
+    from rexeval.pipelines.ingest.split_pipeline import reviews_path
+
+    if cfg.reviews:
+        return reviews_path(cfg.reviews)
+    manifest = Path(cfg.statements) / "manifest.json"
+    if manifest.exists():
+        import json
+
+        src = json.loads(manifest.read_text()).get("config", {}).get("input")
+        if src and Path(src).exists():
+            return reviews_path(src)
+    raise FileNotFoundError(f"cannot tell which reviews {cfg.statements} was extracted from; "
+                            "pass --reviews INGEST_FOLDER")
+
+
+def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
+    from rexeval.pipelines.star.build import before_clustering_stats, build_star, format_table6
+    from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
+
+    t0 = time.time()
+    annotated = Path(cfg.statements).suffix == ".jsonl"
+    if annotated:  # hand-written statements (pipelines/sample/statements.jsonl layout)
+        from rexeval.pipelines.core.inputs import statements_from_annotations
+
+        if not Path(cfg.statements).exists():
+            raise FileNotFoundError(f"statements input not found: {cfg.statements}")
+        files, stage = [], "verified"
+    else:
+        files = statement_files(cfg.statements)
+        check_schemas(files)
+        stage = resolve_stage(files, cfg.stage)
+    reviews_src = _reviews_source(cfg)
+    conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
+    out = ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"])
+    out.open(overwrite=overwrite)
+    manifest = out.read_manifest()
+    if manifest and manifest.get("status") == "complete":
+        progress(f"star build: {cfg.out} is already complete for these settings")
+        return manifest
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    st = (statements_from_annotations(cfg.statements) if annotated
+          else pa.concat_tables([pq.read_table(f) for f in files]))
+    st = st.filter(pc.equal(st.column("stage"), stage))
+    progress(f"  {st.num_rows:,} {stage} statement row(s) from {cfg.statements}")
+    reviews = read_table(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
+                                                            "source", "line"])
+    clusters = canonical = None
+    if cfg.clusters:
+        cdir = Path(cfg.clusters)
+        if not table_files(cdir / "clusters"):
+            raise FileNotFoundError(f"{cdir}: no clusters/ table; is it an `rexeval cluster` output?")
+        clusters = read_table(cdir / "clusters", "clusters")
+        canonical = read_table(cdir / "canonical", "canonical") if table_files(cdir / "canonical") else None
+    built = build_star(st, reviews, clusters, canonical, cfg.min_user_interactions, source=str(cfg.statements))
+    stats = {"before": before_clustering_stats(st, built)}
+    if clusters is not None:
+        stats["after"] = built.stats["after"]
+    out.write_shard(0, {**built.tables, "errors": built.errors}, built.counts)
+    write_json_atomic(Path(cfg.out) / "stats.json", {cfg.name: stats})
+    (Path(cfg.out) / "stats.md").write_text(format_table6({cfg.name: stats}))
+    manifest = out.finish(1, counts=built.counts, stage=stage, seconds=round(time.time() - t0, 2),
+                          clustered=clusters is not None)
+    return manifest
+
+
+# -- baselines --------------------------------------------------------------------------
+
+
+class EvalSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data: str = Field(description="`rexeval star build` output")
+    out: str = Field(description="run folder: results/<method>/ are written here")
+    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
+    split: Literal["valid", "test"] = "test"
+    ks: list[int] = list(KS)
+    ndcg_norm: Literal["ideal", "k"] = "ideal"
+    device: str = "cpu"
+    seed: int = 0
+    batch_size: int | None = Field(None, ge=1, description="interactions per ranking step")
+
+
+def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str], None] = print) -> dict:
+    """Fit each popularity baseline on train and evaluate it on `split` at every level."""
+    import rexeval.models.recommenders.popularity  # noqa: F401  (registers the baselines)
+    from rexeval.models.recommenders.base import ranker_class
+
+    data = StarData.load(cfg.data)
+    summaries = {}
+    for method in methods:
+        t = time.time()
+        ranker = ranker_class(method).fit(data, seed=cfg.seed)
+        res = evaluate(ranker, data, split=cfg.split, levels=cfg.levels, ks=cfg.ks, device=cfg.device,
+                       ndcg_norm=cfg.ndcg_norm, batch_size=cfg.batch_size, progress=progress)
+        write_results(res, data, method.upper(), cfg.out, {"split": cfg.split, "data": cfg.data,
+                                                            "ndcg_norm": cfg.ndcg_norm, "seed": cfg.seed,
+                                                            "seconds": round(time.time() - t, 2)})
+        summaries[method.upper()] = {lv: r.summary for lv, r in res.items()}
+        line = ", ".join(f"{lv} N@10 {r.summary.get('ndcg@10', float('nan')):.4f}" for lv, r in res.items())
+        progress(f"  {method.upper():9s} {line} ({time.time() - t:.1f} s)")
+    write_json_atomic(Path(cfg.out) / "baselines.json", {"methods": summaries, "config": cfg.model_dump()})
+    return summaries
+
+
+def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
+                        features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
+    """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
+    from rexeval.pipelines.star.train import load_checkpoint_model, read_checkpoint
+
+    data = StarData.load(cfg.data)
+    t = time.time()
+    state = read_checkpoint(checkpoint, cfg.device)
+    if features_path is None:  # BPER+: the features the model was trained with
+        features_path = state.get("features_path") if state["settings"]["model"] == "bper+" else None
+        if features_path and not Path(features_path).exists():
+            raise FileNotFoundError(f"{checkpoint} was trained with statement features {features_path}, "
+                                    "which is gone; pass --features")
+    features = np.load(features_path) if features_path else None
+    model, state = load_checkpoint_model(checkpoint, data, features, cfg.device, state=state)
+    name = method or state["settings"]["model"].upper()
+    res = evaluate(model, data, split=cfg.split, levels=cfg.levels, ks=cfg.ks, device=cfg.device,
+                   ndcg_norm=cfg.ndcg_norm, batch_size=cfg.batch_size, progress=progress)
+    write_results(res, data, name, cfg.out, {"split": cfg.split, "data": cfg.data, "checkpoint": str(checkpoint),
+                                             "settings": state["settings"], "epoch": state["epoch"],
+                                             "ndcg_norm": cfg.ndcg_norm, "seconds": round(time.time() - t, 2)})
+    return {lv: r.summary for lv, r in res.items()}
+
+
+# -- training ---------------------------------------------------------------------------
+
+
+class TrainJob(BaseModel):
+    """`rexeval star train`: the Tune experiment around `star_train.TrainSettings`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str
+    out: str
+    settings: dict = Field(default_factory=dict, description="TrainSettings values (model, dim, mu, ...)")
+    grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
+    sweep: str | None = Field(None, description="the one grid setting to plot (sensitivity, Figure 3)")
+    num_samples: int = Field(1, ge=1)
+    asha: bool = True
+    grace_period: int = Field(5, ge=1)
+    cpus_per_trial: float = Field(1, gt=0)
+    gpus_per_trial: float = Field(0, ge=0)
+    max_concurrent: int | None = Field(None, ge=1)
+    profile: str = "local"
+    models: dict[str, str] = Field(default_factory=dict)
+    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
+    ndcg_norm: Literal["ideal", "k"] = "ideal"
+
+    def experiment_name(self, model: str) -> str:
+        base = model.replace("+", "plus")
+        return f"{base}-sweep-{self.sweep}" if self.sweep else base
+
+
+def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:
+    """Tune (or restore) the experiment, evaluate the best checkpoint on test, and for a
+    sweep evaluate every trial's best checkpoint and draw the sensitivity plot."""
+    from rexeval.pipelines.star.report import plot_sensitivity
+    from rexeval.pipelines.star.train import (
+        TrainSettings,
+        best_checkpoint,
+        load_checkpoint_model,
+        read_checkpoint,
+        run_tune,
+        statement_features,
+        trial_table,
+    )
+
+    t0 = time.time()
+    settings = TrainSettings(**job.settings)
+    if job.sweep and job.sweep not in job.grid:
+        raise ValueError(f"--sweep {job.sweep}: give its values with --grid {job.sweep}=v1,v2,...")
+    for key in job.grid:
+        if key not in TrainSettings.model_fields:
+            raise ValueError(f"cannot search {key!r}: not a training setting "
+                             f"({', '.join(TrainSettings.model_fields)})")
+    data = StarData.load(job.data)
+    if len(data.rows("valid")) == 0:
+        raise ValueError(f"{job.data} has no validation interactions: model selection needs them "
+                         "(users need at least 3 interactions)")
+    features_path = None
+    if settings.model == "bper+":
+        from rexeval.models.profiles import load_profile
+
+        ref = load_profile(job.profile, overrides=job.models).require("statement_encoder")
+        features_path = str(statement_features(data, ref, Path(job.out) / "_work", progress=progress))
+    name = job.experiment_name(settings.model)
+    asha = job.asha and not job.sweep  # a sensitivity sweep trains every value fully
+    progress(f"  Tune experiment {name}: {settings.model}, grid {job.grid or 'none'}, "
+             f"{'ASHA' if asha else 'FIFO'} scheduler, {job.cpus_per_trial:g} CPU / {job.gpus_per_trial:g} GPU "
+             "per trial")
+    results = run_tune(settings, job.data, Path(job.out) / "tune", name, grid=job.grid,
+                       num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
+                       cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
+                       max_concurrent=job.max_concurrent, features_path=features_path,
+                       trainable=trainable, progress=progress)
+    metric = settings.metric_key
+    errors = [r for r in results if r.error is not None]
+    trials = trial_table(results, metric, sorted(job.grid))
+    best_result, ck = best_checkpoint(results, metric)
+    device = "cuda" if job.gpus_per_trial else "cpu"
+    method = settings.model.upper()
+    features = np.load(features_path) if features_path else None
+    ecfg = EvalSettings(data=job.data, out=job.out, levels=job.levels, ndcg_norm=job.ndcg_norm, device=device)
+    with ck.as_directory() as d:
+        summary = evaluate_checkpoint(ecfg, d, method, features_path, progress)
+        state_epoch = read_checkpoint(d)["epoch"]
+    best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": state_epoch,
+            metric: float(best_result.metrics_dataframe[metric].max()), "checkpoint": ck.path}
+    progress(f"  best: {best['config'] or 'the only configuration'} at epoch {state_epoch} "
+             f"({metric} {best[metric]:.4f})")
+    sensitivity = None
+    if job.sweep:
+        sensitivity = []
+        for r in results:
+            if r.error is not None or not r.best_checkpoints:
+                continue
+            rck = r.get_best_checkpoint(metric, "max")
+            with rck.as_directory() as d:
+                model, _ = load_checkpoint_model(d, data, features, device)
+            res = evaluate(model, data, levels=job.levels, ks=(10,), device=device, ndcg_norm=job.ndcg_norm)
+            sensitivity.append({job.sweep: r.config[job.sweep],
+                                **{f"{lv}_{m}": res[lv].summary[f"{m}@10"] for lv in job.levels
+                                   for m in ("precision", "recall", "ndcg")}})
+        sensitivity.sort(key=lambda row: row[job.sweep])
+        plot_sensitivity(sensitivity, job.sweep, method, Path(job.out) / f"sensitivity-{name}")
+    report = {"experiment": str(Path(job.out) / "tune" / name), "best": best, "trials": trials,
+              "trial_errors": len(errors), "test": summary, "sensitivity": sensitivity,
+              "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
+    write_json_atomic(Path(job.out) / f"train-{name}.json", report)
+    return report

@@ -1,0 +1,358 @@
+"""Train BPER+ / ExpGCN on a STAR benchmark with Ray Tune (seed 002 section 5.1.2).
+
+One Tune trial = one model configuration trained with BPR on sampled negatives:
+- every epoch walks the training triplets (user, item, statement) in a seeded random
+  order, pairs each with a uniformly sampled negative statement (and a negative item
+  for ExpGCN's recommendation term), and steps Adam;
+- after every epoch the model ranks the validation interactions at `select_level`
+  (global by default) and reports `val_<metric>` (NDCG@10 by default) with a checkpoint
+  holding the model, the optimizer and the sampler's RNG state, so a restored trial
+  continues exactly where it stopped;
+- a trial stops at `epochs` (the seed's 500), after `patience` epochs without a better
+  validation score, or earlier when ASHA cuts it.
+The experiment lives in `<out>/tune/<name>`; running the same command again restores
+it with `Tuner.restore` (finished trials are kept, errored or interrupted ones resume
+from their last checkpoint). The best checkpoint over all trials and epochs, by the
+validation metric, is then evaluated on the test split at every level.
+
+CPU trials locally and GPU trials on a cluster differ only in `gpus_per_trial`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.models.recommenders.base import ranker_class
+from rexeval.pipelines.star.data import StarData
+
+MODEL_DEFAULTS = {
+    # Seed 002: BPER+ d=20, gamma=1e-5, mu=0.7; ExpGCN d=128, gamma=1e-3, L=4/4/2.
+    "bper+": {"dim": 20, "reg": 1e-5, "lr": 0.01},
+    "expgcn": {"dim": 128, "reg": 1e-3, "lr": 0.001},
+}
+
+
+class TrainSettings(BaseModel):
+    """One trial's settings (what the Tune param space varies)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Literal["bper+", "expgcn"] = "expgcn"
+    dim: int | None = Field(None, ge=1, description="embedding size (default: 20 BPER+, 128 ExpGCN)")
+    mu: float = Field(0.7, ge=0, le=1, description="BPER+: weight of the user score")
+    layers_us: int = Field(4, ge=0, description="ExpGCN: layers on the user-statement graph")
+    layers_is: int = Field(4, ge=0, description="ExpGCN: layers on the item-statement graph")
+    layers_ui: int = Field(2, ge=0, description="ExpGCN: layers on the user-item graph")
+    layers: int | None = Field(None, ge=0, description="ExpGCN: sets layers_us and layers_is together "
+                               "(the L of seed 002's Figure 3b)")
+    reg: float | None = Field(None, ge=0, description="L2 weight (default 1e-5 BPER+, 1e-3 ExpGCN)")
+    rec_weight: float = Field(1.0, ge=0, description="ExpGCN: weight of the item-recommendation loss")
+    lr: float | None = Field(None, gt=0, description="Adam learning rate (default 0.01 / 0.001)")
+    batch_size: int = Field(1024, ge=1)
+    epochs: int = Field(500, ge=1)
+    patience: int = Field(20, ge=1, description="stop after this many epochs without improvement")
+    seed: int = 0
+    select_level: Literal["global", "item", "user"] = "global"
+    select_metric: str = "ndcg@10"
+    valid_rows: int | None = Field(None, ge=1, description="rank at most this many validation "
+                                   "interactions per epoch (seeded sample); default all")
+
+    def resolved(self) -> dict[str, Any]:
+        d = self.model_dump()
+        for k, v in MODEL_DEFAULTS[self.model].items():
+            if d[k] is None:
+                d[k] = v
+        if d["layers"] is not None:
+            d["layers_us"] = d["layers_is"] = d["layers"]
+        return d
+
+    @property
+    def metric_key(self) -> str:
+        return f"val_{self.select_metric}"
+
+
+def model_kwargs(s: dict[str, Any]) -> dict[str, Any]:
+    if s["model"] == "bper+":
+        return {"dim": s["dim"], "mu": s["mu"], "reg": s["reg"], "seed": s["seed"]}
+    return {"dim": s["dim"], "layers_us": s["layers_us"], "layers_is": s["layers_is"],
+            "layers_ui": s["layers_ui"], "reg": s["reg"], "rec_weight": s["rec_weight"],
+            "seed": s["seed"]}
+
+
+def build_model(s: dict[str, Any], data: StarData, features: np.ndarray | None, device: str):
+    """The torch model of a resolved settings dict, on `device`."""
+    import rexeval.models.recommenders.bper
+    import rexeval.models.recommenders.expgcn  # noqa: F401  (registers "expgcn")
+
+    cls = ranker_class(s["model"])
+    model = cls(data.n_users, data.n_items, data.n_statements, graph=data.train_graph(),
+                statement_features=features, **model_kwargs(s))
+    return model.to(device)
+
+
+def train_epoch(model, opt, triplets: torch.Tensor, n_statements: int, n_items: int,
+                batch_size: int, gen: torch.Generator) -> float:
+    """One pass over the training triplets with fresh negatives; mean batch loss."""
+    model.train()
+    dev = next(model.parameters()).device
+    order = torch.randperm(len(triplets), generator=gen)
+    total, batches = 0.0, 0
+    for start in range(0, len(order), batch_size):
+        b = triplets[order[start:start + batch_size]]
+        neg = torch.randint(n_statements, (len(b),), generator=gen)
+        neg_items = torch.randint(n_items, (len(b),), generator=gen)
+        loss = model.loss(b[:, 0].to(dev), b[:, 1].to(dev), b[:, 2].to(dev), neg.to(dev), neg_items.to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        total += float(loss.detach())
+        batches += 1
+    model.eval()
+    return total / max(1, batches)
+
+
+_DATA_CACHE: dict[str, StarData] = {}
+
+
+def _data(path: str) -> StarData:
+    if path not in _DATA_CACHE:
+        _DATA_CACHE[path] = StarData.load(path)
+    return _DATA_CACHE[path]
+
+
+def _metric_ks(metric: str) -> tuple[int, ...]:
+    try:
+        return (int(metric.split("@")[1]),)
+    except (IndexError, ValueError):
+        raise ValueError(f"select_metric must look like ndcg@10, got {metric!r}") from None
+
+
+def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | None = None) -> None:
+    """The Tune function trainable (see the module docstring)."""
+    from ray import tune
+
+    from rexeval.pipelines.star.evaluate import evaluate
+
+    settings = TrainSettings(**{k: v for k, v in config.items() if k in TrainSettings.model_fields})
+    s = settings.resolved()
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    device = config.get("device", "cpu")
+    data = _data(config["data_path"])
+    features = np.load(config["features_path"]) if s["model"] == "bper+" and config.get("features_path") else None
+    torch.manual_seed(s["seed"])
+    model = build_model(s, data, features, device)
+    opt = torch.optim.Adam(model.parameters(), lr=s["lr"])
+    gen = torch.Generator().manual_seed(s["seed"])
+    triplets = torch.from_numpy(data.triplet_arrays())
+    valid = data.rows("valid")
+    if s["valid_rows"] and len(valid) > s["valid_rows"]:
+        valid = np.sort(np.random.default_rng(s["seed"]).choice(valid, s["valid_rows"], replace=False))
+    ks = _metric_ks(s["select_metric"])
+    start, best, best_epoch, stale = 0, -math.inf, 0, 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = torch.load(Path(d) / "state.pt", weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["rng"])
+        start, best, best_epoch, stale = state["epoch"], state["best"], state["best_epoch"], state["stale"]
+    for epoch in range(start + 1, s["epochs"] + 1):
+        t = time.time()
+        loss = train_epoch(model, opt, triplets, data.n_statements, data.n_items, s["batch_size"], gen)
+        res = evaluate(model, data, rows=valid, levels=(s["select_level"],), ks=ks, device=device)
+        val = res[s["select_level"]].summary.get(s["select_metric"], float("nan"))
+        val = -math.inf if val is None or math.isnan(val) else float(val)
+        if val > best:
+            best, best_epoch, stale = val, epoch, 0
+        else:
+            stale += 1
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": gen.get_state(),
+                        "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
+                        "settings": s, "features_path": config.get("features_path")}, Path(d) / "state.pt")
+            tune.report({"epoch": epoch, "loss": loss, settings.metric_key: val, "best": best,
+                         "best_epoch": best_epoch, "epoch_s": time.time() - t},
+                        checkpoint=tune.Checkpoint.from_directory(d))
+        if after_epoch is not None:
+            after_epoch(epoch)
+        if stale >= s["patience"]:
+            break
+
+
+def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:
+    """The state `star_trainable` saved in an epoch checkpoint (settings, epoch, weights...)."""
+    return torch.load(Path(checkpoint_dir) / "state.pt", weights_only=False, map_location=device)
+
+
+def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: np.ndarray | None,
+                          device: str = "cpu", state: dict | None = None):
+    """Rebuild the model saved by `star_trainable` in an epoch checkpoint (from `state`
+    when it was already read)."""
+    state = read_checkpoint(checkpoint_dir, device) if state is None else state
+    model = build_model(state["settings"], data, features, device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, state
+
+
+def progress_callback(progress: Callable[[str], None], metric: str, every_s: float = 5.0):
+    """A Tune callback printing one short line per trial result, at most every few
+    seconds (Tune's own tables are turned off)."""
+    from ray.tune import Callback
+
+    class Printer(Callback):
+        def __init__(self):
+            self.last = 0.0
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if time.time() - self.last < every_s:
+                return
+            self.last = time.time()
+            progress(f"  trial {trial.trial_id}: epoch {result.get('epoch')}, loss "
+                     f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
+                     f" (best {result.get('best', float('nan')):.4f})")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
+                     "when the same command is run again")
+
+    return Printer()
+
+
+def build_tuner(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
+                grid: dict[str, list] | None = None, num_samples: int = 1, asha: bool = True,
+                grace_period: int = 5, cpus_per_trial: float = 1, gpus_per_trial: float = 0,
+                max_concurrent: int | None = None, features_path: str | None = None,
+                trainable: Callable | None = None, progress: Callable[[str], None] = print):
+    """The Tuner of `<storage>/<name>` (a new one, or the saved one restored) and the plan
+    it runs: trial resources, the device trials train on, scheduler and param space. The
+    plan is what a GPU cluster would run, so it can be checked on a CPU machine."""
+    import os
+
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from rexeval.pipelines.core.io import config_hash
+
+    # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Our callback prints progress; the legacy reporter at verbose=0 prints nothing else.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    storage = Path(storage).resolve()
+    path = storage / name
+    metric = settings.metric_key
+    base = {**settings.model_dump(), "data_path": str(Path(data_path).resolve()),
+            "features_path": features_path, "threads": max(1, int(cpus_per_trial)),
+            "device": "cuda" if gpus_per_trial else "cpu"}
+    space = dict(base)
+    for key, values in (grid or {}).items():
+        if key not in TrainSettings.model_fields:
+            raise ValueError(f"cannot sweep {key!r}: not a training setting "
+                             f"({', '.join(TrainSettings.model_fields)})")
+        space[key] = tune.grid_search(list(values))
+    resources = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    fn = tune.with_resources(trainable or star_trainable, resources)
+    grace_period = max(1, min(grace_period, settings.epochs))
+    scheduler = (ASHAScheduler(time_attr="epoch", max_t=settings.epochs, grace_period=grace_period,
+                               reduction_factor=3) if asha else FIFOScheduler())
+    plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
+            "scheduler": type(scheduler).__name__, "space": space, "path": str(path)}
+    stamp = storage / f"{name}.rexeval.json"
+    want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
+                        "grid": grid or {}, "num_samples": num_samples, "asha": asha,
+                        "grace_period": grace_period})
+    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") != want:
+        raise FileExistsError(f"{path} holds a Tune experiment with other settings; use another --out "
+                              f"folder or delete {path} and {stamp}")
+    if tune.Tuner.can_restore(str(path)):
+        progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
+        plan["restored"] = True
+        return tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space), plan
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(storage), verbose=0,
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
+                                                checkpoint_score_order="max"),
+        failure_config=tune.FailureConfig(max_failures=0),
+        callbacks=[progress_callback(progress, metric)])
+    storage.mkdir(parents=True, exist_ok=True)
+    dump_json(stamp, {"config_hash": want, "grid": grid or {}, "settings": base})
+    plan["restored"] = False
+    tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
+                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
+                                                   num_samples=num_samples,
+                                                   max_concurrent_trials=max_concurrent))
+    return tuner, plan
+
+
+def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str, **kwargs):
+    """Fit (or restore and finish) the Tune experiment `<storage>/<name>`; its ResultGrid."""
+    return build_tuner(settings, data_path, storage, name, **kwargs)[0].fit()
+
+
+def best_checkpoint(results, metric: str):
+    """(Result, Checkpoint) with the best validation metric over all trials and epochs."""
+    best = None
+    for r in results:
+        if r.metrics_dataframe is None or metric not in r.metrics_dataframe:
+            continue
+        ck = r.get_best_checkpoint(metric, "max") if r.best_checkpoints else None
+        if ck is None:
+            continue
+        score = r.metrics_dataframe[metric].max()
+        if best is None or score > best[0]:
+            best = (score, r, ck)
+    if best is None:
+        raise RuntimeError("no trial reported a checkpoint; see the trial errors above")
+    return best[1], best[2]
+
+
+def trial_table(results, metric: str, keys: list[str]) -> list[dict]:
+    """One row per trial: its varied settings, best validation value, epochs run, status."""
+    rows = []
+    for r in results:
+        df = r.metrics_dataframe
+        rows.append({**{k: r.config.get(k) for k in keys},
+                     "best_" + metric: None if df is None or metric not in df else float(df[metric].max()),
+                     "epochs": None if df is None or "epoch" not in df else int(df["epoch"].max()),
+                     "error": None if r.error is None else type(r.error).__name__,
+                     "path": r.path})
+    return rows
+
+
+def statement_features(data: StarData, encoder_ref: str, path: Path, device: str = "auto",
+                       progress: Callable[[str], None] = print) -> Path:
+    """Encode the candidate statements once (BPER+'s frozen features), cached by content."""
+    import hashlib
+
+    from rexeval.models.encoders.embedder import build_embedder
+
+    h = hashlib.blake2b(digest_size=8)
+    h.update(encoder_ref.encode())
+    for t in data.statement_texts:
+        h.update(str(t).encode() + b"\x1e")
+    path = Path(path) / f"statement-features-{h.hexdigest()}.npy"
+    if path.exists():
+        return path
+    progress(f"  encoding {data.n_statements:,} statements with {encoder_ref} (BPER+ features)")
+    emb = build_embedder(encoder_ref, device=device).encode([str(t) for t in data.statement_texts])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, emb.astype(np.float32))
+    tmp.rename(path)
+    return path
+
+
+def dump_json(path: Path, obj: Any) -> None:
+    from rexeval.pipelines.core.io import write_json_atomic
+
+    write_json_atomic(path, json.loads(json.dumps(obj, default=str)))

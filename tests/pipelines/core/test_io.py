@@ -1,0 +1,92 @@
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from rexeval.pipelines.core.io import ShardedOutput, read_table, write_parquet_atomic
+from rexeval.pipelines.core.schema import SchemaError, empty, validate_table
+
+
+def _reviews(n, offset=0):
+    return pa.table({
+        "review_id": [f"r{i}" for i in range(offset, offset + n)],
+        "user_id": ["u"] * n, "item_id": ["i"] * n, "rating": [5.0] * n,
+        "timestamp": list(range(n)), "text": ["good"] * n, "source": ["f"] * n,
+        "line": list(range(1, n + 1)),
+    })
+
+
+def test_validate_names_file_row_and_field(tmp_path):
+    t = _reviews(5)
+    users = t.column("user_id").to_pylist()
+    users[3] = None
+    t = t.set_column(1, "user_id", pa.array(users))
+    path = tmp_path / "part.parquet"
+    pq.write_table(t, path)
+    with pytest.raises(SchemaError) as err:
+        read_table(path, "reviews")
+    msg = str(err.value)
+    assert str(path) in msg and "row 3" in msg and "'user_id'" in msg
+
+
+def test_validate_rejects_unknown_column_and_bad_type():
+    with pytest.raises(SchemaError, match="unexpected column"):
+        validate_table(_reviews(2).append_column("oops", pa.array([1, 2])), "reviews")
+    t = _reviews(3).set_column(3, "rating", pa.array(["5", "x", "4"]))
+    with pytest.raises(SchemaError, match="row 1.*'rating'"):
+        validate_table(t, "reviews")
+
+
+def test_missing_nullable_columns_are_filled():
+    out = validate_table(_reviews(2), "reviews")
+    assert out.column("summary").null_count == 2
+    assert out.schema.equals(empty("reviews").schema)
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path, monkeypatch):
+    path = tmp_path / "x.parquet"
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(pq, "write_table", boom)
+    with pytest.raises(OSError):
+        write_parquet_atomic(path, _reviews(1))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sharded_output_resume_and_config_guard(tmp_path):
+    out = ShardedOutput(tmp_path / "o", "job", {"a": 1}, ["reviews"]).open()
+    out.write_shard(0, {"reviews": _reviews(2)}, {"in": 2, "out": 2})
+    out.write_shard(1, {"reviews": _reviews(3, 2)}, {"in": 3, "out": 3})
+    assert set(out.done_shards()) == {0, 1}
+    assert out.total_counts() == {"in": 5, "out": 5}
+    m = out.finish(2)
+    assert m["status"] == "complete" and m["counts"]["out"] == 5
+    assert out.read("reviews").num_rows == 5
+    # Same config: reopening keeps finished shards.
+    again = ShardedOutput(tmp_path / "o", "job", {"a": 1}, ["reviews"]).open()
+    assert set(again.done_shards()) == {0, 1}
+    # Another config must not mix into the same folder.
+    with pytest.raises(FileExistsError, match="different"):
+        ShardedOutput(tmp_path / "o", "job", {"a": 2}, ["reviews"]).open()
+    fresh = ShardedOutput(tmp_path / "o", "job", {"a": 2}, ["reviews"]).open(overwrite=True)
+    assert fresh.done_shards() == {}
+
+
+def test_shard_without_marker_is_not_done(tmp_path):
+    out = ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
+    write_parquet_atomic(out.shard_path("reviews", 0), _reviews(1))  # crash before marker
+    assert out.done_shards() == {}
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["status"] == "running"
+
+
+def test_refuses_foreign_folder(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "precious.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="no rexeval manifest"):
+        ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
+    assert os.path.exists(tmp_path / "o" / "precious.txt")

@@ -1,0 +1,134 @@
+"""`rexeval evaluate` end to end on Ray: the seed's central finding as a property of our
+metric code (a sentiment-flipped copy of the ground truth loses its statement-level
+entailment while BERTScore barely moves), through the NLI Serve deployment the job
+starts and stops; outputs, skipped metrics, resume, St2Exp and --extract."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+from rexeval.pipelines.evaluate.pipeline import EvaluateConfig, run_evaluate
+from rexeval.pipelines.core.inputs import statements_from_annotations
+
+SCRIPTED_NLI = "tests.nli_double:ScriptedNLI"
+LLM = "tests.llm_double:ScriptedLLM"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    st = statements_from_annotations("pipelines/sample/statements.jsonl", stage="triplet")
+    return write_flip_benchmark(st, tmp_path_factory.mktemp("flip"))
+
+
+def _cfg(bench, out, **kw):
+    base = dict(explanations=[bench["explanations"]], references=bench["references"],
+                statements=[bench["statements"]], out=str(out), limit=40, bootstrap=200,
+                models={"nli": "scripted"}, nli_scorer=SCRIPTED_NLI, chunk_size=32)
+    return EvaluateConfig(**{**base, **kw})
+
+
+def _means(out) -> dict[tuple[str, str], float]:
+    agg = pq.read_table(out / "aggregates.parquet").to_pylist()
+    return {(r["system"], r["metric"]): r["mean"] for r in agg}
+
+
+@pytest.mark.slow
+def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_path):
+    from rexeval.serve.nli import APP_NAME, running_apps, serve_running
+
+    out = tmp_path / "eval"
+    cfg = _cfg(bench, out, metrics=["statement_nli", "summac_zs", "bertscore", "overlap", "corpus",
+                                    "alignscore", "meteor"])
+    rep = run_evaluate(cfg, progress=lambda s: None)
+    m = _means(out)
+    for metric in ("stent_p", "stent_r", "stent_f1", "stent_bin_f1", "summac_zs"):
+        assert m[("ground_truth", metric)] > 0.8, metric
+        assert m[("ground_truth", metric)] - m[("flipped", metric)] > 0.5, metric
+    assert m[("flipped", "stcoh_p")] < 0.1 < m[("ground_truth", "stcoh_p")]
+    # Similarity stays high on the unfaithful copy: the seed's "factuality gap".
+    assert m[("flipped", "bertscore-f1")] > 0.85
+    assert m[("ground_truth", "bertscore-f1")] - m[("flipped", "bertscore-f1")] < 0.15
+    # Outputs: long-format scores (one row per example and metric), aggregates, tables.
+    scores = pq.read_table(out / "scores.parquet")
+    assert set(rep["families_run"]) == {"statement_nli", "summac_zs", "bertscore", "overlap"}
+    n_metrics = 8 + 1 + 3 + 2 + 9 + 1
+    assert scores.num_rows == 80 * n_metrics
+    agg = pq.read_table(out / "aggregates.parquet").to_pandas()
+    row = agg[(agg.system == "flipped") & (agg.metric == "stent_p")].iloc[0]
+    assert row["n"] == 40 and row["kind"] == "per_example" and row["ci_low"] <= row["mean"] <= row["ci_high"]
+    assert agg[(agg.metric == "bleu-4")]["kind"].eq("corpus").all()
+    md = (out / "tables.md").read_text()
+    assert "Table IV" in md and "| StEnt-P |" in md and "Table VI" in md and "Table III" not in md
+    assert "StEnt-P" in (out / "tables.csv").read_text()
+    # Skipped, with the reason; nothing stands in for the missing model.
+    assert "alignscore" in rep["skipped"] and "no PyPI package" in rep["skipped"]["alignscore"]
+    nli_counts = rep["family_counts"]["statement_nli"]
+    assert 0 < nli_counts["nli_unique_pairs"] <= nli_counts["nli_pairs"]
+    assert rep["nli_service"] == f"serve:{APP_NAME}" and APP_NAME not in running_apps()
+    assert not serve_running()  # the job started Serve, so it shut it down again
+
+    # Same command again: every family resumes as done, same scores.
+    again = run_evaluate(cfg, progress=lambda s: None)
+    assert again["family_counts"] == rep["family_counts"]
+    assert pq.read_table(out / "scores.parquet").to_pandas().equals(scores.to_pandas())  # NaN == NaN
+    # One lost chunk is recomputed alone, to the same values.
+    fam = out / "families" / "statement_nli"
+    (fam / "_done" / "part-00001.json").unlink()
+    (fam / "scores" / "part-00001.parquet").unlink()
+    run_evaluate(cfg, progress=lambda s: None)
+    assert pq.read_table(out / "scores.parquet").to_pandas().equals(scores.to_pandas())
+
+
+@pytest.mark.slow
+def test_local_profile_without_nli_skips_and_says_why(ray_session, bench, tmp_path):
+    out = tmp_path / "eval"
+    cfg = _cfg(bench, out, models={}, metrics=["statement_nli", "summac_zs", "overlap"], limit=5,
+               nli_scorer="rexeval.models.encoders.nli:NLIScorer")
+    rep = run_evaluate(cfg, progress=lambda s: None)
+    assert rep["families_run"] == ["overlap"]
+    assert "no PyPI package ships an NLI model" in rep["skipped"]["statement_nli"]
+    assert "--model nli=PATH" in rep["skipped"]["summac_zs"]
+    assert not any(k[1].startswith("stent") for k in _means(out))
+
+
+@pytest.mark.slow
+def test_st2exp_with_scripted_verifier(ray_session, bench, tmp_path):
+    out = tmp_path / "eval"
+    # "1" for statements whose sentence appears in the document; otherwise "0";
+    # one statement always gets an answer with no verdict (counted as unparseable).
+    log = tmp_path / "calls.jsonl"
+    cfg = _cfg(bench, out, metrics=["st2exp"], limit=6, backend=LLM, cache=str(tmp_path / "cache.sqlite"),
+               backend_options={"default": "1", "log": str(log),
+                                "rules": [["may dislike that", "0"], ["Answer with 1 or 0", "1"]]},
+               max_retries=1)
+    rep = run_evaluate(cfg, progress=lambda s: None)
+    m = _means(out)
+    assert set(rep["families_run"]) == {"st2exp"}
+    for s in ("ground_truth", "flipped"):
+        assert 0.0 <= m[(s, "st2exp_f1")] <= 1.0
+    counts = rep["family_counts"]["st2exp"]
+    assert counts["verifier_asked"] > 0 and counts["verifier_calls"] >= counts["verifier_asked"]
+    calls = len(log.read_text().splitlines())
+    # A re-run is free: shards are done and every call is cached.
+    run_evaluate(cfg, progress=lambda s: None)
+    assert len(log.read_text().splitlines()) == calls
+
+
+@pytest.mark.slow
+def test_extract_runs_the_extraction_stage_for_systems_without_statements(ray_session, bench, tmp_path):
+    out = tmp_path / "eval"
+    triplets = json.dumps([{"statement": "the strings are bright", "topic": "sound", "sentiment": "positive"}])
+    with pytest.raises(ValueError, match="--extract needs --domain"):
+        run_evaluate(_cfg(bench, tmp_path / "x", statements=[], extract=True), progress=lambda s: None)
+    cfg = _cfg(bench, out, statements=[], extract=True, domain="instruments", limit=3, metrics=["statement_nli"],
+               systems=["flipped"], backend=LLM, backend_options={"default": triplets},
+               cache=str(tmp_path / "cache.sqlite"), models={"nli": "scripted", "embedder": "none"})
+    rep = run_evaluate(cfg, progress=lambda s: None)
+    st = pq.read_table(out / "extract" / "statements.parquet").to_pylist()
+    assert {r["system"] for r in st} == {"flipped"} and len({r["example_id"] for r in st}) == 3
+    assert rep["families_run"] == ["statement_nli"]
+    assert np.isfinite(_means(out)[("flipped", "stent_p")])

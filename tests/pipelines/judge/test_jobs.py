@@ -1,0 +1,168 @@
+"""The judge jobs end to end on Ray, with the scripted LLM behind the judge Serve
+deployment the job starts: inputs, contexts, resume, usage and cost, outputs."""
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.llm_double import ScriptedLLM
+
+from rexeval.pipelines.judge.jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
+
+SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample"
+SCRIPTED = "tests.llm_double:ScriptedLLM"
+LIKERT = "persuasiveness: 4\ntransparency: 3\naccuracy: 5\nsatisfaction: 2"
+
+
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory, ray_session):
+    """The demo's two systems (ground truth and a sentiment-flipped copy) and the
+    ingested sample reviews the contexts are built from."""
+    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+
+    root = tmp_path_factory.mktemp("judge_bench")
+    paths = write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
+                                 root / "inputs")
+    run_ingest(IngestConfig(inputs=[str(SAMPLE / "reviews.jsonl")], meta=[str(SAMPLE / "items.jsonl")],
+                            out=str(root / "ingest")), progress=lambda m: None)
+    return {"explanations": paths["explanations"], "reviews": str(root / "ingest"), "root": root}
+
+
+def _scripted(log, **options):
+    return dict(backend=SCRIPTED, models={"judge_llm": "scripted-judge"}, use_cache=False,
+                backend_options={"log": str(log), **options})
+
+
+def _calls(log) -> int:
+    return sum(1 for _ in open(log)) if Path(log).exists() else 0
+
+
+def test_likert_job_through_serve_with_prices_and_resume(bench, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    prices = tmp_path / "prices.yaml"
+    prices.write_text("currency: USD\nmodels:\n  scripted-judge: {prompt: 1.0, completion: 2.0}\n")
+    cfg = LikertJobConfig(explanations=[bench["explanations"]], reviews=[bench["reviews"]], limit=3,
+                          out=str(tmp_path / "likert"), price_table=str(prices), chunk_size=2,
+                          serve_port=8711, **_scripted(log, default=LIKERT))
+    seen = []
+    rep = run_likert(cfg, progress=seen.append)
+    scores = pd.read_parquet(tmp_path / "likert" / "likert_scores.parquet")
+    assert len(scores) == 6 * 4 and scores["score"].notna().all()
+    assert set(scores["system"]) == {"ground_truth", "flipped"} or len(set(scores["system"])) == 2
+    assert scores.groupby("aspect")["score"].first().to_dict() == {
+        "persuasiveness": 4, "transparency": 3, "accuracy": 5, "satisfaction": 2}
+    usage = rep["usage"]["scripted-judge"]
+    # multi-aspect: one call per explanation; the scripted LLM counts 100 prompt tokens per call
+    assert usage["calls"] == 6 and usage["prompt_tokens"] == 600
+    completion = usage["completion_tokens"]
+    assert usage["cost_usd"] == pytest.approx((600 * 1.0 + completion * 2.0) / 1e6)
+    assert any("starting the Serve deployment" in m for m in seen)
+    assert any("stopped the Serve application" in m for m in seen)
+    # The judge saw the item's title from the ingested metadata, fenced as data.
+    first = json.loads(open(log).readline())
+    assert first["answer"].startswith("persuasiveness")
+    assert _calls(log) == 6
+    report = json.loads((tmp_path / "likert" / "report.json").read_text())
+    assert report["no_context"] == 0 and report["unreadable"] == 0
+    # Re-running resumes: no new calls, same scores.
+    rep2 = run_likert(cfg, progress=lambda m: None)
+    assert _calls(log) == 6
+    pd.testing.assert_frame_equal(scores, pd.read_parquet(tmp_path / "likert" / "likert_scores.parquet"))
+    assert rep2["usage"]["scripted-judge"]["calls"] == 6
+
+
+def test_pairwise_job_win_rates_position_bias_and_errors(bench, tmp_path):
+    # A judge biased to the first slot: every pair's two orders disagree -> ties.
+    cfg = PairwiseJobConfig(explanations=[bench["explanations"]], reviews=[bench["reviews"]], limit=2,
+                            baseline="ground_truth" if _has(bench, "ground_truth") else _first(bench),
+                            divide=False, out=str(tmp_path / "pairwise"), serve_port=8712,
+                            **_scripted(tmp_path / "calls.jsonl", default="The first is better.\n[[A]]"))
+    rep = run_pairwise(cfg, progress=lambda m: None)
+    wins = pd.DataFrame(rep["win_rates"])
+    assert len(wins) == 1 and wins["n"].iloc[0] == 2 and wins["tie_rate"].iloc[0] == 1.0
+    assert rep["position_bias"]["all"]["flip_rate"] == 1.0
+    assert rep["position_bias"]["all"]["first_slot_rate"] == 1.0
+    assert rep["usage"]["calls"] == 4
+    md = (tmp_path / "pairwise" / "pairwise.md").read_text()
+    assert "Position bias" in md and "100.0%" in md
+    calls = pd.read_parquet(tmp_path / "pairwise" / "calls.parquet")
+    assert len(calls) == 4 and set(calls["order"]) == {"ab", "ba"}
+
+
+def _has(bench, system):
+    return system in set(pd.read_parquet(bench["explanations"])["system"])
+
+
+def _first(bench):
+    return sorted(set(pd.read_parquet(bench["explanations"])["system"]) - {"flipped"})[0]
+
+
+def test_pairwise_rows_without_a_baseline_end_as_error_rows(bench, tmp_path):
+    expl = pd.read_parquet(bench["explanations"])
+    base = _first(bench)
+    keep = expl[(expl["system"] != base) | (expl["example_id"] != expl["example_id"].iloc[0])]
+    path = tmp_path / "expl.parquet"
+    keep.to_parquet(path)
+    cfg = PairwiseJobConfig(explanations=[str(path)], baseline=base, limit=2, divide=False, both_orders=False,
+                            judge_service="none", out=str(tmp_path / "pw"),
+                            **_scripted(tmp_path / "c.jsonl", default="[[B]]"))
+    rep = run_pairwise(cfg, progress=lambda m: None)
+    errors = pd.read_parquet(tmp_path / "pw" / "errors.parquet")
+    assert rep["errors"] == len(errors) >= 1
+    assert (errors["error_type"] == "no_baseline").all() and errors["message"].str.contains(base).all()
+    assert rep["no_context"] == rep["pairs"] + rep["errors"] or rep["no_context"] >= rep["pairs"]
+
+
+def _block(text: str, label: str) -> str:
+    start = text.index(f"<<<{label}\n") + len(label) + 4
+    return text[start:text.index(f"\n{label}>>>", start)]
+
+
+class FairLLM(ScriptedLLM):
+    """A scripted generator and a content-aware scripted judge for the detection test.
+
+    Generating, it writes an explanation that names the first words of the history and
+    the item it was given, and any flawed style rule it was told to follow. Judging, it
+    prefers the explanation that fits the history and item in front of it and follows
+    no flawed rule (a tie when both score the same)."""
+
+    FLAWS = ("Pile on the jargon", "Dwell on trivia", "Get the facts wrong", "Dwell on what goes wrong")
+
+    def _answer(self, req):
+        system, user = req.messages[0]["content"], req.messages[-1]["content"]
+        if "You rank recommendation explanations" in system:
+            hist, item = _block(user, "HISTORY")[:25], _block(user, "ITEM")[:25]
+
+            def score(e):
+                return (hist in e) + (item in e) + (not any(f in e for f in self.FLAWS))
+
+            a, b = score(_block(user, "EXPLANATION_A")), score(_block(user, "EXPLANATION_B"))
+            return "Reasoning done.\n" + ("[[A]]" if a > b else "[[B]]" if b > a else "[[C]]")
+        hist = _block(user, "HISTORY")[:25] if "<<<HISTORY" in user else "nothing"
+        flaw = next((f for f in self.FLAWS if f in system), "plain words")
+        return f"You liked {hist} so you will enjoy {_block(user, 'ITEM')[:25]} written with {flaw} here."
+
+
+def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp_path):
+    from rexeval.pipelines.judge.jobs import DetectJobConfig, run_detect
+
+    cfg = DetectJobConfig(reviews=[bench["reviews"]], limit=4, out=str(tmp_path / "detect"), chunk_size=8,
+                          divide=False, judge_service="none", backend="tests.pipelines.judge.test_jobs:FairLLM",
+                          models={"judge_llm": "fair-judge", "llm": "fair-writer"}, use_cache=False)
+    rep = run_detect(cfg, progress=lambda m: None)
+    pairs = pd.read_parquet(tmp_path / "detect" / "pairs.parquet")
+    errors = pd.read_parquet(tmp_path / "detect" / "errors.parquet")
+    # Every interaction x condition ends as a pair or an error row.
+    assert len(pairs) + len(errors) == 4 * 7 == rep["pairs"] + rep["generation_errors"]
+    assert set(pairs["condition"]) >= {"item_replace", "user_replace", "jargon", "minor_benefits",
+                                       "misinformation", "bad_experience"}
+    acc = pd.DataFrame(rep["accuracy"]["gen"]).set_index("condition")
+    # The fair judge catches every flaw it can see: all conditions at 1.0.
+    assert (acc.drop(index="AVG")["accuracy"] == 1.0).all()
+    # The good explanation sat in slot A for some pairs and B for others.
+    v = pd.read_parquet(tmp_path / "detect" / "verdicts_gen.parquet")
+    assert set(v["original_position"]) == {"A", "B"}
+    assert "random = 0.5" in (tmp_path / "detect" / "detection.md").read_text()
