@@ -51,9 +51,11 @@ def run_rexeval(csv: str, out: str) -> dict:
     sys.path.insert(0, str(REPO))
     import shutil
 
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.ingest.split_pipeline import SplitConfig, run_split
+    from rexeval.pipelines.ingest.split_pipeline import run_split
+    from rexeval.pipelines.ingest.config import SplitConfig
 
     shutil.rmtree(out, ignore_errors=True)  # measure a cold run, not a resume
     t0 = time.perf_counter()

@@ -30,10 +30,13 @@ def main(argv=None):
     ap.add_argument("--extra-min-count", type=int, default=5)
     ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "cluster_shared_data.json"))
     args = ap.parse_args(argv)
-    from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+    from rexeval.pipelines.cluster.pipeline import run_cluster
+    from rexeval.pipelines.cluster.config import ClusterConfig
     from rexeval.pipelines.cluster.quality import format_table3
-    from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.extract.pipeline import run_extract
+    from rexeval.pipelines.extract.config import ExtractConfig
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
     from rexeval.pipelines.core.runtime import init_ray
 
     init_ray()

@@ -219,6 +219,7 @@ def bartscore_pairs(sources: Sequence[str], targets: Sequence[str], model_locati
 
 @register_metric(
     "bartscore",
+    group="bartscore",
     inputs=_TEXT_INPUTS,
     description="BARTScore: mean per-token log-likelihood of the reference given the "
                 "explanation under a seq2seq BART model (direction configurable)",
@@ -331,6 +332,7 @@ def get_bleurt_scorer(model_location: str, device: str = "cpu") -> BleurtScorer:
 
 @register_metric(
     "bleurt",
+    group="bleurt",
     inputs=_TEXT_INPUTS,
     description="BLEURT: learned regression score of the (reference, explanation) pair "
                 "by a fine-tuned BERT-style model (raw output)",

@@ -426,6 +426,7 @@ def questeval_scores(candidates: Sequence[str], references: Sequence[str], qg_lo
 
 @register_metric(
     "questeval",
+    group="questeval",
     inputs=_TEXT_INPUTS,
     description="QuestEval: harmonic mean of QG/QA precision (explanation's questions "
                 "answered on the reference) and recall (reference's questions answered "
@@ -439,6 +440,7 @@ def questeval(candidates: Sequence[str], references: Sequence[str], qg_location:
 
 @register_metric(
     "questeval_p",
+    group="questeval",
     inputs=_TEXT_INPUTS,
     description="QuestEval precision: questions generated from the explanation, answered "
                 "on the reference (factual consistency)",
@@ -452,6 +454,7 @@ def questeval_precision(candidates: Sequence[str], references: Sequence[str], qg
 
 @register_metric(
     "questeval_r",
+    group="questeval",
     inputs=_TEXT_INPUTS,
     description="QuestEval recall: questions generated from the reference, answered on "
                 "the explanation (relevance / coverage)",

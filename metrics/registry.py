@@ -1,9 +1,12 @@
-"""A small name -> metadata registry for metrics.
+"""The metric registry: every metric function, by name, with what a report needs to know.
 
-Reporting code (tables, significance stars, "best" markers) needs to know, for a
-metric name, whether higher is better and what it consumes, without importing the
-function that computes it. Metric modules decorate their functions with
-`register_metric`; everything else asks `get_metric` / `list_metrics`.
+Metric modules decorate their functions with `register_metric`; the function is stored
+in `METRICS` (a `rexeval.registry.Registry`) and carries its `MetricInfo` as
+`fn.metric_info`. Everything that dispatches on metric names reads this registry:
+reports ask for a metric's direction (`get_metric`), and `rexeval evaluate` asks which
+metrics a family computes (`group_metrics`, the `group` a metric was registered with:
+the metrics that one pass of one model yields together, e.g. "bertscore" for
+BERTScore P/R/F1) and which are corpus-level.
 """
 from __future__ import annotations
 
@@ -11,9 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rexeval.registry import Registry
+
 KINDS = ("per_example", "corpus")
 
 F = TypeVar("F", bound=Callable)
+
+METRIC_MODULES = (
+    "rexeval.metrics.statement_level", "rexeval.metrics.text_overlap", "rexeval.metrics.similarity",
+    "rexeval.metrics.summac", "rexeval.metrics.alignment", "rexeval.metrics.learned",
+    "rexeval.metrics.questeval", "rexeval.metrics.ranking",
+)
+"""The modules whose import registers the built-in metrics (loaded when names are listed)."""
 
 
 @dataclass(frozen=True)
@@ -21,7 +33,8 @@ class MetricInfo:
     """What a report needs to know about a metric.
 
     kind is "per_example" (one value per interaction, averaged later and usable in
-    paired tests) or "corpus" (one value for a whole run).
+    paired tests) or "corpus" (one value for a whole run); group names the metrics
+    computed together (see the module docstring), None for metrics no job groups.
     """
 
     name: str
@@ -29,19 +42,10 @@ class MetricInfo:
     kind: str
     inputs: tuple[str, ...]
     description: str
+    group: str | None = None
 
 
-METRICS: dict[str, MetricInfo] = {}
-_FUNCTIONS: dict[str, Callable] = {}
-
-
-def _same_function(f: Callable, g: Callable) -> bool:
-    """Identity, or the same definition seen again (e.g. after a module reload)."""
-    if f is g:
-        return True
-    name_f = (getattr(f, "__module__", None), getattr(f, "__qualname__", None))
-    name_g = (getattr(g, "__module__", None), getattr(g, "__qualname__", None))
-    return name_f == name_g and name_f[1] is not None and "<lambda>" not in name_f[1]
+METRICS: Registry[Callable] = Registry("metric", modules=METRIC_MODULES, name_attr=None)
 
 
 def register_metric(
@@ -51,6 +55,7 @@ def register_metric(
     kind: str = "per_example",
     inputs: tuple[str, ...] = (),
     description: str = "",
+    group: str | None = None,
 ) -> Callable[[F], F]:
     """Decorator: record `name` in METRICS and attach the info as `fn.metric_info`.
 
@@ -64,22 +69,9 @@ def register_metric(
         raise ValueError("metric name must be non-empty")
 
     def wrap(fn: F) -> F:
-        known = _FUNCTIONS.get(name)
-        if known is not None and not _same_function(known, fn):
-            raise ValueError(
-                f"metric {name!r} is already registered by "
-                f"{getattr(known, '__module__', '?')}.{getattr(known, '__qualname__', '?')}"
-            )
-        info = MetricInfo(
-            name=name,
-            higher_is_better=bool(higher_is_better),
-            kind=kind,
-            inputs=tuple(inputs),
-            description=description,
-        )
-        METRICS[name] = info
-        _FUNCTIONS[name] = fn
-        fn.metric_info = info
+        METRICS.add(name, fn)
+        fn.metric_info = MetricInfo(name=name, higher_is_better=bool(higher_is_better), kind=kind,
+                                    inputs=tuple(inputs), description=description, group=group)
         return fn
 
     return wrap
@@ -88,13 +80,19 @@ def register_metric(
 def get_metric(name: str) -> MetricInfo:
     """The info for `name`; the KeyError lists what is known to ease typos."""
     try:
-        return METRICS[name]
-    except KeyError:
-        raise KeyError(f"unknown metric {name!r}; known: {sorted(METRICS)}") from None
+        return METRICS.lookup(name).metric_info
+    except ValueError as exc:
+        raise KeyError(str(exc)) from None
 
 
 def list_metrics(kind: str | None = None) -> list[str]:
     """Sorted registered names, optionally only those of one kind."""
     if kind is not None and kind not in KINDS:
         raise ValueError(f"unknown metric kind {kind!r}; expected one of {KINDS}")
-    return sorted(n for n, info in METRICS.items() if kind is None or info.kind == kind)
+    return sorted(n for n, fn in METRICS.items() if kind is None or fn.metric_info.kind == kind)
+
+
+def group_metrics(group: str, kind: str | None = None) -> tuple[str, ...]:
+    """The metrics registered with `group` (and `kind`), in registration order."""
+    return tuple(n for n, fn in METRICS.items() if fn.metric_info.group == group
+                 and (kind is None or fn.metric_info.kind == kind))

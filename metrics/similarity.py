@@ -306,6 +306,7 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], model_locati
 
 @register_metric(
     "bertscore-p",
+    group="bertscore",
     inputs=_TEXT_INPUTS,
     description="BERTScore precision: mean over explanation tokens of the best cosine "
                 "with a reference token (contextual embeddings, greedy matching)",
@@ -318,6 +319,7 @@ def bertscore_p(candidates: Sequence[str], references: Sequence[str], model_loca
 
 @register_metric(
     "bertscore-r",
+    group="bertscore",
     inputs=_TEXT_INPUTS,
     description="BERTScore recall: mean over reference tokens of the best cosine with "
                 "an explanation token (contextual embeddings, greedy matching)",
@@ -330,6 +332,7 @@ def bertscore_r(candidates: Sequence[str], references: Sequence[str], model_loca
 
 @register_metric(
     "bertscore-f1",
+    group="bertscore",
     inputs=_TEXT_INPUTS,
     description="BERTScore F1: harmonic mean of BERTScore precision and recall",
 )
@@ -343,6 +346,7 @@ def bertscore_f1(candidates: Sequence[str], references: Sequence[str], model_loc
 
 @register_metric(
     "sts",
+    group="sts",
     inputs=_TEXT_INPUTS,
     description="semantic textual similarity: cosine of the L2-normalised sentence "
                 "embeddings of explanation and reference",

@@ -270,56 +270,56 @@ _NLI_INPUTS_R = ("nli_ref_given_gen",)
 _NLI_INPUTS_F1 = ("nli_gen_given_ref", "nli_ref_given_gen")
 
 
-@register_metric("stent_p", inputs=_NLI_INPUTS_P,
+@register_metric("stent_p", group="statement_nli", inputs=_NLI_INPUTS_P,
                  description="StEnt-P: mean over generated statements of the best entailment "
                              "probability against any reference statement (eq. 9)")
 def stent_p(P_gen_given_ref, *, empty: str = "skip") -> float:
     return statement_precision(P_gen_given_ref, score_ent, empty)
 
 
-@register_metric("stent_r", inputs=_NLI_INPUTS_R,
+@register_metric("stent_r", group="statement_nli", inputs=_NLI_INPUTS_R,
                  description="StEnt-R: mean over reference statements of the best entailment "
                              "probability against any generated statement (eq. 10)")
 def stent_r(P_ref_given_gen, *, empty: str = "skip") -> float:
     return statement_recall(P_ref_given_gen, score_ent, empty)
 
 
-@register_metric("stent_f1", inputs=_NLI_INPUTS_F1,
+@register_metric("stent_f1", group="statement_nli", inputs=_NLI_INPUTS_F1,
                  description="StEnt-F1: harmonic mean of StEnt-P and StEnt-R (eq. 11)")
 def stent_f1(P_gen_given_ref, P_ref_given_gen, *, empty: str = "skip") -> float:
     pg, pr = _matched_pair(P_gen_given_ref, P_ref_given_gen)
     return f1(stent_p(pg, empty=empty), stent_r(pr, empty=empty))
 
 
-@register_metric("stent_bin_p", inputs=_NLI_INPUTS_P,
+@register_metric("stent_bin_p", group="statement_nli", inputs=_NLI_INPUTS_P,
                  description="StEnt-bin-P: share of generated statements entailed (E is the "
                              "top class, ties allowed) by some reference statement (eq. 9)")
 def stent_bin_p(P_gen_given_ref, *, empty: str = "skip") -> float:
     return statement_precision(P_gen_given_ref, score_ent_bin, empty)
 
 
-@register_metric("stent_bin_r", inputs=_NLI_INPUTS_R,
+@register_metric("stent_bin_r", group="statement_nli", inputs=_NLI_INPUTS_R,
                  description="StEnt-bin-R: share of reference statements entailed (E is the "
                              "top class, ties allowed) by some generated statement (eq. 10)")
 def stent_bin_r(P_ref_given_gen, *, empty: str = "skip") -> float:
     return statement_recall(P_ref_given_gen, score_ent_bin, empty)
 
 
-@register_metric("stent_bin_f1", inputs=_NLI_INPUTS_F1,
+@register_metric("stent_bin_f1", group="statement_nli", inputs=_NLI_INPUTS_F1,
                  description="StEnt-bin-F1: harmonic mean of StEnt-bin-P and StEnt-bin-R (eq. 11)")
 def stent_bin_f1(P_gen_given_ref, P_ref_given_gen, *, empty: str = "skip") -> float:
     pg, pr = _matched_pair(P_gen_given_ref, P_ref_given_gen)
     return f1(stent_bin_p(pg, empty=empty), stent_bin_r(pr, empty=empty))
 
 
-@register_metric("stcoh_p", inputs=_NLI_INPUTS_P,
+@register_metric("stcoh_p", group="statement_nli", inputs=_NLI_INPUTS_P,
                  description="StCoh-P: mean over generated statements of the best E - C "
                              "against any reference statement, in [-1, 1] (eq. 9)")
 def stcoh_p(P_gen_given_ref, *, empty: str = "skip") -> float:
     return statement_precision(P_gen_given_ref, score_coh, empty)
 
 
-@register_metric("stcoh_r", inputs=_NLI_INPUTS_R,
+@register_metric("stcoh_r", group="statement_nli", inputs=_NLI_INPUTS_R,
                  description="StCoh-R: mean over reference statements of the best E - C "
                              "against any generated statement, in [-1, 1] (eq. 10)")
 def stcoh_r(P_ref_given_gen, *, empty: str = "skip") -> float:
@@ -344,7 +344,7 @@ def statement_nli_metrics(
 # -------------------------------------------------- SummaC-ZS and AlignScore
 
 
-@register_metric("summac_zs", inputs=("nli_sentence_pairs",),
+@register_metric("summac_zs", group="summac_zs", inputs=("nli_sentence_pairs",),
                  description="SummaC-ZS: mean over checked sentences of the best entailment "
                              "minus the strongest contradiction (or the best entailment) over "
                              "source sentences (eq. 4, as the summac package computes it)")
@@ -364,7 +364,7 @@ def summac_zs(probs, *, zs_score: str = "e-c", empty: str = "skip") -> float:
     return e - c if np.isfinite(e) and np.isfinite(c) else e if not np.isfinite(e) else c
 
 
-@register_metric("alignscore", inputs=("alignment_chunk_pairs",),
+@register_metric("alignscore", group="alignscore", inputs=("alignment_chunk_pairs",),
                  description="AlignScore: mean over checked chunks of the best ALIGNED "
                              "probability against any source chunk (eq. 5)")
 def alignscore(aligned, *, empty: str = "skip") -> float:
@@ -565,7 +565,7 @@ _VOTES_GEN = ("verifier_votes_gen",)
 _VOTES_REF = ("verifier_votes_ref",)
 
 
-@register_metric("st2exp_p", inputs=_VOTES_GEN,
+@register_metric("st2exp_p", group="st2exp", inputs=_VOTES_GEN,
                  description="St2Exp-P: share of generated statements an LLM verifier judges "
                              "supported by the reference explanation (eq. 6)")
 def st2exp_p(votes_gen, *, unparseable: str = "zero", empty: str = "skip") -> VoteScore:
@@ -574,7 +574,7 @@ def st2exp_p(votes_gen, *, unparseable: str = "zero", empty: str = "skip") -> Vo
     return _vote_average(votes_gen, unparseable, empty)
 
 
-@register_metric("st2exp_r", inputs=_VOTES_REF,
+@register_metric("st2exp_r", group="st2exp", inputs=_VOTES_REF,
                  description="St2Exp-R: share of reference statements an LLM verifier judges "
                              "supported by the generated explanation (eq. 7)")
 def st2exp_r(votes_ref, *, unparseable: str = "zero", empty: str = "skip") -> VoteScore:
@@ -583,7 +583,7 @@ def st2exp_r(votes_ref, *, unparseable: str = "zero", empty: str = "skip") -> Vo
     return _vote_average(votes_ref, unparseable, empty)
 
 
-@register_metric("st2exp_f1", inputs=_VOTES_GEN + _VOTES_REF,
+@register_metric("st2exp_f1", group="st2exp", inputs=_VOTES_GEN + _VOTES_REF,
                  description="St2Exp-F1: harmonic mean of St2Exp-P and St2Exp-R (eq. 8)")
 def st2exp_f1(
     votes_gen, votes_ref, *, unparseable: str = "zero", empty: str = "skip"

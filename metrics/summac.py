@@ -31,7 +31,7 @@ What the package computes, and so what this module computes
 
 Where we differ from the package, on purpose
 --------------------------------------------
-- Sentences come from `split` (default `pipelines.cluster.extra.split_sentences`,
+- Sentences come from `split` (default `rexeval.models.sentences.split_sentences`,
   Punkt without NLTK data). The package uses NLTK's `sent_tokenize` and then drops
   sentences of 10 characters or fewer; `summac_sentences` applies that same filter to
   our splitter for callers who want it.
@@ -107,7 +107,7 @@ def _fill_empty(out: np.ndarray, ok: np.ndarray, empty: str) -> np.ndarray:
 def summac_sentences(text: str | None) -> list[str]:
     """Our Punkt splitter with the package's length filter (sentences of more than 10
     characters), for results closest to the package's own splitting."""
-    from rexeval.pipelines.cluster.extra import split_sentences
+    from rexeval.models.sentences import split_sentences
 
     return [s for s in split_sentences(text) if len(s) > MIN_SENTENCE_CHARS]
 
@@ -115,7 +115,7 @@ def summac_sentences(text: str | None) -> list[str]:
 def _splitter(split: SplitFn | None) -> SplitFn:
     if split is not None:
         return split
-    from rexeval.pipelines.cluster.extra import split_sentences
+    from rexeval.models.sentences import split_sentences
 
     return split_sentences
 
@@ -185,7 +185,7 @@ def summac_zs_scores(generated: Sequence[str], references: Sequence[str], scorer
 
     All sentence pairs of the batch go to `scorer` in one call, each distinct pair once.
     """
-    from rexeval.pipelines.evaluate.statement_nli import score_unique
+    from rexeval.models.encoders.nli import score_unique
 
     _check(zs_score, ZS_SCORES, "zs_score")
     _check(empty, EMPTY_POLICIES, "empty policy")
@@ -348,7 +348,7 @@ def summac_conv_scores(generated: Sequence[str], references: Sequence[str], scor
     Only the first CONV_ROWS generated sentences are scored (the head ignores the rest);
     one scorer call for the batch, each distinct pair once.
     """
-    from rexeval.pipelines.evaluate.statement_nli import score_unique
+    from rexeval.models.encoders.nli import score_unique
 
     _check(empty, EMPTY_POLICIES, "empty policy")
     pairs, n, m = sentence_pairs(generated, references, split, max_gen=CONV_ROWS)
@@ -356,7 +356,7 @@ def summac_conv_scores(generated: Sequence[str], references: Sequence[str], scor
     return summac_conv_batch(probs, n, m, head, empty=empty)
 
 
-@register_metric("summac_conv", inputs=("nli_sentence_pairs", "summac_conv_head"),
+@register_metric("summac_conv", group="summac_conv", inputs=("nli_sentence_pairs", "summac_conv_head"),
                  description="SummaC-Conv: a trained head over histograms of each checked "
                              "sentence's NLI scores against the source sentences, averaged "
                              "(seed 000, section IV-A-2)")

@@ -213,6 +213,7 @@ _TEXT_INPUTS = ("generated_explanations", "reference_explanations")
 
 @register_metric(
     "bleu-1",
+    group="corpus",
     kind="corpus",
     inputs=_TEXT_INPUTS,
     description="corpus BLEU with unigrams only: clipped unigram precision x brevity penalty",
@@ -224,6 +225,7 @@ def bleu_1(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]],
 
 @register_metric(
     "bleu-4",
+    group="corpus",
     kind="corpus",
     inputs=_TEXT_INPUTS,
     description="corpus BLEU, geometric mean of 1..4-gram clipped precisions x brevity penalty",
@@ -235,6 +237,7 @@ def bleu_4(hypotheses: Sequence[str], references: Sequence[str | Sequence[str]],
 
 @register_metric(
     "sentence-bleu-1",
+    group="overlap",
     inputs=_TEXT_INPUTS,
     description="BLEU-1 of each explanation against its reference (Chen & Cherry method 1)",
 )
@@ -247,6 +250,7 @@ def sentence_bleu_1(
 
 @register_metric(
     "sentence-bleu-4",
+    group="overlap",
     inputs=_TEXT_INPUTS,
     description="BLEU-4 of each explanation against its reference (Chen & Cherry method 1)",
 )
@@ -370,6 +374,7 @@ def _rouge_metric(variant: str, part: str) -> Callable[..., np.ndarray]:
     metric.__doc__ = f"ROUGE-{variant.upper()} {what} per interaction ({label} overlap)."
     return register_metric(
         name,
+        group="overlap",
         inputs=_TEXT_INPUTS,
         description=f"ROUGE-{variant.upper()} {what} against the reference ({label} overlap)",
     )(metric)
@@ -447,6 +452,7 @@ def meteor(
 
 @register_metric(
     "meteor",
+    group="meteor",
     inputs=_TEXT_INPUTS,
     description="NLTK METEOR per explanation; needs nltk and its WordNet data (else skipped)",
 )
@@ -472,6 +478,7 @@ def meteor_scores(
 
 @register_metric(
     "usr",
+    group="corpus",
     kind="corpus",
     inputs=("generated_explanations",),
     description="unique sentence ratio: distinct generated explanations / all of them",
@@ -524,6 +531,7 @@ def _feature_set(x: str | Iterable[str] | None) -> set[str]:
 
 @register_metric(
     "fmr",
+    group="overlap",
     inputs=("generated_features", "ground_truth_features"),
     description="feature matching ratio: 1 if the explanation mentions a ground-truth feature",
 )
@@ -557,6 +565,7 @@ def feature_matching_ratio(
 
 @register_metric(
     "fcr",
+    group="corpus",
     kind="corpus",
     inputs=("generated_features", "feature_vocabulary"),
     description="feature coverage ratio: distinct features mentioned / all features",
@@ -579,6 +588,7 @@ def feature_coverage_ratio(
 
 @register_metric(
     "div",
+    group="corpus",
     higher_is_better=False,
     kind="corpus",
     inputs=("generated_features",),

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.cluster.config import ClusterConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 

@@ -17,10 +17,12 @@ from pathlib import Path
 import click
 import pyarrow.compute as pc
 
-from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.ingest.pipeline import run_ingest
+from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.pipelines.ingest.split_pipeline import SplitConfig, run_split
+from rexeval.pipelines.ingest.split_pipeline import run_split
+from rexeval.pipelines.ingest.config import SplitConfig
 from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 from rexeval.ray_jobs.common import summary, user_errors
 
@@ -110,8 +112,10 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
 
 def _llm_stages(root: Path, n: int, overwrite: bool, steps: int) -> dict:
     """Extraction (both methods) and ground truth on the first `n` sample reviews."""
-    from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.pipeline import run_extract
+    from rexeval.pipelines.extract.config import ExtractConfig
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     common = dict(input=str(root / "ingest"), limit=n, max_tokens=256, shard_size=n)
     click.echo(f"[4/{steps}] extract --method triplets: statement, topic, sentiment (seed 000), "
@@ -137,7 +141,8 @@ def _llm_stages(root: Path, n: int, overwrite: bool, steps: int) -> dict:
 
 def _cluster_stages(root: Path, with_statements: bool, overwrite: bool, step: int, steps: int) -> dict:
     """Cluster the verified statements (when extracted) and run EXTRA on the reviews."""
-    from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+    from rexeval.pipelines.cluster.pipeline import run_cluster
+    from rexeval.pipelines.cluster.config import ClusterConfig
     from rexeval.pipelines.cluster.quality import format_table3
 
     click.echo(f"[{step}/{steps}] cluster: paraphrase clusters (seed 002) and the EXTRA baseline")
@@ -166,16 +171,11 @@ def _ranking_stages(root: Path, overwrite: bool, step: int, steps: int) -> dict:
     clustered, built into STAR, ranked by the baselines and a short ExpGCN Tune run."""
     import shutil
 
-    from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+    from rexeval.pipelines.cluster.pipeline import run_cluster
+    from rexeval.pipelines.cluster.config import ClusterConfig
     from rexeval.pipelines.core.io import write_parquet_atomic
-    from rexeval.pipelines.star.pipeline import (
-        BuildConfig,
-        EvalSettings,
-        TrainJob,
-        run_baselines,
-        run_build,
-        run_train,
-    )
+    from rexeval.pipelines.star.pipeline import run_baselines, run_build, run_train
+    from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
     from rexeval.pipelines.star.report import format_table1, table1
     from rexeval.pipelines.core.inputs import statements_from_annotations
 
@@ -209,7 +209,8 @@ def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, 
     with every sentiment flipped (built by the same rules, so both statement sets are
     known). The NLI metrics need a checkpoint (--nli); St2Exp asks the local LLM."""
     from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
-    from rexeval.pipelines.evaluate.pipeline import EvaluateConfig, run_evaluate
+    from rexeval.pipelines.evaluate.pipeline import run_evaluate
+    from rexeval.pipelines.evaluate.config import EvaluateConfig
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.ray_jobs.evaluate import print_report
 
@@ -230,7 +231,8 @@ def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, 
 def _judge_stage(root: Path, steps: int, n: int) -> dict:
     """Seed 001's Likert judge and seed 004's pairwise judge on the evaluation step's two
     systems, through the judge Serve deployment, with the local LLM."""
-    from rexeval.pipelines.judge.jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
+    from rexeval.pipelines.judge.jobs import run_likert, run_pairwise
+    from rexeval.pipelines.judge.config import LikertJobConfig, PairwiseJobConfig
 
     expl = str(root / "evaluation_inputs" / "explanations.parquet")
     reviews = [str(root / "ingest")]

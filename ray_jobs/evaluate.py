@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.evaluate.pipeline import EvaluateConfig, run_evaluate
+from rexeval.pipelines.evaluate.pipeline import run_evaluate
+from rexeval.pipelines.evaluate.config import EvaluateConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 

@@ -8,12 +8,8 @@ from collections.abc import Callable
 
 import click
 
-from rexeval.pipelines.expscore.pipeline import (
-    ExpScoreScoreConfig,
-    ExpScoreTrainConfig,
-    run_score,
-    run_train,
-)
+from rexeval.pipelines.expscore.pipeline import run_score, run_train
+from rexeval.pipelines.expscore.config import ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.report import report_markdown
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 

@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.extract.pipeline import run_extract
+from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 

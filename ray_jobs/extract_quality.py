@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.extract.quality import QualityConfig, run_quality
+from rexeval.pipelines.extract.quality import run_quality
+from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 

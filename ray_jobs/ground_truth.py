@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, GroundTruthConfig, run_ground_truth
+from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, run_ground_truth
+from rexeval.pipelines.extract.config import GroundTruthConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 

@@ -7,7 +7,7 @@ import click
 
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import SPLIT_NAMES
-from rexeval.pipelines.ingest.split_pipeline import reviews_path
+from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 from rexeval.ray_jobs.common import echo_json, user_errors
 

@@ -6,7 +6,8 @@ import time
 import click
 
 from rexeval.pipelines.ingest.formats import FORMATS
-from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.ingest.pipeline import run_ingest
+from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 

@@ -5,8 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.judge.jobs import (DetectJobConfig, LikertJobConfig, PairwiseJobConfig, run_detect, run_likert,
-                                 run_pairwise)
+from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
+from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 

@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.ingest.split_pipeline import SplitConfig, run_split
+from rexeval.pipelines.ingest.split_pipeline import run_split
+from rexeval.pipelines.ingest.config import SplitConfig
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 

@@ -70,7 +70,8 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
 
       rexeval star build pipelines/sample/statements.jsonl --reviews runs/demo/ingest --out runs/demo/bench0
     """
-    from rexeval.pipelines.star.pipeline import BuildConfig, run_build
+    from rexeval.pipelines.star.pipeline import run_build
+    from rexeval.pipelines.star.config import BuildConfig
 
     started = time.time()
     cfg = load_config(BuildConfig, config_file, statements=statements, out=out, **flags)
@@ -121,7 +122,8 @@ def baselines_cmd(data, methods, config_file, **flags):
 
     Example: rexeval star baselines runs/mi/bench --out runs/mi/rank
     """
-    from rexeval.pipelines.star.pipeline import EvalSettings, run_baselines
+    from rexeval.pipelines.star.pipeline import run_baselines
+    from rexeval.pipelines.star.config import EvalSettings
 
     started = time.time()
     cfg = load_config(EvalSettings, config_file, data=data, **flags)
@@ -192,7 +194,8 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
 
       rexeval star train runs/toys/bench --model expgcn --grid lr=0.001,0.0005 --gpus-per-trial 1 --out runs/toys/rank
     """
-    from rexeval.pipelines.star.pipeline import TrainJob, run_train
+    from rexeval.pipelines.star.pipeline import run_train
+    from rexeval.pipelines.star.config import TrainJob
 
     started = time.time()
     settings = parse_backend_options(sets)
@@ -232,7 +235,8 @@ def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
 
     Example: rexeval star evaluate runs/mi/bench --checkpoint runs/mi/rank/tune/expgcn/<trial>/checkpoint_000009 --out runs/mi/rank
     """
-    from rexeval.pipelines.star.pipeline import EvalSettings, evaluate_checkpoint
+    from rexeval.pipelines.star.pipeline import evaluate_checkpoint
+    from rexeval.pipelines.star.config import EvalSettings
 
     started = time.time()
     cfg = load_config(EvalSettings, config_file, data=data, **flags)

@@ -18,13 +18,13 @@ batch larger than `max_batch_pairs`.
 """
 from __future__ import annotations
 
-import importlib
 import json
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
+from rexeval.registry import load_object
 from rexeval.serve.common import ReplicaSettings, RequestError, running_apps, serve_running  # noqa: F401  (re-exported)
 
 DEFAULT_ROUTE = "/nli"
@@ -77,13 +77,6 @@ def parse_pairs(body: bytes, limits: ServeLimits) -> list[tuple[str, str]]:
     return out
 
 
-def load_class(path: str):
-    module, _, name = path.partition(":")
-    if not module or not name:
-        raise ValueError(f"scorer must look like package.module:Class, got {path!r}")
-    return getattr(importlib.import_module(module), name)
-
-
 def _pairs_in(requests: list) -> int:
     return sum(len(r) for r in requests)
 
@@ -95,7 +88,7 @@ class NLIServer:
         from rexeval.models.refs import resolve
 
         self.cfg = NLIServeConfig(**cfg)
-        cls = load_class(self.cfg.scorer)
+        cls = load_object(self.cfg.scorer)
         location = resolve(self.cfg.model).location
         self.scorer = cls(location, model_ref=self.cfg.model, device=self.cfg.device,
                           **self.cfg.scorer_options)

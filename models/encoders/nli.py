@@ -226,6 +226,22 @@ class NLIScorer(BatchedPairModel):
         return probs.cpu().numpy().astype(np.float32, copy=False)
 
 
+def score_unique(pairs: list[tuple[str, str]], scorer) -> tuple[np.ndarray, int]:
+    """Probabilities [len(pairs), 3] with each distinct pair scored once; and how many
+    distinct pairs there were. `scorer` is anything with `score(premises, hypotheses)
+    -> [N, 3]`: an `NLIScorer`, a client of the NLI Serve deployment, a test double.
+    Shared by the statement-level NLI metrics and SummaC, which repeat many pairs."""
+    if not pairs:
+        return np.zeros((0, 3), dtype=np.float32), 0
+    index: dict[tuple[str, str], int] = {}
+    inverse = np.fromiter((index.setdefault(p, len(index)) for p in pairs), dtype=np.int64, count=len(pairs))
+    unique = list(index)
+    probs = np.asarray(scorer.score([p for p, _ in unique], [h for _, h in unique]), dtype=np.float32)
+    if probs.shape != (len(unique), 3):
+        raise ValueError(f"the NLI scorer returned shape {probs.shape}, expected ({len(unique)}, 3)")
+    return probs[inverse], len(unique)
+
+
 def _zip_texts(premises: Sequence[str], hypotheses: Sequence[str]) -> list[tuple[str, str]]:
     for name, texts in (("premises", premises), ("hypotheses", hypotheses)):
         if isinstance(texts, (str, bytes)):

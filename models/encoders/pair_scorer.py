@@ -26,9 +26,8 @@ call did (pairs, distinct pairs, batches, real and padded tokens).
 """
 from __future__ import annotations
 
-import importlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from rexeval.models.encoders.pair_batching import (
     resolve_checkpoint,
 )
 from rexeval.models.refs import ModelUnavailable
+from rexeval.registry import Registry
 
 ROLE = "cross_encoder"
 POSITIVE_LABELS = frozenset({
@@ -50,20 +50,6 @@ POSITIVE_LABELS = frozenset({
     "is_duplicate", "entailment", "equivalent", "same", "similar",
 })
 """id2label names (case-insensitive) that mark the positive class of a 2-label model."""
-
-PAIR_SCORERS: dict[str, type[PairScorer]] = {}
-
-
-def register_pair_scorer(name: str) -> Callable[[type[PairScorer]], type[PairScorer]]:
-    """Class decorator: make a scorer buildable by `build_pair_scorer(kind=name)`."""
-
-    def wrap(cls: type[PairScorer]) -> type[PairScorer]:
-        cls.name = name
-        PAIR_SCORERS[name] = cls
-        return cls
-
-    return wrap
-
 
 class PairScorer(BatchedPairModel):
     """Probability, per ordered pair of statements, that they are paraphrases.
@@ -80,6 +66,11 @@ class PairScorer(BatchedPairModel):
     def score(self, pairs: Sequence[tuple[str, str]], batch_size: int | None = None) -> np.ndarray:
         """float32 array of P(paraphrase) in [0, 1], one per pair, in input order."""
         return np.clip(self._run(check_pairs(pairs), batch_size), 0.0, 1.0)
+
+
+PAIR_SCORERS: Registry[type[PairScorer]] = Registry("pair scorer kind", base=PairScorer)
+register_pair_scorer = PAIR_SCORERS.register
+"""Class decorator: make a scorer buildable by `build_pair_scorer(kind=name)`."""
 
 
 @register_pair_scorer("cross_encoder")
@@ -282,16 +273,7 @@ def detect_pair_scorer_kind(location: str, *, ref: str | None = None, role: str 
 
 def pair_scorer_class(kind: str) -> type[PairScorer]:
     """The class registered under `kind`, or "package.module:Class" for one of your own."""
-    if kind in PAIR_SCORERS:
-        return PAIR_SCORERS[kind]
-    if ":" in kind:
-        module, _, attr = kind.partition(":")
-        cls = getattr(importlib.import_module(module), attr, None)
-        if isinstance(cls, type) and issubclass(cls, PairScorer):
-            return cls
-        raise ValueError(f"{kind!r} is not a PairScorer subclass")
-    raise ValueError(f"unknown pair scorer kind {kind!r} (known: auto, "
-                     f"{', '.join(sorted(PAIR_SCORERS))}, or package.module:Class)")
+    return PAIR_SCORERS.lookup(kind)
 
 
 def build_pair_scorer(ref: str, kind: str = "auto", device: str = "auto", *,

@@ -9,10 +9,11 @@ it as an error row and go on. Backend-wide failures (model cannot load) do raise
 from __future__ import annotations
 
 import abc
-import importlib
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.registry import Registry
 
 
 class SamplingParams(BaseModel):
@@ -88,40 +89,15 @@ class LLMBackend(abc.ABC):
         """Release the model or connections (optional)."""
 
 
-BACKENDS: dict[str, type[LLMBackend]] = {}
-_MODULES = {"hf": "rexeval.models.llm.hf_backend", "openai": "rexeval.models.llm.openai_backend",
-            "vllm": "rexeval.models.llm.vllm_backend", "serve": "rexeval.serve.judge"}
+BACKENDS: Registry[type[LLMBackend]] = Registry("LLM backend", base=LLMBackend, lazy={
+    "hf": "rexeval.models.llm.hf_backend", "openai": "rexeval.models.llm.openai_backend",
+    "vllm": "rexeval.models.llm.vllm_backend"})
+"""hf, openai and vllm load on first use; the Serve judge client ("serve") is declared by
+the pipelines that use it (`pipelines/core/llm_job.py`); "package.module:Class" names a
+backend of your own (importable on every Ray worker)."""
 
-
-def register_backend(name: str) -> Callable[[type[LLMBackend]], type[LLMBackend]]:
-    """Class decorator: make a backend buildable by `build_backend` under `name`."""
-
-    def wrap(cls: type[LLMBackend]) -> type[LLMBackend]:
-        cls.name = name
-        BACKENDS[name] = cls
-        return cls
-
-    return wrap
-
-
-def backend_class(name: str) -> type[LLMBackend]:
-    """The class registered under `name`, importing its module on first use (lazily).
-
-    `name` may also be "package.module:Class", so a backend of your own plugs in
-    without editing this package (the module must be importable on every Ray worker).
-    """
-    if name not in BACKENDS and name in _MODULES:
-        importlib.import_module(_MODULES[name])
-    if name not in BACKENDS and ":" in name:
-        module, _, attr = name.partition(":")
-        cls = getattr(importlib.import_module(module), attr, None)
-        if not (isinstance(cls, type) and issubclass(cls, LLMBackend)):
-            raise ValueError(f"{name!r} is not an LLMBackend subclass")
-        return cls
-    if name not in BACKENDS:
-        raise ValueError(f"unknown LLM backend {name!r} (known: {', '.join(sorted(_MODULES))}, "
-                         "or package.module:Class)")
-    return BACKENDS[name]
+register_backend = BACKENDS.register
+backend_class = BACKENDS.lookup
 
 
 def build_backend(spec: BackendSpec) -> LLMBackend:

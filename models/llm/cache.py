@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Iterable
 
-from rexeval.models.llm.base import ChatRequest, LLMBackend, LLMResult
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, build_backend
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -175,3 +175,12 @@ class CachedBackend(LLMBackend):
     def close(self) -> None:
         self.inner.close()
         self.cache.close()
+
+
+def build_cached_backend(backend: str, model: str, options: dict, cache_path: str | None):
+    """A backend behind the call cache (when a cache path is given); built once per actor."""
+    llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
+    if cache_path:
+        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+        llm = CachedBackend(llm, LLMCache(cache_path))
+    return llm

@@ -19,35 +19,16 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-RANKERS: dict[str, type] = {}
+from rexeval.registry import Registry
 
+RANKERS: Registry[type] = Registry("ranker", normalize=str.lower, modules=(
+    "rexeval.models.recommenders.popularity", "rexeval.models.recommenders.bper",
+    "rexeval.models.recommenders.expgcn"))
+"""Rankers by name (case-insensitive); the built-in modules load on the first look-up
+of a name not registered yet."""
 
-def register_ranker(name: str) -> Callable[[type], type]:
-    """Class decorator: make a ranker buildable by `build_ranker(name, ...)`."""
-
-    def wrap(cls: type) -> type:
-        cls.name = name
-        RANKERS[name] = cls
-        return cls
-
-    return wrap
-
-
-BUILTIN = ("rexeval.models.recommenders.popularity", "rexeval.models.recommenders.bper", "rexeval.models.recommenders.expgcn")
-"""Modules whose rankers `ranker_class` finds without an explicit import."""
-
-
-def ranker_class(name: str) -> type:
-    """The registered class for `name` (case-insensitive)."""
-    import importlib
-
-    key = name.lower()
-    if key not in RANKERS:
-        for module in BUILTIN:
-            importlib.import_module(module)
-    if key not in RANKERS:
-        raise ValueError(f"unknown ranker {name!r}; known: {', '.join(sorted(RANKERS))}")
-    return RANKERS[key]
+register_ranker = RANKERS.register
+ranker_class = RANKERS.lookup
 
 
 @dataclass

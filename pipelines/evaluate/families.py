@@ -14,26 +14,13 @@ families do not load a model at all: they call the NLI scorer through
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
-from rexeval.metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
-from rexeval.metrics.text_overlap import rouge_metric_names
-
-FAMILIES: dict[str, type[Family]] = {}
-
-
-def register_family(name: str) -> Callable[[type[Family]], type[Family]]:
-    def wrap(cls: type[Family]) -> type[Family]:
-        if name in FAMILIES and FAMILIES[name] is not cls:
-            raise ValueError(f"metric family {name!r} is registered twice")
-        cls.name = name
-        FAMILIES[name] = cls
-        return cls
-    return wrap
+from rexeval.metrics.registry import group_metrics
+from rexeval.registry import Registry
 
 
 @dataclass
@@ -54,21 +41,23 @@ class EvalContext:
     def nli_client(self):
         """The NLI scorer families call: the shared Serve deployment, a remote one over
         HTTP, or (nli_service "none") a model loaded in this process."""
-        from rexeval.serve.nli import HttpNLIClient, ServeNLIClient, load_class
+        from rexeval.registry import load_object
+        from rexeval.serve.nli import HttpNLIClient, ServeNLIClient
 
         if self.nli_service.startswith("serve:"):
             return ServeNLIClient.connect(app_name=self.nli_service.split(":", 1)[1])
         if self.nli_service.startswith(("http://", "https://")):
             return HttpNLIClient(self.nli_service)
-        cls = load_class(self.nli_scorer)
+        cls = load_object(self.nli_scorer)
         return cls(self.locations.get("nli", ""), model_ref=self.refs.get("nli"), device=self.device)
 
 
 class Family:
-    """One group of metrics computed together (see module docstring)."""
+    """One group of metrics computed together (see module docstring). The metrics a
+    family writes are those registered with its name as their group
+    (`rexeval.metrics.registry.group_metrics`)."""
 
     name: ClassVar[str] = ""
-    metrics: ClassVar[tuple[str, ...]] = ()
     roles: ClassVar[tuple[str, ...]] = ()
     needs_statements: ClassVar[bool] = False
     uses_nli: ClassVar[bool] = False  # through EvalContext.nli_client(); the "nli" role is
@@ -78,6 +67,10 @@ class Family:
 
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
+
+    @classmethod
+    def metrics(cls) -> tuple[str, ...]:
+        return group_metrics(cls.name, kind="per_example")
 
     @classmethod
     def unavailable(cls, ctx: EvalContext) -> str | None:
@@ -92,6 +85,10 @@ class Family:
         raise NotImplementedError
 
 
+FAMILIES: Registry[type[Family]] = Registry("metric family", base=Family)
+register_family = FAMILIES.register
+
+
 def _texts(batch: dict[str, list]) -> tuple[list[str], list[str]]:
     return list(batch["explanation"]), list(batch["reference"])
 
@@ -103,7 +100,6 @@ def _texts(batch: dict[str, list]) -> tuple[list[str], list[str]]:
 class Overlap(Family):
     """Sentence BLEU-1/4, ROUGE-1/2/L P/R/F against the reference, and FMR."""
 
-    metrics = ("sentence-bleu-1", "sentence-bleu-4", *rouge_metric_names(), "fmr")
     batch_size = 1024
 
     def score(self, batch):
@@ -120,7 +116,6 @@ class Overlap(Family):
 
 @register_family("meteor")
 class Meteor(Family):
-    metrics = ("meteor",)
     batch_size = 512
 
     @classmethod
@@ -140,7 +135,6 @@ class Meteor(Family):
 
 @register_family("bertscore")
 class BertScore(Family):
-    metrics = ("bertscore-p", "bertscore-r", "bertscore-f1")
     roles = ("bertscore_model",)
     batch_size = 256
 
@@ -155,7 +149,6 @@ class BertScore(Family):
 
 @register_family("sts")
 class Sts(Family):
-    metrics = ("sts",)
     roles = ("sts",)
 
     def setup(self):
@@ -177,7 +170,6 @@ class Sts(Family):
 class StatementNLI(Family):
     """StEnt, StEnt-bin and StCoh (seed 000 eq. 9-11) on statement sentences."""
 
-    metrics = NLI_METRICS
     roles = ("nli",)
     needs_statements = True
     uses_nli = True
@@ -197,7 +189,6 @@ class StatementNLI(Family):
 class SummacZS(Family):
     """SummaC-ZS (eq. 4): generated sentences checked against reference sentences."""
 
-    metrics = ("summac_zs",)
     roles = ("nli",)
     uses_nli = True
 
@@ -212,7 +203,6 @@ class SummacZS(Family):
 
 @register_family("summac_conv")
 class SummacConv(Family):
-    metrics = ("summac_conv",)
     roles = ("nli", "summac_conv")
     uses_nli = True
 
@@ -231,7 +221,6 @@ class SummacConv(Family):
 
 @register_family("alignscore")
 class AlignScore(Family):
-    metrics = ("alignscore",)
     roles = ("alignscore",)
     batch_size = 128
 
@@ -251,7 +240,6 @@ class AlignScore(Family):
 
 @register_family("bartscore")
 class BartScore(Family):
-    metrics = ("bartscore",)
     roles = ("bartscore",)
     batch_size = 128
 
@@ -264,7 +252,6 @@ class BartScore(Family):
 
 @register_family("bleurt")
 class Bleurt(Family):
-    metrics = ("bleurt",)
     roles = ("bleurt",)
 
     def score(self, batch):
@@ -275,7 +262,6 @@ class Bleurt(Family):
 
 @register_family("questeval")
 class QuestEval(Family):
-    metrics = ("questeval", "questeval_p", "questeval_r")
     roles = ("questeval_qg", "questeval_qa", "spacy")
     batch_size = 64
 
@@ -284,7 +270,7 @@ class QuestEval(Family):
 
         got = questeval_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
                                self.ctx.locations["questeval_qa"], device=self.ctx.device)
-        return {m: got[m] for m in self.metrics}, {}
+        return {m: got[m] for m in self.metrics()}, {}
 
 
 @register_family("st2exp")
@@ -292,17 +278,16 @@ class St2Exp(Family):
     """St2Exp-P/R/F1 (eq. 6-8): an LLM verifier votes on each statement against the
     other side's whole explanation."""
 
-    metrics = ST2EXP_METRICS
     roles = ("judge_llm",)
     needs_statements = True
     uses_llm = True
     batch_size = 64
 
     def setup(self):
-        from rexeval.pipelines.core.llm_job import llm_generate
+        from rexeval.models.llm.cache import build_cached_backend
 
         spec = self.ctx.llm
-        self.llm = llm_generate(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))
+        self.llm = build_cached_backend(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))
 
     def score(self, batch):
         from rexeval.pipelines.evaluate.st2exp import score_st2exp
@@ -313,7 +298,9 @@ class St2Exp(Family):
         return got.values, got.counts
 
 
-CORPUS_METRICS = ("bleu-1", "bleu-4", "usr", "fcr", "div")
+def corpus_metrics() -> tuple[str, ...]:
+    """The one-value-per-system metrics `corpus_scores` computes (group "corpus")."""
+    return group_metrics("corpus", kind="corpus")
 
 
 def corpus_scores(explanations: list[str], references: list[str], vocabulary: tuple[str, ...]) -> dict[str, float]:

@@ -26,15 +26,14 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
 
-from rexeval.pipelines.evaluate.families import CORPUS_METRICS, FAMILIES, EvalContext, Family, corpus_scores
+from rexeval.pipelines.evaluate.config import ALL, EvaluateConfig
+from rexeval.pipelines.evaluate.families import FAMILIES, EvalContext, Family, corpus_metrics, corpus_scores
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
@@ -42,41 +41,10 @@ from rexeval.pipelines.evaluate.inputs import (
     systems_of,
 )
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
-from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
 from rexeval.pipelines.core.stage import Resources, Stage
 
 JOB = "evaluate"
-ALL = "all"
-
-
-class EvaluateConfig(LLMJobSettings):
-    """Settings of `rexeval evaluate` (YAML or flags)."""
-
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
-    out: str
-    references: str | None = Field(None, description="ground-truth job folder (texts + statement sentences)")
-    statements: list[str] = Field(default_factory=list,
-                                  description="statements of the generated explanations (Parquet or JSONL)")
-    extract: bool = Field(False, description="extract statements for systems that came without them")
-    domain: str | None = Field(None, description="topic table for --extract (default: generic)")
-    metrics: list[str] = Field(default_factory=lambda: [ALL], description="families or metric names")
-    skip: list[str] = Field(default_factory=list, description="families or metric names to leave out")
-    systems: list[str] | None = None
-    limit: int | None = Field(None, ge=1, description="first N examples of each system")
-    empty: Literal["skip", "zero"] = "skip"
-    unparseable: Literal["zero", "skip"] = "zero"
-    nli_service: str = Field("auto", description="auto | none | serve:APP | http://host:port/route")
-    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
-    nli_replicas: int = Field(1, ge=1)
-    nli_gpus: float = Field(0.0, ge=0)
-    serve_port: int = Field(8000, ge=1, le=65535)
-    device: str = "auto"
-    chunk_size: int = Field(512, ge=1)
-    bootstrap: int = Field(1000, ge=0)
-    confidence: float = Field(0.95, gt=0, lt=1)
-    seed: int = 0
-    dataset: str = ""
 
 
 # ------------------------------------------------------------------ selection
@@ -84,8 +52,8 @@ class EvaluateConfig(LLMJobSettings):
 
 def select_families(names: list[str], skip: list[str]) -> list[str]:
     """Family names from family or metric names ("all" = every family)."""
-    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics}
-    by_metric.update({m: "corpus" for m in CORPUS_METRICS})
+    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics()}
+    by_metric.update({m: "corpus" for m in corpus_metrics()})
 
     def expand(items: list[str]) -> list[str]:
         out = []
@@ -160,7 +128,7 @@ class FamilyStage(Stage):
             part = self.examples.take(pa.array(rows))
             cols = {c: part.column(c).to_pylist() for c in part.column_names}
             values, counts = self.impl.score(cols)
-            table = long_scores(cols["example_id"], cols["system"], values, self.family.metrics)
+            table = long_scores(cols["example_id"], cols["system"], values, self.family.metrics())
             counts = {"examples": part.num_rows, **{k: v for k, v in counts.items() if k != "n_examples"}}
             self.output.write_shard(shard, {"scores": table}, counts)
             out.append({"shard": shard, "examples": part.num_rows, "counts": json.dumps(counts)})
@@ -372,7 +340,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
 def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows: np.ndarray,
                   examples_hash: str) -> dict:
     """What decides a family's results (its folder is recomputed when this changes)."""
-    return {"family": cls.name, "metrics": list(cls.metrics), "examples": examples_hash,
+    return {"family": cls.name, "metrics": list(cls.metrics()), "examples": examples_hash,
             "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
             "models": {r: ctx.refs.get(r) for r in cls.roles},
             "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,

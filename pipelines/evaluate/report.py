@@ -31,12 +31,12 @@ TABLES: list[tuple[str, list[tuple[str, str]]]] = [
 
 
 def _higher_is_better(metric: str) -> bool:
-    import rexeval.metrics.statement_level  # noqa: F401  (registers the statement metrics)
-    import rexeval.metrics.text_overlap  # noqa: F401
-    from rexeval.metrics.registry import METRICS
+    from rexeval.metrics.registry import get_metric
 
-    info = METRICS.get(metric)
-    return True if info is None else info.higher_is_better
+    try:
+        return get_metric(metric).higher_is_better
+    except KeyError:  # a metric of the user's own, not registered: assume higher is better
+        return True
 
 
 def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from rexeval.metrics.statement_level import BatchScores, statement_nli_batch
+from rexeval.models.encoders.nli import score_unique
 
 
 def nli_pairs(gen: Sequence[Sequence[str]], ref: Sequence[Sequence[str]]
@@ -32,20 +33,6 @@ def nli_pairs(gen: Sequence[Sequence[str]], ref: Sequence[Sequence[str]]
     n = np.array([len(g) for g in gen], dtype=np.int64)
     m = np.array([len(r) for r in ref], dtype=np.int64)
     return prec, rec, n, m
-
-
-def score_unique(pairs: list[tuple[str, str]], scorer) -> tuple[np.ndarray, int]:
-    """Probabilities [len(pairs), 3] with each distinct pair scored once; and how many
-    distinct pairs there were."""
-    if not pairs:
-        return np.zeros((0, 3), dtype=np.float32), 0
-    index: dict[tuple[str, str], int] = {}
-    inverse = np.fromiter((index.setdefault(p, len(index)) for p in pairs), dtype=np.int64, count=len(pairs))
-    unique = list(index)
-    probs = np.asarray(scorer.score([p for p, _ in unique], [h for _, h in unique]), dtype=np.float32)
-    if probs.shape != (len(unique), 3):
-        raise ValueError(f"the NLI scorer returned shape {probs.shape}, expected ({len(unique)}, 3)")
-    return probs[inverse], len(unique)
 
 
 def score_statement_nli(gen: Sequence[Sequence[str]], ref: Sequence[Sequence[str]], scorer,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -24,9 +24,7 @@ import pyarrow as pa
 
 from rexeval.metrics.expscore_factors import words
 from rexeval.pipelines.core.io import json_lines, read_table
-
-if TYPE_CHECKING:
-    from rexeval.pipelines.expscore.pipeline import _Inputs
+from rexeval.pipelines.expscore.config import ExpScoreInputs
 
 
 def _cell(value: Any) -> Any:
@@ -110,7 +108,7 @@ def parse_list(value: Any) -> list[str] | None:
     return None
 
 
-def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"],
+def validate_row(raw: dict, cfg: ExpScoreInputs, rating: Literal["required", "optional"],
                  scale: tuple[float, float] = (1, 5)) -> tuple[dict | None, dict | None]:
     """(clean row, None) or (None, error row) for one input row; ratings must lie in `scale`."""
     src, line = raw.get("_source"), raw.get("_line")
@@ -157,7 +155,7 @@ def validate_row(raw: dict, cfg: _Inputs, rating: Literal["required", "optional"
     return row, None
 
 
-def load_examples(cfg: _Inputs, rating: Literal["required", "optional"],
+def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
                   scale: tuple[float, float] = (1, 5)) -> tuple[list[dict], list[dict], bool]:
     """Valid rows, error rows, and whether any input has the features column."""
     if not cfg.inputs:
@@ -208,7 +206,7 @@ def reviews_by_item(table: pa.Table, items: set[str], cap: int) -> dict[str, lis
     return {item: grp["text"].tolist()[:cap] for item, grp in frame.groupby("item_id", sort=True)}
 
 
-def attach_reviews(rows: list[dict], cfg: _Inputs) -> tuple[list[dict], list[dict], list[str], dict[str, list[str]]]:
+def attach_reviews(rows: list[dict], cfg: ExpScoreInputs) -> tuple[list[dict], list[dict], list[str], dict[str, list[str]]]:
     """Rows that have item reviews, error rows for those that do not, the WI corpus,
     and the reviews per item (empty in column mode, where rows carry their own)."""
     kept, errors = [], []

@@ -20,12 +20,11 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.metrics.expscore_factors import (
     FACTOR_NAMES,
@@ -33,12 +32,13 @@ from rexeval.metrics.expscore_factors import (
     factor_table,
     term_frequencies,
 )
-from rexeval.models.expscore import HEADS, ExpScoreModel, TrainSettings, train_head
+from rexeval.models.expscore import HEADS, ExpScoreModel, train_head
 from rexeval.models.languagetool import (
     GRAMMAR_UNAVAILABLE,
     LANGUAGETOOL_ENV,
     open_grammar_checker,
 )
+from rexeval.pipelines.expscore.config import ENCODER_ROLE, ExpScoreInputs, ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.inputs import (
     attach_reviews,
     error_row,
@@ -61,7 +61,6 @@ from rexeval.pipelines.core.stage import Resources, Stage
 
 STAGE = "expscore"
 FACTORS_JSON = "factors.json"
-ENCODER_ROLE = "sts"  # sentence similarity role: all-MiniLM-L6-v2 (sentence-BERT) in both profiles
 ONE_CPU = Resources(cpus=1)
 
 SCORES_SCHEMA = pa.schema(
@@ -73,57 +72,6 @@ SCORES_SCHEMA = pa.schema(
 
 
 # ================================================================== settings
-
-
-class _Inputs(BaseModel):
-    """Where explanations, reviews and the grammar checker come from."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    inputs: list[str] = Field(description="explanation tables: Parquet, CSV or JSON lines")
-    out: str
-    reviews: str | None = Field(None, description="REVIEWS table or `rexeval ingest` folder")
-    reviews_column: str | None = Field(None, description="input column with the item's reviews")
-    text_column: str = "explanation"
-    item_column: str = "item_id"
-    rating_column: str = "rating"
-    id_column: str = "example_id"
-    features_column: str = "features"
-    languagetool: str | None = Field(None, description="LanguageTool server URL or folder")
-    language: str = "en-US"
-    max_reviews_per_item: int = Field(50, ge=1)
-    profile: str = "local"
-    embedder: str | None = Field(None, description=f"sentence encoder (default: the profile's {ENCODER_ROLE})")
-    device: str = "auto"
-    ray: Literal["auto", "always", "never"] = "auto"
-    ray_min_rows: int = Field(20000, ge=1)
-    batch_size: int = Field(512, ge=1)
-
-
-class ExpScoreTrainConfig(_Inputs):
-    """Settings of `rexeval expscore train`."""
-
-    head: Literal["linear", "logistic", "nn", "all"] = "all"
-    test_fraction: float = Field(0.2, ge=0, lt=1)
-    seed: int = 0
-    l2: float = Field(0.01, ge=0)
-    lr: float = Field(0.01, gt=0)
-    max_epochs: int = Field(5000, ge=1)
-    patience: int = Field(50, ge=1)
-    rating_min: int = 1
-    rating_max: int = 5
-    repetition_n: int = Field(2, ge=1)
-
-    def train_settings(self) -> TrainSettings:
-        return TrainSettings(l2=self.l2, lr=self.lr, max_epochs=self.max_epochs, patience=self.patience,
-                             seed=self.seed, rating_min=self.rating_min, rating_max=self.rating_max)
-
-
-class ExpScoreScoreConfig(_Inputs):
-    """Settings of `rexeval expscore score`."""
-
-    model: str = Field(description="model folder written by `rexeval expscore train`")
-    head: Literal["linear", "logistic", "nn", "all"] = "all"
 
 
 def _nothing_to_close() -> None:
@@ -261,7 +209,7 @@ def _write_outputs(out: Path, scores: pa.Table, errors: list[dict], report: dict
     (out / "report.md").write_text(report_markdown(report))
 
 
-def _encoder_ref(cfg: _Inputs) -> str:
+def _encoder_ref(cfg: ExpScoreInputs) -> str:
     if cfg.embedder:
         return cfg.embedder
     from rexeval.models.profiles import load_profile

@@ -37,7 +37,6 @@ def accuracy_within(pred: Sequence[float], label: Sequence[float], tol: float = 
     return float(np.mean(np.abs(pred - label) <= tol)) if len(pred) else None
 
 
-
 def head_metrics(model: ExpScoreModel, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     """One head's agreement with the ratings of these rows: r, tau, accuracy and loss."""
     if len(y) == 0:

@@ -20,8 +20,8 @@ import pyarrow as pa
 from rexeval.models.llm.base import SamplingParams
 from rexeval.pipelines.extract.outputs import CANDIDATES, TRIPLETS
 from rexeval.pipelines.core.schema import ERRORS, STATEMENTS
-from rexeval.pipelines.core.statements import (TopicMapper, dedup_key, normalise_statement, statement_id,
-                                  truncate_words)
+from rexeval.pipelines.extract.statements import TopicMapper, normalise_statement, truncate_words
+from rexeval.pipelines.core.ids import dedup_key, statement_id
 from rexeval.pipelines.extract.structured import Generate, Outcome, Task, answer_all, items_json
 
 Method = Literal["triplets", "star"]

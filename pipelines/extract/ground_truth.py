@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.core.schema import error_rows, validate_table
-from rexeval.pipelines.core.statements import dedup_key
+from rexeval.pipelines.core.ids import dedup_key
 
 STAGE = "ground-truth"
 SYSTEM = "ground_truth"

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from typing import Callable, Literal
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.pipelines.extract.config import GroundTruthConfig
 from rexeval.pipelines.extract.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
 from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.pipelines.core.runtime import run_tasks
@@ -25,18 +25,6 @@ from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statemen
 STAGES = ("auto", "triplet", "candidate", "verified")
 TABLES = ["explanations", "sentences", "errors"]
 COUNT_KEYS = ("in", "out", "statements", "sentences", "duplicates", "errors")
-
-
-class GroundTruthConfig(BaseModel):
-    """Settings of `rexeval ground-truth`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: str = Field(description="an `rexeval extract` output folder, or a statements Parquet file")
-    out: str = Field(description="output folder")
-    stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
-        "auto", description="statements to use; auto: verified if any exist, else triplet")
-    workers: int | None = Field(None, ge=1, description="actors (default: one per CPU)")
 
 
 def shard_counts(statements: pa.Table, explanations: pa.Table, sentences: pa.Table,

@@ -13,45 +13,22 @@ the driver writes the shards.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
 
-from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
 from rexeval.pipelines.core.io import ShardedOutput, read_table
-from rexeval.pipelines.core.llm_job import LLMJobSettings, llm_generate
+from rexeval.models.llm.cache import build_cached_backend
 from rexeval.pipelines.core.runtime import run_tasks
-from rexeval.pipelines.ingest.split_pipeline import reviews_path
+from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
 COUNTERS = ("llm_calls", "cached_calls", "retries", "repaired_answers", "truncated_reviews",
             "topics_mapped", "item_errors", "prompt_tokens", "completion_tokens")
-
-
-class ExtractConfig(LLMJobSettings):
-    """Settings of `rexeval extract`; every field can come from YAML or a flag."""
-
-    input: str = Field(description="ingest output folder, or a reviews Parquet file/folder")
-    out: str
-    method: Literal["triplets", "star"] = "triplets"
-    verify_model: str | None = Field(None, description="star: verifier model (default: llm)")
-    domain: str | None = Field(None, description="topic table for every review (default: its category)")
-    temperature: float = Field(0.0, ge=0)
-    top_p: float = Field(1.0, gt=0, le=1)
-    max_tokens: int = Field(512, ge=16)
-    seed: int = 0
-    max_review_words: int = Field(384, ge=16)
-    constrained: bool = True
-    limit: int | None = Field(None, ge=1, description="only the first N reviews")
-    shard_size: int = Field(32, ge=1)
-
-    def sampling(self) -> SamplingParams:
-        return SamplingParams(temperature=self.temperature, top_p=self.top_p,
-                              max_tokens=self.max_tokens, seed=self.seed)
 
 
 def resolve_models(cfg: ExtractConfig) -> dict[str, Any]:
@@ -118,10 +95,10 @@ def make_settings(cfg: ExtractConfig, models: dict[str, Any]) -> ExtractSettings
 
 def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
     """(generate, verify_generate, close) for this process, behind the call cache."""
-    main = llm_generate(models["backend"], models["llm"], cfg.backend_options, cfg.cache_path())
+    main = build_cached_backend(models["backend"], models["llm"], cfg.backend_options, cfg.cache_path())
     verify = main
     if cfg.method == "star" and models["verify"] != models["llm"]:
-        verify = llm_generate(models["backend"], models["verify"], cfg.backend_options,
+        verify = build_cached_backend(models["backend"], models["verify"], cfg.backend_options,
                               cfg.cache_path())
 
     def close():
@@ -135,7 +112,7 @@ def make_topic_mapper(models: dict[str, Any]):
     if not models.get("embedder"):
         return None
     from rexeval.models.refs import resolve
-    from rexeval.pipelines.core.statements import TopicMapper, sentence_encoder
+    from rexeval.pipelines.extract.statements import TopicMapper, sentence_encoder
 
     return TopicMapper(sentence_encoder(resolve(models["embedder"]).location))
 

@@ -14,11 +14,11 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import Field
 
 from rexeval.models.llm.base import SamplingParams
+from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
-from rexeval.pipelines.core.llm_job import LLMJobSettings, llm_generate
+from rexeval.models.llm.cache import build_cached_backend
 from rexeval.pipelines.extract.outputs import QUALITY
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.core.runtime import run_tasks
@@ -35,19 +35,6 @@ JUDGEMENTS = pa.schema([
 ])
 STAGE_LABEL = {"candidate": "without verification", "verified": "with verification",
                "triplet": "triplets"}
-
-
-class QualityConfig(LLMJobSettings):
-    """Settings of `rexeval extract-quality`."""
-
-    input: str = Field(description="an `rexeval extract` output folder")
-    out: str
-    sample: int = Field(200, ge=1, description="interactions (reviews) to judge")
-    seed: int = 0
-    label: str | None = Field(None, description="row name in the report (default: input folder)")
-    with_review: bool = Field(False, description="show the judge the review as context")
-    max_tokens: int = Field(64, ge=8)
-    shard_size: int = Field(64, ge=1)
 
 
 def sample_statements(statements: pa.Table, n: int, seed: int) -> pa.Table:
@@ -118,7 +105,7 @@ class JudgeStage(Stage):
 
         use_cpus(self.resources)
         self.sample = self.sample_ref if isinstance(self.sample_ref, pa.Table) else ray.get(self.sample_ref)
-        self.llm = llm_generate(self.model["backend"], self.model["judge"], self.cfg.backend_options,
+        self.llm = build_cached_backend(self.model["backend"], self.model["judge"], self.cfg.backend_options,
                                 self.cfg.cache_path())
         self.prompt = load_prompt("extract_quality")
 

@@ -12,7 +12,6 @@ So every input row ends either in `reviews/` or in `errors/`: in = out + errors.
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import mmap
@@ -26,6 +25,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from rexeval.pipelines.ingest.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes, parse_record
+from rexeval.pipelines.core.ids import review_ids
 from rexeval.pipelines.core.schema import REVIEWS, error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
 
@@ -442,13 +442,6 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
         "line": pa.array(parsed.lines[good], pa.int64()),
     })
     return reviews.cast(REVIEWS), error_rows(STAGE, errors)
-
-
-def review_ids(users: list, items: list, times: list) -> list[str]:
-    """The stable review id: a 64-bit BLAKE2b hash of (user, item, time), in hex."""
-    h = hashlib.blake2b
-    return [h(f"{u}\x1f{i}\x1f{t}".encode(), digest_size=8).hexdigest()
-            for u, i, t in zip(users, items, times)]
 
 
 # -- stages --------------------------------------------------------------------------

@@ -12,50 +12,13 @@ import pyarrow.parquet as pq
 from typing import Callable
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rexeval.pipelines.ingest.formats import FORMATS, detect_layout, parse_columns
+from rexeval.pipelines.ingest.config import IngestConfig
+from rexeval.pipelines.ingest.formats import detect_layout
 from rexeval.pipelines.ingest.parse import ParseStage, drop_duplicates, find_duplicates, plan_chunks
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.ingest.metadata import load_titles
 from rexeval.pipelines.core.runtime import run_tasks
-
-
-class IngestConfig(BaseModel):
-    """Settings of `rexeval ingest`; every field can come from YAML or a flag."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    inputs: list[str] = Field(min_length=1, description="review files")
-    out: str = Field(description="output folder")
-    format: str = "auto"
-    columns: dict[str, str] = Field(default_factory=dict, description="our field -> source column")
-    meta: list[str] = Field(default_factory=list, description="item metadata files (titles)")
-    category: str | None = Field(None, description="domain name for rows that carry none")
-    min_rating: float = 1.0
-    max_rating: float = 5.0
-    chunk_mb: float = Field(32.0, gt=0, description="size of one parse task")
-    workers: int | None = Field(None, description="actors per stage (default: one per CPU)")
-
-    @field_validator("format")
-    @classmethod
-    def _fmt(cls, v: str) -> str:
-        if v not in FORMATS:
-            raise ValueError(f"format must be one of {', '.join(FORMATS)}")
-        return v
-
-    @field_validator("columns", mode="before")
-    @classmethod
-    def _cols(cls, v):
-        return parse_columns(v) if isinstance(v, str) else v
-
-    def output_config(self) -> dict:
-        """What decides the output (not where it goes, nor how many workers)."""
-        files = [{"path": str(Path(p).resolve()), "size": Path(p).stat().st_size} for p in self.inputs]
-        meta = [{"path": str(Path(p).resolve()), "size": Path(p).stat().st_size} for p in self.meta]
-        return {"inputs": files, "format": self.format, "columns": self.columns, "meta": meta,
-                "category": self.category, "min_rating": self.min_rating,
-                "max_rating": self.max_rating, "chunk_mb": self.chunk_mb}
 
 
 def run_ingest(cfg: IngestConfig, overwrite: bool = False,

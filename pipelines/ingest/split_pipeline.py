@@ -2,45 +2,14 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.pipelines.ingest.config import SplitConfig
+from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.pipelines.ingest.split import kcore, leave_last_two, temporal_split
 
-METHODS = ("temporal", "leave-last-two")
-
-
-class SplitConfig(BaseModel):
-    """Settings of `rexeval split`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    input: str = Field(description="an ingest output folder, or a reviews Parquet file/folder")
-    out: str
-    method: Literal["temporal", "leave-last-two"] = "temporal"
-    kcore_user: int = Field(0, ge=0, description="k-core: minimum reviews per user (0: off)")
-    kcore_item: int = Field(0, ge=0, description="k-core: minimum reviews per item (0: off)")
-    train: float = 0.8
-    valid: float = 0.1
-    min_interactions: int | None = Field(None, description="default 5 (temporal) or 3 (leave-last-two)")
-    drop_cold_start_items: bool | None = Field(None, description="default on (temporal), off (leave-last-two)")
-
-    def output_config(self) -> dict:
-        src = reviews_path(self.input)
-        files = sorted(src.glob("*.parquet")) if src.is_dir() else [src]
-        return {**self.model_dump(exclude={"out", "input"}),
-                "input": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files]}
-
-
-def reviews_path(path: str | Path) -> Path:
-    """Accept an ingest output folder (its reviews/) or a reviews table directly."""
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"no such input: {p}")
-    return p / "reviews" if (p / "reviews").is_dir() else p
 
 
 def run_split(cfg: SplitConfig, overwrite: bool = False,

@@ -1,4 +1,4 @@
-"""`rexeval judge likert|pairwise|detect`: inputs, the chunk tasks and the reports.
+"""`rexeval judge likert|pairwise|detect`: inputs, the chunked runs and the reports.
 
 - likert (seed 001): each explanation rated 1-5 on the four aspects by one or more LLM
   judges; with several judges, their average (the ensemble) is added as one more judge.
@@ -13,95 +13,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field
 
 from rexeval.pipelines.core.io import write_parquet_atomic
-from rexeval.pipelines.judge.pipeline import (JudgeJobSettings, JudgeService, llm_spec, register_task, run_chunks,
-                                      usage_totals, write_report)
-
-# ------------------------------------------------------------------ settings
-
-
-class LikertJobConfig(JudgeJobSettings):
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
-    systems: list[str] | None = None
-    limit: int | None = Field(None, ge=1, description="first N examples of each system")
-    judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
-                              "judge_llm); two or more also give their ensemble")
-    aspects: list[str] | None = None
-    mode: Literal["single", "multi"] = "multi"
-    shots: Literal["zero", "one", "personalised"] = "zero"
-    examples: str | None = Field(None, description="human-rated examples for one-shot prompts")
-    ensemble_missing: Literal["skip", "zero"] = "skip"
-    max_tokens: int = Field(64, ge=4)
-    constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")
-
-
-class PairwiseJobConfig(JudgeJobSettings):
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
-    baseline: str = Field(description="the system every other system is compared with")
-    systems: list[str] | None = None
-    limit: int | None = Field(None, ge=1)
-    criteria: str = "alert_criteria"
-    only: list[str] | None = None
-    divide: bool = True
-    both_orders: bool = True
-    disagreement: Literal["tie", "first"] = "tie"
-    max_tokens: int = Field(512, ge=8)
-    temperature: float = Field(0.0, ge=0)
-    constrained: bool = True
-
-
-class DetectJobConfig(JudgeJobSettings):
-    interactions: str | None = Field(None, description="file of user_id, item_id to explain (default: "
-                                     "each context row)")
-    limit: int | None = Field(None, ge=1, description="first N interactions")
-    conditions: list[str] | None = None
-    generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")
-    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"])
-    reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
-    criteria: str = "alert_criteria"
-    divide: bool = True
-    both_orders: bool = True
-    disagreement: Literal["tie", "first"] = "tie"
-    max_tokens: int = Field(512, ge=8)
-    constrained: bool = True
-    generation_max_tokens: int = Field(96, ge=8)
-
-
-# ------------------------------------------------------------------ tasks (one chunk each)
-
-
-@register_task("likert")
-def _likert_task(llm, rows: pd.DataFrame, settings: dict):
-    from rexeval.pipelines.judge.likert import LikertConfig, judge_likert
-
-    examples = pd.read_parquet(settings["examples"]) if settings.get("examples") else None
-    scores, stats = judge_likert(llm, rows, LikertConfig(**settings["likert"]), examples=examples)
-    return {"likert": scores}, stats
-
-
-@register_task("pairwise")
-def _pairwise_task(llm, rows: pd.DataFrame, settings: dict):
-    from rexeval.pipelines.judge.pairwise import PairwiseConfig, judge_pairwise
-
-    verdicts, detail, stats = judge_pairwise(llm, rows, PairwiseConfig(**settings["pairwise"]))
-    return {"verdicts": verdicts, "detail": detail}, stats
-
-
-@register_task("detect_generate")
-def _generate_task(llm, rows: pd.DataFrame, settings: dict):
-    from rexeval.pipelines.judge.detect import DetectSuiteConfig, generate_planned
-    from rexeval.pipelines.core.schema import ERRORS
-
-    pairs, errors, stats = generate_planned(rows, llm, DetectSuiteConfig(**settings["generate"]))
-    errors = pa.Table.from_pylist(errors.astype(object).where(errors.notna(), None).to_dict("records"),
-                                  schema=ERRORS)
-    return {"pairs": pairs.astype({"replacement_id": object}), "errors": errors}, stats
+from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
+from rexeval.pipelines.judge.pipeline import JudgeService, llm_spec, run_chunks, usage_totals, write_report
 
 
 # ------------------------------------------------------------------ helpers

@@ -3,7 +3,7 @@ LLM through its Serve deployment (or an in-process backend).
 
 `rexeval judge likert|pairwise|detect` share this runner: the driver writes the rows to
 judge (`payload.parquet`), splits them into chunks, and a Ray Data actor pool runs one
-task function per chunk (`TASKS`). Each actor holds one LLM client: a handle to the
+task function per chunk (`TASKS`, in `pipelines/judge/tasks.py`). Each actor holds one LLM client: a handle to the
 `rexeval-judge` Serve deployment (started by the job when none is running, and stopped
 at the end), an HTTP client of a remote one, or, with `judge_service: none`, an
 in-process backend behind the call cache. Every chunk writes its tables and a one-row
@@ -19,31 +19,15 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-from pydantic import Field
 
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
-from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.stage import Resources, Stage
+from rexeval.pipelines.judge.config import JudgeJobSettings
+from rexeval.pipelines.judge.tasks import TASKS
 
 USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_calls", "call_errors",
                 "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens",
                 "seconds")
-
-
-class JudgeJobSettings(LLMJobSettings):
-    """What every judge job shares: inputs' context, the judge service, cost, chunks."""
-
-    out: str
-    contexts: str | None = Field(None, description="file with user_id, item_id, user_profile, item_description")
-    reviews: list[str] = Field(default_factory=list, description="ingested reviews to build contexts from")
-    max_history: int = Field(10, ge=0)
-    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge")
-    judge_replicas: int = Field(1, ge=1)
-    judge_gpus: float = Field(0.0, ge=0)
-    serve_port: int = Field(8000, ge=1, le=65535)
-    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
-    chunk_size: int = Field(16, ge=1)
-    seed: int = 0
 
 
 # ------------------------------------------------------------------ LLM clients
@@ -63,18 +47,19 @@ def build_llm(spec: dict, address: str):
         from rexeval.models.llm.base import BackendSpec, build_backend
 
         return build_backend(BackendSpec(backend="serve", model="auto", options={"address": address}))
-    from rexeval.pipelines.core.llm_job import llm_generate
+    from rexeval.models.llm.cache import build_cached_backend
 
-    return llm_generate(spec["backend"], spec["model"], spec["options"], spec["cache"])
+    return build_cached_backend(spec["backend"], spec["model"], spec["options"], spec["cache"])
 
 
 class JudgeService:
-    """The judge a job uses (`serve.judge.JudgeService` set up from the job's settings):
+    """The judge a job uses (`serve.judge_client.JudgeService` set up from the job's settings):
     `address()` is what `build_llm` takes, `model_id` the served model's id."""
 
     def __init__(self, cfg: JudgeJobSettings, spec: dict, progress: Callable[[str], None]):
         from rexeval.models.llm.base import BackendSpec
-        from rexeval.serve.judge import JudgeServeConfig, JudgeService as Service
+        from rexeval.serve.judge import JudgeServeConfig
+        from rexeval.serve.judge_client import JudgeService as Service
 
         explicit = cfg.judge_service != "auto"
         backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
@@ -116,8 +101,6 @@ class JudgeChunkStage(Stage):
     def setup(self) -> None:
         from rexeval.pipelines.core.stage import use_cpus
 
-        import rexeval.pipelines.judge.jobs  # noqa: F401  (registers the task functions in TASKS)
-
         use_cpus(self.resources)
         self.rows = pd.read_parquet(self.payload)
         self.llm = build_llm(self.spec, self.address) if self.spec else None
@@ -126,7 +109,7 @@ class JudgeChunkStage(Stage):
         out = []
         for shard in batch.column("shard").to_pylist():
             part = self.rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
-            tables, stats = TASKS[self.task](self.llm, part, self.settings)
+            tables, stats = TASKS.lookup(self.task)(self.llm, part, self.settings)
             tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
                       for k, v in tables.items()}
             tables["usage"] = _stats_row(stats)
@@ -201,12 +184,3 @@ def write_report(root: Path, report: dict) -> None:
     write_json_atomic(root / "report.json", report)
 
 
-TASKS: dict[str, Callable] = {}
-
-
-def register_task(name: str):
-    def wrap(fn):
-        TASKS[name] = fn
-        return fn
-
-    return wrap

@@ -24,7 +24,6 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -34,9 +33,7 @@ import pyarrow.parquet as pq
 from rexeval.metrics.agreement import LABELS, TIE, Target
 from rexeval.pipelines.core.io import json_lines, table_files
 from rexeval.pipelines.core.schema import SchemaError
-
-if TYPE_CHECKING:
-    from rexeval.pipelines.meta_evaluate.pipeline import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 
 STAGE = "meta_evaluate"
 AUTO_KEYS = ("system", "explanation_id", "pair_id")

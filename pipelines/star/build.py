@@ -34,7 +34,7 @@ import pyarrow as pa
 from rexeval.pipelines.cluster.nodes import NO_SENTIMENT
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.ingest.split import leave_last_two
-from rexeval.pipelines.core.statements import dedup_key
+from rexeval.pipelines.core.ids import dedup_key
 
 STAGE = "star-build"
 SPLIT_CODES = {"train": 0, "valid": 1, "test": 2}

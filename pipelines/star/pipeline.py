@@ -12,33 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
 from rexeval.pipelines.star.data import StarData
-from rexeval.pipelines.star.evaluate import KS, evaluate, write_results
+from rexeval.pipelines.star.evaluate import evaluate, write_results
 
 BUILD_JOB = "star-build"
 
 
-class BuildConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    statements: str = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
-                                        "hand-written statements per review")
-    out: str
-    clusters: str | None = Field(None, description="`rexeval cluster` output; none: no clustering")
-    reviews: str | None = Field(None, description="reviews (ingest output); default: the extract's input")
-    stage: str = Field("auto", description="statement stage: auto (verified, else triplet), verified, ...")
-    min_user_interactions: int = Field(3, ge=3)
-    name: str = Field("STAR", description="dataset name in the statistics table")
-
-
 def _reviews_source(cfg: BuildConfig) -> Path:
-    from rexeval.pipelines.ingest.split_pipeline import reviews_path
+    from rexeval.pipelines.core.inputs import reviews_path
 
     if cfg.reviews:
         return reviews_path(cfg.reviews)
@@ -109,20 +95,6 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
 # -- baselines --------------------------------------------------------------------------
 
 
-class EvalSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    data: str = Field(description="`rexeval star build` output")
-    out: str = Field(description="run folder: results/<method>/ are written here")
-    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
-    split: Literal["valid", "test"] = "test"
-    ks: list[int] = list(KS)
-    ndcg_norm: Literal["ideal", "k"] = "ideal"
-    device: str = "cpu"
-    seed: int = 0
-    batch_size: int | None = Field(None, ge=1, description="interactions per ranking step")
-
-
 def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str], None] = print) -> dict:
     """Fit each popularity baseline on train and evaluate it on `split` at every level."""
     import rexeval.models.recommenders.popularity  # noqa: F401  (registers the baselines)
@@ -170,32 +142,6 @@ def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None =
 
 
 # -- training ---------------------------------------------------------------------------
-
-
-class TrainJob(BaseModel):
-    """`rexeval star train`: the Tune experiment around `star_train.TrainSettings`."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    data: str
-    out: str
-    settings: dict = Field(default_factory=dict, description="TrainSettings values (model, dim, mu, ...)")
-    grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
-    sweep: str | None = Field(None, description="the one grid setting to plot (sensitivity, Figure 3)")
-    num_samples: int = Field(1, ge=1)
-    asha: bool = True
-    grace_period: int = Field(5, ge=1)
-    cpus_per_trial: float = Field(1, gt=0)
-    gpus_per_trial: float = Field(0, ge=0)
-    max_concurrent: int | None = Field(None, ge=1)
-    profile: str = "local"
-    models: dict[str, str] = Field(default_factory=dict)
-    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
-    ndcg_norm: Literal["ideal", "k"] = "ideal"
-
-    def experiment_name(self, model: str) -> str:
-        base = model.replace("+", "plus")
-        return f"{base}-sweep-{self.sweep}" if self.sweep else base
 
 
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:

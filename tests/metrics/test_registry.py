@@ -6,14 +6,15 @@ import dataclasses
 import pytest
 
 from rexeval.metrics import registry
-from rexeval.metrics.registry import MetricInfo, get_metric, list_metrics, register_metric
+from rexeval.metrics.registry import MetricInfo, get_metric, group_metrics, list_metrics, register_metric
 
 
 @pytest.fixture(autouse=True)
 def isolated_registry(monkeypatch):
-    """Each test registers into copies, so nothing leaks into the real registry."""
-    monkeypatch.setattr(registry, "METRICS", dict(registry.METRICS))
-    monkeypatch.setattr(registry, "_FUNCTIONS", dict(registry._FUNCTIONS))
+    """Each test registers into a copy, so nothing leaks into the real registry (loaded
+    first: the built-in metrics register where they are imported)."""
+    registry.METRICS.load_all()
+    monkeypatch.setattr(registry, "METRICS", registry.METRICS.copy())
 
 
 def test_decorator_records_info_and_returns_function():
@@ -59,3 +60,21 @@ def test_list_by_kind_and_bad_kind():
         register_metric("t_bad", kind="weird")
     with pytest.raises(ValueError):
         list_metrics("weird")
+
+
+def test_groups_list_metrics_in_registration_order():
+    register_metric("t_g1", group="t_group")(lambda: 0)
+    register_metric("t_other", group="t_else")(lambda: 0)
+    register_metric("t_g2", group="t_group", kind="corpus")(lambda: 0)
+    assert group_metrics("t_group") == ("t_g1", "t_g2")
+    assert group_metrics("t_group", kind="corpus") == ("t_g2",)
+    assert get_metric("t_g1").group == "t_group"
+
+
+def test_statement_groups_are_what_the_batch_functions_return():
+    """`rexeval evaluate` dispatches on the registry's groups; the batch functions of
+    seed 000's statement metrics return exactly those names."""
+    from rexeval.metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
+
+    assert group_metrics("statement_nli") == NLI_METRICS
+    assert group_metrics("st2exp") == ST2EXP_METRICS

@@ -238,7 +238,7 @@ def our_scorer(nli_model):
 
 @pytest.fixture
 def package(monkeypatch, nli_model):
-    from rexeval.pipelines.cluster.extra import split_sentences
+    from rexeval.models.sentences import split_sentences
     from tests.metrics.summac_reference import patch_summac
 
     return patch_summac(monkeypatch, "tiny-rexeval", nli_model, entailment_idx=2,

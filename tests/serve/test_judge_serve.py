@@ -17,15 +17,8 @@ import httpx
 import pytest
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, SamplingParams, build_backend
-from rexeval.serve.judge import (
-    APP_NAME,
-    JudgeLimits,
-    JudgeServeConfig,
-    JudgeService,
-    ServeJudgeLLM,
-    parse_judge_body,
-    start_judge_service,
-)
+from rexeval.serve.judge import APP_NAME, JudgeLimits, JudgeServeConfig, parse_judge_body, start_judge_service
+from rexeval.serve.judge_client import JudgeService, ServeJudgeLLM
 from rexeval.serve.common import RequestError, running_apps, serve_running
 from tests.llm_double import ScriptedLLM
 

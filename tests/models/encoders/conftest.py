@@ -22,6 +22,7 @@ CORPUS = [
     "<Instruct>: <Query>: <Document>: statements about a product aspect opinion",
 ] * 20
 
+
 def build_tiny_bert(folder: Path, num_labels: int, *, id2label: dict[int, str] | None = None,
                     seed: int = 0, max_length: int | None = None) -> Path:
     """WordPiece tokenizer + 2-layer BertForSequenceClassification, saved as an HF folder.

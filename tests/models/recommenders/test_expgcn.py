@@ -61,7 +61,6 @@ def randomize(model: ExpGCN, seed: int = 3) -> None:
             p.copy_(torch.randn(p.shape, generator=gen))
 
 
-
 def build(graph: TrainGraph, **kw) -> ExpGCN:
     return ExpGCN(graph.n_users, graph.n_items, graph.n_statements, graph, **kw)
 

@@ -1,7 +1,6 @@
 """EXTRA baseline (seed 002, Table 3): sentence candidates, recurrence, MinHash LSH groups."""
 from __future__ import annotations
 
-import sys
 import time
 
 import numpy as np
@@ -9,39 +8,9 @@ import pyarrow as pa
 import pytest
 
 from rexeval.pipelines.cluster import extra as eb
-from rexeval.pipelines.core.statements import statement_id
+from rexeval.pipelines.core.ids import statement_id
 
-# -- sentences and normalisation -------------------------------------------------------
-
-
-def test_split_sentences_review_text():
-    """Punkt splits the review; "!"/"?" runs and line breaks end sentences too."""
-    text = "Good Job ! Great quality toy. I bought it for my son... He loves it!!!"
-    assert eb.split_sentences(text) == [
-        "Good Job !", "Great quality toy.", "I bought it for my son...", "He loves it!!!"]
-    assert eb.split_sentences("Works great! it really does.\nFive stars") == [
-        "Works great!", "it really does.", "Five stars"]
-    assert eb.split_sentences("Is it loud?? no.") == ["Is it loud??", "no."]
-
-
-def test_split_sentences_glued_ends_and_abbreviations():
-    """A missing space after a sentence end is common in reviews; "e.g." ends nothing."""
-    assert eb.split_sentences("Quite affordable.It fits well. wow!!great") == [
-        "Quite affordable.", "It fits well.", "wow!!", "great"]
-    assert eb.split_sentences("Strings, picks, etc. are in the box. Fits e.g. a No. 5 bag.") == [
-        "Strings, picks, etc.", "are in the box.", "Fits e.g. a No. 5 bag."]
-    assert eb.split_sentences("") == [] and eb.split_sentences(None) == []
-    assert eb.split_sentences("  \n\n ") == []
-
-
-def test_split_sentences_fallback_without_punkt(monkeypatch):
-    """Without the punkt package a regex splitter is used, with a warning."""
-    monkeypatch.setitem(sys.modules, "punkt", None)  # import punkt -> ImportError
-    with pytest.warns(RuntimeWarning, match="regex splitter"):
-        assert eb._punkt_tokenizer.__wrapped__() is None
-    monkeypatch.setattr(eb, "_punkt_tokenizer", lambda: None)
-    assert eb.split_sentences("Good Job ! Great quality toy. Nice\nsecond line") == [
-        "Good Job !", "Great quality toy.", "Nice", "second line"]
+# -- normalisation -------------------------------------------------------
 
 
 @pytest.mark.parametrize("raw,norm", [
@@ -273,7 +242,7 @@ def test_cluster_summary_counts_merges_beyond_punctuation():
 def test_extra_on_shared_reviews(shared_csv):
     """On real Amazon reviews EXTRA keeps generic sentences and merges almost nothing."""
     pd = pytest.importorskip("pandas")
-    from rexeval.pipelines.ingest.parse import review_ids
+    from rexeval.pipelines.core.ids import review_ids
 
     cols = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "overall",
             "summary", "unixReviewTime", "reviewTime"]

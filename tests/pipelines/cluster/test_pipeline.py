@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
+from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.cluster.config import ClusterConfig
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS
 

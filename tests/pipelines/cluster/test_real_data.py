@@ -6,9 +6,12 @@ import math
 
 import pytest
 
-from rexeval.pipelines.cluster.pipeline import ClusterConfig, run_cluster
-from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
-from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.extract.pipeline import run_extract
+from rexeval.pipelines.extract.config import ExtractConfig
+from rexeval.pipelines.ingest.pipeline import run_ingest
+from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.core.io import read_table
 
 

@@ -11,7 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
-from rexeval.pipelines.evaluate.pipeline import EvaluateConfig, run_evaluate
+from rexeval.pipelines.evaluate.pipeline import run_evaluate
+from rexeval.pipelines.evaluate.config import EvaluateConfig
 from rexeval.pipelines.core.inputs import statements_from_annotations
 
 SCRIPTED_NLI = "tests.nli_double:ScriptedNLI"

@@ -10,7 +10,7 @@ import pytest
 from rexeval.models.llm.base import SamplingParams
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
 from rexeval.pipelines.core.schema import validate_table
-from rexeval.pipelines.core.statements import TopicMapper
+from rexeval.pipelines.extract.statements import TopicMapper
 from tests.llm_double import ScriptedLLM
 
 GOOD = json.dumps([

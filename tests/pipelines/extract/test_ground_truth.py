@@ -311,7 +311,8 @@ def tree(root: Path) -> dict[str, bytes]:
 
 
 def test_job_counts_and_skips_a_finished_output(tmp_path, ray_session):
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     src = make_extract(tmp_path / "extract")
     cfg = GroundTruthConfig(input=str(src), out=str(tmp_path / "gt"))
@@ -347,7 +348,8 @@ def test_job_counts_and_skips_a_finished_output(tmp_path, ray_session):
 
 
 def test_interrupted_job_resumes_to_identical_output(tmp_path, ray_session):
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     src = make_extract(tmp_path / "extract")
     run_ground_truth(GroundTruthConfig(input=str(src), out=str(tmp_path / "a")), progress=lambda s: None)
@@ -369,7 +371,8 @@ def test_interrupted_job_resumes_to_identical_output(tmp_path, ray_session):
 
 
 def test_auto_uses_verified_statements_when_any_exist(tmp_path, ray_session):
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     shard1 = SHARD1 + [("b3", "r5", "I was annoyed", "negative", "verified")]
     src = make_extract(tmp_path / "extract", shard1)
@@ -389,7 +392,8 @@ def test_auto_uses_verified_statements_when_any_exist(tmp_path, ray_session):
 
 
 def test_missing_input_is_a_clear_error(tmp_path):
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     with pytest.raises(FileNotFoundError, match="statements input not found"):
         run_ground_truth(GroundTruthConfig(input=str(tmp_path / "nope"), out=str(tmp_path / "o")))
@@ -399,7 +403,8 @@ def test_missing_input_is_a_clear_error(tmp_path):
 
 
 def test_input_not_matching_the_schema_names_file_and_field(tmp_path, ray_session):
-    from rexeval.pipelines.extract.ground_truth_pipeline import GroundTruthConfig, run_ground_truth
+    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
+    from rexeval.pipelines.extract.config import GroundTruthConfig
 
     bad = tmp_path / "no_stage.parquet"
     pq.write_table(statements_table(SHARD1).drop_columns(["stage"]), bad)

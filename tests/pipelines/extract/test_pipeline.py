@@ -12,7 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
+from rexeval.pipelines.extract.pipeline import run_extract
+from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.core.schema import REVIEWS
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,9 +6,10 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
-from rexeval.pipelines.extract.quality import (QualityConfig, format_table2, run_quality,
-                                       sample_statements, summarise)
+from rexeval.pipelines.extract.pipeline import run_extract
+from rexeval.pipelines.extract.config import ExtractConfig
+from rexeval.pipelines.extract.quality import format_table2, run_quality, sample_statements, summarise
+from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS
 
 BACKEND = "tests.llm_double:ScriptedLLM"

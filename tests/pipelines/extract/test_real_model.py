@@ -7,8 +7,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
-from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+from rexeval.pipelines.extract.pipeline import run_extract
+from rexeval.pipelines.extract.config import ExtractConfig
+from rexeval.pipelines.ingest.pipeline import run_ingest
+from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.core.io import read_table
 
 

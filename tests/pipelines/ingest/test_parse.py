@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.ingest.formats import detect_layout
-from rexeval.pipelines.ingest.parse import normalise, parse_chunk, plan_chunks, review_ids
+from rexeval.pipelines.ingest.parse import normalise, parse_chunk, plan_chunks
+from rexeval.pipelines.core.ids import review_ids
 
 
 def _ingest_file(path, fmt="auto", columns=None, chunk_bytes=1 << 30, **kw):
@@ -208,7 +209,8 @@ def _noisy_file(tmp_path):
 
 
 def test_ingest_job_counts_duplicates_and_titles(tmp_path, ray_session):
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
 
     src = _noisy_file(tmp_path)
     meta = _write_lines(tmp_path / "meta.json", [repr({"asin": "I1", "title": "Nylon strings"}),
@@ -232,7 +234,8 @@ def _tree_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_interrupted_ingest_resumes_to_identical_output(tmp_path, ray_session):
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
 
     src = _noisy_file(tmp_path)
     a = IngestConfig(inputs=[str(src)], out=str(tmp_path / "a"), chunk_mb=0.001)
@@ -268,7 +271,8 @@ def test_interrupted_ingest_resumes_to_identical_output(tmp_path, ray_session):
 
 @pytest.mark.slow
 def test_shared_csv_ingests_without_silent_drops(tmp_path, ray_session, shared_csv):
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
 
     m = run_ingest(IngestConfig(inputs=[str(shared_csv)], out=str(tmp_path / "mi"), chunk_mb=1),
                    progress=lambda s: None)

@@ -8,7 +8,8 @@ import pytest
 
 from tests.llm_double import ScriptedLLM
 
-from rexeval.pipelines.judge.jobs import LikertJobConfig, PairwiseJobConfig, run_likert, run_pairwise
+from rexeval.pipelines.judge.jobs import run_likert, run_pairwise
+from rexeval.pipelines.judge.config import LikertJobConfig, PairwiseJobConfig
 
 SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample"
 SCRIPTED = "tests.llm_double:ScriptedLLM"
@@ -20,7 +21,8 @@ def bench(tmp_path_factory, ray_session):
     """The demo's two systems (ground truth and a sentiment-flipped copy) and the
     ingested sample reviews the contexts are built from."""
     from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
-    from rexeval.pipelines.ingest.pipeline import IngestConfig, run_ingest
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
     from rexeval.pipelines.core.inputs import statements_from_annotations
 
     root = tmp_path_factory.mktemp("judge_bench")
@@ -147,7 +149,8 @@ class FairLLM(ScriptedLLM):
 
 
 def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp_path):
-    from rexeval.pipelines.judge.jobs import DetectJobConfig, run_detect
+    from rexeval.pipelines.judge.jobs import run_detect
+    from rexeval.pipelines.judge.config import DetectJobConfig
 
     cfg = DetectJobConfig(reviews=[bench["reviews"]], limit=4, out=str(tmp_path / "detect"), chunk_size=8,
                           divide=False, judge_service="none", backend="tests.pipelines.judge.test_jobs:FairLLM",

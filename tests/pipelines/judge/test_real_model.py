@@ -14,10 +14,10 @@ CONTEXT = {"user_profile": "Elixir acoustic guitar strings (rated 5/5)\nSnark cl
 @pytest.fixture(scope="module")
 def smollm2():
     from rexeval.models.profiles import load_profile
-    from rexeval.pipelines.core.llm_job import llm_generate
+    from rexeval.models.llm.cache import build_cached_backend
 
     ref = load_profile("local").require("judge_llm")
-    return llm_generate("hf", ref, {}, None)
+    return build_cached_backend("hf", ref, {}, None)
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats
 from sklearn.metrics import cohen_kappa_score
 
-from rexeval.pipelines.meta_evaluate.pipeline import MetaEvaluateConfig, run_meta_evaluate
+from rexeval.pipelines.meta_evaluate.pipeline import run_meta_evaluate
+from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.inputs import read_input, read_number, read_verdict, resolve_targets
 from rexeval.pipelines.core.schema import ERRORS, SchemaError
 

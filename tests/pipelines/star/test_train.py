@@ -7,12 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rexeval.pipelines.star.pipeline import (
-    EvalSettings,
-    TrainJob,
-    evaluate_checkpoint,
-    run_train,
-)
+from rexeval.pipelines.star.pipeline import evaluate_checkpoint, run_train
+from rexeval.pipelines.star.config import EvalSettings, TrainJob
 from rexeval.pipelines.star.train import TrainSettings, run_tune, star_trainable
 from tests.star_synthetic import planted_star
 

@@ -1,4 +1,4 @@
-"""Surface normalisation of extracted statements, stable ids, and off-list topic mapping.
+"""Surface normalisation of extracted statements, and off-list topic mapping.
 
 Present tense is the model's job (the prompts ask for it); here we only do what can be
 done without changing meaning (seed 002): tidy whitespace, quotes and end punctuation,
@@ -8,7 +8,6 @@ embedding similarity, and the mapping is recorded on the row.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 import unicodedata
 from typing import Callable, Sequence
@@ -33,17 +32,6 @@ def normalise_statement(text: str, product_subject: bool = False) -> str:
         if s[:12].lower() == "the product ":
             s = "the product " + s[12:]
     return s
-
-
-def dedup_key(statement: str) -> str:
-    """Case, space and punctuation-insensitive key for duplicates within one review."""
-    return re.sub(r"[^\w]+", " ", statement.lower()).strip()
-
-
-def statement_id(review_id: str, stage: str, statement: str, sentiment: str | None) -> str:
-    """Stable id: the same review, stage, statement and polarity give the same id."""
-    raw = "\x1f".join([review_id, stage, dedup_key(statement), sentiment or ""])
-    return hashlib.blake2b(raw.encode("utf-8"), digest_size=8).hexdigest()
 
 
 def truncate_words(text: str, max_words: int) -> tuple[str, int]:

@@ -1,0 +1,56 @@
+"""Settings of `rexeval cluster` (seed 002's STAR clustering, or the EXTRA baseline)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from rexeval.models.profiles import ModelOverrides
+
+
+
+class ClusterConfig(BaseModel):
+    """Settings of `rexeval cluster` (YAML keys = these names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: str = Field(description="`rexeval extract` folder or statements Parquet; for "
+                       "--method extra also an `rexeval ingest` folder / reviews Parquet")
+    out: str = Field(description="output folder")
+    method: Literal["star", "extra"] = "star"
+    stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
+        "auto", description="statements to cluster; auto: verified if any exist, else triplet")
+    profile: str = "local"
+    models: ModelOverrides = Field(default_factory=dict, description="role -> model ref")
+    bi_encoder_only: bool = Field(False, description="skip the cross-encoder even if configured")
+    k: int = Field(128, ge=1, description="neighbours per statement (seed 002: 128)")
+    tau_pair: float = Field(0.90, ge=-1, le=1, description="cosine for a candidate pair")
+    cross_threshold: float = Field(0.90, ge=0, le=1, description="pair probability to keep (>)")
+    cross_kind: str = Field("auto", description="auto (read the checkpoint), cross_encoder, "
+                            "reranker_llm, or package.module:Class of your own PairScorer")
+    tau_intra: float = Field(0.85, ge=-1, le=1, description="cohesion below which a component is refined")
+    tau_remerge: float = Field(0.90, ge=-1, le=1, description="pivot similarity to merge groups")
+    index: Literal["auto", "flat", "ivf", "hnsw"] = "auto"
+    nprobe: int | None = Field(None, ge=1)
+    device: str = Field("auto", description="encoder device: auto, cpu, cuda")
+    embed_backend: Literal["sentence-transformers", "vllm"] = "sentence-transformers"
+    embed_batch_size: int = Field(256, ge=1)
+    shard_size: int = Field(50_000, ge=1, description="texts (or pairs) per work shard")
+    pair_batch_size: int = Field(64, ge=1)
+    workers: int = Field(1, ge=1, description="encoder actors (each loads the model)")
+    cpus_per_worker: float | None = Field(None, gt=0)
+    gpus_per_worker: float = Field(0.0, ge=0)
+    neighbour_workers: int = Field(1, ge=1, description="Ray actors sharing the FAISS queries")
+    quality_embedder: str | None = Field(None, description="model for SSE/SSB (default: the embedder)")
+    examples: int = Field(5, ge=0)
+    extra_min_count: int = Field(5, ge=1, description="EXTRA: reviews a sentence must recur in")
+    extra_threshold: float = Field(0.9, gt=0, le=1, description="EXTRA: Jaccard to merge")
+    extra_ngram: int = Field(2, ge=1)
+    extra_num_perm: int = Field(128, ge=16)
+
+    @field_validator("cross_kind")
+    @classmethod
+    def _cross_kind(cls, v: str) -> str:
+        if v not in ("auto", "cross_encoder", "reranker_llm") and ":" not in v:
+            raise ValueError("must be auto, cross_encoder, reranker_llm or package.module:Class")
+        return v

@@ -1,0 +1,41 @@
+"""Settings of `rexeval evaluate` (seed 000's metric suite)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+
+
+ALL = "all"
+
+
+
+class EvaluateConfig(LLMJobSettings):
+    """Settings of `rexeval evaluate` (YAML or flags)."""
+
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
+    out: str
+    references: str | None = Field(None, description="ground-truth job folder (texts + statement sentences)")
+    statements: list[str] = Field(default_factory=list,
+                                  description="statements of the generated explanations (Parquet or JSONL)")
+    extract: bool = Field(False, description="extract statements for systems that came without them")
+    domain: str | None = Field(None, description="topic table for --extract (default: generic)")
+    metrics: list[str] = Field(default_factory=lambda: [ALL], description="families or metric names")
+    skip: list[str] = Field(default_factory=list, description="families or metric names to leave out")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="first N examples of each system")
+    empty: Literal["skip", "zero"] = "skip"
+    unparseable: Literal["zero", "skip"] = "zero"
+    nli_service: str = Field("auto", description="auto | none | serve:APP | http://host:port/route")
+    nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
+    nli_replicas: int = Field(1, ge=1)
+    nli_gpus: float = Field(0.0, ge=0)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    device: str = "auto"
+    chunk_size: int = Field(512, ge=1)
+    bootstrap: int = Field(1000, ge=0)
+    confidence: float = Field(0.95, gt=0, lt=1)
+    seed: int = 0
+    dataset: str = ""

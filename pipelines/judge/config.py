@@ -1,0 +1,74 @@
+"""Settings of the judge jobs: `rexeval judge likert|pairwise|detect` (seeds 001, 004)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+
+
+class JudgeJobSettings(LLMJobSettings):
+    """What every judge job shares: inputs' context, the judge service, cost, chunks."""
+
+    out: str
+    contexts: str | None = Field(None, description="file with user_id, item_id, user_profile, item_description")
+    reviews: list[str] = Field(default_factory=list, description="ingested reviews to build contexts from")
+    max_history: int = Field(10, ge=0)
+    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge")
+    judge_replicas: int = Field(1, ge=1)
+    judge_gpus: float = Field(0.0, ge=0)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
+    chunk_size: int = Field(16, ge=1)
+    seed: int = 0
+
+
+
+class LikertJobConfig(JudgeJobSettings):
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1, description="first N examples of each system")
+    judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
+                              "judge_llm); two or more also give their ensemble")
+    aspects: list[str] | None = None
+    mode: Literal["single", "multi"] = "multi"
+    shots: Literal["zero", "one", "personalised"] = "zero"
+    examples: str | None = Field(None, description="human-rated examples for one-shot prompts")
+    ensemble_missing: Literal["skip", "zero"] = "skip"
+    max_tokens: int = Field(64, ge=4)
+    constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")
+
+
+
+class PairwiseJobConfig(JudgeJobSettings):
+    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    baseline: str = Field(description="the system every other system is compared with")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1)
+    criteria: str = "alert_criteria"
+    only: list[str] | None = None
+    divide: bool = True
+    both_orders: bool = True
+    disagreement: Literal["tie", "first"] = "tie"
+    max_tokens: int = Field(512, ge=8)
+    temperature: float = Field(0.0, ge=0)
+    constrained: bool = True
+
+
+
+class DetectJobConfig(JudgeJobSettings):
+    interactions: str | None = Field(None, description="file of user_id, item_id to explain (default: "
+                                     "each context row)")
+    limit: int | None = Field(None, ge=1, description="first N interactions")
+    conditions: list[str] | None = None
+    generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")
+    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"])
+    reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
+    criteria: str = "alert_criteria"
+    divide: bool = True
+    both_orders: bool = True
+    disagreement: Literal["tie", "first"] = "tie"
+    max_tokens: int = Field(512, ge=8)
+    constrained: bool = True
+    generation_max_tokens: int = Field(96, ge=8)

@@ -1,0 +1,61 @@
+"""Settings of `rexeval meta-evaluate` (seeds 001 and 004)."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rexeval.metrics.agreement import LEVELS, METHODS
+
+
+Method = Literal["pearson", "spearman", "kendall"]
+
+
+Level = Literal["dataset", "user", "pair"]
+
+
+
+class MetaEvaluateConfig(BaseModel):
+    """Settings of `rexeval meta-evaluate` (YAML keys = the flags' names)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scores: str = Field(description="evaluator table, or the one table with both sides")
+    human: str | None = Field(None, description="human table joined to `scores` on the keys")
+    out: str
+    mode: Literal["scores", "pairwise"] = "scores"
+    aspects: list[str] = Field(default_factory=list, description="default: every aspect found")
+    judge_prefixes: list[str] = Field(default_factory=lambda: ["judge_"])
+    human_prefix: str = "human_"
+    judge_cols: list[str] = Field(default_factory=list, description="explicit pairs, with human_cols")
+    human_cols: list[str] = Field(default_factory=list)
+    evaluator: str | None = Field(None, description="evaluator name for a single prefix or column pairs")
+    user_col: str = "user_id"
+    item_col: str = "item_id"
+    key: str = Field("auto", description="explanation key; auto: system, explanation_id, pair_id")
+    methods: list[Method] = Field(default_factory=lambda: list(METHODS))
+    levels: list[Level] = Field(default_factory=lambda: list(LEVELS))
+    table_method: Method | None = Field(None, description="method of the Markdown table (default: first)")
+    human_null: float | Literal["drop"] = 3.0
+    judge_null: float | Literal["drop"] = 0.0
+    bootstrap: int = Field(1000, ge=0, description="resamples for the 95% interval (0: none)")
+    confidence: float = Field(0.95, gt=0, lt=1)
+    seed: int = 0
+    random_baseline: bool = Field(False, description="add seed 001's Random row (uniform 1-5)")
+
+    @model_validator(mode="after")
+    def _check(self) -> MetaEvaluateConfig:
+        if len(self.judge_cols) != len(self.human_cols):
+            raise ValueError(f"give one human column per judge column ({len(self.judge_cols)} judge, "
+                             f"{len(self.human_cols)} human)")
+        if self.judge_cols and self.aspects:
+            raise ValueError("give either column pairs (judge_cols/human_cols) or aspects, not both")
+        if not self.methods or not self.levels:
+            raise ValueError("methods and levels must not be empty")
+        if self.table_method is not None and self.table_method not in self.methods:
+            raise ValueError(f"table_method {self.table_method!r} is not among methods {self.methods}")
+        return self
+
+    @property
+    def shown_method(self) -> str:
+        return self.table_method or self.methods[0]

@@ -1,0 +1,127 @@
+"""The one registry class (rexeval/registry.py): lazy built-ins, "module:attr" plug-ins,
+collisions, unknown names, base-class checks, and the mapping view."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rexeval.registry import Registry, load_object
+
+
+class Base:
+    pass
+
+
+class One(Base):
+    pass
+
+
+class Two(Base):
+    pass
+
+
+def plain_function():
+    return "plain"
+
+
+LAZY: Registry[type] = Registry("thing", lazy={"lazy-one": "rexeval_test_plugin"})
+
+
+def test_register_sets_the_name_and_lookup_finds_it():
+    reg: Registry[type] = Registry("thing", base=Base)
+    reg.register("one")(One)
+    assert reg.lookup("one") is One and One.name == "one"
+    assert "one" in reg and reg["one"] is One and list(reg) == ["one"] and len(reg) == 1
+
+
+def test_a_second_definition_under_a_taken_name_is_refused():
+    reg: Registry[type] = Registry("thing", base=Base)
+    reg.register("x")(One)
+    reg.register("x")(One)  # the same class again is fine (a module reloaded)
+    with pytest.raises(ValueError, match=r"thing 'x' is already registered by .*One"):
+        reg.register("x")(Two)
+    assert reg.lookup("x") is One
+
+
+def test_unknown_names_list_the_known_ones_including_lazy_built_ins():
+    reg: Registry[type] = Registry("thing", lazy={"later": "rexeval_no_such_module"})
+    reg.add("one", One)
+    with pytest.raises(ValueError, match=r"unknown thing 'nope'; known: later, one"):
+        reg.lookup("nope")
+
+
+def test_lazy_built_ins_import_their_module_on_first_lookup(tmp_path, monkeypatch):
+    (tmp_path / "rexeval_test_plugin.py").write_text(
+        "from tests.test_registry import LAZY, One\nLAZY.add('lazy-one', One)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "rexeval_test_plugin", raising=False)
+    assert "lazy-one" not in LAZY and "lazy-one" in LAZY.names()  # known, not loaded yet
+    assert LAZY.lookup("lazy-one") is One
+    assert "rexeval_test_plugin" in sys.modules and "lazy-one" in LAZY
+    LAZY.pop("lazy-one")
+
+
+def test_lazy_module_colon_attr_and_add_lazy():
+    reg: Registry = Registry("function", name_attr=None)
+    reg.add_lazy("plain", f"{__name__}:plain_function")
+    assert reg.lookup("plain") is plain_function
+    assert reg.names() == ["plain"]
+
+
+def test_module_colon_attr_loads_a_plug_in_without_registering_it():
+    reg: Registry[type] = Registry("thing", base=Base)
+    assert reg.lookup(f"{__name__}:Two") is Two
+    assert "tests.test_registry:Two" not in reg and list(reg) == []
+    with pytest.raises(ValueError, match="is not a Base subclass"):
+        reg.lookup(f"{__name__}:plain_function")
+    with pytest.raises(ValueError, match="has no 'Missing'"):
+        reg.lookup(f"{__name__}:Missing")
+    with pytest.raises(ValueError, match="cannot import"):
+        reg.lookup("rexeval_no_such_module:Thing")
+
+
+def test_base_class_is_checked_on_register():
+    reg: Registry[type] = Registry("thing", base=Base)
+    with pytest.raises(ValueError, match="is not a Base subclass"):
+        reg.register("f")(plain_function)
+
+
+def test_normalised_names_and_modules_loaded_before_a_miss():
+    reg: Registry[type] = Registry("ranker", normalize=str.lower, modules=(__name__,))
+    reg.register("BPER+")(One)
+    assert reg.lookup("bper+") is One and reg.lookup("BpEr+") is One and One.name == "BPER+"
+    assert "BPER+" in reg and reg["bper+"] is One
+
+
+def test_copy_and_pop_isolate_temporary_entries():
+    reg: Registry[type] = Registry("thing")
+    reg.add("one", One)
+    twin = reg.copy()
+    twin.add("two", Two)
+    assert "two" in twin and "two" not in reg
+    assert twin.pop("two") is Two and "two" not in twin
+    assert reg.get("missing") is None
+
+
+def test_load_object_says_what_is_wrong():
+    assert load_object(f"{__name__}:One") is One
+    with pytest.raises(ValueError, match="must look like package.module:Name"):
+        load_object("no_colon_here")
+
+
+def test_every_registry_of_the_product_is_one_registry_instance():
+    """The six tables behind names: metrics, metric families, LLM backends, rankers,
+    pair scorers and judge tasks."""
+    from rexeval.metrics.registry import METRICS
+    from rexeval.models.encoders.pair_scorer import PAIR_SCORERS
+    from rexeval.models.llm.base import BACKENDS
+    from rexeval.models.recommenders.base import RANKERS
+    from rexeval.pipelines.evaluate.families import FAMILIES
+    from rexeval.pipelines.judge.tasks import TASKS
+
+    for reg in (METRICS, FAMILIES, BACKENDS, RANKERS, PAIR_SCORERS, TASKS):
+        assert isinstance(reg, Registry)
+    assert {"hf", "openai", "vllm"} <= set(BACKENDS.names())
+    assert {"random", "userpop", "itempop", "globalpop", "bper+", "expgcn"} <= set(RANKERS.names())
+    assert {"likert", "pairwise", "detect_generate"} <= set(TASKS)
