@@ -68,9 +68,9 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
-    from rexeval.pipelines.cluster.neighbours import _faiss
+    from rexeval.pipelines.cluster.index import load_faiss
 
-    faiss = _faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
+    faiss = load_faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
 
     t0 = time.perf_counter()
     n = len(emb)

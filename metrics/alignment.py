@@ -42,8 +42,8 @@ import numpy as np
 
 from rexeval.metrics.statement_level import (
     EMPTY_POLICIES,
-    _check_policy,
-    _segment_max_mean,
+    check_policy,
+    segment_max_mean,
     pair_index,
 )
 
@@ -165,7 +165,7 @@ def alignment_pairs(generated: Sequence[str | None], references: Sequence[str | 
 def alignscore_from_probs(aligned, n_claim, n_context, *, empty: str = "skip") -> np.ndarray:
     """float64 [B] AlignScore per example from the flat ALIGNED probabilities of
     `alignment_pairs` (one segment max and one segment mean over all examples)."""
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
+    check_policy(empty, EMPTY_POLICIES, "empty policy")
     n = np.asarray(n_claim, dtype=np.int64)
     m = np.asarray(n_context, dtype=np.int64)
     x = np.asarray(aligned, dtype=np.float64).reshape(-1)
@@ -173,7 +173,7 @@ def alignscore_from_probs(aligned, n_claim, n_context, *, empty: str = "skip") -
     if len(x) != total:
         raise ValueError(f"got {len(x)} ALIGNED probabilities for {total} pairs")
     ok = (n > 0) & (m > 0)
-    out = _segment_max_mean(x[:, None], n, m, ok)[:, 0]
+    out = segment_max_mean(x[:, None], n, m, ok)[:, 0]
     if empty == "zero":
         out[~ok] = 0.0
     return out
@@ -184,7 +184,7 @@ def alignscore_scores(generated: Sequence[str | None], references: Sequence[str 
     """AlignScore of each generated explanation (claim) against its reference (context):
     float64 [B], NaN (empty="skip") or 0 (empty="zero") where either text has no
     sentence. All pairs of all examples go to `scorer.aligned_prob` in one call."""
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
+    check_policy(empty, EMPTY_POLICIES, "empty policy")
     pairs = alignment_pairs(generated, references)
     if pairs.premises:
         aligned = scorer.aligned_prob(pairs.premises, pairs.hypotheses)

@@ -21,9 +21,10 @@ KINDS = ("per_example", "corpus")
 F = TypeVar("F", bound=Callable)
 
 METRIC_MODULES = (
-    "rexeval.metrics.statement_level", "rexeval.metrics.text_overlap", "rexeval.metrics.similarity",
-    "rexeval.metrics.summac", "rexeval.metrics.alignment", "rexeval.metrics.learned",
-    "rexeval.metrics.questeval", "rexeval.metrics.ranking",
+    "rexeval.metrics.statement_level", "rexeval.metrics.st2exp", "rexeval.metrics.text_overlap",
+    "rexeval.metrics.features", "rexeval.metrics.similarity", "rexeval.metrics.summac",
+    "rexeval.metrics.alignment", "rexeval.metrics.learned", "rexeval.metrics.questeval",
+    "rexeval.metrics.ranking",
 )
 """The modules whose import registers the built-in metrics (loaded when names are listed)."""
 

@@ -1,7 +1,8 @@
 """Statement-level factual-consistency metrics (seed 000, section IV, eq. 4-11).
 
-Pure NumPy: the NLI probabilities and the LLM verifier votes are computed elsewhere
-(by models, through Ray); this module only turns them into metric values.
+Pure NumPy: the NLI probabilities are computed elsewhere (by models, through Ray); this
+module only turns them into metric values. St2Exp, the same statements judged by an LLM
+verifier instead of NLI, is in `metrics/st2exp.py`.
 
 Notation (seed 000): the generated explanation e' yields statements s'_1..s'_n, the
 ground-truth explanation e yields statements s_1..s_m.
@@ -51,23 +52,6 @@ empty set). Policy:
 - ``empty="zero"``: P = R = F1 = 0 for that example (StCoh-P/R too, although 0 is
   not the bottom of its [-1, 1] range).
 
-St2Exp (LLM verifier votes, eq. 6-8)
-------------------------------------
-St2Exp-P averages one vote per generated statement, each judged against the whole
-reference explanation *text* e; St2Exp-R averages one vote per reference statement,
-judged against the generated text e'. A vote is 1 (supported), 0 (not supported),
-or None / NaN (the verifier's answer could not be parsed). Policies:
-
-- ``unparseable="zero"`` (default): an unparseable vote counts as 0 (unsupported)
-  and stays in the denominator. ``unparseable="skip"``: it is dropped from the
-  denominator (and numerator). Either way the number of unparseable votes is
-  returned next to the value.
-- St2Exp-P only needs the generated votes and St2Exp-R only the reference votes
-  (the other side is a text, not a statement set), so ``empty=`` applies to each
-  average on its own: a side with nothing to average (no statements, or, under
-  ``unparseable="skip"``, only unparseable votes) gives NaN under "skip" and 0
-  under "zero". St2Exp-F1 is then NaN (skip) as soon as either side is.
-
 SummaC-ZS and AlignScore (eq. 4, 5)
 -----------------------------------
 Both aggregate a pair-score matrix X [n, m] (rows: units of the checked text, columns:
@@ -100,7 +84,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -110,7 +93,6 @@ ENT, NEU, CON = 0, 1, 2
 """Column indices of entailment, neutral and contradiction in every NLI array."""
 
 EMPTY_POLICIES: tuple[str, ...] = ("skip", "zero")
-UNPARSEABLE_POLICIES: tuple[str, ...] = ("zero", "skip")
 ZS_SCORES: tuple[str, ...] = ("e-c", "e")
 LAYOUTS: tuple[str, ...] = ("gen_given_ref", "ref_given_gen")
 
@@ -121,7 +103,6 @@ NLI_METRICS: tuple[str, ...] = (
 )
 """Keys of `statement_nli_metrics` / `statement_nli_batch`, in this order."""
 
-ST2EXP_METRICS: tuple[str, ...] = ("st2exp_p", "st2exp_r", "st2exp_f1")
 
 ScoreFn = Callable[[np.ndarray], np.ndarray]
 
@@ -129,13 +110,15 @@ ScoreFn = Callable[[np.ndarray], np.ndarray]
 # ------------------------------------------------------------------ checks
 
 
-def _check_policy(value: str, allowed: tuple[str, ...], what: str) -> None:
+def check_policy(value: str, allowed: tuple[str, ...], what: str) -> None:
+    """A ValueError naming the policy and the allowed values when `value` is not one."""
     if value not in allowed:
         raise ValueError(f"unknown {what} {value!r}; expected one of {allowed}")
 
 
-def _empty_value(empty: str) -> float:
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
+def empty_value(empty: str) -> float:
+    """The value of a metric over an empty set under the `empty` policy (NaN or 0)."""
+    check_policy(empty, EMPTY_POLICIES, "empty policy")
     return float("nan") if empty == "skip" else 0.0
 
 
@@ -224,8 +207,8 @@ def max_mean(x, empty: str = "skip") -> float:
     if x.ndim != 2:
         raise ValueError(f"score matrix must be [n, m], got shape {x.shape}")
     if x.shape[0] == 0 or x.shape[1] == 0:
-        return _empty_value(empty)
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
+        return empty_value(empty)
+    check_policy(empty, EMPTY_POLICIES, "empty policy")
     return float(x.max(axis=1).mean())
 
 
@@ -356,7 +339,7 @@ def summac_zs(probs, *, zs_score: str = "e-c", empty: str = "skip") -> float:
     max_l E_kl - max_l C_kl (not max_l of E_kl - C_kl); zs_score="e" is max_l E_kl.
     `metrics.summac` computes the same for many examples and is tested against the
     package."""
-    _check_policy(zs_score, ZS_SCORES, "zs_score")
+    check_policy(zs_score, ZS_SCORES, "zs_score")
     p = _pair_probs(probs, "probs")
     if zs_score == "e":
         return max_mean(score_ent(p), empty)
@@ -384,7 +367,8 @@ class BatchScores:
     counts: dict[str, int]
 
 
-def _counts(n_gen, n_ref) -> tuple[np.ndarray, np.ndarray]:
+def set_sizes(n_gen, n_ref) -> tuple[np.ndarray, np.ndarray]:
+    """The per-example set sizes as checked int64 vectors of one length."""
     n = np.asarray(n_gen)
     m = np.asarray(n_ref)
     if n.ndim != 1 or m.ndim != 1 or n.shape != m.shape:
@@ -397,7 +381,7 @@ def _counts(n_gen, n_ref) -> tuple[np.ndarray, np.ndarray]:
 
 def pair_offsets(n_gen, n_ref) -> np.ndarray:
     """[B + 1] start of each example's block in the flat layouts (both share them)."""
-    n, m = _counts(n_gen, n_ref)
+    n, m = set_sizes(n_gen, n_ref)
     off = np.zeros(len(n) + 1, dtype=np.int64)
     np.cumsum(n * m, out=off[1:])
     return off
@@ -412,8 +396,8 @@ def pair_index(
     layout: for "gen_given_ref" row i is NLI(premise=s_l, hypothesis=s'_k), for
     "ref_given_gen" it is NLI(premise=s'_k, hypothesis=s_l).
     """
-    _check_policy(layout, LAYOUTS, "layout")
-    n, m = _counts(n_gen, n_ref)
+    check_policy(layout, LAYOUTS, "layout")
+    n, m = set_sizes(n_gen, n_ref)
     sizes = n * m
     off = pair_offsets(n, m)
     ex = np.repeat(np.arange(len(n), dtype=np.int64), sizes)
@@ -442,7 +426,7 @@ def flatten_nli_pairs(
     return flat_g, flat_r, n, m
 
 
-def _segment_max_mean(
+def segment_max_mean(
     scores: np.ndarray, rows: np.ndarray, row_len: np.ndarray, ok: np.ndarray
 ) -> np.ndarray:
     """`max_mean` of every example at once.
@@ -488,14 +472,14 @@ def statement_nli_batch(
     n_empty_ref (m_e == 0); n_empty (either); n_skipped (examples left NaN: n_empty
     under empty="skip", 0 under "zero").
     """
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
-    n, m = _counts(n_gen, n_ref)
+    check_policy(empty, EMPTY_POLICIES, "empty policy")
+    n, m = set_sizes(n_gen, n_ref)
     total = int((n * m).sum())
     pg = _flat_probs(p_gen_given_ref, total, "p_gen_given_ref")
     pr = _flat_probs(p_ref_given_gen, total, "p_ref_given_gen")
     ok = (n > 0) & (m > 0)
-    prec = _segment_max_mean(_all_scores(pg), n, m, ok)
-    rec = _segment_max_mean(_all_scores(pr), m, n, ok)
+    prec = segment_max_mean(_all_scores(pg), n, m, ok)
+    rec = segment_max_mean(_all_scores(pr), m, n, ok)
     if empty == "zero":
         prec[~ok] = 0.0
         rec[~ok] = 0.0
@@ -514,144 +498,3 @@ def statement_nli_batch(
         "n_skipped": n_empty if empty == "skip" else 0,
     }
     return BatchScores({name: values[name] for name in NLI_METRICS}, counts)
-
-
-# ------------------------------------------------------------ St2Exp (LLM votes)
-
-
-class VoteScore(NamedTuple):
-    """An St2Exp value and how many verifier answers could not be parsed."""
-
-    value: float
-    n_unparseable: int
-
-
-def _votes(votes) -> np.ndarray:
-    """Votes as float64 with NaN for unparseable; only 0, 1 (bools too), None, NaN."""
-    if isinstance(votes, np.ndarray) and votes.dtype.kind in "biuf":
-        v = votes.astype(np.float64).reshape(-1)
-    else:
-        v = np.empty(len(votes), dtype=np.float64)
-        for i, x in enumerate(votes):
-            if x is None:
-                v[i] = np.nan
-            elif isinstance(x, (bool, int, float, np.bool_, np.integer, np.floating)):
-                v[i] = float(x)
-            else:
-                raise TypeError(f"vote {i} is {x!r}; expected 0, 1, None or NaN")
-    _check_votes(v)
-    return v
-
-
-def _check_votes(v: np.ndarray) -> None:
-    known = v[~np.isnan(v)]
-    if not np.isin(known, (0.0, 1.0)).all():
-        raise ValueError(f"votes must be 0, 1 or unparseable (None/NaN), got {np.unique(known)}")
-
-
-def _vote_average(votes, unparseable: str, empty: str) -> VoteScore:
-    _check_policy(unparseable, UNPARSEABLE_POLICIES, "unparseable policy")
-    v = _votes(votes)
-    bad = np.isnan(v)
-    n_bad = int(bad.sum())
-    denominator = len(v) if unparseable == "zero" else len(v) - n_bad
-    if denominator == 0:
-        return VoteScore(_empty_value(empty), n_bad)
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
-    return VoteScore(float(v[~bad].sum() / denominator), n_bad)
-
-
-_VOTES_GEN = ("verifier_votes_gen",)
-_VOTES_REF = ("verifier_votes_ref",)
-
-
-@register_metric("st2exp_p", group="st2exp", inputs=_VOTES_GEN,
-                 description="St2Exp-P: share of generated statements an LLM verifier judges "
-                             "supported by the reference explanation (eq. 6)")
-def st2exp_p(votes_gen, *, unparseable: str = "zero", empty: str = "skip") -> VoteScore:
-    """St2Exp-P (eq. 6) = 1/n sum_k f_LLM(s'_k, e) from one vote per generated
-    statement. Returns (value, n_unparseable)."""
-    return _vote_average(votes_gen, unparseable, empty)
-
-
-@register_metric("st2exp_r", group="st2exp", inputs=_VOTES_REF,
-                 description="St2Exp-R: share of reference statements an LLM verifier judges "
-                             "supported by the generated explanation (eq. 7)")
-def st2exp_r(votes_ref, *, unparseable: str = "zero", empty: str = "skip") -> VoteScore:
-    """St2Exp-R (eq. 7) = 1/m sum_l f_LLM(s_l, e') from one vote per reference
-    statement. Returns (value, n_unparseable)."""
-    return _vote_average(votes_ref, unparseable, empty)
-
-
-@register_metric("st2exp_f1", group="st2exp", inputs=_VOTES_GEN + _VOTES_REF,
-                 description="St2Exp-F1: harmonic mean of St2Exp-P and St2Exp-R (eq. 8)")
-def st2exp_f1(
-    votes_gen, votes_ref, *, unparseable: str = "zero", empty: str = "skip"
-) -> VoteScore:
-    """St2Exp-F1 (eq. 8); n_unparseable counts both sides."""
-    p = st2exp_p(votes_gen, unparseable=unparseable, empty=empty)
-    r = st2exp_r(votes_ref, unparseable=unparseable, empty=empty)
-    return VoteScore(f1(p.value, r.value), p.n_unparseable + r.n_unparseable)
-
-
-def flatten_votes(votes: Sequence) -> tuple[np.ndarray, np.ndarray]:
-    """Per-example vote lists -> (flat float64 votes with NaN = unparseable, counts)."""
-    parts = [_votes(v) for v in votes]
-    counts = np.array([len(v) for v in parts], dtype=np.int64)
-    return np.concatenate([np.zeros(0), *parts]), counts
-
-
-def _segment_vote_average(
-    v: np.ndarray, counts: np.ndarray, unparseable: str, empty: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(value [B], unparseable per example [B], no-denominator mask [B])."""
-    b = len(counts)
-    ex = np.repeat(np.arange(b), counts)
-    bad = np.isnan(v)
-    supported = np.bincount(ex, weights=np.where(bad, 0.0, v), minlength=b)
-    n_bad = np.bincount(ex[bad], minlength=b).astype(np.int64)
-    denominator = counts if unparseable == "zero" else counts - n_bad
-    none = denominator == 0
-    value = supported / np.where(none, 1, denominator)
-    value[none] = _empty_value(empty)
-    return value, n_bad, none
-
-
-def st2exp_batch(
-    votes_gen, n_gen, votes_ref, n_ref, *, unparseable: str = "zero", empty: str = "skip"
-) -> BatchScores:
-    """St2Exp-P/R/F1 for B examples from flat votes (1, 0, NaN = unparseable).
-
-    votes_gen holds example e's generated-statement votes at
-    [cumsum(n_gen)[e] - n_gen[e], cumsum(n_gen)[e]), in statement order; votes_ref
-    likewise with n_ref. Sums are segment reductions (bincount), no loop per example.
-
-    counts: n_examples; n_empty_gen / n_empty_ref (no statements on that side);
-    n_unparseable_gen / n_unparseable_ref (votes); n_undefined_p / n_undefined_r
-    (examples with nothing to average on that side: empty, or all votes unparseable
-    under unparseable="skip"; NaN under empty="skip", 0 under "zero"); n_skipped
-    (examples whose St2Exp-F1 is NaN by the empty policy; 0 under "zero").
-    """
-    _check_policy(unparseable, UNPARSEABLE_POLICIES, "unparseable policy")
-    _check_policy(empty, EMPTY_POLICIES, "empty policy")
-    n, m = _counts(n_gen, n_ref)
-    sides = []
-    for name, votes, cnt in (("votes_gen", votes_gen, n), ("votes_ref", votes_ref, m)):
-        v = np.asarray(votes, dtype=np.float64).reshape(-1)
-        if len(v) != int(cnt.sum()):
-            raise ValueError(f"{name} has {len(v)} votes, counts sum to {int(cnt.sum())}")
-        _check_votes(v)
-        sides.append(_segment_vote_average(v, cnt, unparseable, empty))
-    (p, bad_g, none_p), (r, bad_r, none_r) = sides
-    counts = {
-        "n_examples": int(len(n)),
-        "n_empty_gen": int((n == 0).sum()),
-        "n_empty_ref": int((m == 0).sum()),
-        "n_unparseable_gen": int(bad_g.sum()),
-        "n_unparseable_ref": int(bad_r.sum()),
-        "n_undefined_p": int(none_p.sum()),
-        "n_undefined_r": int(none_r.sum()),
-        "n_skipped": int((none_p | none_r).sum()) if empty == "skip" else 0,
-    }
-    values = {"st2exp_p": p, "st2exp_r": r, "st2exp_f1": f1(p, r)}
-    return BatchScores(values, counts)

@@ -64,7 +64,7 @@ from rexeval.metrics.statement_level import (
     ENT,
     NEU,
     ZS_SCORES,
-    _segment_max_mean,
+    segment_max_mean,
     pair_index,
 )
 
@@ -173,7 +173,7 @@ def summac_zs_batch(probs, n_gen, n_ref, *, zs_score: str = "e-c", empty: str = 
     ok = (n > 0) & (m > 0)
     # mean_k max_l of E and of C, separately; the difference of the means is the mean
     # of the per-sentence differences.
-    means = _segment_max_mean(p[:, [ENT, CON]], n, m, ok)
+    means = segment_max_mean(p[:, [ENT, CON]], n, m, ok)
     out = means[:, 0] - means[:, 1] if zs_score == "e-c" else means[:, 0].copy()
     return _fill_empty(out, ok, empty)
 

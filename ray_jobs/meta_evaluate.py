@@ -7,8 +7,9 @@ import time
 import click
 
 from rexeval.metrics.agreement import LEVELS, METHODS
-from rexeval.pipelines.meta_evaluate.pipeline import ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE, run_meta_evaluate
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
+                                                      run_meta_evaluate)
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
 
 

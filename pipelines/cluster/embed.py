@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from rexeval.pipelines.core.io import ShardedOutput, table_files
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus
 
 TABLE = "embeddings"
@@ -86,31 +87,26 @@ def embed_texts(texts: Sequence[str], folder: str | Path, *, model_ref: str, loc
                 progress: Callable[[str], None] = print) -> np.ndarray:
     """Embed `texts` into `folder` (resuming finished shards) and return the matrix.
 
-    `digest` identifies the text list (see `cluster_nodes.Nodes.digest`); together with
+    `digest` identifies the text list (see `cluster.nodes.Nodes.digest`); together with
     the model it decides whether existing shards can be reused.
     """
-    from rexeval.pipelines.core.runtime import run_tasks
-
     if not len(texts):  # nothing to embed (e.g. no statement survived): no model load
         return np.zeros((0, 0), dtype=np.float32)
     conf = {"model": model_ref, "texts": digest, "n": len(texts), "shard_size": shard_size,
             "backend": backend}
-    out = ShardedOutput(folder, "embeddings", conf, [TABLE]).open(overwrite=True)
     n_shards = (len(texts) + shard_size - 1) // shard_size
-    done = out.done_shards()
-    todo = [i for i in range(n_shards) if i not in done]
-    if done:
-        progress(f"  embeddings: {len(done)} of {n_shards} shard(s) already done")
-    if todo and backend == "vllm":
-        _embed_vllm(texts, todo, shard_size, out, location, batch_size, workers, resources, progress)
-    elif todo:
-        tasks = [{"shard": i, "start": i * shard_size,
-                  "texts": list(texts[i * shard_size:(i + 1) * shard_size])} for i in todo]
-        stage = EmbedStage(out, location, device=device, batch_size=batch_size, resources=resources)
-        for k, row in enumerate(run_tasks(tasks, stage, max(1, min(workers, len(tasks)))), 1):
-            progress(f"  embeddings: shard {row['shard']} done ({k}/{len(todo)}): "
-                     f"{row['rows']:,} texts, dim {row['dim']}")
-    out.finish(n_shards)
+    job = ShardedJob(ShardedOutput(folder, "embeddings", conf, [TABLE]), n_shards, overwrite=True,
+                     progress=progress)
+    job.say_resumed("embeddings")
+    if job.todo and backend == "vllm":
+        _embed_vllm(texts, job.todo, shard_size, job.output, location, batch_size, workers, resources, progress)
+    elif job.todo:
+        stage = EmbedStage(job.output, location, device=device, batch_size=batch_size, resources=resources)
+        job.run(stage, lambda i: {"shard": i, "start": i * shard_size,
+                                  "texts": list(texts[i * shard_size:(i + 1) * shard_size])},
+                workers=workers, report=lambda row, k, n: (
+                    f"  embeddings: shard {row['shard']} done ({k}/{n}): {row['rows']:,} texts, dim {row['dim']}"))
+    job.finish()
     return read_vectors(folder, len(texts))
 
 

@@ -1,18 +1,18 @@
 """The paraphrase-clustering job (seed 002, section 4.2 and appendix B.3), on Ray.
 
 method "star" (the paper's pipeline):
-  statements -> distinct statements per polarity (`cluster_nodes`)
-  -> embeddings (sentence-transformers actors, or vLLM's embed task; `embed_pipeline`)
+  statements -> distinct statements per polarity (`nodes`)
+  -> embeddings (sentence-transformers actors, or vLLM's embed task; `embed`)
   -> K nearest neighbours within each polarity with FAISS, pairs with cos >= tau_pair
-     (`neighbours`, queries sharded over Ray actors when asked)
+     (`neighbours`, `index`; queries sharded over Ray actors when asked)
   -> pair filter: a cross-encoder or reranker LLM keeps pairs with probability > 0.9
      (`models.encoders.pair_scorer`); without one (the local profile) the job runs
      bi-encoder only and says so in its manifest and report
   -> connected components, non-cohesive ones refined by Algorithm 1, representatives
-     (`cluster_graph`) -> clusters/, canonical/, report (`cluster_quality`).
+     (`graph`) -> clusters/, canonical/, report (`quality`).
 method "extra" (the EXTRA baseline of Table 3): heuristic sentence candidates from
 reviews (or the given statements as they are) grouped by MinHash-LSH over n-grams
-(`extra_baseline`); embeddings are computed only to measure SSE/SSB.
+(`extra`, `minhash`); embeddings are computed only to measure SSE/SSB.
 
 Work files (embeddings, pairs, pair scores) live in `<out>/_work/` as resumable shards,
 so a re-run after a crash redoes only what is missing; the graph step is recomputed
@@ -31,6 +31,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.cluster.config import ClusterConfig
 from rexeval.pipelines.cluster.nodes import Nodes, build_nodes, output_tables
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 
 JOB = "cluster"
@@ -170,23 +171,22 @@ def score_pairs(a: np.ndarray, b: np.ndarray, texts: np.ndarray, folder: Path, d
     """Probability per candidate pair, resumable per shard of `cfg.shard_size` pairs."""
     import pyarrow.parquet as pq
 
-    from rexeval.pipelines.core.runtime import run_tasks
-
     conf = {"model": enc["cross_encoder"], "kind": enc["cross_kind"], "pairs": digest}
-    out = ShardedOutput(folder, "pair-scores", conf, ["pair_scores"]).open(overwrite=True)
     size = cfg.shard_size
     n_shards = (len(a) + size - 1) // size
-    done = out.done_shards()
-    todo = [i for i in range(n_shards) if i not in done]
-    if todo:
-        tasks = [{"shard": i, "a": a[i * size:(i + 1) * size].tolist(), "b": b[i * size:(i + 1) * size].tolist(),
-                  "text_a": texts[a[i * size:(i + 1) * size]].tolist(),
-                  "text_b": texts[b[i * size:(i + 1) * size]].tolist()} for i in todo]
+    job = ShardedJob(ShardedOutput(folder, "pair-scores", conf, ["pair_scores"]), n_shards, overwrite=True,
+                     progress=progress)
+    out = job.output
+    if job.todo:
         stage = PairScoreStage(out, enc["cross_location"], enc["cross_kind"], device=cfg.device,
                                batch_size=cfg.pair_batch_size, resources=worker_resources(cfg))
-        for k, row in enumerate(run_tasks(tasks, stage, max(1, min(cfg.workers, len(tasks)))), 1):
-            progress(f"  pair scores: shard {row['shard']} done ({k}/{len(todo)}): {row['pairs']:,} pairs")
-    out.finish(n_shards)
+        job.run(stage, lambda i: {"shard": i, "a": a[i * size:(i + 1) * size].tolist(),
+                                  "b": b[i * size:(i + 1) * size].tolist(),
+                                  "text_a": texts[a[i * size:(i + 1) * size]].tolist(),
+                                  "text_b": texts[b[i * size:(i + 1) * size]].tolist()},
+                workers=cfg.workers, report=lambda row, k, n: (
+                    f"  pair scores: shard {row['shard']} done ({k}/{n}): {row['pairs']:,} pairs"))
+    job.finish()
     if not n_shards:
         return np.zeros(0, dtype=np.float32)
     parts = [pq.read_table(out.shard_path("pair_scores", i)) for i in range(n_shards)]
@@ -253,12 +253,12 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                      "pair_batch_size", "device"})
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
-    out = ShardedOutput(cfg.out, JOB, conf, TABLES + (["statements"] if stage == "extra" else []))
-    out.open(overwrite=overwrite)
-    manifest = out.read_manifest()
-    if manifest and manifest.get("status") == "complete":
+    job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + (["statements"] if stage == "extra" else [])), 1,
+                     overwrite=overwrite, progress=progress)
+    if job.complete:
         progress(f"cluster: {cfg.out} is already complete for these settings")
-        return manifest
+        return job.output.read_manifest()
+    out = job.output
     work = Path(cfg.out) / "_work"
 
     t = time.time()
@@ -282,7 +282,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                                              cfg, enc, timings, progress)
         counts.update(graph_counts)
     else:
-        from rexeval.pipelines.cluster.extra import extra_representatives, minhash_lsh_clusters
+        from rexeval.pipelines.cluster.minhash import extra_representatives, minhash_lsh_clusters
 
         labels = minhash_lsh_clusters(nodes.texts.tolist(), threshold=cfg.extra_threshold,
                                       num_perm=cfg.extra_num_perm, ngram=cfg.extra_ngram)

@@ -12,7 +12,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from rexeval.pipelines.core.stage import Stage
+from rexeval.pipelines.core.stage import Stage, actor_count
 
 
 FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
@@ -78,9 +78,7 @@ def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None
     import ray
 
     if concurrency is None:
-        cpus = int(ray.cluster_resources().get("CPU", 1))
-        per = max(stage.resources.cpus, 0.001)
-        concurrency = max(1, int(cpus // per)) if stage.resources.gpus == 0 else 1
+        concurrency = actor_count(None, None, stage.resources)
     return ds.map_batches(
         _StageActor,
         fn_constructor_args=(stage,),

@@ -40,18 +40,48 @@ class Stage(abc.ABC):
         return self.process(batch)
 
 
-def worker_resources(cfg) -> Resources:
-    """Each actor's share: a CPU model uses every core it is given (torch threads).
+# -- actor sizing: how many actors a stage gets, and what each one holds ----------------
 
-    `cfg` is any job settings object with `workers`, `cpus_per_worker` and
-    `gpus_per_worker` (LLM jobs, embedding and pair-scoring stages).
+
+def _cpus(free: bool) -> float:
+    """The cluster's CPUs, or (free=True) those not held now (a Serve replica, another
+    job's actors); the machine's cores when Ray is not running (unit tests)."""
+    import ray
+
+    if not ray.is_initialized():
+        return float(os.cpu_count() or 1)
+    pool = ray.available_resources() if free else ray.cluster_resources()
+    return float(pool.get("CPU", 1))
+
+
+def worker_resources(cfg, *, free: bool = False) -> Resources:
+    """Each of `cfg.workers` model actors' share of the CPUs (a CPU model uses every core
+    it is given, as torch threads), unless `cfg.cpus_per_worker` says; GPUs as given.
+
+    `cfg` is any settings object with `workers`, `cpus_per_worker` and `gpus_per_worker`
+    (LLM jobs, embedding and pair-scoring stages, metric families). `free` shares the CPUs
+    free now instead of the cluster's: for jobs that run beside a Serve replica.
     """
     if cfg.cpus_per_worker:
         return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    import ray
+    return Resources(cpus=cpu_share(cfg.workers, free=free), gpus=cfg.gpus_per_worker)
 
-    total = ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else (os.cpu_count() or 1)
-    return Resources(cpus=max(1.0, float(int(total // cfg.workers))), gpus=cfg.gpus_per_worker)
+
+def cpu_share(workers: int, *, free: bool = False) -> float:
+    """Whole CPUs each of `workers` actors gets of the cluster's (or the free) CPUs, at least one."""
+    return max(1.0, float(int(_cpus(free) // workers)))
+
+
+def actor_count(workers: int | None, tasks: int | None = None, resources: Resources = Resources()) -> int:
+    """Actors for a stage: `workers` when given (model stages: each actor loads the
+    model), else as many as the CPUs free now allow at `resources.cpus` each (one for a
+    GPU stage); never more than `tasks` (an idle actor still costs its start-up), at
+    least one."""
+    if workers is None:
+        workers = 1 if resources.gpus else int(_cpus(free=True) // max(resources.cpus, 0.001))
+    if tasks is not None:
+        workers = min(workers, tasks)
+    return max(1, workers)
 
 
 def use_cpus(resources: Resources) -> None:

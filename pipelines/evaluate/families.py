@@ -103,7 +103,8 @@ class Overlap(Family):
     batch_size = 1024
 
     def score(self, batch):
-        from rexeval.metrics.text_overlap import extract_features, feature_matches, rouge_scores, sentence_bleu_scores
+        from rexeval.metrics.features import extract_features, feature_matches
+        from rexeval.metrics.text_overlap import rouge_scores, sentence_bleu_scores
 
         gen, ref = _texts(batch)
         out = {"sentence-bleu-1": sentence_bleu_scores(gen, ref, max_n=1),
@@ -306,14 +307,9 @@ def corpus_metrics() -> tuple[str, ...]:
 def corpus_scores(explanations: list[str], references: list[str], vocabulary: tuple[str, ...]) -> dict[str, float]:
     """One value per system: corpus BLEU-1/4, USR, and FCR/DIV over the features the
     explanations mention (features: the reference statements' topics)."""
-    from rexeval.metrics.text_overlap import (
-        bleu_1,
-        bleu_4,
-        extract_features,
-        feature_coverage_ratio,
-        feature_diversity,
-        unique_sentence_ratio,
-    )
+    from rexeval.metrics.features import (extract_features, feature_coverage_ratio, feature_diversity,
+                                          unique_sentence_ratio)
+    from rexeval.metrics.text_overlap import bleu_1, bleu_4
 
     feats = [extract_features(e, vocabulary) for e in explanations]
     return {"bleu-1": bleu_1(explanations, references), "bleu-4": bleu_4(explanations, references),

@@ -42,7 +42,8 @@ from rexeval.pipelines.evaluate.inputs import (
 )
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
-from rexeval.pipelines.core.stage import Resources, Stage
+from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
 
 JOB = "evaluate"
 
@@ -165,12 +166,7 @@ def _family_resources(cls: type[Family], cfg: EvaluateConfig) -> Resources:
     (a running Serve replica may hold some) shared by `workers` actors."""
     if cls.uses_nli or not (cls.roles or cls.uses_llm):
         return Resources(cpus=1)
-    if cfg.cpus_per_worker:
-        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    import ray
-
-    free = ray.available_resources().get("CPU", 1)
-    return Resources(cpus=max(1.0, float(int(free // cfg.workers))), gpus=cfg.gpus_per_worker)
+    return worker_resources(cfg, free=True)
 
 
 def _file_info(paths) -> list[dict]:
@@ -372,36 +368,23 @@ def failure_reason(exc: BaseException) -> str:
 def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Path, rows: np.ndarray,
                examples_hash: str, progress) -> dict:
     """One family over its examples, chunk by chunk on Ray Data; finished chunks kept."""
-    from rexeval.pipelines.core.runtime import run_tasks
-
     fconf = family_config(cls, ctx, cfg, rows, examples_hash)
-    # A family's folder holds derived results only: other settings replace them.
-    out = ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]).open(overwrite=True)
     n_chunks = max(1, -(-len(rows) // cfg.chunk_size))
-    done = out.done_shards()
-    todo = [{"shard": i} for i in range(n_chunks) if i not in done]
-    if not todo:
+    # A family's folder holds derived results only: other settings replace them.
+    job = ShardedJob(ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]),
+                     n_chunks, overwrite=True, progress=progress)
+    if not job.todo:
         progress(f"  {cls.name}: already done ({len(rows)} examples)")
     else:
         progress(f"  {cls.name}: {len(rows)} examples in {n_chunks} chunk(s)"
-                 + (f", {len(done)} already done" if done else ""))
+                 + (f", {len(job.done)} already done" if job.done else ""))
         res = _family_resources(cls, cfg)
-        stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, out, res)
-        for k, row in enumerate(run_tasks(todo, stage, _actors(cls, res, cfg, len(todo))), 1):
-            progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{len(todo)})")
-    return out.finish(n_chunks)["counts"]
-
-
-def _actors(cls: type[Family], res: Resources, cfg: EvaluateConfig, tasks: int) -> int:
-    """Model families: `workers` actors (each loads the model); the others: as many as
-    the CPUs free now allow (a Serve replica may hold some), never more than tasks."""
-    if cls.uses_llm or cls.roles:
-        n = cfg.workers
-    else:
-        import ray
-
-        n = int(ray.available_resources().get("CPU", 1) // max(res.cpus, 0.001))
-    return max(1, min(n, tasks))
+        stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output, res)
+        # Model families: `workers` actors (each loads the model); the others: as many
+        # as the CPUs free now allow.
+        job.run(stage, workers=cfg.workers if (cls.uses_llm or cls.roles) else None,
+                report=lambda row, k, n: f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{n})")
+    return job.finish()["counts"]
 
 
 def collect_scores(root: Path, families: list[str]) -> pa.Table:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rexeval.metrics.statement_level import BatchScores, st2exp_batch
+from rexeval.metrics.statement_level import BatchScores
+from rexeval.metrics.st2exp import st2exp_batch
 from rexeval.pipelines.evaluate.verdicts import parse_binary_verdict
 
 MAX_TOKENS = 8

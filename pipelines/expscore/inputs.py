@@ -206,7 +206,8 @@ def reviews_by_item(table: pa.Table, items: set[str], cap: int) -> dict[str, lis
     return {item: grp["text"].tolist()[:cap] for item, grp in frame.groupby("item_id", sort=True)}
 
 
-def attach_reviews(rows: list[dict], cfg: ExpScoreInputs) -> tuple[list[dict], list[dict], list[str], dict[str, list[str]]]:
+def attach_reviews(rows: list[dict], cfg: ExpScoreInputs
+                   ) -> tuple[list[dict], list[dict], list[str], dict[str, list[str]]]:
     """Rows that have item reviews, error rows for those that do not, the WI corpus,
     and the reviews per item (empty in column mode, where rows carry their own)."""
     kept, errors = [], []

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.extract.config import GroundTruthConfig
 from rexeval.pipelines.extract.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
 from rexeval.pipelines.core.io import ShardedOutput, read_table
-from rexeval.pipelines.core.runtime import run_tasks
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.stage import Resources, Stage
 from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
@@ -81,37 +81,27 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
     stage = resolve_stage(files, cfg.stage)
     conf = {"input": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files],
             "stage": stage, "rules": RULES_VERSION}
-    out = ShardedOutput(cfg.out, STAGE, conf, TABLES).open(overwrite=overwrite)
-    done = out.done_shards()
-    todo = [{"shard": i} for i in range(len(files)) if i not in done]
-    manifest = out.read_manifest()
-    if not todo and manifest and manifest.get("status") == "complete":
+    job = ShardedJob(ShardedOutput(cfg.out, STAGE, conf, TABLES), len(files), overwrite=overwrite,
+                     progress=progress)
+    if job.complete:
         progress(f"ground-truth: {cfg.out} is already complete for these settings")
-        return manifest
+        return job.output.read_manifest()
     progress(f"ground-truth: {len(files)} shard(s), '{stage}' statements"
              + (" (auto)" if cfg.stage == "auto" else "") + f" -> {cfg.out}")
-    if done:
-        progress(f"  resuming: {len(done)} of {len(files)} shard(s) already done")
-    task = GroundTruthStage(out, {i: str(f) for i, f in enumerate(files)}, stage)
+    job.say_resumed()
     failures = []
-    for n, row in enumerate(run_tasks(todo, task, _actors(cfg.workers, len(todo))), 1):
+
+    def report(row: dict, k: int, n: int) -> str:
         if row["schema_error"]:
             failures.append(SchemaError(**json.loads(row["schema_error"])))
-            progress(f"  shard {row['shard']} failed ({n}/{len(todo)}): {failures[-1]}")
-            continue
-        progress(f"  shard {row['shard']} done ({n}/{len(todo)}): reviews={row['in']} "
-                 f"explanations={row['out']} sentences={row['sentences']} errors={row['errors']}")
+            return f"  shard {row['shard']} failed ({k}/{n}): {failures[-1]}"
+        return (f"  shard {row['shard']} done ({k}/{n}): reviews={row['in']} "
+                f"explanations={row['out']} sentences={row['sentences']} errors={row['errors']}")
+
+    job.run(GroundTruthStage(job.output, {i: str(f) for i, f in enumerate(files)}, stage),
+            workers=cfg.workers, report=report)
     if failures:  # the shards that passed are saved; a re-run after the fix resumes
         raise failures[0]
-    manifest = out.finish(len(files), stage=stage, stage_requested=cfg.stage)
+    manifest = job.finish(stage=stage, stage_requested=cfg.stage)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
-
-
-def _actors(workers: int | None, tasks: int) -> int:
-    """No more actors than shards to build (an idle actor still costs its start-up)."""
-    if workers is None:
-        import ray
-
-        workers = int(ray.cluster_resources().get("CPU", 1))
-    return max(1, min(workers, tasks))

@@ -22,7 +22,7 @@ from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
 from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.models.llm.cache import build_cached_backend
-from rexeval.pipelines.core.runtime import run_tasks
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 
@@ -158,36 +158,32 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
     models = resolve_models(cfg)
     reviews = load_reviews(cfg)
     n_shards = max(1, -(-reviews.num_rows // cfg.shard_size))
-    out = ShardedOutput(cfg.out, "extract", output_config(cfg, models), ["statements", "errors"])
-    out.open(overwrite=overwrite)
-    done = out.done_shards()
-    todo = [s for s in range(n_shards) if s not in done]
+    job = ShardedJob(ShardedOutput(cfg.out, "extract", output_config(cfg, models), ["statements", "errors"]),
+                     n_shards, overwrite=overwrite, progress=progress)
     progress(f"extract ({cfg.method}, {models['backend']}: {models['llm']}): "
              f"{reviews.num_rows:,} review(s) in {n_shards} shard(s) -> {cfg.out}")
-    if len(todo) < n_shards:
-        progress(f"  resuming: {n_shards - len(todo)} of {n_shards} shard(s) already done")
-    if todo:
+    job.say_resumed()
+    if job.todo:
         if models["backend"] == "vllm":
-            _run_in_driver(cfg, models, out, reviews, todo, progress)
+            _run_in_driver(cfg, models, job.output, reviews, job.todo, progress)
         else:
-            _run_on_actors(cfg, models, out, reviews, todo, progress)
-    manifest = out.finish(n_shards, method=cfg.method, models=models)
+            _run_on_actors(cfg, models, job, reviews)
+    manifest = job.finish(method=cfg.method, models=models)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
 
 
-def _report(progress, shard: int, n: int, total: int, c: dict) -> None:
+def _shard_line(shard: int, n: int, total: int, c: dict) -> str:
     cached = f", {c['cached_calls']} cached" if c.get("cached_calls") else ""
-    progress(f"  shard {shard} done ({n}/{total}): reviews={c['in']} with statements={c['out']} "
-             f"errors={c['errors']} statements={c['statements']} llm calls={c['llm_calls']}{cached}")
+    return (f"  shard {shard} done ({n}/{total}): reviews={c['in']} with statements={c['out']} "
+            f"errors={c['errors']} statements={c['statements']} llm calls={c['llm_calls']}{cached}")
 
 
-def _run_on_actors(cfg, models, out, reviews, todo, progress) -> None:
+def _run_on_actors(cfg, models, job: ShardedJob, reviews) -> None:
     import ray
 
-    stage = ExtractStage(cfg, models, out, ray.put(reviews), worker_resources(cfg))
-    for n, row in enumerate(run_tasks([{"shard": s} for s in todo], stage, cfg.workers), 1):
-        _report(progress, row["shard"], n, len(todo), row)
+    stage = ExtractStage(cfg, models, job.output, ray.put(reviews), worker_resources(cfg))
+    job.run(stage, workers=cfg.workers, report=lambda row, k, n: _shard_line(row["shard"], k, n, row))
 
 
 def _run_in_driver(cfg, models, out, reviews, todo, progress, group: int = 64) -> None:
@@ -209,6 +205,6 @@ def _run_in_driver(cfg, models, out, reviews, todo, progress, group: int = 64) -
                 counts = shard_counts(parts[s], st, er, cfg.method, counters if k == 0 else None)
                 out.write_shard(s, {"statements": st, "errors": er}, counts)
                 n += 1
-                _report(progress, s, n, len(todo), counts)
+                progress(_shard_line(s, n, len(todo), counts))
     finally:
         close()

@@ -21,7 +21,7 @@ from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, wr
 from rexeval.models.llm.cache import build_cached_backend
 from rexeval.pipelines.extract.outputs import QUALITY
 from rexeval.pipelines.core.schema import error_rows
-from rexeval.pipelines.core.runtime import run_tasks
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 from rexeval.pipelines.extract.structured import Task, answer_all
 
@@ -169,7 +169,9 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
             "max_retries": cfg.max_retries, "shard_size": cfg.shard_size,
             "prompt": load_prompt("extract_quality").version,
             "backend_options": cfg.hashed_backend_options()}
-    out = ShardedOutput(cfg.out, "extract-quality", conf, ["judgements", "errors"]).open(overwrite)
+    job = ShardedJob(ShardedOutput(cfg.out, "extract-quality", conf, ["judgements", "errors"]), n_shards,
+                     overwrite=overwrite, progress=progress)
+    out = job.output
     reviews = None
     if cfg.with_review:
         import json
@@ -187,14 +189,12 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     n_reviews = len(set(sample.column("review_id").to_pylist()))
     progress(f"extract-quality ({model['backend']}: {model['judge']}): {sample.num_rows:,} "
              f"statement(s) of {n_reviews:,} review(s) -> {cfg.out}")
-    todo = [s for s in range(n_shards) if s not in out.done_shards()]
-    if todo:
+    if job.todo:
         import ray
 
         stage = JudgeStage(cfg, model, out, ray.put(sample), reviews, worker_resources(cfg))
-        for n, row in enumerate(run_tasks([{"shard": s} for s in todo], stage, cfg.workers), 1):
-            progress(f"  shard {row['shard']} judged ({n}/{len(todo)}): {row['out']} ok, "
-                     f"{row['errors']} unusable answer(s)")
+        job.run(stage, workers=cfg.workers, report=lambda row, k, n: (
+            f"  shard {row['shard']} judged ({k}/{n}): {row['out']} ok, {row['errors']} unusable answer(s)"))
     judgements = out.read("judgements")
     errors = out.read("errors")
     unparsed: dict[str, int] = {}
@@ -212,7 +212,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
         f"{n_reviews} interaction(s) sampled with seed {cfg.seed}.\n\n{table}\n")
     write_json_atomic(Path(cfg.out) / "report.json", {"label": label, "summary": summary,
                                                       "interactions": n_reviews})
-    manifest = out.finish(n_shards, summary=summary)
+    manifest = job.finish(summary=summary)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     manifest["table"] = table
     return manifest

@@ -1,8 +1,8 @@
 """Ingest: review files of any supported layout -> validated REVIEWS shards + errors.
 
 Three steps, each resumable:
-1. plan: cut every input file into byte ranges at record boundaries (quote-aware for
-   CSV), remembering the line each range starts at; a gzip file is one range;
+1. plan (`pipelines/ingest/chunks.py`): cut every input file into byte ranges at record
+   boundaries (quote-aware for CSV), remembering the line each range starts at;
 2. parse (Ray Data actor pool, one task per range): parse, map fields, validate with
    vectorised pyarrow kernels; every bad row becomes an error row with its line;
 3. finalise: drop duplicate reviews (same user, item and time; the first one in file
@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import io
 import json
-import mmap
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,8 +21,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from rexeval.pipelines.ingest.formats import REQUIRED_FIELDS, Layout, is_gzip, open_bytes, parse_record
+from rexeval.pipelines.ingest.formats import REQUIRED_FIELDS, parse_record
 from rexeval.pipelines.core.ids import review_ids
+from rexeval.pipelines.ingest.chunks import Chunk, read_chunk_bytes
 from rexeval.pipelines.core.schema import REVIEWS, error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
 
@@ -34,84 +32,6 @@ _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
 _INTEGER = r"^\s*\d+(\.0*)?\s*$"
 # Timestamps above this are milliseconds (the 2023 dump); seconds stay below it until 5138.
 _MS_THRESHOLD = 100_000_000_000
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One parse task: a byte range of a file and the line it starts on."""
-
-    shard: int
-    path: str
-    layout: Layout
-    start: int
-    end: int  # -1: to the end (gzip, parquet)
-    first_line: int
-    row_groups: tuple[int, ...] = ()
-
-
-# -- planning ------------------------------------------------------------------------
-
-
-def plan_chunks(files: list[tuple[str, Layout]], chunk_bytes: int) -> list[Chunk]:
-    """Cut inputs into parse tasks of about `chunk_bytes` each."""
-    chunks: list[Chunk] = []
-    for path, layout in files:
-        p = Path(path)
-        if layout.format == "parquet":
-            meta = pq.ParquetFile(p).metadata
-            groups, size, first = [], 0, 1
-            line = 1
-            for g in range(meta.num_row_groups):
-                groups.append(g)
-                size += meta.row_group(g).total_byte_size
-                if size >= chunk_bytes or g == meta.num_row_groups - 1:
-                    chunks.append(Chunk(len(chunks), str(p), layout, 0, -1, first, tuple(groups)))
-                    line += sum(meta.row_group(x).num_rows for x in groups)
-                    first, groups, size = line, [], 0
-            continue
-        if is_gzip(p):
-            chunks.append(Chunk(len(chunks), str(p), layout, 0, -1, 1))
-            continue
-        for start, end, first in _byte_ranges(p, chunk_bytes, quote_aware=layout.format == "csv"):
-            chunks.append(Chunk(len(chunks), str(p), layout, start, end, first))
-    return chunks
-
-
-def _byte_ranges(path: Path, chunk_bytes: int, quote_aware: bool):
-    size = path.stat().st_size
-    if size == 0:
-        return
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        start, line, quotes = 0, 1, 0
-        while start < size:
-            end = min(size, start + max(1, chunk_bytes))
-            if end < size:
-                # Move to the end of a line; for CSV, to a line end outside any quoted
-                # field (an even number of quote characters since the file began).
-                q = quotes + (mm[start:end].count(b'"') if quote_aware else 0)
-                while end < size:
-                    nl = mm.find(b"\n", end)
-                    if nl < 0:
-                        end = size
-                        break
-                    if quote_aware:
-                        q += mm[end:nl + 1].count(b'"')
-                    end = nl + 1
-                    if not quote_aware or q % 2 == 0:
-                        break
-                quotes = q
-            yield start, end, line
-            line += mm[start:end].count(b"\n")
-            start = end
-
-
-def read_chunk_bytes(chunk: Chunk) -> bytes:
-    if chunk.end < 0:
-        with open_bytes(Path(chunk.path)) as fh:
-            return fh.read()
-    with open(chunk.path, "rb") as fh:
-        fh.seek(chunk.start)
-        return fh.read(chunk.end - chunk.start)
 
 
 # -- parsing -------------------------------------------------------------------------

@@ -15,10 +15,11 @@ import pyarrow as pa
 
 from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.ingest.formats import detect_layout
-from rexeval.pipelines.ingest.parse import ParseStage, drop_duplicates, find_duplicates, plan_chunks
+from rexeval.pipelines.ingest.parse import ParseStage, drop_duplicates, find_duplicates
+from rexeval.pipelines.ingest.chunks import plan_chunks
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.ingest.metadata import load_titles
-from rexeval.pipelines.core.runtime import run_tasks
+from rexeval.pipelines.core.sharded import ShardedJob
 
 
 def run_ingest(cfg: IngestConfig, overwrite: bool = False,
@@ -32,43 +33,37 @@ def run_ingest(cfg: IngestConfig, overwrite: bool = False,
     chunks = plan_chunks(layouts, int(cfg.chunk_mb * 1024 * 1024))
     conf = cfg.output_config()
     root = Path(cfg.out)
-    final = ShardedOutput(root, "ingest", conf, ["reviews", "errors"])
-    final.open(overwrite=overwrite)
-    manifest = final.read_manifest()
-    if manifest and manifest.get("status") == "complete":
+    final = ShardedJob(ShardedOutput(root, "ingest", conf, ["reviews", "errors"]), len(chunks),
+                       overwrite=overwrite, progress=progress)
+    if final.complete:
         progress(f"ingest: {root} is already complete for these settings")
-        return manifest
-    stage_dir = root / "_stage" / "parse"
-    parsed = ShardedOutput(stage_dir, "ingest-parse", conf, ["reviews", "errors"]).open(overwrite=True)
+        return final.output.read_manifest()
+    # Chunks are parsed into a staging output first; duplicates are then judged across
+    # all chunks and each chunk is committed to the final output.
+    parse = ShardedJob(ShardedOutput(root / "_stage" / "parse", "ingest-parse", conf, ["reviews", "errors"]),
+                       len(chunks), overwrite=True, progress=progress, skip=final.done)
     progress(f"ingest: {len(cfg.inputs)} file(s), {len(chunks)} chunk(s) -> {root}")
-
-    final_done = final.done_shards()
-    need = [c for c in chunks if c.shard not in final_done]
-    parsed_done = parsed.done_shards()
-    todo = [{"shard": c.shard} for c in need if c.shard not in parsed_done]
-    if len(todo) < len(chunks):
-        progress(f"  resuming: {len(chunks) - len(todo)} of {len(chunks)} chunk(s) already done")
+    if len(parse.todo) < len(chunks):
+        progress(f"  resuming: {len(chunks) - len(parse.todo)} of {len(chunks)} chunk(s) already done")
     titles_ref = None
-    if cfg.meta and todo:
+    if cfg.meta and parse.todo:
         import ray
 
         titles = load_titles(cfg.meta)
         progress(f"  metadata: {titles.num_rows:,} item title(s)")
         titles_ref = ray.put(titles)
-    stage = ParseStage(parsed, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating,
+    stage = ParseStage(parse.output, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating,
                        cfg.category, titles_ref)
-    n = 0
-    for row in run_tasks(todo, stage, cfg.workers):
-        n += 1
-        progress(f"  parse: chunk {row['shard']} done ({n}/{len(todo)}): in={row['in']} "
-                 f"out={row['out']} errors={row['errors']}")
+    parse.run(stage, workers=cfg.workers, report=lambda row, k, n: (
+        f"  parse: chunk {row['shard']} done ({k}/{n}): in={row['in']} out={row['out']} errors={row['errors']}"))
+    parsed, final_done, need = parse.output, final.done, [c for c in chunks if c.shard in final.todo]
 
     # Duplicates are judged over all shards at once, reading ids and positions only.
     # Finished shards are read from the final output: the duplicates they lost had their
     # first occurrence in the same or an earlier shard, so the decision is unchanged.
     ids = []
     for c in chunks:
-        src = final if c.shard in final_done else parsed
+        src = final.output if c.shard in final_done else parsed
         t = pq.read_table(src.shard_path("reviews", c.shard), columns=["review_id", "source", "line"])
         ids.append(t.append_column("shard", pa.array(np.full(t.num_rows, c.shard), pa.int64()))
                     .append_column("row", pa.array(np.arange(t.num_rows), pa.int64())))
@@ -78,16 +73,16 @@ def run_ingest(cfg: IngestConfig, overwrite: bool = False,
         counts = parsed.shard_counts(c.shard)
         if mine is None or not mine.num_rows:
             for table in ("reviews", "errors"):
-                _link(parsed.shard_path(table, c.shard), final.shard_path(table, c.shard))
-            final.mark_done(c.shard, counts)
+                _link(parsed.shard_path(table, c.shard), final.output.shard_path(table, c.shard))
+            final.output.mark_done(c.shard, counts)
             continue
         reviews, errors = drop_duplicates(pq.read_table(parsed.shard_path("reviews", c.shard)),
                                           pq.read_table(parsed.shard_path("errors", c.shard)), mine)
         counts = {**counts, "out": reviews.num_rows, "errors": errors.num_rows}
-        final.write_shard(c.shard, {"reviews": reviews, "errors": errors}, counts)
+        final.output.write_shard(c.shard, {"reviews": reviews, "errors": errors}, counts)
         progress(f"  dedup: chunk {c.shard}: {mine.num_rows} duplicate review(s) moved to errors")
 
-    manifest = final.finish(len(chunks))
+    manifest = final.finish()
     shutil.rmtree(root / "_stage", ignore_errors=True)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest

@@ -8,6 +8,7 @@ from typing import Callable
 from rexeval.pipelines.ingest.config import SplitConfig
 from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.core.io import ShardedOutput, read_table
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.ingest.split import kcore, leave_last_two, temporal_split
 
 
@@ -15,11 +16,11 @@ from rexeval.pipelines.ingest.split import kcore, leave_last_two, temporal_split
 def run_split(cfg: SplitConfig, overwrite: bool = False,
               progress: Callable[[str], None] = print) -> dict:
     t0 = time.time()
-    out = ShardedOutput(cfg.out, "split", cfg.output_config(), ["train", "valid", "test"])
-    out.open(overwrite=overwrite)
-    if 0 in out.done_shards():
+    job = ShardedJob(ShardedOutput(cfg.out, "split", cfg.output_config(), ["train", "valid", "test"]), 1,
+                     overwrite=overwrite, progress=progress)
+    if not job.todo:
         progress(f"split: {cfg.out} is already complete for these settings")
-        return out.finish(1)
+        return job.finish()
     reviews = read_table(reviews_path(cfg.input), "reviews")
     progress(f"split: {reviews.num_rows:,} reviews, method {cfg.method}")
     counts: dict[str, int] = {"reviews_in": reviews.num_rows}
@@ -36,8 +37,8 @@ def run_split(cfg: SplitConfig, overwrite: bool = False,
         res = leave_last_two(reviews, 3 if cfg.min_interactions is None else cfg.min_interactions,
                              bool(cfg.drop_cold_start_items))
     counts.update({k: v for k, v in res.counts.items() if k != "input"})
-    out.write_shard(0, res.as_dict(), counts)
-    manifest = out.finish(1, counts)
+    job.output.write_shard(0, res.as_dict(), counts)
+    manifest = job.finish(counts=counts)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
 

@@ -22,7 +22,7 @@ error ("not_applicable"), as is a data interruption with nothing to draw from
 ("no_replacement"). Every interaction x condition ends in `pairs` or in `errors`.
 
 Generation is greedy by default (temperature 0): re-runs hit the LLM-call cache, and
-`judge_calls.ask` sends each distinct conversation once (the original prompt is shared
+`judge.calls.ask` sends each distinct conversation once (the original prompt is shared
 by every condition of an interaction).
 """
 from __future__ import annotations

@@ -21,7 +21,8 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
-from rexeval.pipelines.core.stage import Resources, Stage
+from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
 from rexeval.pipelines.judge.config import JudgeJobSettings
 from rexeval.pipelines.judge.tasks import TASKS
 
@@ -123,40 +124,29 @@ def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], set
                address: str, cfg: JudgeJobSettings, progress: Callable[[str], None]) -> ShardedOutput:
     """Run `task` over `rows` in chunks (resuming finished ones); returns the output."""
     from rexeval.pipelines.core.io import config_hash
-    from rexeval.pipelines.core.runtime import run_tasks
 
     root.mkdir(parents=True, exist_ok=True)
     payload = root / "payload.parquet"
     conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
             "settings": settings, "model": (spec or {}).get("model"), "chunk": cfg.chunk_size}
-    out = ShardedOutput(root, f"judge:{task}", conf, [*tables, "usage"]).open(overwrite=True)
-    write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
     n = max(1, -(-len(rows) // cfg.chunk_size))
-    done = out.done_shards()
-    todo = [{"shard": i} for i in range(n) if i not in done]
-    if not todo:
+    job = ShardedJob(ShardedOutput(root, f"judge:{task}", conf, [*tables, "usage"]), n, overwrite=True,
+                     progress=progress)
+    write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
+    if not job.todo:
         progress(f"  {task}: already done ({len(rows)} rows)")
     else:
-        progress(f"  {task}: {len(rows)} rows in {n} chunk(s)" + (f", {len(done)} already done" if done else ""))
+        progress(f"  {task}: {len(rows)} rows in {n} chunk(s)"
+                 + (f", {len(job.done)} already done" if job.done else ""))
         # A client of the Serve deployment needs little CPU; an in-process model takes
         # the CPUs free now, shared by `workers` actors.
-        res = Resources(cpus=0.25) if address != "none" or not spec else _inprocess_resources(cfg)
-        stage = JudgeChunkStage(task, spec or {}, address, str(payload), cfg.chunk_size, out, settings, res)
+        res = Resources(cpus=0.25) if address != "none" or not spec else worker_resources(cfg, free=True)
+        stage = JudgeChunkStage(task, spec or {}, address, str(payload), cfg.chunk_size, job.output, settings, res)
         t0 = time.time()
-        for k, row in enumerate(run_tasks(todo, stage, max(1, min(cfg.workers, len(todo)))), 1):
-            progress(f"    {task}: chunk {row['shard'] + 1}/{n} done ({k}/{len(todo)}, "
-                     f"{time.time() - t0:.0f}s)")
-    out.finish(n)
-    return out
-
-
-def _inprocess_resources(cfg: JudgeJobSettings) -> Resources:
-    if cfg.cpus_per_worker:
-        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    import ray
-
-    free = ray.available_resources().get("CPU", 1)
-    return Resources(cpus=max(1.0, float(int(free // cfg.workers))), gpus=cfg.gpus_per_worker)
+        job.run(stage, workers=cfg.workers, report=lambda row, k, todo: (
+            f"    {task}: chunk {row['shard'] + 1}/{n} done ({k}/{todo}, {time.time() - t0:.0f}s)"))
+    job.finish()
+    return job.output
 
 
 def usage_totals(outputs: list[ShardedOutput], price_table: str | None, model_id: str | None) -> dict:

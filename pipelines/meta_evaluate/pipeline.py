@@ -1,8 +1,8 @@
 """`rexeval meta-evaluate`: how well evaluators agree with human ratings, from files.
 
 This module holds the settings and the run; reading, pivoting, joining and pairing
-columns are in `meta_evaluate_inputs` (its docstring states the layouts and the key
-rule), the Markdown tables in `meta_evaluate_report`.
+columns are in `meta_evaluate.inputs` (its docstring states the layouts and the key
+rule), the Markdown tables in `meta_evaluate.report`.
 
 The evaluator table is wide (`judge_<aspect>` columns), long as `rexeval judge likert`
 writes it (judge, aspect, score: one evaluator per judge), or a `rexeval judge

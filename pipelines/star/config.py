@@ -39,7 +39,7 @@ class EvalSettings(BaseModel):
 
 
 class TrainJob(BaseModel):
-    """`rexeval star train`: the Tune experiment around `star_train.TrainSettings`."""
+    """`rexeval star train`: the Tune experiment around `star.train.TrainSettings`."""
 
     model_config = ConfigDict(extra="forbid")
 

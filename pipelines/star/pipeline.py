@@ -17,6 +17,7 @@ import numpy as np
 
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
+from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, write_results
 
@@ -57,12 +58,12 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
         stage = resolve_stage(files, cfg.stage)
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
-    out = ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"])
-    out.open(overwrite=overwrite)
-    manifest = out.read_manifest()
-    if manifest and manifest.get("status") == "complete":
+    job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"]),
+                     1, overwrite=overwrite, progress=progress)
+    if job.complete:
         progress(f"star build: {cfg.out} is already complete for these settings")
-        return manifest
+        return job.output.read_manifest()
+    out = job.output
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -120,7 +121,8 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
 def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
                         features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
     """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
-    from rexeval.pipelines.star.train import load_checkpoint_model, read_checkpoint
+    from rexeval.pipelines.core.tune import read_checkpoint
+    from rexeval.pipelines.star.train import load_checkpoint_model
 
     data = StarData.load(cfg.data)
     t = time.time()
@@ -148,15 +150,8 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     """Tune (or restore) the experiment, evaluate the best checkpoint on test, and for a
     sweep evaluate every trial's best checkpoint and draw the sensitivity plot."""
     from rexeval.pipelines.star.report import plot_sensitivity
-    from rexeval.pipelines.star.train import (
-        TrainSettings,
-        best_checkpoint,
-        load_checkpoint_model,
-        read_checkpoint,
-        run_tune,
-        statement_features,
-        trial_table,
-    )
+    from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
+    from rexeval.pipelines.star.train import TrainSettings, load_checkpoint_model, run_tune, statement_features
 
     t0 = time.time()
     settings = TrainSettings(**job.settings)

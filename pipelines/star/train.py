@@ -10,19 +10,17 @@ One Tune trial = one model configuration trained with BPR on sampled negatives:
   continues exactly where it stopped;
 - a trial stops at `epochs` (the seed's 500), after `patience` epochs without a better
   validation score, or earlier when ASHA cuts it.
-The experiment lives in `<out>/tune/<name>`; running the same command again restores
-it with `Tuner.restore` (finished trials are kept, errored or interrupted ones resume
-from their last checkpoint). The best checkpoint over all trials and epochs, by the
-validation metric, is then evaluated on the test split at every level.
+The epoch loop, checkpoints, early stopping and the Tune experiment are the one
+trainer's (`pipelines/core/tune.py`). The experiment lives in `<out>/tune/<name>`;
+running the same command again restores it with `Tuner.restore` (finished trials are
+kept, errored or interrupted ones resume from their last checkpoint). The best
+checkpoint over all trials and epochs, by the validation metric, is then evaluated on
+the test split at every level.
 
 CPU trials locally and GPU trials on a cluster differ only in `gpus_per_trial`.
 """
 from __future__ import annotations
 
-import json
-import math
-import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -32,6 +30,8 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.recommenders.base import ranker_class
+from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
+from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.star.data import StarData
 
 MODEL_DEFAULTS = {
@@ -137,9 +137,8 @@ def _metric_ks(metric: str) -> tuple[int, ...]:
 
 
 def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | None = None) -> None:
-    """The Tune function trainable (see the module docstring)."""
-    from ray import tune
-
+    """The Tune function trainable (see the module docstring): BPR epochs and validation
+    ranking, run by the one trainer's epoch loop (`pipelines.core.tune.fit_epochs`)."""
     from rexeval.pipelines.star.evaluate import evaluate
 
     settings = TrainSettings(**{k: v for k, v in config.items() if k in TrainSettings.model_fields})
@@ -157,41 +156,16 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
     if s["valid_rows"] and len(valid) > s["valid_rows"]:
         valid = np.sort(np.random.default_rng(s["seed"]).choice(valid, s["valid_rows"], replace=False))
     ks = _metric_ks(s["select_metric"])
-    start, best, best_epoch, stale = 0, -math.inf, 0, 0
-    ckpt = tune.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            state = torch.load(Path(d) / "state.pt", weights_only=False)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        gen.set_state(state["rng"])
-        start, best, best_epoch, stale = state["epoch"], state["best"], state["best_epoch"], state["stale"]
-    for epoch in range(start + 1, s["epochs"] + 1):
-        t = time.time()
-        loss = train_epoch(model, opt, triplets, data.n_statements, data.n_items, s["batch_size"], gen)
+
+    def validate() -> float:
         res = evaluate(model, data, rows=valid, levels=(s["select_level"],), ks=ks, device=device)
-        val = res[s["select_level"]].summary.get(s["select_metric"], float("nan"))
-        val = -math.inf if val is None or math.isnan(val) else float(val)
-        if val > best:
-            best, best_epoch, stale = val, epoch, 0
-        else:
-            stale += 1
-        with tempfile.TemporaryDirectory() as d:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "rng": gen.get_state(),
-                        "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
-                        "settings": s, "features_path": config.get("features_path")}, Path(d) / "state.pt")
-            tune.report({"epoch": epoch, "loss": loss, settings.metric_key: val, "best": best,
-                         "best_epoch": best_epoch, "epoch_s": time.time() - t},
-                        checkpoint=tune.Checkpoint.from_directory(d))
-        if after_epoch is not None:
-            after_epoch(epoch)
-        if stale >= s["patience"]:
-            break
+        return res[s["select_level"]].summary.get(s["select_metric"], float("nan"))
 
-
-def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:
-    """The state `star_trainable` saved in an epoch checkpoint (settings, epoch, weights...)."""
-    return torch.load(Path(checkpoint_dir) / "state.pt", weights_only=False, map_location=device)
+    fit_epochs(model, opt, gen, epochs=s["epochs"], patience=s["patience"], metric_key=settings.metric_key,
+               train_epoch=lambda: train_epoch(model, opt, triplets, data.n_statements, data.n_items,
+                                               s["batch_size"], gen),
+               validate=validate, extra_state={"settings": s, "features_path": config.get("features_path")},
+               after_epoch=after_epoch)
 
 
 def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: np.ndarray | None,
@@ -205,128 +179,20 @@ def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: 
     return model, state
 
 
-def progress_callback(progress: Callable[[str], None], metric: str, every_s: float = 5.0):
-    """A Tune callback printing one short line per trial result, at most every few
-    seconds (Tune's own tables are turned off)."""
-    from ray.tune import Callback
-
-    class Printer(Callback):
-        def __init__(self):
-            self.last = 0.0
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            if time.time() - self.last < every_s:
-                return
-            self.last = time.time()
-            progress(f"  trial {trial.trial_id}: epoch {result.get('epoch')}, loss "
-                     f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
-                     f" (best {result.get('best', float('nan')):.4f})")
-
-        def on_trial_error(self, iteration, trials, trial, **info):
-            progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
-                     "when the same command is run again")
-
-    return Printer()
-
-
 def build_tuner(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
-                grid: dict[str, list] | None = None, num_samples: int = 1, asha: bool = True,
-                grace_period: int = 5, cpus_per_trial: float = 1, gpus_per_trial: float = 0,
-                max_concurrent: int | None = None, features_path: str | None = None,
-                trainable: Callable | None = None, progress: Callable[[str], None] = print):
-    """The Tuner of `<storage>/<name>` (a new one, or the saved one restored) and the plan
-    it runs: trial resources, the device trials train on, scheduler and param space. The
-    plan is what a GPU cluster would run, so it can be checked on a CPU machine."""
-    import os
-
-    from ray import tune
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-
-    from rexeval.pipelines.core.io import config_hash
-
-    # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Our callback prints progress; the legacy reporter at verbose=0 prints nothing else.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    storage = Path(storage).resolve()
-    path = storage / name
-    metric = settings.metric_key
-    base = {**settings.model_dump(), "data_path": str(Path(data_path).resolve()),
-            "features_path": features_path, "threads": max(1, int(cpus_per_trial)),
-            "device": "cuda" if gpus_per_trial else "cpu"}
-    space = dict(base)
-    for key, values in (grid or {}).items():
-        if key not in TrainSettings.model_fields:
-            raise ValueError(f"cannot sweep {key!r}: not a training setting "
-                             f"({', '.join(TrainSettings.model_fields)})")
-        space[key] = tune.grid_search(list(values))
-    resources = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
-    fn = tune.with_resources(trainable or star_trainable, resources)
-    grace_period = max(1, min(grace_period, settings.epochs))
-    scheduler = (ASHAScheduler(time_attr="epoch", max_t=settings.epochs, grace_period=grace_period,
-                               reduction_factor=3) if asha else FIFOScheduler())
-    plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
-            "scheduler": type(scheduler).__name__, "space": space, "path": str(path)}
-    stamp = storage / f"{name}.rexeval.json"
-    want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
-                        "grid": grid or {}, "num_samples": num_samples, "asha": asha,
-                        "grace_period": grace_period})
-    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") != want:
-        raise FileExistsError(f"{path} holds a Tune experiment with other settings; use another --out "
-                              f"folder or delete {path} and {stamp}")
-    if tune.Tuner.can_restore(str(path)):
-        progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
-        plan["restored"] = True
-        return tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space), plan
-    run_config = tune.RunConfig(
-        name=name, storage_path=str(storage), verbose=0,
-        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
-                                                checkpoint_score_order="max"),
-        failure_config=tune.FailureConfig(max_failures=0),
-        callbacks=[progress_callback(progress, metric)])
-    storage.mkdir(parents=True, exist_ok=True)
-    dump_json(stamp, {"config_hash": want, "grid": grid or {}, "settings": base})
-    plan["restored"] = False
-    tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
-                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
-                                                   num_samples=num_samples,
-                                                   max_concurrent_trials=max_concurrent))
-    return tuner, plan
+                grid: dict[str, list] | None = None, features_path: str | None = None,
+                trainable: Callable | None = None, **kwargs):
+    """The Tuner of `<storage>/<name>` for these settings and its plan (see
+    `pipelines.core.tune.build_tuner`; `kwargs` are its scheduling and resource options)."""
+    base = {**settings.model_dump(), "data_path": str(Path(data_path).resolve()), "features_path": features_path}
+    return core_build_tuner(trainable or star_trainable, base, storage, name, metric=settings.metric_key,
+                            max_epochs=settings.epochs, sweepable=TrainSettings.model_fields, grid=grid,
+                            **kwargs)
 
 
 def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str, **kwargs):
     """Fit (or restore and finish) the Tune experiment `<storage>/<name>`; its ResultGrid."""
     return build_tuner(settings, data_path, storage, name, **kwargs)[0].fit()
-
-
-def best_checkpoint(results, metric: str):
-    """(Result, Checkpoint) with the best validation metric over all trials and epochs."""
-    best = None
-    for r in results:
-        if r.metrics_dataframe is None or metric not in r.metrics_dataframe:
-            continue
-        ck = r.get_best_checkpoint(metric, "max") if r.best_checkpoints else None
-        if ck is None:
-            continue
-        score = r.metrics_dataframe[metric].max()
-        if best is None or score > best[0]:
-            best = (score, r, ck)
-    if best is None:
-        raise RuntimeError("no trial reported a checkpoint; see the trial errors above")
-    return best[1], best[2]
-
-
-def trial_table(results, metric: str, keys: list[str]) -> list[dict]:
-    """One row per trial: its varied settings, best validation value, epochs run, status."""
-    rows = []
-    for r in results:
-        df = r.metrics_dataframe
-        rows.append({**{k: r.config.get(k) for k in keys},
-                     "best_" + metric: None if df is None or metric not in df else float(df[metric].max()),
-                     "epochs": None if df is None or "epoch" not in df else int(df["epoch"].max()),
-                     "error": None if r.error is None else type(r.error).__name__,
-                     "path": r.path})
-    return rows
 
 
 def statement_features(data: StarData, encoder_ref: str, path: Path, device: str = "auto",
@@ -350,9 +216,3 @@ def statement_features(data: StarData, encoder_ref: str, path: Path, device: str
     np.save(tmp, emb.astype(np.float32))
     tmp.rename(path)
     return path
-
-
-def dump_json(path: Path, obj: Any) -> None:
-    from rexeval.pipelines.core.io import write_json_atomic
-
-    write_json_atomic(path, json.loads(json.dumps(obj, default=str)))

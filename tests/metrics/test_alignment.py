@@ -18,7 +18,7 @@ from rexeval.metrics.alignment import (
     punkt_sentences,
 )
 from rexeval.metrics.statement_level import alignscore as alignscore_one
-from tests.alignscore_tiny import long_text
+from tests.doubles.tiny_alignscore import long_text
 
 GENERATED = [
     "The strings sound bright. They stay in tune for weeks!",
@@ -171,7 +171,7 @@ def test_bad_inputs():
 def tiny(tmp_path_factory):
     """(base folder, checkpoint): the package's own BERTAlignModel saved by a lightning
     Trainer when the package is installed, else the same keys with plain torch."""
-    from tests.alignscore_tiny import build_tiny_alignscore, build_tiny_roberta_base
+    from tests.doubles.tiny_alignscore import build_tiny_alignscore, build_tiny_roberta_base
 
     root = tmp_path_factory.mktemp("alignscore")
     base = build_tiny_roberta_base(root / "roberta-tiny")

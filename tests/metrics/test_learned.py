@@ -19,7 +19,7 @@ from rexeval.metrics import learned
 from rexeval.metrics.learned import bartscore_pairs, bartscore_scores, bleurt_scores
 from rexeval.metrics.registry import get_metric
 from rexeval.models.refs import ModelUnavailable
-from tests.models.encoders.conftest import build_tiny_bert
+from tests.doubles.tiny_encoders import build_tiny_bert
 
 CORPUS = [
     "the user would appreciate this product because the strings sound bright",

@@ -74,7 +74,8 @@ def test_groups_list_metrics_in_registration_order():
 def test_statement_groups_are_what_the_batch_functions_return():
     """`rexeval evaluate` dispatches on the registry's groups; the batch functions of
     seed 000's statement metrics return exactly those names."""
-    from rexeval.metrics.statement_level import NLI_METRICS, ST2EXP_METRICS
+    from rexeval.metrics.statement_level import NLI_METRICS
+    from rexeval.metrics.st2exp import ST2EXP_METRICS
 
     assert group_metrics("statement_nli") == NLI_METRICS
     assert group_metrics("st2exp") == ST2EXP_METRICS

@@ -10,7 +10,7 @@ import pytest
 from rexeval.metrics import statement_level as sl
 from rexeval.metrics import summac as sm
 from rexeval.metrics.registry import get_metric
-from tests.nli_double import ScriptedNLI
+from tests.doubles.nli import ScriptedNLI
 
 NAN = float("nan")
 
@@ -223,7 +223,7 @@ def nli_model(tmp_path_factory):
     """Tiny random BERT NLI in the MNLI label order (contradiction first), so both
     sides have to read the label order right."""
     pytest.importorskip("summac")
-    from tests.models.encoders.conftest import build_tiny_bert
+    from tests.doubles.tiny_encoders import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("summac-nli") / "nli", 3,
                            id2label={0: "contradiction", 1: "neutral", 2: "entailment"}, seed=3)

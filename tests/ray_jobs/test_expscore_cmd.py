@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from rexeval.ray_jobs.expscore import expscore_group
-from tests.expscore_double import HashingEncoder
+from tests.doubles.encoder import HashingEncoder
 
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample" / "reviews.jsonl"
 

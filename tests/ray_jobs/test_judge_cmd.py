@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from rexeval.ray_jobs.cli import cli
 
-SCRIPTED = ["--backend", "tests.llm_double:ScriptedLLM", "--model", "judge_llm=scripted", "--no-cache",
+SCRIPTED = ["--backend", "tests.doubles.llm:ScriptedLLM", "--model", "judge_llm=scripted", "--no-cache",
             "--judge-service", "none"]
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.models.encoders.conftest import build_tiny_bert
+from tests.doubles.tiny_encoders import build_tiny_bert
 
 
 @pytest.fixture(scope="session")

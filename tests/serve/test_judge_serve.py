@@ -20,10 +20,10 @@ from rexeval.models.llm.base import BackendSpec, ChatRequest, SamplingParams, bu
 from rexeval.serve.judge import APP_NAME, JudgeLimits, JudgeServeConfig, parse_judge_body, start_judge_service
 from rexeval.serve.judge_client import JudgeService, ServeJudgeLLM
 from rexeval.serve.common import RequestError, running_apps, serve_running
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 RULES = [["strings", '{"verdict": "yes"}'], ["broken", "!error"], ["case", '{"verdict": "no"}']]
-SCRIPTED = BackendSpec(backend="tests.llm_double:ScriptedLLM", model="scripted-judge",
+SCRIPTED = BackendSpec(backend="tests.doubles.llm:ScriptedLLM", model="scripted-judge",
                        options={"rules": RULES, "default": '{"verdict": "unsure"}', "delay_s": 0.05})
 
 

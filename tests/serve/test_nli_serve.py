@@ -18,7 +18,7 @@ from rexeval.serve.nli import (
     parse_pairs,
     start_nli_service,
 )
-from tests.nli_double import scripted_probs
+from tests.doubles.nli import scripted_probs
 
 
 def free_port() -> int:
@@ -104,7 +104,7 @@ def test_http_and_handle_answers_equal_in_process_scoring(serve_app, tiny_nli):
 
 @pytest.mark.slow
 def test_overload_gets_503_then_service_recovers(serve_app):
-    cfg = NLIServeConfig(model=".", scorer="tests.nli_double:ScriptedNLI", scorer_options={"delay_s": 0.5},
+    cfg = NLIServeConfig(model=".", scorer="tests.doubles.nli:ScriptedNLI", scorer_options={"delay_s": 0.5},
                          max_ongoing_requests=1, max_queued_requests=1, max_batch_pairs=1)
     _, url = serve_app(cfg)
     body = {"pairs": [["the case fits well", "the case fits"]]}

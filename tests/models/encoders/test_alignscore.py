@@ -16,7 +16,7 @@ from rexeval.models.encoders.alignscore import (
     read_alignscore_checkpoint,
 )
 from rexeval.models.refs import ModelUnavailable
-from tests.alignscore_tiny import (
+from tests.doubles.tiny_alignscore import (
     SENTENCES,
     build_tiny_alignscore,
     build_tiny_roberta_base,

@@ -18,7 +18,7 @@ from rexeval.models.encoders.nli import (
 )
 from rexeval.models.encoders.pair_batching import BatchStats, dedupe, length_batches
 from rexeval.models.refs import ModelUnavailable
-from tests.models.encoders.conftest import build_tiny_bert
+from tests.doubles.tiny_encoders import build_tiny_bert
 
 PREMISES = [
     "the product is loud and the strings sound bright and the tuner clips on firmly",

@@ -26,7 +26,7 @@ def build_tiny_chat_reward(folder: Path, num_labels: int = 1, *, seed: int = 0) 
     LlamaForSequenceClassification, the architecture of ArmoRM-like reward models."""
     from transformers import AutoConfig, LlamaForSequenceClassification
 
-    from tests.models.llm.conftest import build_tiny_chat_model
+    from tests.doubles.tiny_llm import build_tiny_chat_model
 
     build_tiny_chat_model(folder, seed=seed, max_positions=512)
     config = AutoConfig.from_pretrained(folder)

@@ -201,7 +201,7 @@ def test_shared_prefix_batch_equals_one_at_a_time(backend, single):
 
 
 def test_pad_batch_layout():
-    from rexeval.models.llm.hf_backend import pad_batch
+    from rexeval.models.llm.hf_decoding import pad_batch
 
     ids, mask = pad_batch([[1, 2, 3, 4], [1, 2, 5]], 0, 0)
     assert ids.tolist() == [[1, 2, 3, 4], [0, 1, 2, 5]]
@@ -253,7 +253,7 @@ def test_greedy_loop_equals_generate(backend, single, via_generate, system, monk
 @pytest.mark.skipif(not _xgrammar_available(), reason="xgrammar not importable")
 @pytest.mark.parametrize("system", [None, SHORT_SYSTEM])
 def test_greedy_loop_constrained_equals_generate(backend, via_generate, system, monkeypatch):
-    from rexeval.models.llm.hf_backend import _DecodeState
+    from rexeval.models.llm.hf_decoding import DecodeState
 
     reqs = [ChatRequest(messages=([{"role": "system", "content": system}] if system else [])
                         + [{"role": "user", "content": p}], json_schema=SCHEMA,
@@ -261,8 +261,8 @@ def test_greedy_loop_constrained_equals_generate(backend, via_generate, system, 
     if system:
         assert backend._shared_prefix([backend._prompt_ids(r) for r in reqs[:3]]) >= 32
     dropped = []
-    real = _DecodeState.select
-    monkeypatch.setattr(_DecodeState, "select",
+    real = DecodeState.select
+    monkeypatch.setattr(DecodeState, "select",
                         lambda self, rows: dropped.append(len(rows)) or real(self, rows))
     got, ref = backend.generate(reqs), via_generate.generate(reqs)
     assert [(r.text, r.completion_tokens, r.finish_reason) for r in got] == \
@@ -279,13 +279,13 @@ def test_cascade_attention_matches_sdpa():
     """The shared-prefix + own-KV attention equals SDPA over [prefix][own] with the mask."""
     import torch
 
-    from rexeval.models.llm.hf_backend import _DecodeState
+    from rexeval.models.llm.hf_decoding import DecodeState
 
     torch.manual_seed(0)
     batch, heads, kv_heads, dim, prefix_len, width = 3, 6, 2, 8, 5, 4
     mask = torch.tensor([[1, 1, 1, 1], [0, 1, 1, 1], [0, 0, 0, 1]])
     pk, pv = torch.randn(kv_heads, prefix_len, dim), torch.randn(kv_heads, prefix_len, dim)
-    state = _DecodeState(1, batch, kv_heads, dim, width + 2, torch.float32, "cpu",
+    state = DecodeState(1, batch, kv_heads, dim, width + 2, torch.float32, "cpu",
                          prefix=[(pk, pv)])
     state.set_padding(mask)
     seen = torch.cat([torch.ones(batch, prefix_len, dtype=torch.long), mask], 1)

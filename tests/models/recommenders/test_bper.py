@@ -7,7 +7,7 @@ import torch
 
 from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from rexeval.models.recommenders.bper import BPERPlus
-from tests.models.recommenders.training import (
+from tests.doubles.planted_graph import (
     check_eval_cache,
     planted_graph,
     train_steps,

@@ -1,4 +1,5 @@
-"""EXTRA baseline (seed 002, Table 3): sentence candidates, recurrence, MinHash LSH groups."""
+"""EXTRA baseline (seed 002, Table 3): sentence candidates, recurrence (extra.py), MinHash LSH
+groups (minhash.py)."""
 from __future__ import annotations
 
 import time
@@ -8,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from rexeval.pipelines.cluster import extra as eb
+from rexeval.pipelines.cluster import minhash as mh
 from rexeval.pipelines.core.ids import statement_id
 
 # -- normalisation -------------------------------------------------------
@@ -134,13 +136,13 @@ def test_signatures_equal_datasketch_minhash():
     sets = [{"great toy"}, {"good job", "job great", "great toy"}, {"\u00e9t\u00e9 chaud"},
             {f"w{i} w{i + 1}" for i in range(300)}]
     for num_perm, seed in ((128, 1), (64, 7)):
-        sig = eb.minhash_signatures(sets, num_perm=num_perm, seed=seed, chunk_shingles=50)
+        sig = mh.minhash_signatures(sets, num_perm=num_perm, seed=seed, chunk_shingles=50)
         for row, s in zip(sig, sets):
             m = MinHash(num_perm=num_perm, seed=seed)
             m.update_batch([x.encode("utf-8") for x in s])
             np.testing.assert_array_equal(row, m.hashvalues)
     with pytest.raises(ValueError, match="empty"):
-        eb.minhash_signatures([{"a"}, set()])
+        mh.minhash_signatures([{"a"}, set()])
 
 
 def test_numpy_banding_matches_datasketch_lsh():
@@ -149,11 +151,11 @@ def test_numpy_banding_matches_datasketch_lsh():
     vocab = [f"w{i}" for i in range(40)]
     texts = [" ".join(rng.choice(vocab, 8)) for _ in range(150)]
     texts += [t.rsplit(" ", 1)[0] + " zz" for t in texts[:60]]  # near-duplicates
-    sets = [eb._shingles(eb.words(t), 2, False) for t in texts]
-    sig = eb.minhash_signatures(sets)
+    sets = [mh._shingles(eb.words(t), 2, False) for t in texts]
+    sig = mh.minhash_signatures(sets)
     for threshold in (0.5, 0.8):
-        ours = eb.lsh_candidate_pairs(sig, threshold, index="numpy")
-        theirs = eb.lsh_candidate_pairs(sig, threshold, index="datasketch")
+        ours = mh.lsh_candidate_pairs(sig, threshold, index="numpy")
+        theirs = mh.lsh_candidate_pairs(sig, threshold, index="datasketch")
         assert len(theirs) > 0
         np.testing.assert_array_equal(ours, theirs)
 
@@ -165,20 +167,20 @@ LONG = ("the tuner clips on the headstock and reads every string quickly even in
 def test_one_word_change_merges_at_a_lower_threshold():
     """A long sentence with one word swapped (Jaccard ~0.8) is grouped at 0.7, not 0.9."""
     near = LONG.replace("quickly", "fast")
-    assert eb.minhash_lsh_clusters([LONG, near], threshold=0.9).tolist() == [0, 1]
-    assert eb.minhash_lsh_clusters([LONG, near], threshold=0.7).tolist() == [0, 0]
+    assert mh.minhash_lsh_clusters([LONG, near], threshold=0.9).tolist() == [0, 1]
+    assert mh.minhash_lsh_clusters([LONG, near], threshold=0.7).tolist() == [0, 0]
 
 
 def test_paraphrases_with_other_words_do_not_merge():
     """EXTRA's known limitation: the same opinion in other words is never grouped."""
     texts = ["the product breaks after a few uses", "it fell apart after some months"]
     for threshold in (0.9, 0.5, 0.2):
-        assert eb.minhash_lsh_clusters(texts, threshold=threshold).tolist() == [0, 1]
+        assert mh.minhash_lsh_clusters(texts, threshold=threshold).tolist() == [0, 1]
 
 
 def test_identical_texts_always_share_a_cluster():
     texts = ["great toy", "Great toy!", "good job", "great toy", "great", "great", "", "!!", "!!"]
-    labels = eb.minhash_lsh_clusters(texts)
+    labels = mh.minhash_lsh_clusters(texts)
     assert labels.tolist() == [0, 0, 1, 0, 2, 2, 3, 4, 4]
     assert labels.dtype == np.int64
 
@@ -189,8 +191,8 @@ def test_labels_are_deterministic_and_numbered_by_first_member():
     base = [" ".join(rng.choice(vocab, 10)) for _ in range(80)]
     texts = base + [t.rsplit(" ", 1)[0] + " zz" for t in base[::2]]
     rng.shuffle(texts)
-    a = eb.minhash_lsh_clusters(texts, threshold=0.6, seed=3)
-    b = eb.minhash_lsh_clusters(texts, threshold=0.6, seed=3)
+    a = mh.minhash_lsh_clusters(texts, threshold=0.6, seed=3)
+    b = mh.minhash_lsh_clusters(texts, threshold=0.6, seed=3)
     np.testing.assert_array_equal(a, b)
     _, first = np.unique(a, return_index=True)
     assert a[0] == 0 and np.all(np.diff(first) > 0)
@@ -200,14 +202,14 @@ def test_labels_are_deterministic_and_numbered_by_first_member():
 def test_character_ngrams_catch_spelling_variants():
     """Word bigrams miss a typo in a short sentence; character trigrams do not."""
     texts = ["great sound quality overall", "great sound qualty overall"]
-    assert eb.minhash_lsh_clusters(texts, threshold=0.6).tolist() == [0, 1]
-    assert eb.minhash_lsh_clusters(texts, threshold=0.6, ngram=3,
+    assert mh.minhash_lsh_clusters(texts, threshold=0.6).tolist() == [0, 1]
+    assert mh.minhash_lsh_clusters(texts, threshold=0.6, ngram=3,
                                    char_ngrams=True).tolist() == [0, 0]
 
 
 def test_empty_input():
-    assert eb.minhash_lsh_clusters([]).shape == (0,)
-    assert eb.extra_representatives([], []).shape == (0,)
+    assert mh.minhash_lsh_clusters([]).shape == (0,)
+    assert mh.extra_representatives([], []).shape == (0,)
     table, stats = eb.extra_candidates([])
     assert table.num_rows == 0 and stats["sentences"] == 0 and stats["dropped"] == {}
 
@@ -220,16 +222,16 @@ def test_representative_is_the_most_frequent_member():
              "great strings", "nice strings", "warm tone", "fine tone"]
     labels = np.array([0, 0, 0, 1, 2, 2, 3, 3])
     # ties: the shorter ("nice strings"), then the smaller ("fine tone")
-    assert eb.extra_representatives(labels, texts).tolist() == [1, 3, 5, 7]
+    assert mh.extra_representatives(labels, texts).tolist() == [1, 3, 5, 7]
     counts = [5, 1, 1, 1, 2, 1, 1, 1]
-    assert eb.extra_representatives(labels, texts, counts).tolist() == [0, 3, 4, 7]
+    assert mh.extra_representatives(labels, texts, counts).tolist() == [0, 3, 4, 7]
     with pytest.raises(ValueError, match="0..2"):
-        eb.extra_representatives([0, 2, 2], ["a", "b", "c"])
+        mh.extra_representatives([0, 2, 2], ["a", "b", "c"])
 
 
 def test_cluster_summary_counts_merges_beyond_punctuation():
     texts = ["so far so good", "so far, so good", "so far so good", "good job", "good jobs"]
-    s = eb.cluster_summary([0, 0, 0, 1, 1], texts)
+    s = mh.cluster_summary([0, 0, 0, 1, 1], texts)
     assert s["texts"] == 5 and s["distinct_texts"] == 4
     assert s["distinct_word_sequences"] == 3 and s["clusters"] == 2
     assert s["reduction_pct"] == pytest.approx(100 / 3)
@@ -255,8 +257,8 @@ def test_extra_on_shared_reviews(shared_csv):
     t0 = time.perf_counter()
     table, stats = eb.extra_candidates(reviews, min_count=5)
     texts = table.column("statement").to_pylist()
-    labels = eb.minhash_lsh_clusters(texts)
-    summary = eb.cluster_summary(labels, texts)
+    labels = mh.minhash_lsh_clusters(texts)
+    summary = mh.cluster_summary(labels, texts)
     elapsed = time.perf_counter() - t0
     print(f"\nEXTRA on {shared_csv.name}: {stats}\n{summary}\n{elapsed:.1f} s")
     assert stats["reviews"] == len(df)
@@ -264,5 +266,5 @@ def test_extra_on_shared_reviews(shared_csv):
     assert stats["kept"] > 0 and stats["dropped"]["pronoun"] > 0
     assert "highly recommended" in texts  # frequent and generic
     assert summary["reduction_pct"] < 5.0
-    reps = eb.extra_representatives(labels, texts)
+    reps = mh.extra_representatives(labels, texts)
     assert len(reps) == summary["clusters"]

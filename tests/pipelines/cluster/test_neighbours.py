@@ -5,16 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rexeval.pipelines.cluster.neighbours import (
-    IndexPlan,
-    NeighbourStage,
-    PairResult,
-    build_index,
-    candidate_pairs,
-    choose_index,
-    ivf_join_pairs,
-    search_pairs,
-)
+from rexeval.pipelines.cluster.neighbours import NeighbourStage, PairResult, candidate_pairs, search_pairs
+from rexeval.pipelines.cluster.index import IndexPlan, build_index, choose_index, ivf_join_pairs
 from rexeval.pipelines.core.stage import Resources
 
 
@@ -286,7 +278,7 @@ def test_float64_and_nearly_unit_input_is_accepted():
 
 
 def test_blas_coretype_from_cpu_flags(tmp_path):
-    from rexeval.pipelines.cluster.neighbours import _blas_coretype
+    from rexeval.pipelines.cluster.index import _blas_coretype
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t: fpu sse avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")

@@ -96,7 +96,7 @@ def test_cross_encoder_filter_runs_on_actors(tmp_path):
     ckpt.mkdir()
     out = tmp_path / "out"
     m = run_cluster(ClusterConfig(input=str(src), out=str(out), models={"cross_encoder": str(ckpt)},
-                                  cross_kind="tests.pair_double:NoIntensifierScorer"), progress=lambda _: None)
+                                  cross_kind="tests.doubles.pair_scorer:NoIntensifierScorer"), progress=lambda _: None)
     assert m["pair_filter"].startswith("cross-encoder") and "> 0.9" in m["pair_filter"]
     c = m["counts"]
     assert c["validated_pairs"] < c["candidate_pairs"]

@@ -15,8 +15,8 @@ from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EvaluateConfig
 from rexeval.pipelines.core.inputs import statements_from_annotations
 
-SCRIPTED_NLI = "tests.nli_double:ScriptedNLI"
-LLM = "tests.llm_double:ScriptedLLM"
+SCRIPTED_NLI = "tests.doubles.nli:ScriptedNLI"
+LLM = "tests.doubles.llm:ScriptedLLM"
 
 
 @pytest.fixture(scope="module")

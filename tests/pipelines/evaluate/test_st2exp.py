@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rexeval.pipelines.evaluate.st2exp import score_st2exp, verify
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 
 def verifier(**kw) -> ScriptedLLM:

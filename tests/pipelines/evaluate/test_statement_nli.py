@@ -9,7 +9,7 @@ import pytest
 from rexeval.metrics.statement_level import statement_nli_metrics
 from rexeval.pipelines.extract.ground_truth import statement_sentence
 from rexeval.pipelines.evaluate.statement_nli import nli_pairs, score_statement_nli
-from tests.nli_double import ScriptedNLI
+from tests.doubles.nli import ScriptedNLI
 
 
 def test_pair_layout():

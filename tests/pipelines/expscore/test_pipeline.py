@@ -18,7 +18,7 @@ from rexeval.pipelines.expscore import inputs as ei
 from rexeval.pipelines.expscore import pipeline as ep
 from rexeval.pipelines.expscore import report as er
 from rexeval.pipelines.core.schema import REVIEWS, validate_table
-from tests.expscore_double import HashingEncoder
+from tests.doubles.encoder import HashingEncoder
 
 CSV_COLUMNS = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "overall", "summary",
                "unixReviewTime", "reviewTime"]

@@ -11,7 +11,7 @@ from rexeval.models.llm.base import SamplingParams
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
 from rexeval.pipelines.core.schema import validate_table
 from rexeval.pipelines.extract.statements import TopicMapper
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 GOOD = json.dumps([
     {"statement": "The fabric is thick and warm.", "topic": "material", "sentiment": "positive"},

@@ -17,7 +17,7 @@ from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.core.schema import REVIEWS
 
 ROOT = Path(__file__).resolve().parents[3]
-BACKEND = "tests.llm_double:ScriptedLLM"
+BACKEND = "tests.doubles.llm:ScriptedLLM"
 TRIPLETS = json.dumps([{"statement": "the zipper sticks", "topic": "construction",
                         "sentiment": "negative"}])
 

@@ -12,7 +12,7 @@ from rexeval.pipelines.extract.quality import format_table2, run_quality, sample
 from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS
 
-BACKEND = "tests.llm_double:ScriptedLLM"
+BACKEND = "tests.doubles.llm:ScriptedLLM"
 YES = json.dumps({"explanatory": True, "atomic": True})
 
 

@@ -121,7 +121,8 @@ def test_last_interactions(reviews):
 
 def _read_reviews(path: Path, titles: Path | None = None) -> pd.DataFrame:
     from rexeval.pipelines.ingest.formats import detect_layout
-    from rexeval.pipelines.ingest.parse import join_titles, normalise, parse_chunk, plan_chunks
+    from rexeval.pipelines.ingest.parse import join_titles, normalise, parse_chunk
+    from rexeval.pipelines.ingest.chunks import plan_chunks
     from rexeval.pipelines.ingest.metadata import load_titles
 
     layout = detect_layout(path)

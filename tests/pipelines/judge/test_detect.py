@@ -15,7 +15,7 @@ from rexeval.pipelines.judge.detect import (
     plan_conditions,
 )
 from rexeval.prompts.rubrics import load_rubric
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 _BLOCK = {k: re.compile(rf"<<<{k}\n(.*?)\n{k}>>>", re.DOTALL) for k in ("HISTORY", "ITEM")}
 _RULE = re.compile(r"^\d+\. ([^:\n]+):", re.MULTILINE)

@@ -139,6 +139,6 @@ def test_with_a_tiny_reward_model(tiny_reward):
 
 @pytest.fixture(scope="module")
 def tiny_reward(tmp_path_factory):
-    from tests.models.encoders.conftest import build_tiny_bert
+    from tests.doubles.tiny_encoders import build_tiny_bert
 
     return build_tiny_bert(tmp_path_factory.mktemp("tiny-reward") / "model", 1)

@@ -6,13 +6,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 from rexeval.pipelines.judge.jobs import run_likert, run_pairwise
 from rexeval.pipelines.judge.config import LikertJobConfig, PairwiseJobConfig
 
 SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample"
-SCRIPTED = "tests.llm_double:ScriptedLLM"
+SCRIPTED = "tests.doubles.llm:ScriptedLLM"
 LIKERT = "persuasiveness: 4\ntransparency: 3\naccuracy: 5\nsatisfaction: 2"
 
 

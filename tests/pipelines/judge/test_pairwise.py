@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from rexeval.pipelines.judge.pairwise import PairwiseConfig, defuse, judge_pairwise, order_bias, parse_verdict
-from tests.llm_double import ScriptedLLM
+from tests.doubles.llm import ScriptedLLM
 
 GOOD = "You often buy strings, and these coated ones last longer between changes."
 BAD = "Buy it now!!! Best deal ever, everyone loves it."

@@ -11,7 +11,7 @@ import torch
 from rexeval.models.recommenders.base import Ranker, ranker_class
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, mask_to_candidates
-from tests.star_synthetic import planted_star
+from tests.doubles.planted_star import planted_star
 
 
 class Scripted(Ranker):

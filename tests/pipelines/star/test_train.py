@@ -10,7 +10,7 @@ import pytest
 from rexeval.pipelines.star.pipeline import evaluate_checkpoint, run_train
 from rexeval.pipelines.star.config import EvalSettings, TrainJob
 from rexeval.pipelines.star.train import TrainSettings, run_tune, star_trainable
-from tests.star_synthetic import planted_star
+from tests.doubles.planted_star import planted_star
 
 pytestmark = pytest.mark.slow
 

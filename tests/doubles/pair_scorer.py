@@ -1,6 +1,6 @@
 """A scripted paraphrase pair scorer for tests: no weights, rules on the words.
 
-Plugged in as `cross_kind="tests.pair_double:NoIntensifierScorer"` (the pair-scorer
+Plugged in as `cross_kind="tests.doubles.pair_scorer:NoIntensifierScorer"` (the pair-scorer
 registry accepts package.module:Class), so the cluster job's cross-encoder path runs on
 Ray actors exactly as with a real checkpoint, through PairScorer's own batching.
 """

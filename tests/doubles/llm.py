@@ -12,7 +12,7 @@ Every request is appended to the file named by the `log` option (one JSON line),
 tests count calls across Ray worker processes.
 
 Usable in-process (`ScriptedLLM.make(...)`) or through the real pipeline with
-`backend="tests.llm_double:ScriptedLLM"` and the rules in `backend_options`.
+`backend="tests.doubles.llm:ScriptedLLM"` and the rules in `backend_options`.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ class ScriptedLLM(LLMBackend):
 
     @classmethod
     def make(cls, rules=(), default="[]", model="scripted-model", **options) -> "ScriptedLLM":
-        return cls(BackendSpec(backend="tests.llm_double:ScriptedLLM", model=model,
+        return cls(BackendSpec(backend="tests.doubles.llm:ScriptedLLM", model=model,
                                options={"rules": [list(r) for r in rules], "default": default,
                                         **options}))
 

@@ -1,0 +1,78 @@
+"""The driver every resumable sharded job uses.
+
+A job describes its output (a `ShardedOutput`: folder, settings, tables) and how many
+shards its work has. `ShardedJob` opens the output (a folder holding another
+configuration's output is refused unless the job may overwrite it), works out which
+shards a previous run already finished, runs a stage over the rest on a Ray Data actor
+pool (one task row per shard; the stage writes its shard and returns a small row of
+counts), reports each shard as it finishes, and writes the final manifest. A killed job
+re-run with the same settings therefore does only the missing shards, and its output is
+byte-identical to an uninterrupted run's (`pipelines/core/io.py` says how a shard is
+committed).
+
+    job = ShardedJob(ShardedOutput(out, "extract", config, ["statements", "errors"]), n)
+    if job.complete: ...                        # nothing to do
+    job.say_resumed()                           # "resuming: 3 of 8 shard(s) already done"
+    job.run(stage, workers=cfg.workers, report=lambda row, k, n: f"  shard {row['shard']} done ({k}/{n})")
+    manifest = job.finish(method=cfg.method)    # extra manifest fields
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from rexeval.pipelines.core.io import ShardedOutput
+from rexeval.pipelines.core.stage import Stage, actor_count
+
+Report = Callable[[dict, int, int], str]
+"""(the shard's result row, how many shards of this run are done, how many it has) -> a
+progress line."""
+
+
+def shard_task(shard: int) -> dict:
+    """The default task row: just the shard's number (the stage knows its inputs)."""
+    return {"shard": shard}
+
+
+class ShardedJob:
+    """One resumable job over `shards` shards of `output` (see the module docstring)."""
+
+    def __init__(self, output: ShardedOutput, shards: int, *, overwrite: bool = False,
+                 progress: Callable[[str], None] = print, skip: Collection[int] = ()):
+        """`skip`: shards that need no run here (a later stage of the job has them)."""
+        self.output = output.open(overwrite=overwrite)
+        self.shards = shards
+        self.progress = progress
+        self.done = self.output.done_shards()
+        self.todo = [i for i in range(shards) if i not in self.done and i not in skip]
+
+    @property
+    def complete(self) -> bool:
+        """Every shard is done and the manifest is final: a re-run has nothing to do."""
+        manifest = self.output.read_manifest()
+        return not self.todo and bool(manifest) and manifest.get("status") == "complete"
+
+    def say_resumed(self, label: str = "resuming", unit: str = "shard(s)") -> None:
+        """Report how much an earlier run left done (silent on a fresh start)."""
+        if self.done:
+            self.progress(f"  {label}: {len(self.done)} of {self.shards} {unit} already done")
+
+    def run(self, stage: Stage, task: Callable[[int], dict] = shard_task, *, workers: int | None = None,
+            report: Report | None = None) -> list[dict]:
+        """Run `stage` once per shard still to do, `task(shard)` being its input row, on
+        `actor_count(workers, ...)` actors; report each finished shard and return the
+        result rows in the order they finished."""
+        from rexeval.pipelines.core.runtime import run_tasks
+
+        rows: list[dict] = []
+        if not self.todo:
+            return rows
+        actors = actor_count(workers, len(self.todo), stage.resources)
+        for k, row in enumerate(run_tasks([task(i) for i in self.todo], stage, actors), 1):
+            rows.append(row)
+            if report is not None:
+                self.progress(report(row, k, len(self.todo)))
+        return rows
+
+    def finish(self, **extra) -> dict:
+        """The final manifest: the shards' summed counts and `extra` fields."""
+        return self.output.finish(self.shards, **extra)

@@ -1,0 +1,199 @@
+"""The one trainer: every trained model of rexeval is a Ray Tune trial run by this module.
+
+A capability brings its model, its optimizer, one epoch of training and one validation
+number; `fit_epochs` does the rest the same way for all of them: a checkpoint after every
+epoch holding the model, the optimizer, the sampler's RNG state and the early-stopping
+state (so a trial restored after a crash continues exactly where it stopped and its
+curve equals an uninterrupted run's), a Tune report per epoch, and early stopping after
+`patience` epochs without a better validation value (higher is better).
+
+`build_tuner` makes the experiment around a trainable: the param space (a grid over
+declared settings), ASHA or FIFO scheduling, trial resources (`gpus_per_trial` trains on
+"cuda"; the plan is inspectable on a CPU machine), `Tuner.restore` of an experiment
+folder that holds the same settings, and refusal of one that holds other settings.
+`best_checkpoint` and `trial_table` read the results. Used by `rexeval star train`
+(`pipelines/star/train.py`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Callable, Collection
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "state.pt"
+
+
+def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: torch.Generator, *,
+               epochs: int, patience: int, metric_key: str, train_epoch: Callable[[], float],
+               validate: Callable[[], float], extra_state: dict[str, Any] | None = None,
+               after_epoch: Callable[[int], None] | None = None) -> None:
+    """Train one Tune trial for up to `epochs` epochs (see the module docstring).
+
+    `train_epoch()` runs one epoch (drawing its randomness from `rng`) and returns its
+    mean loss; `validate()` returns the validation value reported as `metric_key` (NaN
+    counts as the worst). `extra_state` is saved in every checkpoint beside the training
+    state (settings the model is rebuilt from). `after_epoch(epoch)` runs after each
+    checkpoint (tests use it to crash a trial).
+    """
+    from ray import tune
+
+    start, best, best_epoch, stale = 0, -math.inf, 0, 0
+    ckpt = tune.get_checkpoint()
+    if ckpt is not None:
+        with ckpt.as_directory() as d:
+            state = torch.load(Path(d) / STATE_FILE, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        rng.set_state(state["rng"])
+        start, best, best_epoch, stale = state["epoch"], state["best"], state["best_epoch"], state["stale"]
+    for epoch in range(start + 1, epochs + 1):
+        t = time.time()
+        loss = train_epoch()
+        val = validate()
+        val = -math.inf if val is None or math.isnan(val) else float(val)
+        if val > best:
+            best, best_epoch, stale = val, epoch, 0
+        else:
+            stale += 1
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.get_state(),
+                        "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
+                        **(extra_state or {})}, Path(d) / STATE_FILE)
+            tune.report({"epoch": epoch, "loss": loss, metric_key: val, "best": best,
+                         "best_epoch": best_epoch, "epoch_s": time.time() - t},
+                        checkpoint=tune.Checkpoint.from_directory(d))
+        if after_epoch is not None:
+            after_epoch(epoch)
+        if stale >= patience:
+            break
+
+
+def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:
+    """The state `fit_epochs` saved in an epoch checkpoint (weights, epoch, extra state)."""
+    return torch.load(Path(checkpoint_dir) / STATE_FILE, weights_only=False, map_location=device)
+
+
+def progress_callback(progress: Callable[[str], None], metric: str, every_s: float = 5.0):
+    """A Tune callback printing one short line per trial result, at most every few
+    seconds (Tune's own tables are turned off)."""
+    from ray.tune import Callback
+
+    class Printer(Callback):
+        def __init__(self):
+            self.last = 0.0
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            if time.time() - self.last < every_s:
+                return
+            self.last = time.time()
+            progress(f"  trial {trial.trial_id}: epoch {result.get('epoch')}, loss "
+                     f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
+                     f" (best {result.get('best', float('nan')):.4f})")
+
+        def on_trial_error(self, iteration, trials, trial, **info):
+            progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
+                     "when the same command is run again")
+
+    return Printer()
+
+
+def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, name: str, *, metric: str,
+                max_epochs: int, sweepable: Collection[str], grid: dict[str, list] | None = None,
+                num_samples: int = 1, asha: bool = True, grace_period: int = 5, cpus_per_trial: float = 1,
+                gpus_per_trial: float = 0, max_concurrent: int | None = None,
+                progress: Callable[[str], None] = print):
+    """The Tuner of `<storage>/<name>` (a new one, or the saved one restored) and the plan
+    it runs: trial resources, the device trials train on, scheduler and param space. The
+    plan is what a GPU cluster would run, so it can be checked on a CPU machine.
+
+    `base` is the trials' config (every setting); `grid` sweeps some of the `sweepable`
+    ones; each trial also gets "threads" (its CPUs) and "device" ("cuda" with a GPU).
+    """
+    import os
+
+    from ray import tune
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    from rexeval.pipelines.core.io import config_hash, write_json_atomic
+
+    # Tune warns when it snapshots often; with a checkpoint per short epoch that is by design.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Our callback prints progress; the legacy reporter at verbose=0 prints nothing else.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    storage = Path(storage).resolve()
+    path = storage / name
+    base = {**base, "threads": max(1, int(cpus_per_trial)), "device": "cuda" if gpus_per_trial else "cpu"}
+    space = dict(base)
+    for key, values in (grid or {}).items():
+        if key not in sweepable:
+            raise ValueError(f"cannot sweep {key!r}: not a training setting ({', '.join(sweepable)})")
+        space[key] = tune.grid_search(list(values))
+    resources = {"cpu": cpus_per_trial, "gpu": gpus_per_trial}
+    fn = tune.with_resources(trainable, resources)
+    grace_period = max(1, min(grace_period, max_epochs))
+    scheduler = (ASHAScheduler(time_attr="epoch", max_t=max_epochs, grace_period=grace_period,
+                               reduction_factor=3) if asha else FIFOScheduler())
+    plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
+            "scheduler": type(scheduler).__name__, "space": space, "path": str(path)}
+    stamp = storage / f"{name}.rexeval.json"
+    want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
+                        "grid": grid or {}, "num_samples": num_samples, "asha": asha,
+                        "grace_period": grace_period})
+    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") != want:
+        raise FileExistsError(f"{path} holds a Tune experiment with other settings; use another --out "
+                              f"folder or delete {path} and {stamp}")
+    if tune.Tuner.can_restore(str(path)):
+        progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
+        plan["restored"] = True
+        return tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space), plan
+    run_config = tune.RunConfig(
+        name=name, storage_path=str(storage), verbose=0,
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
+                                                checkpoint_score_order="max"),
+        failure_config=tune.FailureConfig(max_failures=0),
+        callbacks=[progress_callback(progress, metric)])
+    storage.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(stamp, json.loads(json.dumps({"config_hash": want, "grid": grid or {}, "settings": base},
+                                                   default=str)))
+    plan["restored"] = False
+    tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
+                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
+                                                   num_samples=num_samples,
+                                                   max_concurrent_trials=max_concurrent))
+    return tuner, plan
+
+
+def best_checkpoint(results, metric: str):
+    """(Result, Checkpoint) with the best validation metric over all trials and epochs."""
+    best = None
+    for r in results:
+        if r.metrics_dataframe is None or metric not in r.metrics_dataframe:
+            continue
+        ck = r.get_best_checkpoint(metric, "max") if r.best_checkpoints else None
+        if ck is None:
+            continue
+        score = r.metrics_dataframe[metric].max()
+        if best is None or score > best[0]:
+            best = (score, r, ck)
+    if best is None:
+        raise RuntimeError("no trial reported a checkpoint; see the trial errors above")
+    return best[1], best[2]
+
+
+def trial_table(results, metric: str, keys: list[str]) -> list[dict]:
+    """One row per trial: its varied settings, best validation value, epochs run, status."""
+    rows = []
+    for r in results:
+        df = r.metrics_dataframe
+        rows.append({**{k: r.config.get(k) for k in keys},
+                     "best_" + metric: None if df is None or metric not in df else float(df[metric].max()),
+                     "epochs": None if df is None or "epoch" not in df else int(df["epoch"].max()),
+                     "error": None if r.error is None else type(r.error).__name__,
+                     "path": r.path})
+    return rows
