@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from rexeval import LAYERS  # top first
+
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("ray_jobs", "pipelines", "serve", "metrics", "models", "prompts")  # top first
 RANK = {name: len(LAYERS) - i for i, name in enumerate(LAYERS)}  # prompts 1 ... ray_jobs 6
 ROOT_RANK = 0  # rexeval/*.py: the namespace's own modules
 

@@ -10,8 +10,9 @@ import sys
 import zipfile
 from pathlib import Path
 
+from rexeval import LAYERS
+
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("ray_jobs", "pipelines", "serve", "metrics", "models", "prompts")
 
 
 def _python(code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:

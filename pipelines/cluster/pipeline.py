@@ -255,9 +255,8 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
             "rules": CLUSTER_RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + (["statements"] if stage == "extra" else [])), 1,
                      overwrite=overwrite, progress=progress)
-    if job.complete:
-        progress(f"cluster: {cfg.out} is already complete for these settings")
-        return job.output.read_manifest()
+    if (manifest := job.finished("cluster")) is not None:
+        return manifest
     out = job.output
     work = Path(cfg.out) / "_work"
 

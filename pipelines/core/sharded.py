@@ -11,7 +11,8 @@ byte-identical to an uninterrupted run's (`pipelines/core/io.py` says how a shar
 committed).
 
     job = ShardedJob(ShardedOutput(out, "extract", config, ["statements", "errors"]), n)
-    if job.complete: ...                        # nothing to do
+    if (manifest := job.finished("extract")) is not None:
+        return manifest                         # nothing to do (and it said so)
     job.say_resumed()                           # "resuming: 3 of 8 shard(s) already done"
     job.run(stage, workers=cfg.workers, report=lambda row, k, n: f"  shard {row['shard']} done ({k}/{n})")
     manifest = job.finish(method=cfg.method)    # extra manifest fields
@@ -50,6 +51,22 @@ class ShardedJob:
         """Every shard is done and the manifest is final: a re-run has nothing to do."""
         manifest = self.output.read_manifest()
         return not self.todo and bool(manifest) and manifest.get("status") == "complete"
+
+    def finished(self, job: str) -> dict | None:
+        """The final manifest, saying so, when a re-run has nothing to do; else None."""
+        if not self.complete:
+            return None
+        self.progress(f"{job}: {self.output.root} is already complete for these settings")
+        return self.output.read_manifest()
+
+    def say_chunks(self, label: str, what: str) -> None:
+        """One line before a chunked run: what there is, in how many chunks, how many of
+        them an earlier run did ("already done" when all)."""
+        if not self.todo:
+            self.progress(f"  {label}: already done ({what})")
+        else:
+            self.progress(f"  {label}: {what} in {self.shards} chunk(s)"
+                          + (f", {len(self.done)} already done" if self.done else ""))
 
     def say_resumed(self, label: str = "resuming", unit: str = "shard(s)") -> None:
         """Report how much an earlier run left done (silent on a fresh start)."""

@@ -373,11 +373,8 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: P
     # A family's folder holds derived results only: other settings replace them.
     job = ShardedJob(ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]),
                      n_chunks, overwrite=True, progress=progress)
-    if not job.todo:
-        progress(f"  {cls.name}: already done ({len(rows)} examples)")
-    else:
-        progress(f"  {cls.name}: {len(rows)} examples in {n_chunks} chunk(s)"
-                 + (f", {len(job.done)} already done" if job.done else ""))
+    job.say_chunks(cls.name, f"{len(rows)} examples")
+    if job.todo:
         res = _family_resources(cls, cfg)
         stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output, res)
         # Model families: `workers` actors (each loads the model); the others: as many

@@ -83,9 +83,8 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
             "stage": stage, "rules": RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, conf, TABLES), len(files), overwrite=overwrite,
                      progress=progress)
-    if job.complete:
-        progress(f"ground-truth: {cfg.out} is already complete for these settings")
-        return job.output.read_manifest()
+    if (manifest := job.finished("ground-truth")) is not None:
+        return manifest
     progress(f"ground-truth: {len(files)} shard(s), '{stage}' statements"
              + (" (auto)" if cfg.stage == "auto" else "") + f" -> {cfg.out}")
     job.say_resumed()

@@ -35,9 +35,8 @@ def run_ingest(cfg: IngestConfig, overwrite: bool = False,
     root = Path(cfg.out)
     final = ShardedJob(ShardedOutput(root, "ingest", conf, ["reviews", "errors"]), len(chunks),
                        overwrite=overwrite, progress=progress)
-    if final.complete:
-        progress(f"ingest: {root} is already complete for these settings")
-        return final.output.read_manifest()
+    if (manifest := final.finished("ingest")) is not None:
+        return manifest
     # Chunks are parsed into a staging output first; duplicates are then judged across
     # all chunks and each chunk is committed to the final output.
     parse = ShardedJob(ShardedOutput(root / "_stage" / "parse", "ingest-parse", conf, ["reviews", "errors"]),

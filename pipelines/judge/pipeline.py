@@ -133,11 +133,8 @@ def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], set
     job = ShardedJob(ShardedOutput(root, f"judge:{task}", conf, [*tables, "usage"]), n, overwrite=True,
                      progress=progress)
     write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
-    if not job.todo:
-        progress(f"  {task}: already done ({len(rows)} rows)")
-    else:
-        progress(f"  {task}: {len(rows)} rows in {n} chunk(s)"
-                 + (f", {len(job.done)} already done" if job.done else ""))
+    job.say_chunks(task, f"{len(rows)} rows")
+    if job.todo:
         # A client of the Serve deployment needs little CPU; an in-process model takes
         # the CPUs free now, shared by `workers` actors.
         res = Resources(cpus=0.25) if address != "none" or not spec else worker_resources(cfg, free=True)

@@ -60,9 +60,8 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
     job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"]),
                      1, overwrite=overwrite, progress=progress)
-    if job.complete:
-        progress(f"star build: {cfg.out} is already complete for these settings")
-        return job.output.read_manifest()
+    if (manifest := job.finished("star build")) is not None:
+        return manifest
     out = job.output
     import pyarrow as pa
     import pyarrow.compute as pc
