@@ -9,6 +9,7 @@ from rexeval.ray_jobs.evaluate import evaluate_cmd
 from rexeval.ray_jobs.expscore import expscore_group
 from rexeval.ray_jobs.extract import extract_cmd
 from rexeval.ray_jobs.extract_quality import extract_quality_cmd
+from rexeval.ray_jobs.generate import generate_group
 from rexeval.ray_jobs.ground_truth import ground_truth_cmd
 from rexeval.ray_jobs.info import info_cmd
 from rexeval.ray_jobs.ingest import ingest_cmd
@@ -37,6 +38,7 @@ cli.add_command(ground_truth_cmd)
 cli.add_command(cluster_cmd)
 cli.add_command(cluster_report_cmd)
 cli.add_command(star_group)
+cli.add_command(generate_group)
 cli.add_command(evaluate_cmd)
 cli.add_command(judge_group)
 cli.add_command(meta_evaluate_cmd)

@@ -72,6 +72,17 @@ _LLM_OPTIONS = [
 ]
 
 
+def parse_grid(items: tuple[str, ...]) -> dict[str, list]:
+    """--grid SETTING=V1,V2,... values (each parsed like a --set value)."""
+    out = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"{item!r} must look like SETTING=V1,V2,...", param_hint="--grid")
+        k, v = item.split("=", 1)
+        out[k.strip()] = [parse_backend_options((f"x={x}",))["x"] for x in v.split(",") if x.strip()]
+    return out
+
+
 def llm_options(fn: Callable) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
     (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""

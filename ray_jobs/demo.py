@@ -5,8 +5,9 @@ dataset statistics per domain -> statement extraction with the local LLM (seed 0
 triplets, and seed 002 candidates + verification) on part of the sample -> rule-based
 ground-truth explanations -> paraphrase clustering of the verified statements (seed 002,
 bi-encoder only in the local profile) beside the EXTRA baseline on the sample's
-reviews (Table 3) -> the STAR ranking benchmark (seed 002, Table 1) -> seed 000's
-metrics on the ground truth and a sentiment-flipped copy of it (Tables III-VI).
+reviews (Table 3) -> the STAR ranking benchmark (seed 002, Table 1) -> a small PETER
+trained on the split and decoded on its test reviews -> seed 000's metrics on PETER,
+the ground truth and a sentiment-flipped copy of it (Tables III-VI).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     started = time.time()
     root = Path(out)
     init_ray()
-    steps = 6 if extract_reviews <= 0 else 10
+    steps = 7 if extract_reviews <= 0 else 11
     click.echo(f"[1/{steps}] ingest: the sample (clean) + reviews_noisy.jsonl (broken rows on purpose)")
     ing = run_ingest(IngestConfig(inputs=[str(SAMPLE / "reviews.jsonl"), str(SAMPLE / "reviews_noisy.jsonl")],
                                   meta=[str(SAMPLE / "items.jsonl")], out=str(root / "ingest")),
@@ -84,12 +85,16 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
                         "truth": str(root / "ground_truth")})
         notes.append("SmolLM2-135M exercises the pipeline; its statements are not of paper quality")
     eval_step = steps - 1 if extract_reviews > 0 else steps
-    counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, eval_step - 2, steps))
+    counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, eval_step - 3, steps))
     outputs["clusters"] = str(root / "clusters")
     notes.append("clustering is bi-encoder only: the local profile has no cross-encoder "
                  "(pass --model cross_encoder=/path to `rexeval cluster` for seed 002's filter)")
-    counts.update(_ranking_stages(root, overwrite, eval_step - 1, steps))
+    counts.update(_ranking_stages(root, overwrite, eval_step - 2, steps))
     outputs["ranking"] = str(root / "ranking")
+    counts.update(_generate_stage(root, overwrite, eval_step - 1, steps))
+    outputs["peter"] = str(root / "peter_test")
+    notes.append("PETER here is small (64 dimensions) and trained for a few epochs on ~240 reviews: it "
+                 "exercises training and decoding, its explanations are not of paper quality")
     notes.append("ranking uses the sample's hand-written statements (pipelines/sample/statements.jsonl); "
                  "the ExpGCN run is a short one, not the seed's 500 epochs")
     counts.update(_evaluate_stage(root, overwrite, eval_step, steps, evaluate_examples, nli,
@@ -203,22 +208,53 @@ def _ranking_stages(root: Path, overwrite: bool, step: int, steps: int) -> dict:
             "ranking test": c["test"]}
 
 
+def _flip_inputs(root: Path) -> dict[str, str]:
+    """The sample's rule-built ground truth (from its hand-written statements) and a
+    sentiment-flipped copy (`pipelines.evaluate.inputs.write_flip_benchmark`)."""
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+
+    return write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
+                                root / "evaluation_inputs")
+
+
+def _generate_stage(root: Path, overwrite: bool, step: int, steps: int) -> dict:
+    """A small PETER (seed 000's baseline) trained with Ray Tune on the split, its targets
+    the sample's ground-truth explanations, then decoded on the test reviews."""
+    from rexeval.pipelines.generate.config import RunConfig, TrainJob
+    from rexeval.pipelines.generate.decode import run_generate
+    from rexeval.pipelines.generate.pipeline import run_train
+
+    click.echo(f"[{step}/{steps}] generate: a small PETER trained on the split (ground-truth explanations as "
+               "targets, Ray Tune), then decoded on the test reviews (Ray Data)")
+    paths = _flip_inputs(root)
+    rep = run_train(TrainJob(data=str(root / "split"), truth=paths["references"], model="peter",
+                             out=str(root / "peter"), overwrite=overwrite,
+                             settings={"emsize": 64, "nhid": 128, "epochs": 6, "batch_size": 32}),
+                    progress=click.echo)
+    m = run_generate(RunConfig(checkpoint=str(root / "peter"), out=str(root / "peter_test")),
+                     overwrite=overwrite, progress=click.echo)
+    for row in read_table(root / "peter_test" / "explanations", "explanations").to_pylist()[:2]:
+        click.echo(f"  {row['example_id']}: {row['explanation']}")
+    return {"PETER best epoch": rep["best"]["epoch"], "PETER valid perplexity": f"{rep['best']['val_ppl']:.1f}",
+            "PETER explanations": m["counts"]["out"], "PETER test RMSE": f"{m['rmse']:.3f}"}
+
+
 def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, nli: str | None,
                     llm: bool) -> dict:
-    """Seed 000's metrics on two systems: the sample's ground truth itself and a copy
-    with every sentiment flipped (built by the same rules, so both statement sets are
-    known). The NLI metrics need a checkpoint (--nli); St2Exp asks the local LLM."""
-    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+    """Seed 000's metrics on three systems: PETER, the sample's ground truth itself and a
+    copy with every sentiment flipped (built by the same rules, so both statement sets
+    are known; PETER's statements are not, so the statement-level metrics skip it, saying
+    so). The NLI metrics need a checkpoint (--nli); St2Exp asks the local LLM."""
     from rexeval.pipelines.evaluate.pipeline import run_evaluate
     from rexeval.pipelines.evaluate.config import EvaluateConfig
-    from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.ray_jobs.evaluate import print_report
 
-    click.echo(f"[{step}/{steps}] evaluate: the sample's ground truth and a sentiment-flipped copy "
+    click.echo(f"[{step}/{steps}] evaluate: PETER, the sample's ground truth and a sentiment-flipped copy "
                f"(seed 000 metrics), {n} examples each")
-    paths = write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
-                                 root / "evaluation_inputs")
-    cfg = EvaluateConfig(explanations=[paths["explanations"]], references=paths["references"],
+    paths = _flip_inputs(root)
+    cfg = EvaluateConfig(explanations=[paths["explanations"], str(root / "peter_test")],
+                         references=paths["references"],
                          statements=[paths["statements"]], out=str(root / "evaluation"), limit=n,
                          models={"nli": nli} if nli else {}, skip=[] if llm else ["st2exp"],
                          dataset="sample")

@@ -12,6 +12,7 @@ from rexeval.ray_jobs.common import (
     config_option,
     load_config,
     parse_backend_options,
+    parse_grid,
     summary,
     user_errors,
 )
@@ -140,16 +141,6 @@ def baselines_cmd(data, methods, config_file, **flags):
     summary("star baselines", counts, started, {"results": f"{cfg.out}/results"})
 
 
-def _grid(items: tuple[str, ...]) -> dict[str, list]:
-    out = {}
-    for item in items:
-        if "=" not in item:
-            raise click.BadParameter(f"{item!r} must look like SETTING=V1,V2,...", param_hint="--grid")
-        k, v = item.split("=", 1)
-        out[k.strip()] = [parse_backend_options((f"x={x}",))["x"] for x in v.split(",") if x.strip()]
-    return out
-
-
 @star_group.command("train")
 @click.argument("data", required=False, type=click.Path())
 @click.option("--model", type=click.Choice(["expgcn", "bper+"]), help="Model (default expgcn).")
@@ -202,7 +193,7 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     if model:
         settings["model"] = model
     models = {"statement_encoder": encoder} if encoder else None
-    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=_grid(grids) or None,
+    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
                       models=models, **flags)
     init_ray()
     report = run_train(job, progress=click.echo)

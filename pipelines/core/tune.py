@@ -2,17 +2,18 @@
 
 A capability brings its model, its optimizer, one epoch of training and one validation
 number; `fit_epochs` does the rest the same way for all of them: a checkpoint after every
-epoch holding the model, the optimizer, the sampler's RNG state and the early-stopping
-state (so a trial restored after a crash continues exactly where it stopped and its
+epoch holding the model, the optimizer, the sampler's RNG state, torch's global RNG
+state (dropout draws from it) and the early-stopping state (so a trial restored after a crash continues exactly where it stopped and its
 curve equals an uninterrupted run's), a Tune report per epoch, and early stopping after
-`patience` epochs without a better validation value (higher is better).
+`patience` epochs without a better validation value (higher or lower is better, as the
+capability says: NDCG for the rankers, validation loss for the explanation generators).
 
 `build_tuner` makes the experiment around a trainable: the param space (a grid over
 declared settings), ASHA or FIFO scheduling, trial resources (`gpus_per_trial` trains on
 "cuda"; the plan is inspectable on a CPU machine), `Tuner.restore` of an experiment
 folder that holds the same settings, and refusal of one that holds other settings.
 `best_checkpoint` and `trial_table` read the results. Used by `rexeval star train`
-(`pipelines/star/train.py`).
+(`pipelines/star/train.py`) and `rexeval generate train` (`pipelines/generate/train.py`).
 """
 from __future__ import annotations
 
@@ -31,18 +32,26 @@ STATE_FILE = "state.pt"
 
 def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: torch.Generator, *,
                epochs: int, patience: int, metric_key: str, train_epoch: Callable[[], float],
-               validate: Callable[[], float], extra_state: dict[str, Any] | None = None,
-               after_epoch: Callable[[int], None] | None = None) -> None:
+               validate: Callable[[], float | dict[str, float]], extra_state: dict[str, Any] | None = None,
+               after_epoch: Callable[[int], None] | None = None, mode: str = "max",
+               on_stale: Callable[[], None] | None = None) -> None:
     """Train one Tune trial for up to `epochs` epochs (see the module docstring).
 
     `train_epoch()` runs one epoch (drawing its randomness from `rng`) and returns its
     mean loss; `validate()` returns the validation value reported as `metric_key` (NaN
-    counts as the worst). `extra_state` is saved in every checkpoint beside the training
-    state (settings the model is rebuilt from). `after_epoch(epoch)` runs after each
-    checkpoint (tests use it to crash a trial).
+    counts as the worst), or a dict of values reported together, `metric_key` among
+    them. `mode` says whether higher ("max") or lower ("min", a loss or perplexity) is
+    better. `on_stale()` runs after an epoch that did not improve, before its checkpoint
+    (a learning-rate decay on plateau, as PETER's training does: the optimizer's state,
+    learning rate included, is in the checkpoint). `extra_state` is saved in every
+    checkpoint beside the training state (settings the model is rebuilt from).
+    `after_epoch(epoch)` runs after each checkpoint (tests use it to crash a trial).
     """
     from ray import tune
 
+    if mode not in ("max", "min"):
+        raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
+    sign = 1.0 if mode == "max" else -1.0
     start, best, best_epoch, stale = 0, -math.inf, 0, 0
     ckpt = tune.get_checkpoint()
     if ckpt is not None:
@@ -51,21 +60,33 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         rng.set_state(state["rng"])
+        if "torch_rng" in state:  # dropout and other draws from torch's global generator
+            torch.set_rng_state(state["torch_rng"])
+            if state.get("cuda_rng") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
         start, best, best_epoch, stale = state["epoch"], state["best"], state["best_epoch"], state["stale"]
     for epoch in range(start + 1, epochs + 1):
         t = time.time()
         loss = train_epoch()
-        val = validate()
-        val = -math.inf if val is None or math.isnan(val) else float(val)
+        got = validate()
+        values = dict(got) if isinstance(got, dict) else {metric_key: got}
+        val = values.get(metric_key)
+        # `best` is kept signed (higher is better) so checkpoints of either mode compare alike.
+        val = -math.inf if val is None or math.isnan(val) else sign * float(val)
+        values[metric_key] = sign * val
         if val > best:
             best, best_epoch, stale = val, epoch, 0
         else:
             stale += 1
+            if on_stale is not None:
+                on_stale()
         with tempfile.TemporaryDirectory() as d:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.get_state(),
+                        "torch_rng": torch.get_rng_state(),
+                        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                         "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
                         **(extra_state or {})}, Path(d) / STATE_FILE)
-            tune.report({"epoch": epoch, "loss": loss, metric_key: val, "best": best,
+            tune.report({"epoch": epoch, "loss": loss, **values, "best": sign * best,
                          "best_epoch": best_epoch, "epoch_s": time.time() - t},
                         checkpoint=tune.Checkpoint.from_directory(d))
         if after_epoch is not None:
@@ -105,6 +126,7 @@ def progress_callback(progress: Callable[[str], None], metric: str, every_s: flo
 
 def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, name: str, *, metric: str,
                 max_epochs: int, sweepable: Collection[str], grid: dict[str, list] | None = None,
+                mode: str = "max",
                 num_samples: int = 1, asha: bool = True, grace_period: int = 5, cpus_per_trial: float = 1,
                 gpus_per_trial: float = 0, max_concurrent: int | None = None,
                 progress: Callable[[str], None] = print):
@@ -114,6 +136,7 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
 
     `base` is the trials' config (every setting); `grid` sweeps some of the `sweepable`
     ones; each trial also gets "threads" (its CPUs) and "device" ("cuda" with a GPU).
+    `mode` says whether a higher or lower `metric` is better (as in `fit_epochs`).
     """
     import os
 
@@ -140,7 +163,7 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     scheduler = (ASHAScheduler(time_attr="epoch", max_t=max_epochs, grace_period=grace_period,
                                reduction_factor=3) if asha else FIFOScheduler())
     plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
-            "scheduler": type(scheduler).__name__, "space": space, "path": str(path)}
+            "scheduler": type(scheduler).__name__, "mode": mode, "space": space, "path": str(path)}
     stamp = storage / f"{name}.rexeval.json"
     want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
                         "grid": grid or {}, "num_samples": num_samples, "asha": asha,
@@ -155,7 +178,7 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     run_config = tune.RunConfig(
         name=name, storage_path=str(storage), verbose=0,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
-                                                checkpoint_score_order="max"),
+                                                checkpoint_score_order=mode),
         failure_config=tune.FailureConfig(max_failures=0),
         callbacks=[progress_callback(progress, metric)])
     storage.mkdir(parents=True, exist_ok=True)
@@ -163,22 +186,22 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
                                                    default=str)))
     plan["restored"] = False
     tuner = tune.Tuner(fn, param_space=space, run_config=run_config,
-                       tune_config=tune.TuneConfig(metric=metric, mode="max", scheduler=scheduler,
+                       tune_config=tune.TuneConfig(metric=metric, mode=mode, scheduler=scheduler,
                                                    num_samples=num_samples,
                                                    max_concurrent_trials=max_concurrent))
     return tuner, plan
 
 
-def best_checkpoint(results, metric: str):
+def best_checkpoint(results, metric: str, mode: str = "max"):
     """(Result, Checkpoint) with the best validation metric over all trials and epochs."""
     best = None
     for r in results:
         if r.metrics_dataframe is None or metric not in r.metrics_dataframe:
             continue
-        ck = r.get_best_checkpoint(metric, "max") if r.best_checkpoints else None
+        ck = r.get_best_checkpoint(metric, mode) if r.best_checkpoints else None
         if ck is None:
             continue
-        score = r.metrics_dataframe[metric].max()
+        score = r.metrics_dataframe[metric].max() if mode == "max" else -r.metrics_dataframe[metric].min()
         if best is None or score > best[0]:
             best = (score, r, ck)
     if best is None:
@@ -186,13 +209,14 @@ def best_checkpoint(results, metric: str):
     return best[1], best[2]
 
 
-def trial_table(results, metric: str, keys: list[str]) -> list[dict]:
+def trial_table(results, metric: str, keys: list[str], mode: str = "max") -> list[dict]:
     """One row per trial: its varied settings, best validation value, epochs run, status."""
     rows = []
     for r in results:
         df = r.metrics_dataframe
         rows.append({**{k: r.config.get(k) for k in keys},
-                     "best_" + metric: None if df is None or metric not in df else float(df[metric].max()),
+                     "best_" + metric: None if df is None or metric not in df
+                     else float(df[metric].max() if mode == "max" else df[metric].min()),
                      "epochs": None if df is None or "epoch" not in df else int(df["epoch"].max()),
                      "error": None if r.error is None else type(r.error).__name__,
                      "path": r.path})

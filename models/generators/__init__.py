@@ -1,0 +1,2 @@
+"""Trained explanation generators (seed 000's NRT, Att2Seq, PETER and CER): torch
+modules, their word-level vocabulary, and batched greedy / beam decoding. No Ray here."""

@@ -1,0 +1,53 @@
+"""Settings of the `rexeval generate` jobs: training (a Tune experiment) and decoding."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Target = Literal["explanation", "review"]
+
+
+class TrainJob(BaseModel):
+    """`rexeval generate train`: data preparation and the Tune experiment around the
+    model settings (`pipelines.generate.train.resolve_settings`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    data: str = Field(description="`rexeval split` output (train/, valid/, test/)")
+    out: str
+    model: str = Field("peter", description="nrt, att2seq, peter or cer")
+    target: Target = Field("explanation", description="explanation: the ground-truth explanations "
+                                                      "(seed 000 Tables III-VI); review: the review text (Table VII)")
+    truth: str | None = Field(None, description="`rexeval ground-truth` output (needed for --target explanation)")
+    settings: dict = Field(default_factory=dict, description="hyperparameters over the model's defaults")
+    grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
+    num_samples: int = Field(1, ge=1)
+    asha: bool = True
+    grace_period: int = Field(5, ge=1)
+    cpus_per_trial: float | None = Field(None, gt=0, description="default: all CPUs for one trial, else 1")
+    gpus_per_trial: float = Field(0, ge=0)
+    max_concurrent: int | None = Field(None, ge=1)
+    overwrite: bool = False
+
+    def experiment_name(self) -> str:
+        return f"{self.model}-{self.target}"
+
+
+class RunConfig(BaseModel):
+    """`rexeval generate run`: decode one split with a trained checkpoint."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint: str = Field(description="a `generate train` output folder, or one epoch checkpoint folder in it")
+    out: str
+    split: Literal["train", "valid", "test"] = "test"
+    system: str | None = Field(None, description="system name in the explanations table (default: the model)")
+    beam_size: int = Field(1, ge=1, description="1: greedy decoding; more: beam search")
+    batch_size: int = Field(256, ge=1, description="examples decoded together")
+    shard_size: int = Field(2048, ge=1, description="examples per output shard (resume unit)")
+    max_words: int | None = Field(None, ge=1, description="longest output (default: the training length)")
+    limit: int | None = Field(None, ge=1, description="decode only the first N examples")
+    workers: int | None = Field(None, ge=1, description="decoding actors (each loads the model once)")
+    cpus_per_worker: float | None = Field(None, gt=0)
+    gpus_per_worker: float = Field(0, ge=0)

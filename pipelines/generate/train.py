@@ -1,0 +1,157 @@
+"""Train NRT, Att2Seq, PETER or CER with Ray Tune (seed 000's baselines).
+
+One Tune trial = one model configuration trained on the prepared data
+(`pipelines/generate/data.py`) with teacher forcing:
+- every epoch walks the training examples in a seeded random order, in batches of
+  `batch_size`, steps the model's own optimizer (its paper's: SGD for PETER and CER,
+  RMSprop for Att2Seq, AdaDelta for NRT) with gradient-norm clipping at `clip`;
+- after every epoch the model's objective is averaged over the validation examples
+  (`val_loss`, what selects the best epoch and stops a trial `patience` epochs after its
+  last improvement, as the originals do), with the validation perplexity of the text
+  (`val_ppl`) and the rating RMSE (`val_rmse`) beside it;
+- an epoch that does not improve multiplies the learning rate by `lr_decay` (PETER's and
+  CER's 0.25; 1 = no decay), and the optimizer's state (learning rate included) is in the
+  checkpoint, so a restored trial continues with the same rate.
+The epoch loop, checkpoints (model, optimizer, RNG, early-stopping state), `Tuner.restore`
+and the refusal of other settings are the one trainer's (`pipelines/core/tune.py`),
+shared with the statement rankers.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rexeval.models.generators.base import build_optimizer, generator_class
+from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
+from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
+from rexeval.pipelines.generate.data import GenData
+
+COMMON = {"epochs": 100, "patience": 5, "seed": 0, "select": "loss"}
+"""Settings of every model: seed 000 trains all baselines for 100 epochs; 5 epochs
+without a better validation loss stop a trial (PETER's `endure_times`)."""
+DATA_KEYS = ("vocab_size", "max_words")
+"""Settings the prepared data depends on (one value per experiment: not sweepable)."""
+METRICS = {"loss": "val_loss", "ppl": "val_ppl"}
+
+
+def resolve_settings(model: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Every setting of `model`: its paper's defaults, the common ones, then `given`;
+    an unknown key is refused with the list of known ones."""
+    cls = generator_class(model)
+    known = {**cls.DEFAULTS, **COMMON}
+    unknown = sorted(set(given) - set(known) - {"model"})
+    if unknown:
+        raise ValueError(f"unknown {model} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    if given.get("select", "loss") not in METRICS:
+        raise ValueError(f"select must be one of {', '.join(METRICS)}, got {given['select']!r}")
+    return {**known, **{k: v for k, v in given.items() if k != "model"}, "model": cls.name}
+
+
+def build_model(s: dict[str, Any], data: GenData, device: str = "cpu"):
+    """The generator of a resolved settings dict, sized for `data`, on `device`."""
+    cls = generator_class(s["model"])
+    return cls(data.n_users, data.n_items, len(data.vocab), data.max_words, **cls.model_kwargs(s)).to(device)
+
+
+def train_epoch(model, opt, data: GenData, batch_size: int, clip: float, gen: torch.Generator) -> float:
+    """One teacher-forced pass over the training examples; mean batch loss."""
+    model.train()
+    dev = next(model.parameters()).device
+    total, batches = 0.0, 0
+    for b in data.batches("train", batch_size, gen):
+        loss = model.losses(b.to(dev))["loss"]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        total += float(loss.detach())
+        batches += 1
+    model.eval()
+    return total / max(1, batches)
+
+
+@torch.no_grad()
+def validate(model, data: GenData, batch_size: int, split: str = "valid") -> dict[str, float]:
+    """Mean objective, text perplexity (per target token, EOS included) and rating RMSE."""
+    model.eval()
+    dev = next(model.parameters()).device
+    loss = nll = sq = 0.0
+    n = tokens = 0
+    for b in data.batches(split, batch_size):
+        b = b.to(dev)
+        parts = model.losses(b)
+        k = int((b.tokens[:, 1:] != 0).sum())
+        loss += float(parts["loss"]) * len(b)
+        nll += float(parts["text"]) * k
+        tokens += k
+        n += len(b)
+        if "rating" in parts:
+            sq += float(parts["rating"]) * len(b)
+    if n == 0:
+        return {"val_loss": float("nan"), "val_ppl": float("nan")}
+    out = {"val_loss": loss / n, "val_ppl": math.exp(min(nll / max(tokens, 1), 50.0))}
+    if model.predicts_rating:
+        out["val_rmse"] = math.sqrt(sq / n)
+    return out
+
+
+_DATA_CACHE: dict[str, GenData] = {}
+
+
+def _data(path: str) -> GenData:
+    if path not in _DATA_CACHE:
+        _DATA_CACHE[path] = GenData.load(path)
+    return _DATA_CACHE[path]
+
+
+def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | None = None) -> None:
+    """The Tune function trainable (see the module docstring)."""
+    s = resolve_settings(config["model"], {k: v for k, v in config.items()
+                                           if k not in ("model", "data_path", "threads", "device")})
+    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    device = config.get("device", "cpu")
+    data = _data(config["data_path"])
+    torch.manual_seed(s["seed"])
+    model = build_model(s, data, device)
+    opt = build_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
+    gen = torch.Generator().manual_seed(s["seed"])
+
+    def decay() -> None:
+        for group in opt.param_groups:
+            group["lr"] *= s["lr_decay"]
+
+    fit_epochs(model, opt, gen, epochs=s["epochs"], patience=s["patience"], metric_key=METRICS[s["select"]],
+               train_epoch=lambda: train_epoch(model, opt, data, s["batch_size"], s["clip"], gen),
+               validate=lambda: validate(model, data, s["batch_size"]), mode="min",
+               on_stale=decay if s["lr_decay"] != 1 else None,
+               extra_state={"settings": s, "data": str(data.folder)}, after_epoch=after_epoch)
+
+
+def load_checkpoint_model(checkpoint_dir: str | Path, device: str = "cpu", data: GenData | None = None):
+    """(model, settings, data) rebuilt from an epoch checkpoint of `generator_trainable`."""
+    state = read_checkpoint(checkpoint_dir, device)
+    data = data if data is not None else GenData.load(state["data"])
+    model = build_model(state["settings"], data, device)
+    model.load_state_dict(state["model"])
+    model.eval()
+    return model, state["settings"], data
+
+
+def sweepable(model: str) -> list[str]:
+    """Settings a grid may vary (everything but the data's vocabulary and length)."""
+    return [k for k in {**generator_class(model).DEFAULTS, **COMMON} if k not in DATA_KEYS]
+
+
+def build_tuner(settings: dict[str, Any], data_path: str | Path, storage: str | Path, name: str,
+                grid: dict[str, list] | None = None, trainable: Callable | None = None, **kwargs):
+    """The Tuner of `<storage>/<name>` and its plan (`pipelines.core.tune.build_tuner`)."""
+    base = {**settings, "data_path": str(Path(data_path).resolve())}
+    return core_build_tuner(trainable or generator_trainable, base, storage, name,
+                            metric=METRICS[settings["select"]], mode="min", max_epochs=settings["epochs"],
+                            sweepable=sweepable(settings["model"]), grid=grid, **kwargs)
+

@@ -1,0 +1,165 @@
+"""`rexeval generate train|run` (python -m rexeval.ray_jobs.generate): seed 000's trained
+explanation generators (NRT, Att2Seq, PETER, CER)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from rexeval.pipelines.core.runtime import init_ray
+from rexeval.ray_jobs.common import config_option, load_config, parse_backend_options, parse_grid, summary, user_errors
+
+MODELS = ("nrt", "att2seq", "peter", "cer")
+
+
+@click.group("generate")
+def generate_group():
+    """Explanation generators (seed 000's baselines): train NRT, Att2Seq, PETER or CER on a
+    split with Ray Tune, then decode a split into an explanations table that
+    `rexeval evaluate` and `rexeval judge` read as is.
+
+    Typical run (seed 000, Tables III-VI):
+
+      rexeval split runs/mi/ingest --out runs/mi/split
+
+      rexeval ground-truth runs/mi/triplets --out runs/mi/truth
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model peter --out runs/mi/peter
+
+      rexeval generate run runs/mi/peter --split test --out runs/mi/peter-test
+
+      rexeval evaluate runs/mi/peter-test --references runs/mi/truth --out runs/mi/eval-peter
+    """
+
+
+@generate_group.command("train")
+@click.argument("data", required=False, type=click.Path())
+@click.option("--model", type=click.Choice(MODELS), help="Generator (default peter).")
+@click.option("--target", type=click.Choice(["explanation", "review"]),
+              help="What the model learns to write: the ground-truth explanation of each review "
+                   "(default; needs --truth) or the review text itself (seed 000 Table VII).")
+@click.option("--truth", type=click.Path(exists=True, file_okay=False),
+              help="`rexeval ground-truth` output folder (the explanation targets).")
+@click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
+              help="A setting over the model's defaults, e.g. --set epochs=20 --set emsize=256.")
+@click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
+              help="Grid-search a setting, e.g. --grid lr=1.0,0.5 (ASHA stops weak trials).")
+@click.option("--num-samples", type=int, help="Repeats of the grid (default 1).")
+@click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end.")
+@click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5).")
+@click.option("--cpus-per-trial", type=float, help="CPUs per trial (default: all for a single trial, else 1).")
+@click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters).")
+@click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow).")
+@click.option("--out", "-o", help="Output folder (data/, tune/, best/, train.json).")
+@click.option("--overwrite", is_flag=True, help="Start over instead of restoring the experiment.")
+@click.option("--show-settings", is_flag=True, help="Print the model's settings with their defaults and sources, "
+                                                    "then exit.")
+@config_option
+@user_errors
+def train_cmd(data, sets, grids, config_file, show_settings, **flags):
+    """Train a generator with Ray Tune on a `rexeval split` output.
+
+    Word-level vocabulary (the most frequent training words) and a fixed maximum length,
+    saved with the checkpoint; a checkpoint every epoch; the best epoch by validation
+    loss (--set select=ppl: perplexity); early stopping after `patience` epochs without
+    improvement. Run the same command again after a crash: the experiment is restored
+    and an interrupted trial resumes from its last checkpoint. Other settings into the
+    same --out folder are refused.
+
+    Settings (--set / --grid): each model's own (its paper's best by default; list them
+    with --show-settings, sources in the README's models table) and epochs (default
+    100, as seed 000), patience (5), seed (0), select (loss or ppl). max_words: review targets keep the model's; explanation targets default to the 95th
+    percentile of the training explanations' lengths.
+
+    Examples:
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model peter --out runs/mi/peter
+
+      rexeval generate train runs/mi/split --target review --model nrt --set epochs=20 --out runs/mi/nrt-review
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model cer --grid lr=1.0,0.5 --gpus-per-trial 1 --out runs/mi/cer
+    """
+    from rexeval.pipelines.generate.config import TrainJob
+    from rexeval.pipelines.generate.pipeline import run_train
+
+    started = time.time()
+    settings = parse_backend_options(sets)
+    if show_settings:
+        from rexeval.models.generators.base import generator_class
+        from rexeval.pipelines.generate.train import resolve_settings
+
+        model = flags.get("model") or "peter"
+        for k, v in resolve_settings(model, settings).items():
+            click.echo(f"{k} = {v}")
+        click.echo(f"source: {generator_class(model).SOURCE}")
+        return
+    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
+                      **flags)
+    init_ray()
+    report = run_train(job, progress=click.echo)
+    best = report["best"]
+    counts = {"train examples": report["data"]["train"], "valid examples": report["data"]["valid"],
+              "test examples": report["data"]["test"], "reviews without a target": report["data"]["no_target"],
+              "trials": len(report["trials"]), "trials with errors": report["trial_errors"],
+              "best epoch": best["epoch"], "valid loss": f"{best['val_loss']:.4f}",
+              "valid perplexity": f"{best['val_ppl']:.2f}"}
+    if "val_rmse" in best:
+        counts["valid RMSE"] = f"{best['val_rmse']:.4f}"
+    summary("generate train", counts, started,
+            {"checkpoint": best["checkpoint"], "experiment": report["experiment"],
+             "report": f"{job.out}/train.json", "errors": f"{job.out}/data/errors.parquet"},
+            notes=[f"best settings: {best['config'] or 'single configuration'}"])
+
+
+@generate_group.command("run")
+@click.argument("checkpoint", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--split", type=click.Choice(["train", "valid", "test"]), help="Split to decode (default test).")
+@click.option("--out", "-o", help="Output folder (explanations/, ratings/, errors/, manifest.json).")
+@click.option("--system", help="System name in the explanations table (default: the model's name).")
+@click.option("--beam-size", type=int, help="1: greedy decoding (default); more: beam search.")
+@click.option("--batch-size", type=int, help="Examples decoded together (default 256).")
+@click.option("--max-words", type=int, help="Longest explanation (default: the training length).")
+@click.option("--limit", type=int, help="Decode only the first N examples.")
+@click.option("--workers", type=int, help="Decoding actors; each loads the model once (default: one per CPU).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per actor (default 0).")
+@click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
+@config_option
+@user_errors
+def run_cmd(checkpoint, config_file, overwrite, **flags):
+    """Decode a split with a trained generator, batched, on a Ray Data actor pool.
+
+    CHECKPOINT is a `generate train` output folder (its best/ checkpoint) or one epoch
+    checkpoint folder of its Tune experiment. Writes the explanations table (system =
+    the model, example ids = review ids, joining the ground truth), the predicted ratings
+    with RMSE and MAE for the models that predict them, and an error row for every
+    example of the split without an explanation.
+
+    Examples:
+
+      rexeval generate run runs/mi/peter --split test --out runs/mi/peter-test
+
+      rexeval generate run runs/mi/peter --beam-size 4 --out runs/mi/peter-test-beam
+    """
+    from rexeval.pipelines.generate.config import RunConfig
+    from rexeval.pipelines.generate.decode import run_generate
+
+    started = time.time()
+    cfg = load_config(RunConfig, config_file, checkpoint=checkpoint, **flags)
+    init_ray()
+    manifest = run_generate(cfg, overwrite=overwrite, progress=click.echo)
+    c = manifest["counts"]
+    counts = {"examples": c.get("in", 0), "explanations": c.get("out", 0), "error rows": c.get("errors", 0),
+              "reviews without a target": c.get("no_target", 0)}
+    if "rmse" in manifest:
+        counts.update({"RMSE": f"{manifest['rmse']:.4f}", "MAE": f"{manifest['mae']:.4f}"})
+    summary("generate run", counts, started,
+            {n: f"{cfg.out}/{n}" for n in ("explanations", "ratings", "errors")},
+            notes=[f"`rexeval evaluate {cfg.out} --references <ground-truth folder>` scores them"])
+
+
+def main():  # python -m rexeval.ray_jobs.generate
+    generate_group()
+
+
+if __name__ == "__main__":
+    main()
