@@ -2,10 +2,18 @@
 (user, item, rating) through the decoder's start state and attention."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 from torch import nn
 
-from rexeval.models.generators.base import Batch, Generator, State, register_generator, text_nll
+from rexeval.models.generators.base import (
+    Batch,
+    Generator,
+    State,
+    register_generator,
+    text_nll,
+)
 
 N_RATINGS = 5
 
@@ -32,12 +40,12 @@ class Att2Seq(Generator):
     none; both the hidden and the cell states of each layer come from the attribute
     encoder (the paper speaks of the hidden vectors; we give the cells the same start);
     attention scores are bilinear (attribute . W h); word embeddings have the LSTM's
-    hidden size. The original's learning-rate schedule (a fixed per-epoch decay) is not
-    reproduced; our trainer decays on a validation plateau only (lr_decay 1.0: off).
+    hidden size. No learning-rate schedule of the original is reproduced: our trainer
+    only decays on a validation plateau, and lr_decay 1.0 leaves that off.
     """
 
     uses_rating = True
-    DEFAULTS = {
+    DEFAULTS: ClassVar[dict[str, Any]] = {
         "optimizer": "rmsprop", "lr": 0.002, "lr_decay": 1.0, "weight_decay": 0.0, "clip": 5.0,
         "batch_size": 50, "vocab_size": 20000, "max_words": 15,
         "dim": 64, "hidden": 512, "layers": 2, "dropout": 0.2,

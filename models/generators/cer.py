@@ -2,6 +2,8 @@
 explanation implies agrees with the rating."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 from torch import nn
 
@@ -32,7 +34,7 @@ class CER(PETER):
     decoding and hyperparameters included, is PETER's.
     """
 
-    DEFAULTS = {**PETER.DEFAULTS, "coherence_reg": 1.0}
+    DEFAULTS: ClassVar[dict[str, Any]] = {**PETER.DEFAULTS, "coherence_reg": 1.0}
     SOURCE = (PETER.SOURCE + " CER (Raczynski et al. ECAI 2023) trains with PETER's settings; "
               "coherence_reg 1.0 is our choice (the authors' code weights the term with "
               "rating_reg instead).")

@@ -2,10 +2,18 @@
 and item latent factors."""
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import torch
 from torch import nn
 
-from rexeval.models.generators.base import Batch, Generator, State, register_generator, text_nll
+from rexeval.models.generators.base import (
+    Batch,
+    Generator,
+    State,
+    register_generator,
+    text_nll,
+)
 
 N_RATINGS = 5  # rating levels 1..5, the one-hot the decoder's start state reads
 
@@ -34,7 +42,7 @@ class NRT(Generator):
     """
 
     predicts_rating = True
-    DEFAULTS = {
+    DEFAULTS: ClassVar[dict[str, Any]] = {
         "optimizer": "adadelta", "lr": 1.0, "lr_decay": 1.0, "weight_decay": 1e-4, "clip": 1.0,
         "batch_size": 200, "vocab_size": 20000, "max_words": 20,
         "dim": 300, "hidden": 400, "layers": 1, "rating_layers": 4, "dropout": 0.0, "rating_reg": 1.0,

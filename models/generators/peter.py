@@ -4,11 +4,21 @@ the item position and writes the explanation left to right."""
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
-from rexeval.models.generators.base import BOS, EOS, PAD, Batch, Generator, State, register_generator, text_nll
+from rexeval.models.generators.base import (
+    BOS,
+    EOS,
+    PAD,
+    Batch,
+    Generator,
+    State,
+    register_generator,
+    text_nll,
+)
 
 N_CONTEXT = 2  # user, item
 
@@ -57,7 +67,7 @@ class PETER(Generator):
     """
 
     predicts_rating = True
-    DEFAULTS = {
+    DEFAULTS: ClassVar[dict[str, Any]] = {
         "optimizer": "sgd", "lr": 1.0, "lr_decay": 0.25, "weight_decay": 0.0, "clip": 1.0,
         "batch_size": 128, "vocab_size": 20000, "max_words": 15,
         "emsize": 512, "nhead": 2, "nhid": 2048, "nlayers": 2, "dropout": 0.2,

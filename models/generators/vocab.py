@@ -19,7 +19,9 @@ from pathlib import Path
 from rexeval.models.generators.base import BOS, EOS, PAD, UNK
 
 SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
-_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?|[^\sa-z0-9]")
+# Letters and digits of any script ([^\W_]), so "café" stays one word; every other
+# non-space character is a mark of its own.
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W\d_]+)?|[^\w\s]|_")
 _NO_SPACE_BEFORE = re.compile(r" ([.,!?;:%)\]'’])")
 _NO_SPACE_AFTER = re.compile(r"([(\[$]) ")
 

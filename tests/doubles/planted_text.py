@@ -102,7 +102,7 @@ SMALL = {  # sizes and training budgets for the planted tests (a few seconds on 
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def trained_planted(name: str, seed: int = 0):
     """(model, vocab, train batch, held-out batch, held-out rows): a small `name`
     generator trained on the planted pairs (cached: tests share one per session)."""

@@ -1,0 +1,37 @@
+"""`rexeval generate` as a user runs it: help, settings, train and run on planted data,
+and clear errors."""
+from __future__ import annotations
+
+from click.testing import CliRunner
+
+from rexeval.ray_jobs.cli import cli
+from tests.doubles.planted_split import planted_split
+
+
+def test_help_lists_the_commands_and_show_settings_prints_the_papers_defaults():
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "--help"])
+    assert res.exit_code == 0 and "train" in res.output and "run" in res.output
+    res = runner.invoke(cli, ["generate", "train", "--help"])
+    assert res.exit_code == 0 and "--target" in res.output and "--gpus-per-trial" in res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "peter", "--show-settings", "--set", "emsize=64"])
+    assert res.exit_code == 0, res.output
+    assert "emsize = 64" in res.output and "nhead = 2" in res.output and "source:" in res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "nrt", "--show-settings", "--set", "emsize=64"])
+    assert res.exit_code != 0 and "unknown nrt setting" in res.output
+
+
+def test_train_then_run_through_the_cli(tmp_path, ray_session):
+    split, truth = planted_split(tmp_path)
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "train", str(split), "--truth", str(truth), "--model", "nrt",
+                              "--set", "epochs=2", "--set", "dim=16", "--set", "hidden=32", "--out",
+                              str(tmp_path / "nrt")])
+    assert res.exit_code == 0, res.output
+    assert "best epoch" in res.output and "valid perplexity" in res.output
+    res = runner.invoke(cli, ["generate", "run", str(tmp_path / "nrt"), "--out", str(tmp_path / "gen")])
+    assert res.exit_code == 0, res.output
+    assert "RMSE" in res.output and "reviews without a target" in res.output
+    # Without ground truth, an explanation target is refused with what to do.
+    res = runner.invoke(cli, ["generate", "train", str(split), "--out", str(tmp_path / "x")])
+    assert res.exit_code != 0 and "--truth" in res.output
