@@ -179,6 +179,16 @@ class GenData:
     def max_words(self) -> int:
         return int(self.index["max_words"])
 
+    def fingerprint(self) -> str:
+        """A hash of the vocabulary and the user and item index: a checkpoint decodes only
+        with the data it was trained on."""
+        import hashlib
+
+        h = hashlib.blake2b(digest_size=12)
+        for part in (self.vocab.words, self.index["users"], self.index["items"], [str(self.max_words)]):
+            h.update("\x1f".join(part).encode() + b"\x1e")
+        return h.hexdigest()
+
     def size(self, split: str) -> int:
         return len(self.arrays[split]["user"])
 

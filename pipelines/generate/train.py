@@ -129,13 +129,18 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
                train_epoch=lambda: train_epoch(model, opt, data, s["batch_size"], s["clip"], gen),
                validate=lambda: validate(model, data, s["batch_size"]), mode="min",
                on_stale=decay if s["lr_decay"] != 1 else None,
-               extra_state={"settings": s, "data": str(data.folder)}, after_epoch=after_epoch)
+               extra_state={"settings": s, "data": str(data.folder), "vocab": data.vocab.words,
+                            "fingerprint": data.fingerprint()}, after_epoch=after_epoch)
 
 
 def load_checkpoint_model(checkpoint_dir: str | Path, device: str = "cpu", data: GenData | None = None):
     """(model, settings, data) rebuilt from an epoch checkpoint of `generator_trainable`."""
     state = read_checkpoint(checkpoint_dir, device)
     data = data if data is not None else GenData.load(state["data"])
+    if state.get("fingerprint") not in (None, data.fingerprint()):
+        raise ValueError(f"{data.folder} is not the data {checkpoint_dir} was trained on (its vocabulary or "
+                         "user and item index differ: it was prepared again since); train again, or restore "
+                         "the data folder the checkpoint names")
     model = build_model(state["settings"], data, device)
     model.load_state_dict(state["model"])
     model.eval()

@@ -88,3 +88,15 @@ def test_evaluate_reads_the_output_as_is(trained, tmp_path):
                                       metrics=["overlap"], out=str(tmp_path / "eval"), bootstrap=0),
                        progress=lambda m: None)
     assert rep["counts"]["examples"] > 0 and rep["counts"]["scores"] > 0
+
+
+def test_a_checkpoint_refuses_data_prepared_otherwise(trained, tmp_path):
+    from rexeval.pipelines.generate.data import GenData, prepare
+    from rexeval.pipelines.generate.train import load_checkpoint_model
+
+    model, settings, data = load_checkpoint_model(trained / "peter" / "best")
+    assert settings["model"] == "peter" and data.folder == trained / "peter" / "data"
+    other = GenData.load(prepare(trained / "split", tmp_path, target="review", truth=None, vocab_size=5,
+                                 max_words=4, progress=lambda m: None))
+    with pytest.raises(ValueError, match="not the data"):
+        load_checkpoint_model(trained / "peter" / "best", data=other)
