@@ -83,6 +83,24 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list]:
     return out
 
 
+_TUNE_OPTIONS = [
+    click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
+                 help="Grid-search a setting, e.g. --grid lr=0.01,0.001 (ASHA stops weak trials)."),
+    click.option("--num-samples", type=int, help="Repeats of the grid (default 1)."),
+    click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end."),
+    click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5)."),
+    click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters)."),
+    click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow)."),
+]
+
+
+def tune_options(fn: Callable) -> Callable:
+    """The Ray Tune options every training command takes (the one trainer's)."""
+    for opt in reversed(_TUNE_OPTIONS):
+        fn = opt(fn)
+    return fn
+
+
 def llm_options(fn: Callable) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
     (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""

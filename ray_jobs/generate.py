@@ -7,7 +7,15 @@ import time
 import click
 
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, load_config, parse_backend_options, parse_grid, summary, user_errors
+from rexeval.ray_jobs.common import (
+    config_option,
+    load_config,
+    parse_backend_options,
+    parse_grid,
+    summary,
+    tune_options,
+    user_errors,
+)
 
 MODELS = ("nrt", "att2seq", "peter", "cer")
 
@@ -42,14 +50,8 @@ def generate_group():
               help="`rexeval ground-truth` output folder (the explanation targets).")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A setting over the model's defaults, e.g. --set epochs=20 --set emsize=256.")
-@click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
-              help="Grid-search a setting, e.g. --grid lr=1.0,0.5 (ASHA stops weak trials).")
-@click.option("--num-samples", type=int, help="Repeats of the grid (default 1).")
-@click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end.")
-@click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5).")
+@tune_options
 @click.option("--cpus-per-trial", type=float, help="CPUs per trial (default: all for a single trial, else 1).")
-@click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters).")
-@click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow).")
 @click.option("--out", "-o", help="Output folder (data/, tune/, best/, train.json).")
 @click.option("--overwrite", is_flag=True, help="Start over instead of restoring the experiment.")
 @click.option("--show-settings", is_flag=True, help="Print the model's settings with their defaults and sources, "

@@ -14,6 +14,7 @@ from rexeval.ray_jobs.common import (
     parse_backend_options,
     parse_grid,
     summary,
+    tune_options,
     user_errors,
 )
 
@@ -147,16 +148,10 @@ def baselines_cmd(data, methods, config_file, **flags):
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A training setting, e.g. --set epochs=50 --set dim=64 --set mu=0.7 "
                    "(see the settings list below).")
-@click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
-              help="Grid-search a setting, e.g. --grid lr=0.01,0.001 (ASHA stops weak trials).")
+@tune_options
 @click.option("--sweep", help="Sensitivity sweep of one --grid setting (e.g. mu or layers_us): every "
                               "value is trained fully and evaluated on test; writes a Figure 3-style plot.")
-@click.option("--num-samples", type=int, help="Repeats of the grid (default 1).")
-@click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end.")
-@click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5).")
 @click.option("--cpus-per-trial", type=float, help="CPUs per trial (default 1).")
-@click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters).")
-@click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow).")
 @click.option("--profile", help="Model profile for BPER+'s statement encoder (default local).")
 @click.option("--encoder", help="Statement encoder for BPER+ features (overrides the profile).")
 @click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE,
