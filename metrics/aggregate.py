@@ -20,9 +20,10 @@ AGG_COLUMNS = ("system", "metric", "mean", "std", "n", "n_missing", "ci_low", "c
 
 def bootstrap_ci(values: np.ndarray, confidence: float = 0.95, n_resamples: int = 1000,
                  seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (NaN for fewer than two values or no spread)."""
+    """Percentile bootstrap interval of the mean (NaN for fewer than two values, or when
+    `n_resamples` is 0: no interval asked for)."""
     values = np.asarray(values, dtype=np.float64)
-    if len(values) < 2:
+    if len(values) < 2 or n_resamples < 1:
         return float("nan"), float("nan")
     if np.all(values == values[0]):
         return float(values[0]), float(values[0])

@@ -394,10 +394,7 @@ def aggregate(scores: pa.Table, cfg: EvaluateConfig) -> pd.DataFrame:
     from rexeval.metrics.aggregate import aggregate_scores
 
     df = scores.select(["system", "metric", "value"]).to_pandas()
-    agg = aggregate_scores(df, confidence=cfg.confidence, n_resamples=max(cfg.bootstrap, 1), seed=cfg.seed)
-    if cfg.bootstrap == 0:
-        agg["ci_low"] = np.nan
-        agg["ci_high"] = np.nan
+    agg = aggregate_scores(df, confidence=cfg.confidence, n_resamples=cfg.bootstrap, seed=cfg.seed)
     agg["kind"] = "per_example"
     return agg
 

@@ -54,3 +54,8 @@ def test_table_layout_marks_best_and_worst():
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match="value"):
         aggregate_scores(pd.DataFrame({"system": [], "metric": []}))
+
+
+def test_no_resamples_means_no_interval_and_no_bootstrap_run():
+    low, high = bootstrap_ci(np.array([0.1, 0.5, 0.9]), n_resamples=0)
+    assert math.isnan(low) and math.isnan(high)

@@ -57,7 +57,7 @@ def test_decoded_test_split_reproduces_the_planted_sentences(trained, tmp_path):
     assert again["counts"] == m["counts"]
     beam = run_generate(RunConfig(checkpoint=str(trained / "peter"), out=str(tmp_path / "beam"), beam_size=3),
                         progress=lambda m: None)
-    assert beam["counts"]["in"] == m["counts"]["in"] and beam["beam_size"] == 3
+    assert beam["counts"]["in"] == m["counts"]["in"] and beam["config"]["beam_size"] == 3
     b = read_table(tmp_path / "beam" / "explanations", "explanations").to_pylist()
     assert sum(r["explanation"] == r["reference"] for r in b) >= 0.7 * len(b)
 
