@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
-from rexeval.models.recommenders.expgcn import ExpGCN, normalized_bipartite
+from rexeval.models.recommenders.expgcn import ExpGCN
 from tests.doubles.planted_graph import (
     check_eval_cache,
     planted_graph,
@@ -63,18 +63,6 @@ def randomize(model: ExpGCN, seed: int = 3) -> None:
 
 def build(graph: TrainGraph, **kw) -> ExpGCN:
     return ExpGCN(graph.n_users, graph.n_items, graph.n_statements, graph, **kw)
-
-
-def test_normalized_bipartite_by_hand() -> None:
-    # user 0 has degree 2, user 1 degree 1, statement 0 degree 1, statement 1 degree 2
-    ei, w = normalized_bipartite(np.array([[0, 0, 1], [0, 1, 1]]), 2, 2)
-    got = {(int(a), int(b)): float(x) for a, b, x in zip(ei[0], ei[1], w)}
-    s2 = 1 / np.sqrt(2)
-    want = {(0, 2): s2, (0, 3): 0.5, (1, 3): s2}
-    want.update({(b, a): x for (a, b), x in want.items()})
-    assert got.keys() == want.keys()
-    for k, x in want.items():
-        assert got[k] == pytest.approx(x, rel=1e-6)
 
 
 @pytest.mark.parametrize("sparse", [True, False])
@@ -199,7 +187,7 @@ def test_state_dict_round_trip() -> None:
 def test_to_moves_graph_buffers() -> None:
     model = build(planted_graph(), dim=4).to(torch.device("cpu"))
     buffers = dict(model.named_buffers())
-    assert {f"edge_index_{k}" for k in ("us", "is", "ui")} <= set(buffers)
+    assert {f"props.{k}.edge_index" for k in ("us", "is", "ui")} <= set(buffers)
     assert all(b.device == model.user_emb.device for b in buffers.values())
 
 
