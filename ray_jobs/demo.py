@@ -91,13 +91,14 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
                  "(pass --model cross_encoder=/path to `rexeval cluster` for seed 002's filter)")
     counts.update(_ranking_stages(root, overwrite, eval_step - 2, steps))
     outputs["ranking"] = str(root / "ranking")
-    counts.update(_generate_stage(root, overwrite, eval_step - 1, steps))
+    flip = _flip_inputs(root)  # the evaluation step's references, PETER's targets too
+    counts.update(_generate_stage(root, flip, overwrite, eval_step - 1, steps))
     outputs["peter"] = str(root / "peter_test")
     notes.append("PETER here is small (64 dimensions) and trained for a few epochs on ~240 reviews: it "
                  "exercises training and decoding, its explanations are not of paper quality")
     notes.append("ranking uses the sample's hand-written statements (pipelines/sample/statements.jsonl); "
                  "the ExpGCN run is a short one, not the seed's 500 epochs")
-    counts.update(_evaluate_stage(root, overwrite, eval_step, steps, evaluate_examples, nli,
+    counts.update(_evaluate_stage(root, flip, overwrite, eval_step, steps, evaluate_examples, nli,
                                   llm=extract_reviews > 0))
     outputs["evaluation"] = str(root / "evaluation")
     if extract_reviews > 0:
@@ -218,7 +219,7 @@ def _flip_inputs(root: Path) -> dict[str, str]:
                                 root / "evaluation_inputs")
 
 
-def _generate_stage(root: Path, overwrite: bool, step: int, steps: int) -> dict:
+def _generate_stage(root: Path, paths: dict[str, str], overwrite: bool, step: int, steps: int) -> dict:
     """A small PETER (seed 000's baseline) trained with Ray Tune on the split, its targets
     the sample's ground-truth explanations, then decoded on the test reviews."""
     from rexeval.pipelines.generate.config import RunConfig, TrainJob
@@ -227,7 +228,6 @@ def _generate_stage(root: Path, overwrite: bool, step: int, steps: int) -> dict:
 
     click.echo(f"[{step}/{steps}] generate: a small PETER trained on the split (ground-truth explanations as "
                "targets, Ray Tune), then decoded on the test reviews (Ray Data)")
-    paths = _flip_inputs(root)
     rep = run_train(TrainJob(data=str(root / "split"), truth=paths["references"], model="peter",
                              out=str(root / "peter"), overwrite=overwrite,
                              settings={"emsize": 64, "nhid": 128, "epochs": 6, "batch_size": 32}),
@@ -240,8 +240,8 @@ def _generate_stage(root: Path, overwrite: bool, step: int, steps: int) -> dict:
             "PETER explanations": m["counts"]["out"], "PETER test RMSE": f"{m['rmse']:.3f}"}
 
 
-def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, nli: str | None,
-                    llm: bool) -> dict:
+def _evaluate_stage(root: Path, paths: dict[str, str], overwrite: bool, step: int, steps: int, n: int,
+                    nli: str | None, llm: bool) -> dict:
     """Seed 000's metrics on three systems: PETER, the sample's ground truth itself and a
     copy with every sentiment flipped (built by the same rules, so both statement sets
     are known; PETER's statements are not, so the statement-level metrics skip it, saying
@@ -252,7 +252,6 @@ def _evaluate_stage(root: Path, overwrite: bool, step: int, steps: int, n: int, 
 
     click.echo(f"[{step}/{steps}] evaluate: PETER, the sample's ground truth and a sentiment-flipped copy "
                f"(seed 000 metrics), {n} examples each")
-    paths = _flip_inputs(root)
     cfg = EvaluateConfig(explanations=[paths["explanations"], str(root / "peter_test")],
                          references=paths["references"],
                          statements=[paths["statements"]], out=str(root / "evaluation"), limit=n,

@@ -28,7 +28,8 @@ from rexeval.models.generators.base import beam, greedy
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, cpu_share, use_cpus
+from rexeval.pipelines.core.stage import Resources, Stage, actor_count, cpu_share, use_cpus
+from rexeval.pipelines.core.tune import STATE_FILE, read_checkpoint
 from rexeval.pipelines.generate.config import RunConfig
 from rexeval.pipelines.generate.data import GenData
 
@@ -46,8 +47,6 @@ _RESULT = pa.schema([("shard", pa.int64()), ("in", pa.int64()), ("out", pa.int64
 
 def checkpoint_dir(path: str | Path) -> Path:
     """A `generate train` output folder's best checkpoint, or an epoch checkpoint folder."""
-    from rexeval.pipelines.core.tune import STATE_FILE
-
     p = Path(path)
     for cand in (p / "best", p):
         if (cand / STATE_FILE).exists():
@@ -131,8 +130,6 @@ class DecodeStage(Stage):
 
 def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
     """Decode the split (resuming finished shards) and return the manifest."""
-    from rexeval.pipelines.core.tune import read_checkpoint
-
     t0 = time.time()
     ck = checkpoint_dir(cfg.checkpoint)
     state = read_checkpoint(ck)
@@ -147,7 +144,7 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, config, TABLES), shards, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("generate run")) is not None:
         return manifest
-    workers = cfg.workers or (1 if cfg.gpus_per_worker else min(shards, max(1, int(_cpus()))))
+    workers = actor_count(cfg.workers, shards, Resources(cpus=1, gpus=cfg.gpus_per_worker))
     resources = Resources(cpus=cfg.cpus_per_worker or cpu_share(workers), gpus=cfg.gpus_per_worker)
     how = "greedy" if cfg.beam_size == 1 else f"beam search ({cfg.beam_size} beams)"
     progress(f"generate run: {system} (epoch {state['epoch']}) on {n:,} {cfg.split} examples, {how}, "
@@ -163,7 +160,7 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     missing = missing.filter(pc.starts_with(missing.column("message"), f"{cfg.split} split:"))
     if cfg.limit is None:
         write_parquet_atomic(Path(cfg.out) / "errors" / "no-target.parquet", missing)
-    ratings = job.output.read("ratings") if (Path(cfg.out) / "ratings").is_dir() else RATINGS.empty_table()
+    ratings = read_ratings(cfg.out)
     extra = {"system": system, "split": cfg.split, "seconds": round(time.time() - t0, 2)}
     if ratings.num_rows:
         diff = pc.subtract(ratings.column("predicted_rating").cast(pa.float64()),
@@ -176,11 +173,6 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     return job.output.finish(shards, counts=counts, **extra)
 
 
-def _cpus() -> float:
-    import ray
-
-    return ray.cluster_resources().get("CPU", 1) if ray.is_initialized() else 1.0
-
-
 def read_ratings(folder: str | Path) -> pa.Table:
+    """The predicted ratings of a `generate run` output (empty for models without them)."""
     return read_table(Path(folder) / "ratings", RATINGS)

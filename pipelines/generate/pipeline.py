@@ -11,13 +11,13 @@ Output folder:
 """
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from rexeval.pipelines.core.io import write_json_atomic
+from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import TrainJob
 from rexeval.pipelines.generate.data import GenData, prepare
@@ -30,12 +30,7 @@ def _default_cpus(job: TrainJob) -> float:
     """One trial alone gets every CPU (torch threads); a search gives each trial one."""
     if job.cpus_per_trial:
         return job.cpus_per_trial
-    if job.grid or job.num_samples > 1:
-        return 1
-    import ray
-
-    cpus = ray.cluster_resources().get("CPU") if ray.is_initialized() else os.cpu_count()
-    return float(max(1, int(cpus or 1)))
+    return 1 if job.grid or job.num_samples > 1 else cpu_share(1)
 
 
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rexeval.models.generators.base import build_optimizer, generator_class
+from rexeval.models.generators.base import PAD, build_optimizer, generator_class
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
@@ -85,7 +85,7 @@ def validate(model, data: GenData, batch_size: int, split: str = "valid") -> dic
     for b in data.batches(split, batch_size):
         b = b.to(dev)
         parts = model.losses(b)
-        k = int((b.tokens[:, 1:] != 0).sum())
+        k = int((b.tokens[:, 1:] != PAD).sum())
         loss += float(parts["loss"]) * len(b)
         nll += float(parts["text"]) * k
         tokens += k
