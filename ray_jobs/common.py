@@ -101,9 +101,13 @@ def tune_options(fn: Callable) -> Callable:
     return fn
 
 
-def llm_options(fn: Callable) -> Callable:
+def llm_options(fn: Callable | None = None, *, model_help: str | None = None) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
-    (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict."""
+    (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict.
+    `model_help` replaces the help of --model (a command that also takes other values
+    there says so)."""
+    if fn is None:
+        return functools.partial(llm_options, model_help=model_help)
 
     @functools.wraps(fn)
     def wrapper(*args, profile, models, backend, backend_options, max_retries, workers, cache,
@@ -114,7 +118,10 @@ def llm_options(fn: Callable) -> Callable:
                    use_cache=False if no_cache else None)
         return fn(*args, llm=llm, **kwargs)
 
-    for option in reversed(_LLM_OPTIONS):
+    options = list(_LLM_OPTIONS)
+    if model_help:
+        options[1] = click.option("--model", "models", multiple=True, metavar="NAME|ROLE=REF", help=model_help)
+    for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
 

@@ -1,5 +1,5 @@
 """`rexeval generate train|run` (python -m rexeval.ray_jobs.generate): seed 000's trained
-explanation generators (NRT, Att2Seq, PETER, CER)."""
+explanation generators (NRT, Att2Seq, PETER, CER, PEPLER, XRec)."""
 from __future__ import annotations
 
 import time
@@ -9,6 +9,7 @@ import click
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import (
     config_option,
+    llm_options,
     load_config,
     parse_backend_options,
     parse_grid,
@@ -17,13 +18,24 @@ from rexeval.ray_jobs.common import (
     user_errors,
 )
 
-MODELS = ("nrt", "att2seq", "peter", "cer")
+MODELS = ("nrt", "att2seq", "peter", "cer", "pepler", "xrec")
+
+
+def split_model_flags(values: list | tuple | None) -> tuple[str | None, list[str]]:
+    """--model values: one generator name, and ROLE=REF overrides of the profile."""
+    names = [v for v in values or () if "=" not in v]
+    if len(names) > 1:
+        raise click.BadParameter(f"one generator at a time, got {', '.join(names)}", param_hint="--model")
+    if names and names[0].lower() not in MODELS:
+        raise click.BadParameter(f"unknown generator {names[0]!r}; choose from {', '.join(MODELS)} "
+                                 "(or give ROLE=REF to override a model of the profile)", param_hint="--model")
+    return (names[0].lower() if names else None), [v for v in values or () if "=" in v]
 
 
 @click.group("generate")
 def generate_group():
-    """Explanation generators (seed 000's baselines): train NRT, Att2Seq, PETER or CER on a
-    split with Ray Tune, then decode a split into an explanations table that
+    """Explanation generators (seed 000's baselines): train NRT, Att2Seq, PETER, CER, PEPLER
+    or XRec on a split with Ray Tune, then decode a split into an explanations table that
     `rexeval evaluate` and `rexeval judge` read as is.
 
     Typical run (seed 000, Tables III-VI):
@@ -42,7 +54,6 @@ def generate_group():
 
 @generate_group.command("train")
 @click.argument("data", required=False, type=click.Path())
-@click.option("--model", type=click.Choice(MODELS), help="Generator (default peter).")
 @click.option("--target", type=click.Choice(["explanation", "review"]),
               help="What the model learns to write: the ground-truth explanation of each review "
                    "(default; needs --truth) or the review text itself (seed 000 Table VII).")
@@ -56,9 +67,13 @@ def generate_group():
 @click.option("--overwrite", is_flag=True, help="Start over instead of restoring the experiment.")
 @click.option("--show-settings", is_flag=True, help="Print the model's settings with their defaults and sources, "
                                                     "then exit.")
+@llm_options(model_help="The generator: nrt, att2seq, peter (default), cer, pepler or xrec; and, as ROLE=REF, "
+                        "a model of the profile, e.g. --model pepler --model generator_lm=/models/gpt2, "
+                        "--model xrec --model generator_llm=/models/llama-2-7b-chat --model llm=/models/qwen3-8b "
+                        "(the LLM that writes XRec's profiles).")
 @config_option
 @user_errors
-def train_cmd(data, sets, grids, config_file, show_settings, **flags):
+def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     """Train a generator with Ray Tune on a `rexeval split` output.
 
     Word-level vocabulary (the most frequent training words) and a fixed maximum length,
@@ -80,23 +95,37 @@ def train_cmd(data, sets, grids, config_file, show_settings, **flags):
       rexeval generate train runs/mi/split --target review --model nrt --set epochs=20 --out runs/mi/nrt-review
 
       rexeval generate train runs/mi/split --truth runs/mi/truth --model cer --grid lr=1.0,0.5 --gpus-per-trial 1 --out runs/mi/cer
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model pepler --out runs/mi/pepler
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model xrec --profile paper --gpus-per-trial 1 --out runs/mi/xrec
+
+    PEPLER and XRec run on a pretrained LM of the profile (roles generator_lm and
+    generator_llm: the packaged SmolLM2-135M in `local`, GPT-2 and Llama-2-7b-chat in
+    `paper`); their targets are counted in that LM's tokens. XRec first trains LightGCN
+    (a Tune trial) and has the profile's llm write a profile of every user and item from
+    their training reviews (cached; --backend/--backend-option/--workers as in
+    `rexeval extract`).
     """
     from rexeval.pipelines.generate.config import TrainJob
     from rexeval.pipelines.generate.pipeline import run_train
 
     started = time.time()
     settings = parse_backend_options(sets)
+    model, overrides = split_model_flags(llm.pop("models"))
+    llm["models"] = overrides or None
+    flags["model"] = model
     if show_settings:
         from rexeval.models.generators.base import generator_class
         from rexeval.pipelines.generate.train import resolve_settings
 
-        model = flags.get("model") or "peter"
+        model = model or "peter"
         for k, v in resolve_settings(model, settings).items():
             click.echo(f"{k} = {v}")
         click.echo(f"source: {generator_class(model).SOURCE}")
         return
     job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
-                      **flags)
+                      **flags, **llm)
     init_ray()
     report = run_train(job, progress=click.echo)
     best = report["best"]

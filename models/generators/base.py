@@ -23,6 +23,7 @@ the constructor. No Ray here: the trainer is `pipelines/generate/train.py`.
 from __future__ import annotations
 
 import abc
+import inspect
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,7 +37,8 @@ PAD, BOS, EOS, UNK = 0, 1, 2, 3
 
 GENERATORS: Registry[type] = Registry("generator", normalize=str.lower, modules=(
     "rexeval.models.generators.nrt", "rexeval.models.generators.att2seq",
-    "rexeval.models.generators.peter", "rexeval.models.generators.cer"))
+    "rexeval.models.generators.peter", "rexeval.models.generators.cer", "rexeval.models.generators.pepler",
+    "rexeval.models.generators.xrec"))
 """Trained explanation generators by name; built-in modules load on first look-up."""
 
 register_generator = GENERATORS.register
@@ -80,6 +82,9 @@ class Generator(nn.Module, abc.ABC):
     uses_rating: ClassVar[bool] = False  # conditions on the example's true rating (Att2Seq)
     DEFAULTS: ClassVar[dict[str, Any]] = {}
     SOURCE: ClassVar[str] = ""
+    ROLE: ClassVar[str | None] = None  # profile role of a pretrained backbone (PEPLER, XRec)
+    DATA_KEYS: ClassVar[tuple[str, ...]] = ()  # settings the prepared data depends on (not sweepable)
+    INPUTS: ClassVar[tuple[str, ...]] = ()  # inputs the pipeline prepares beside the text (XRec: collab, profiles)
 
     def __init__(self, n_users: int, n_items: int, vocab_size: int, max_words: int):
         super().__init__()
@@ -88,7 +93,24 @@ class Generator(nn.Module, abc.ABC):
     @classmethod
     def model_kwargs(cls, settings: dict[str, Any]) -> dict[str, Any]:
         """The constructor's hyperparameters out of a full settings dict."""
-        return {k: settings[k] for k in cls.DEFAULTS if k not in TRAIN_KEYS and k in settings}
+        takes = inspect.signature(cls.__init__).parameters
+        return {k: settings[k] for k in cls.DEFAULTS if k not in TRAIN_KEYS and k in settings and k in takes}
+
+    @classmethod
+    def build(cls, data, settings: dict[str, Any]) -> Generator:
+        """The model for prepared `data` (`pipelines.generate.data.GenData`) and settings;
+        a model that needs more of the data than its sizes overrides this."""
+        return cls(data.n_users, data.n_items, len(data.vocab), data.max_words, **cls.model_kwargs(settings))
+
+    @classmethod
+    def n_phases(cls, settings: dict[str, Any]) -> int:
+        """Training phases (PEPLER's sequential tuning has two); the trainer moves to the
+        next one when validation stops improving."""
+        return 1
+
+    def enter_phase(self, phase: int) -> None:
+        """Make the parameters of `phase` trainable (the trainer optimises those with
+        requires_grad); one phase: all of them."""
 
     @abc.abstractmethod
     def losses(self, batch: Batch) -> dict[str, torch.Tensor]:
@@ -215,8 +237,10 @@ def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.0) -> 
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     if name == "adadelta":
         return torch.optim.Adadelta(params, lr=lr, weight_decay=weight_decay)
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=0.95, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}: use sgd, adam, adadelta or rmsprop")
+    raise ValueError(f"unknown optimizer {name!r}: use sgd, adam, adamw, adadelta or rmsprop")

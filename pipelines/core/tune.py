@@ -34,7 +34,8 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
                epochs: int, patience: int, metric_key: str, train_epoch: Callable[[], float],
                validate: Callable[[], float | dict[str, float]], extra_state: dict[str, Any] | None = None,
                after_epoch: Callable[[int], None] | None = None, mode: str = "max",
-               on_stale: Callable[[], None] | None = None) -> None:
+               on_stale: Callable[[], None] | None = None, phases: int = 1,
+               next_phase: Callable[[int], torch.optim.Optimizer] | None = None) -> None:
     """Train one Tune trial for up to `epochs` epochs (see the module docstring).
 
     `train_epoch()` runs one epoch (drawing its randomness from `rng`) and returns its
@@ -46,17 +47,32 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
     learning rate included, is in the checkpoint). `extra_state` is saved in every
     checkpoint beside the training state (settings the model is rebuilt from).
     `after_epoch(epoch)` runs after each checkpoint (tests use it to crash a trial).
+
+    `phases` > 1 trains in phases (PEPLER: prompt vectors only, then everything): when a
+    phase runs out of patience or reaches `epochs` epochs, the trainable parameters of its
+    best epoch are put back (they are kept in memory and in the checkpoints while a next
+    phase is pending: only the phase's trainable ones, so a frozen backbone is not
+    copied), `next_phase(k)` makes phase k's parameters trainable and returns its
+    optimizer, and training goes on with patience counted afresh; the best value is kept
+    across phases, so a later phase must beat the earlier ones. Each phase runs at most
+    `epochs` epochs.
     """
     from ray import tune
 
     if mode not in ("max", "min"):
         raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
     sign = 1.0 if mode == "max" else -1.0
+    if phases > 1 and next_phase is None:
+        raise ValueError("phases > 1 needs next_phase")
     start, best, best_epoch, stale = 0, -math.inf, 0, 0
+    phase, phase_epoch, phase_best = 0, 0, None
     ckpt = tune.get_checkpoint()
     if ckpt is not None:
         with ckpt.as_directory() as d:
             state = torch.load(Path(d) / STATE_FILE, weights_only=False)
+        phase, phase_epoch, phase_best = state.get("phase", 0), state.get("phase_epoch", 0), state.get("phase_best")
+        if phase > 0:
+            optimizer = next_phase(phase)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         rng.set_state(state["rng"])
@@ -65,8 +81,9 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
             if state.get("cuda_rng") is not None and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(state["cuda_rng"])
         start, best, best_epoch, stale = state["epoch"], state["best"], state["best_epoch"], state["stale"]
-    for epoch in range(start + 1, epochs + 1):
+    for epoch in range(start + 1, epochs * phases + 1):
         t = time.time()
+        phase_epoch += 1
         loss = train_epoch()
         got = validate()
         values = dict(got) if isinstance(got, dict) else {metric_key: got}
@@ -76,22 +93,34 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
         values[metric_key] = sign * val
         if val > best:
             best, best_epoch, stale = val, epoch, 0
+            if phase < phases - 1:
+                phase_best = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
         else:
             stale += 1
             if on_stale is not None:
                 on_stale()
+        values["phase"] = phase
+        if phase < phases - 1 and (stale >= patience or phase_epoch >= epochs):
+            if phase_best is not None:  # the phase's best epoch is where the next one starts
+                params = dict(model.named_parameters())
+                with torch.no_grad():
+                    for k, v in phase_best.items():
+                        params[k].copy_(v)
+            phase, phase_epoch, phase_best, stale = phase + 1, 0, None, 0
+            optimizer = next_phase(phase)
         with tempfile.TemporaryDirectory() as d:
             torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rng.get_state(),
                         "torch_rng": torch.get_rng_state(),
                         "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                         "epoch": epoch, "best": best, "best_epoch": best_epoch, "stale": stale,
+                        "phase": phase, "phase_epoch": phase_epoch, "phase_best": phase_best,
                         **(extra_state or {})}, Path(d) / STATE_FILE)
             tune.report({"epoch": epoch, "loss": loss, **values, "best": sign * best,
                          "best_epoch": best_epoch, "epoch_s": time.time() - t},
                         checkpoint=tune.Checkpoint.from_directory(d))
         if after_epoch is not None:
             after_epoch(epoch)
-        if stale >= patience:
+        if stale >= patience or (phase == phases - 1 and phase_epoch >= epochs):
             break
 
 

@@ -5,18 +5,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+
 Target = Literal["explanation", "review"]
 
 
-class TrainJob(BaseModel):
+class TrainJob(LLMJobSettings):
     """`rexeval generate train`: data preparation and the Tune experiment around the
-    model settings (`pipelines.generate.train.resolve_settings`)."""
+    model settings (`pipelines.generate.train.resolve_settings`). The LLM settings
+    (profile, model overrides, backend, cache) choose PEPLER's and XRec's backbones
+    (roles generator_lm, generator_llm) and the LLM that writes XRec's profiles (llm)."""
 
     model_config = ConfigDict(extra="forbid")
 
     data: str = Field(description="`rexeval split` output (train/, valid/, test/)")
     out: str
-    model: str = Field("peter", description="nrt, att2seq, peter or cer")
+    model: str = Field("peter", description="nrt, att2seq, peter, cer, pepler or xrec")
     target: Target = Field("explanation", description="explanation: the ground-truth explanations "
                                                       "(seed 000 Tables III-VI); review: the review text (Table VII)")
     truth: str | None = Field(None, description="`rexeval ground-truth` output (needed for --target explanation)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +29,14 @@ import pyarrow as pa
 import torch
 
 from rexeval.models.generators.base import PAD, Batch
+from rexeval.models.generators.lm import LMTokens
 from rexeval.models.generators.vocab import Vocabulary, tokenize
 from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES, error_rows
 
 STAGE = "generate-data"
+EXTRAS = "extras.npz"
+"""Model-specific arrays beside the examples (XRec: collaborative embeddings, profile tokens)."""
 EXPLANATION_MAX_WORDS_QUANTILE = 0.95
 EXAMPLES = pa.schema([
     pa.field("example_id", pa.string(), nullable=False),
@@ -62,26 +65,33 @@ def _targets(split_dir: Path, target: str, truth: str | None) -> tuple[dict[str,
     return splits, dict(zip(expl.column("example_id").to_pylist(), expl.column("explanation").to_pylist()))
 
 
-def default_max_words(texts: list[str], quantile: float = EXPLANATION_MAX_WORDS_QUANTILE) -> int:
+def default_max_words(texts: list[str], quantile: float = EXPLANATION_MAX_WORDS_QUANTILE,
+                      length: Callable[[str], int] | None = None) -> int:
     """The fixed length for long targets: the `quantile` of training target lengths in
-    words (seed 000's explanations run to several clauses; the originals' 15-20 words
-    would cut most of them)."""
-    lengths = [len(tokenize(t)) for t in texts]
+    words, or in LM tokens for `length` (seed 000's explanations run to several clauses;
+    the originals' 15-20 words would cut most of them)."""
+    length = length or (lambda t: len(tokenize(t)))
+    lengths = [length(t) for t in texts]
     return max(1, int(np.ceil(np.quantile(lengths, quantile)))) if lengths else 1
 
 
 def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | None, vocab_size: int,
-            max_words: int | None, progress: Callable[[str], None] = print) -> Path:
+            max_words: int | None, tokenizer: str | None = None, progress: Callable[[str], None] = print) -> Path:
     """Write (or reuse) `<out>/data` for these settings; return its path.
 
     `max_words=None`: the model's original length for review targets is passed in by the
     caller; for explanation targets None means `default_max_words` of the training targets.
+    `tokenizer`: a pretrained LM's folder for the models built on one (PEPLER, XRec):
+    targets are that LM's tokens (`models.generators.lm.LMTokens`), lengths count them and
+    `vocab_size` is not used; None: the word vocabulary of the from-scratch models.
     """
     split_dir = Path(split)
     folder = Path(out) / "data"
     settings = {"split": str(split_dir.resolve()), "target": target,
                 "truth": str(Path(truth).resolve()) if truth else None, "vocab_size": vocab_size,
                 "max_words": max_words}
+    if tokenizer:  # (absent for word vocabularies, so folders prepared before stay valid)
+        settings["tokenizer"] = tokenizer
     want = config_hash(settings)
     index_path = folder / "index.json"
     if index_path.exists():
@@ -111,9 +121,10 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     users = sorted({r["user_id"] for rs in rows.values() for r in rs})
     items = sorted({r["item_id"] for rs in rows.values() for r in rs})
     train_texts = [r["target"] for r in rows["train"]]
+    vocab = LMTokens(tokenizer) if tokenizer else Vocabulary.build(train_texts, vocab_size)
+    length = vocab.length if tokenizer else (lambda t: len(tokenize(t)))
     if max_words is None:
-        max_words = default_max_words(train_texts)
-    vocab = Vocabulary.build(train_texts, vocab_size)
+        max_words = default_max_words(train_texts, length=length)
     folder.mkdir(parents=True, exist_ok=True)
     vocab.save(folder / "vocab.json")
     u_index = {u: i for i, u in enumerate(users)}
@@ -125,7 +136,7 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
         for k, r in enumerate(rs):
             ids = vocab.encode(r["target"], max_words)
             tokens[k, :len(ids)] = ids
-            cut += len(tokenize(r["target"])) > max_words
+            cut += length(r["target"]) > max_words
         np.savez(folder / f"{name}.npz", user=np.array([u_index[r["user_id"]] for r in rs], dtype=np.int64),
                  item=np.array([i_index[r["item_id"]] for r in rs], dtype=np.int64),
                  rating=np.array([r["rating"] for r in rs], dtype=np.float32), tokens=tokens)
@@ -138,9 +149,11 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     write_parquet_atomic(folder / "errors.parquet", error_rows(STAGE, errors))
     write_json_atomic(index_path, {"config_hash": want, "settings": settings, "users": users, "items": items,
                                    "target": target, "max_words": max_words, "vocab_size": len(vocab),
+                                   "tokenizer": tokenizer,
                                    "counts": counts})
+    unit = "LM tokens" if tokenizer else "words"
     progress(f"  data: {counts['train']:,} train / {counts['valid']:,} valid / {counts['test']:,} test examples, "
-             f"{len(users):,} users, {len(items):,} items, {len(vocab):,} words, targets cut at {max_words} words "
+             f"{len(users):,} users, {len(items):,} items, {len(vocab):,} {unit}, targets cut at {max_words} {unit} "
              f"({counts['train_cut']:,} training targets were longer); {len(errors):,} review(s) without a "
              "target (errors.parquet)")
     return folder
@@ -151,9 +164,10 @@ class GenData:
     """The prepared arrays of one folder (see the module docstring)."""
 
     folder: Path
-    vocab: Vocabulary
+    vocab: Vocabulary | LMTokens
     index: dict
     arrays: dict[str, dict[str, np.ndarray]]
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def load(cls, folder: str | Path) -> GenData:
@@ -164,8 +178,13 @@ class GenData:
         for name in SPLIT_NAMES:
             with np.load(folder / f"{name}.npz") as z:
                 arrays[name] = {k: z[k] for k in z.files}
-        return cls(folder, Vocabulary.load(folder / "vocab.json"), json.loads((folder / "index.json").read_text()),
-                   arrays)
+        index = json.loads((folder / "index.json").read_text())
+        vocab = LMTokens.load(folder / "vocab.json") if index.get("tokenizer") else Vocabulary.load(folder / "vocab.json")
+        extras = {}
+        if (folder / EXTRAS).exists():
+            with np.load(folder / EXTRAS) as z:
+                extras = {k: z[k] for k in z.files}
+        return cls(folder, vocab, index, arrays, extras)
 
     @property
     def n_users(self) -> int:
@@ -187,6 +206,8 @@ class GenData:
         h = hashlib.blake2b(digest_size=12)
         for part in (self.vocab.words, self.index["users"], self.index["items"], [str(self.max_words)]):
             h.update("\x1f".join(part).encode() + b"\x1e")
+        for key in sorted(self.extras):  # XRec's embeddings and profiles are part of its input
+            h.update(key.encode() + np.ascontiguousarray(self.extras[key]).tobytes())
         return h.hexdigest()
 
     def size(self, split: str) -> int:

@@ -92,32 +92,49 @@ class DecodeStage(Stage):
             r = self.model.predict_rating(b.user, b.item)
         return [self.data.vocab.decode(x) for x in ids], (None if r is None else r.float().cpu().tolist())
 
+    def batches(self, start: int, n: int) -> list[list[int]]:
+        """The shard's rows (0..n-1) in decoding batches. Models with prompts of different
+        lengths (XRec's profiles) get their rows sorted by prompt length first, so a batch
+        holds prompts of one shape or nearly (the rest is left-padded and masked)."""
+        order = list(range(n))
+        lengths = getattr(self.model, "prompt_lengths", None)
+        if lengths is not None and n:
+            b = self.data.batch(self.split, [start + k for k in order])
+            size = lengths(b.user, b.item)
+            order.sort(key=lambda k: size[k])
+        return [order[k:k + self.decode_batch] for k in range(0, n, self.decode_batch)]
+
     def build(self, shard: int) -> dict:
         end = self.examples.num_rows if self.limit is None else min(self.limit, self.examples.num_rows)
         start, stop = shard * self.shard_size, min((shard + 1) * self.shard_size, end)
         ex = self.examples.slice(start, stop - start).to_pylist()
-        out, rated, errors = [], [], []
-        for k in range(0, len(ex), self.decode_batch):
-            part = ex[k:k + self.decode_batch]
-            rows = list(range(start + k, start + k + len(part)))
+        done: dict[int, tuple[str, float | None] | Exception] = {}
+        for part in self.batches(start, len(ex)):
             try:
-                texts, ratings = self.decode(rows)
+                texts, ratings = self.decode([start + k for k in part])
             except Exception as exc:  # noqa: BLE001 - a failed batch becomes error rows, the job goes on
-                errors += [{"row_id": e["example_id"], "error_type": "decode_failed",
-                            "message": f"{self.split} example {e['example_id']}: decoding failed: "
-                                       f"{type(exc).__name__}: {exc}"} for e in part]
+                done.update({k: exc for k in part})
                 continue
-            for i, (e, text) in enumerate(zip(part, texts)):
-                if ratings is not None:
-                    rated.append({"example_id": e["example_id"], "system": self.system, "rating": e["rating"],
-                                  "predicted_rating": ratings[i]})
-                if not text.strip():
-                    errors.append({"row_id": e["example_id"], "error_type": "empty_output",
-                                   "message": f"{self.split} example {e['example_id']}: the model generated "
-                                              "no word (EOS first)"})
-                    continue
-                out.append({"example_id": e["example_id"], "system": self.system, "user_id": e["user_id"],
-                            "item_id": e["item_id"], "explanation": text, "reference": e["reference"]})
+            done.update({k: (t, None if ratings is None else ratings[j]) for j, (k, t) in enumerate(zip(part, texts))})
+        out, rated, errors = [], [], []
+        for k, e in enumerate(ex):  # in the split's order, whatever order the batches ran in
+            got = done[k]
+            if isinstance(got, Exception):
+                errors.append({"row_id": e["example_id"], "error_type": "decode_failed",
+                               "message": f"{self.split} example {e['example_id']}: decoding failed: "
+                                          f"{type(got).__name__}: {got}"})
+                continue
+            text, rating = got
+            if rating is not None:
+                rated.append({"example_id": e["example_id"], "system": self.system, "rating": e["rating"],
+                              "predicted_rating": rating})
+            if not text.strip():
+                errors.append({"row_id": e["example_id"], "error_type": "empty_output",
+                               "message": f"{self.split} example {e['example_id']}: the model generated "
+                                          "no word (EOS first)"})
+                continue
+            out.append({"example_id": e["example_id"], "system": self.system, "user_id": e["user_id"],
+                        "item_id": e["item_id"], "explanation": text, "reference": e["reference"]})
         sq = sum((r["predicted_rating"] - r["rating"]) ** 2 for r in rated)
         ab = sum(abs(r["predicted_rating"] - r["rating"]) for r in rated)
         counts = {"in": len(ex), "out": len(out), "errors": len(errors)}

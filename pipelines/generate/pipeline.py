@@ -1,6 +1,13 @@
 """The `generate train` driver: prepare the data, run (or restore) the Tune experiment,
 keep the best epoch's checkpoint where `generate run` finds it.
 
+PEPLER and XRec get their backbone from the profile (roles generator_lm and
+generator_llm, or `--model ROLE=PATH`), and their targets are tokenised by it. XRec's
+inputs are prepared first, each resumable on its own: LightGCN is trained as a Tune trial
+(`tune/lightgcn/`, `pipelines/generate/collab.py`), the user and item profiles are
+written by the profile's `llm` (`profiles/`, `pipelines/generate/profiles.py`), and both
+are put beside the examples as `data/extras.npz`.
+
 Output folder:
 - `data/` (the prepared arrays, vocabulary and errors; `pipelines/generate/data.py`);
 - `tune/<model>-<target>/` the Tune experiment (a re-run restores it: finished trials are
@@ -16,12 +23,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rexeval.pipelines.core.io import write_json_atomic
+import json
+
+import numpy as np
+
+from rexeval.models.generators.base import generator_class
+from rexeval.models.generators.lm import encode_plain
+from rexeval.models.profiles import load_profile
+from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic
+from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import TrainJob
-from rexeval.pipelines.generate.data import GenData, prepare
+from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare
 from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings, sweepable
+
+NO_PROFILE = "(no profile: no training review)"
 
 BEST = "best"
 
@@ -48,8 +66,14 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     # Review targets keep the original models' length; long explanation targets get one
     # from their own lengths unless --set max_words says otherwise.
     max_words = job.settings.get("max_words", s["max_words"] if job.target == "review" else None)
+    cls = generator_class(s["model"])
+    if cls.ROLE and not s.get("lm"):
+        s["lm"] = backbone(job, cls.ROLE)
+        progress(f"  backbone ({cls.ROLE}): {s['lm']}")
     folder = prepare(job.data, out, target=job.target, truth=job.truth, vocab_size=s["vocab_size"],
-                     max_words=max_words, progress=progress)
+                     max_words=max_words, tokenizer=s["lm"] if cls.ROLE else None, progress=progress)
+    if cls.INPUTS:
+        prepare_inputs(job, s, folder, progress)
     data = GenData.load(folder)
     if data.size("valid") == 0:
         raise ValueError(f"{job.data} has no validation examples with a target: the best epoch is chosen "
@@ -90,3 +114,62 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
               "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
     write_json_atomic(out / "train.json", report)
     return report
+
+
+def backbone(job: TrainJob, role: str) -> str:
+    """Where the profile's (or the `--model ROLE=...` override's) pretrained LM is."""
+    return load_profile(job.profile, job.models).resolve(role).location
+
+
+def llm_settings(job: TrainJob) -> LLMJobSettings:
+    return LLMJobSettings(**{k: getattr(job, k) for k in LLMJobSettings.model_fields})
+
+
+def prepare_inputs(job: TrainJob, s: dict, folder: Path, progress: Callable[[str], None] = print) -> None:
+    """XRec's inputs beside the examples (see the module docstring): `data/extras.npz`
+    holds the LightGCN user and item embeddings and the profiles' LM token ids (a title
+    line first for items that have one), each profile cut to `profile_tokens`."""
+    from rexeval.pipelines.generate.collab import train_collab
+    from rexeval.pipelines.generate.profiles import read_profiles, write_profiles
+
+    out = Path(job.out)
+    data = GenData.load(folder)
+    cls = generator_class(s["model"])
+    stamp = folder / "extras.json"
+    profiles = write_profiles(job.data, out / "profiles", llm_settings(job).with_resolved_cache(),
+                              max_reviews=s["profile_reviews"], max_tokens=s["profile_length"], progress=progress)
+    want = config_hash({"keys": {k: s[k] for k in cls.DATA_KEYS}, "profiles": profiles.get("config_hash")})
+    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") == want and (folder / EXTRAS).exists():
+        return
+    users, items = train_collab(folder, s, out / "tune", cpus=_default_cpus(job), gpus=job.gpus_per_trial,
+                                progress=progress)
+    texts = read_profiles(out / "profiles")
+    titles: dict[str, str] = {}
+    for name in SPLIT_NAMES:
+        t = read_table(Path(job.data) / name, "reviews").select(["item_id", "item_title"]).to_pylist()
+        for r in t:
+            if r["item_title"] and r["item_id"] not in titles:
+                titles[r["item_id"]] = r["item_title"]
+    tok = data.vocab.tokenizer
+    cap = int(s["profile_tokens"])
+
+    def ids(text: str) -> list[int]:
+        return encode_plain(tok, " ".join(text.split()))[:cap]
+
+    user_text = [ids(texts.get(("user", u)) or NO_PROFILE) for u in data.index["users"]]
+    item_text = [ids((f"{titles[i]}. " if i in titles else "") + (texts.get(("item", i)) or NO_PROFILE))
+                 for i in data.index["items"]]
+    missing = sum(("user", u) not in texts for u in data.index["users"]) + sum(
+        ("item", i) not in texts for i in data.index["items"])
+
+    def flat(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+        offsets = np.cumsum([0] + [len(r) for r in rows]).astype(np.int64)
+        return np.array([t for r in rows for t in r], dtype=np.int64), offsets
+
+    ut, uo = flat(user_text)
+    it, io = flat(item_text)
+    np.savez(folder / EXTRAS, collab_user=users, collab_item=items, user_text=ut, user_text_offsets=uo,
+             item_text=it, item_text_offsets=io)
+    write_json_atomic(stamp, {"config_hash": want, "profiles": str(out / "profiles"), "without_profile": missing})
+    progress(f"  XRec inputs: LightGCN embeddings of {len(users):,} users and {len(items):,} items, profiles "
+             f"({missing:,} user(s)/item(s) without one: {NO_PROFILE!r} stands in)")

@@ -1,4 +1,4 @@
-"""Train NRT, Att2Seq, PETER or CER with Ray Tune (seed 000's baselines).
+"""Train seed 000's explanation generators with Ray Tune (NRT, Att2Seq, PETER, CER, PEPLER, XRec).
 
 One Tune trial = one model configuration trained on the prepared data
 (`pipelines/generate/data.py`) with teacher forcing:
@@ -11,7 +11,11 @@ One Tune trial = one model configuration trained on the prepared data
   (`val_ppl`) and the rating RMSE (`val_rmse`) beside it;
 - an epoch that does not improve multiplies the learning rate by `lr_decay` (PETER's and
   CER's 0.25; 1 = no decay), and the optimizer's state (learning rate included) is in the
-  checkpoint, so a restored trial continues with the same rate.
+  checkpoint, so a restored trial continues with the same rate;
+- the optimizer sees only the parameters the model's current phase trains (a frozen
+  backbone's are left out); a model with phases (PEPLER's sequential tuning) moves to
+  the next when one stops improving (`fit_epochs(phases=...)`), with a new optimizer;
+- on a GPU an LM backbone with dtype "auto" is loaded in bfloat16.
 The epoch loop, checkpoints (model, optimizer, RNG, early-stopping state), `Tuner.restore`
 and the refusal of other settings are the one trainer's (`pipelines/core/tune.py`),
 shared with the statement rankers.
@@ -42,7 +46,7 @@ def resolve_settings(model: str, given: dict[str, Any]) -> dict[str, Any]:
     """Every setting of `model`: its paper's defaults, the common ones, then `given`;
     an unknown key is refused with the list of known ones."""
     cls = generator_class(model)
-    known = {**cls.DEFAULTS, **COMMON}
+    known = {**COMMON, **cls.DEFAULTS}  # a model may change a common default (XRec: 1 epoch)
     unknown = sorted(set(given) - set(known) - {"model"})
     if unknown:
         raise ValueError(f"unknown {model} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
@@ -54,7 +58,13 @@ def resolve_settings(model: str, given: dict[str, Any]) -> dict[str, Any]:
 def build_model(s: dict[str, Any], data: GenData, device: str = "cpu"):
     """The generator of a resolved settings dict, sized for `data`, on `device`."""
     cls = generator_class(s["model"])
-    return cls(data.n_users, data.n_items, len(data.vocab), data.max_words, **cls.model_kwargs(s)).to(device)
+    if s.get("dtype") == "auto" and torch.device(device).type == "cuda":
+        s = {**s, "dtype": "bfloat16"}
+    return cls.build(data, s).to(device)
+
+
+def trainable_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for p in model.parameters() if p.requires_grad]
 
 
 def train_epoch(model, opt, data: GenData, batch_size: int, clip: float, gen: torch.Generator) -> float:
@@ -118,17 +128,25 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
     data = _data(config["data_path"])
     torch.manual_seed(s["seed"])
     model = build_model(s, data, device)
-    opt = build_optimizer(s["optimizer"], model.parameters(), s["lr"], s["weight_decay"])
+    opts: list[torch.optim.Optimizer] = []
+
+    def optimizer_for(phase: int) -> torch.optim.Optimizer:
+        model.enter_phase(phase)
+        opts[:] = [build_optimizer(s["optimizer"], trainable_parameters(model), s["lr"], s["weight_decay"])]
+        return opts[0]
+
+    optimizer_for(0)
     gen = torch.Generator().manual_seed(s["seed"])
 
     def decay() -> None:
-        for group in opt.param_groups:
+        for group in opts[0].param_groups:
             group["lr"] *= s["lr_decay"]
 
-    fit_epochs(model, opt, gen, epochs=s["epochs"], patience=s["patience"], metric_key=METRICS[s["select"]],
-               train_epoch=lambda: train_epoch(model, opt, data, s["batch_size"], s["clip"], gen),
+    fit_epochs(model, opts[0], gen, epochs=s["epochs"], patience=s["patience"], metric_key=METRICS[s["select"]],
+               train_epoch=lambda: train_epoch(model, opts[0], data, s["batch_size"], s["clip"], gen),
                validate=lambda: validate(model, data, s["batch_size"]), mode="min",
                on_stale=decay if s["lr_decay"] != 1 else None,
+               phases=generator_class(s["model"]).n_phases(s), next_phase=optimizer_for,
                extra_state={"settings": s, "data": str(data.folder), "vocab": data.vocab.words,
                             "fingerprint": data.fingerprint()}, after_epoch=after_epoch)
 
@@ -148,15 +166,19 @@ def load_checkpoint_model(checkpoint_dir: str | Path, device: str = "cpu", data:
 
 
 def sweepable(model: str) -> list[str]:
-    """Settings a grid may vary (everything but the data's vocabulary and length)."""
-    return [k for k in {**generator_class(model).DEFAULTS, **COMMON} if k not in DATA_KEYS]
+    """Settings a grid may vary (everything but what the prepared data depends on: the
+    vocabulary, the length, the backbone, XRec's collaborative embeddings and profiles)."""
+    cls = generator_class(model)
+    fixed = {*DATA_KEYS, *cls.DATA_KEYS, "lm"}
+    return [k for k in {**COMMON, **cls.DEFAULTS} if k not in fixed]
 
 
 def build_tuner(settings: dict[str, Any], data_path: str | Path, storage: str | Path, name: str,
                 grid: dict[str, list] | None = None, trainable: Callable | None = None, **kwargs):
     """The Tuner of `<storage>/<name>` and its plan (`pipelines.core.tune.build_tuner`)."""
     base = {**settings, "data_path": str(Path(data_path).resolve())}
+    phases = generator_class(settings["model"]).n_phases(settings)
     return core_build_tuner(trainable or generator_trainable, base, storage, name,
-                            metric=METRICS[settings["select"]], mode="min", max_epochs=settings["epochs"],
+                            metric=METRICS[settings["select"]], mode="min", max_epochs=settings["epochs"] * phases,
                             sweepable=sweepable(settings["model"]), grid=grid, **kwargs)
 
