@@ -193,7 +193,7 @@ class LMGenerator(Generator):
         """A checkpoint without `lm.*` keys keeps the pretrained backbone; one with them
         (the LM was tuned) replaces it."""
         if any(k.startswith("lm.") for k in state_dict):
-            self.lm_tuned = True
+            self.unfreeze_lm()
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
         result = super().load_state_dict(state_dict, strict=False, assign=assign)
         if strict:

@@ -35,3 +35,36 @@ def test_train_then_run_through_the_cli(tmp_path, ray_session):
     # Without ground truth, an explanation target is refused with what to do.
     res = runner.invoke(cli, ["generate", "train", str(split), "--out", str(tmp_path / "x")])
     assert res.exit_code != 0 and "--truth" in res.output
+
+
+def test_model_takes_the_generator_and_profile_overrides():
+    """--model names the generator (pepler, xrec, ...) and, as ROLE=REF, overrides a model
+    of the profile (the backbone); mistakes are refused with the choices."""
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "train", "--model", "pepler", "--show-settings"])
+    assert res.exit_code == 0, res.output
+    assert "sequential = True" in res.output and "optimizer = adamw" in res.output and "PEPLER" in res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "xrec", "--show-settings"])
+    assert res.exit_code == 0 and "epochs = 1" in res.output and "n_experts = 8" in res.output, res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "pepler", "--model", "xrec", "--show-settings"])
+    assert res.exit_code != 0 and "one generator at a time" in res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "gpt5", "--show-settings"])
+    assert res.exit_code != 0 and "unknown generator" in res.output and "xrec" in res.output
+
+
+def test_pepler_backbone_comes_from_the_model_override(tmp_path, ray_session):
+    from tests.doubles.tiny_llm import build_tiny_chat_model
+
+    split, truth = planted_split(tmp_path)
+    lm = build_tiny_chat_model(tmp_path / "tiny")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "train", str(split), "--truth", str(truth), "--model", "pepler",
+                              "--model", f"generator_lm={lm}", "--set", "epochs=1", "--set", "batch_size=32",
+                              "--out", str(tmp_path / "pepler")])
+    assert res.exit_code == 0, res.output
+    assert f"backbone (generator_lm): {lm}" in res.output and "LM tokens" in res.output
+    res = runner.invoke(cli, ["generate", "run", str(tmp_path / "pepler"), "--out", str(tmp_path / "gen")])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["generate", "train", str(split), "--truth", str(truth), "--model", "pepler",
+                              "--model", "generator_lm=/no/such/model", "--out", str(tmp_path / "bad")])
+    assert res.exit_code != 0 and "/no/such/model" in res.output

@@ -62,3 +62,25 @@ def test_the_recommender_learns_planted_preferences() -> None:
             others = [i for i in range(n_items) if i not in liked[u]]
             s = model.score(torch.full((n_items,), u), torch.arange(n_items))
             assert float(s[held[u]]) > float(s[others].max()), u
+
+
+def test_xrec_backbone_and_expgcn_share_one_propagation() -> None:
+    """XRec's collaborative backbone (LightGCN) and ExpGCN's user-item path are one
+    implementation: on the same graph and the same ego embeddings, LightGCN's propagated
+    users and items equal ExpGCN's user-item subgraph output, and both hold the very
+    same propagation class."""
+    from rexeval.models.recommenders.base import TrainGraph
+    from rexeval.models.recommenders.expgcn import ExpGCN
+
+    triplets = np.array([[0, 0, 0], [0, 1, 1], [1, 1, 2], [2, 2, 0], [2, 0, 3], [3, 2, 1]])
+    graph = TrainGraph.from_triplets(4, 3, 4, triplets)
+    exp = ExpGCN(4, 3, 4, graph, dim=8, layers_ui=3, seed=1)
+    gcn = LightGCN(4, 3, graph.user_item, dim=8, layers=3, seed=2)
+    with torch.no_grad():
+        gcn.user_emb.copy_(exp.user_emb)
+        gcn.item_emb.copy_(exp.item_emb)
+    hu, hi = gcn.embeddings()
+    h = exp.forward_all()
+    torch.testing.assert_close(hu, h.user_ui, rtol=0, atol=0)
+    torch.testing.assert_close(hi, h.item_ui, rtol=0, atol=0)
+    assert type(gcn.prop) is type(exp.props["ui"]) is BipartitePropagation
