@@ -18,12 +18,12 @@ Output folder:
 """
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-
-import json
 
 import numpy as np
 
@@ -168,8 +168,10 @@ def prepare_inputs(job: TrainJob, s: dict, folder: Path, progress: Callable[[str
 
     ut, uo = flat(user_text)
     it, io = flat(item_text)
-    np.savez(folder / EXTRAS, collab_user=users, collab_item=items, user_text=ut, user_text_offsets=uo,
+    tmp = folder / f".extras-{os.getpid()}.npz"  # written whole, then renamed into place
+    np.savez(tmp, collab_user=users, collab_item=items, user_text=ut, user_text_offsets=uo,
              item_text=it, item_text_offsets=io)
+    os.replace(tmp, folder / EXTRAS)
     write_json_atomic(stamp, {"config_hash": want, "profiles": str(out / "profiles"), "without_profile": missing})
     progress(f"  XRec inputs: LightGCN embeddings of {len(users):,} users and {len(items):,} items, profiles "
              f"({missing:,} user(s)/item(s) without one: {NO_PROFILE!r} stands in)")
