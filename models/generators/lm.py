@@ -26,6 +26,8 @@ vectors (prompts, adapters) stay float32 and are cast when they enter the LM.
 """
 from __future__ import annotations
 
+import abc
+import contextlib
 import hashlib
 import json
 from pathlib import Path
@@ -236,8 +238,9 @@ class LMGenerator(Generator):
 
     # --- what a model provides ------------------------------------------------------------
 
+    @abc.abstractmethod
     def prompt(self, user: torch.Tensor, item: torch.Tensor, rating: torch.Tensor) -> Prompt:
-        raise NotImplementedError
+        """The batch's prompt embeddings, mask and injection (see `Prompt`)."""
 
     def combine(self, batch: Batch, text: torch.Tensor) -> dict[str, torch.Tensor]:
         """The objective from the text loss (PEPLER adds its rating regulariser)."""
@@ -246,8 +249,6 @@ class LMGenerator(Generator):
     def inject(self, prompt: Prompt):
         """Context manager around a forward pass that runs `prompt` (XRec injects inside
         the LM's layers); nothing here."""
-        import contextlib
-
         return contextlib.nullcontext()
 
     def prompt_lengths(self, user: torch.Tensor, item: torch.Tensor) -> list[int]:

@@ -81,7 +81,7 @@ class XRec(LMGenerator):
     Here: the same, on the profile's `generator_llm` role (the packaged SmolLM2-135M in
     `local`; a Llama in `paper`) and on rexeval's one LightGCN (`pipelines/generate/
     collab.py` trains it through the one trainer). Differences: the reserved positions
-    are placeholders we place ourselves (no tokens added to the vocabulary); the
+    are positions we reserve ourselves (no tokens added to the vocabulary); the
     explanation is the assistant's turn of the backbone's chat template, not text inside
     the user's turn; padding is masked out of the loss; on backbones with grouped-query
     attention the vector added to the (narrower) key and value projections is the mean
@@ -139,6 +139,11 @@ class XRec(LMGenerator):
     @classmethod
     def build(cls, data, settings: dict[str, Any]) -> XRec:
         ex = data.extras
+        missing = [k for k in ("collab_user", "collab_item", "user_text", "user_text_offsets", "item_text",
+                               "item_text_offsets") if k not in ex]
+        if missing:
+            raise ValueError(f"{data.folder} has no XRec inputs ({', '.join(missing)} missing from extras.npz): "
+                             "prepare it with `rexeval generate train --model xrec`")
         return cls(data.n_users, data.n_items, len(data.vocab), data.max_words, **cls.model_kwargs(settings),
                    collab_user=ex["collab_user"], collab_item=ex["collab_item"],
                    user_text=ragged(ex["user_text"], ex["user_text_offsets"]),
@@ -174,8 +179,8 @@ class XRec(LMGenerator):
     def row_ids(self, u: int, i: int) -> tuple[list[int], int, int]:
         """One prompt's LM ids and the positions of its user and item slots."""
         p = self.pieces
-        ph = self.eos_lm  # placeholder: its embedding is replaced
-        ids = p[0] + [ph] + p[1] + [ph] + p[2] + self.user_text[u] + p[3] + self.item_text[i] + p[4]
+        slot = self.eos_lm  # any id: the embedding at a reserved position is replaced
+        ids = p[0] + [slot] + p[1] + [slot] + p[2] + self.user_text[u] + p[3] + self.item_text[i] + p[4]
         return ids, len(p[0]), len(p[0]) + 1 + len(p[1])
 
     def prompt_lengths(self, user: torch.Tensor, item: torch.Tensor) -> list[int]:

@@ -99,8 +99,8 @@ class DecodeStage(Stage):
         order = list(range(n))
         lengths = getattr(self.model, "prompt_lengths", None)
         if lengths is not None and n:
-            b = self.data.batch(self.split, [start + k for k in order])
-            size = lengths(b.user, b.item)
+            a = self.data.arrays[self.split]
+            size = lengths(torch.from_numpy(a["user"][start:start + n]), torch.from_numpy(a["item"][start:start + n]))
             order.sort(key=lambda k: size[k])
         return [order[k:k + self.decode_batch] for k in range(0, n, self.decode_batch)]
 

@@ -263,7 +263,7 @@ def test_xrec_prompt_template_slots_and_profiles(tiny_dir, voc, profiles):
     ids, pu, pi = xm.row_ids(3, 1)
     assert tok.decode(ids[:pu]).endswith("User record: ")
     assert tok.decode(ids[pu + 1:pi]) == "\nItem record: "
-    assert ids[pu] == ids[pi] == xm.eos_lm  # placeholders (their embeddings are replaced)
+    assert ids[pu] == ids[pi] == xm.eos_lm  # the reserved positions' id (their embeddings are replaced)
     rest = ids[pi + 1:]
     n = len(user_text[3])
     start = next(k for k in range(len(rest)) if rest[k:k + n] == user_text[3])
