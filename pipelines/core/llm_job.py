@@ -59,3 +59,19 @@ class LLMJobSettings(BaseModel):
 
     def hashed_backend_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.backend_options.items() if k not in TRANSPORT_OPTIONS}
+
+
+class ChunkedLLMSettings(LLMJobSettings):
+    """An LLM job run in resumable chunks (`pipelines.core.llm_chunks`): where it writes,
+    the Serve deployment its calls go through, prices, chunk size and seed. The judges
+    and the prompted explanation generators share these."""
+
+    out: str
+    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge "
+                               "(the rexeval-judge deployment serves any chat LLM, generators' too)")
+    judge_replicas: int = Field(1, ge=1)
+    judge_gpus: float = Field(0.0, ge=0)
+    serve_port: int = Field(8000, ge=1, le=65535)
+    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
+    chunk_size: int = Field(16, ge=1)
+    seed: int = 0

@@ -5,23 +5,16 @@ from typing import Literal
 
 from pydantic import Field
 
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 
 
-class JudgeJobSettings(LLMJobSettings):
-    """What every judge job shares: inputs' context, the judge service, cost, chunks."""
+class JudgeJobSettings(ChunkedLLMSettings):
+    """What every judge job shares: the inputs' context, and (from ChunkedLLMSettings)
+    the judge service, cost and chunks."""
 
-    out: str
     contexts: str | None = Field(None, description="file with user_id, item_id, user_profile, item_description")
     reviews: list[str] = Field(default_factory=list, description="ingested reviews to build contexts from")
     max_history: int = Field(10, ge=0)
-    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge")
-    judge_replicas: int = Field(1, ge=1)
-    judge_gpus: float = Field(0.0, ge=0)
-    serve_port: int = Field(8000, ge=1, le=65535)
-    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
-    chunk_size: int = Field(16, ge=1)
-    seed: int = 0
 
 
 

@@ -22,7 +22,7 @@ error ("not_applicable"), as is a data interruption with nothing to draw from
 ("no_replacement"). Every interaction x condition ends in `pairs` or in `errors`.
 
 Generation is greedy by default (temperature 0): re-runs hit the LLM-call cache, and
-`judge.calls.ask` sends each distinct conversation once (the original prompt is shared
+`core.llm_calls.ask` sends each distinct conversation once (the original prompt is shared
 by every condition of an interaction).
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rexeval.pipelines.judge.context import CONTEXT_COLUMNS
+from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
 
 DATA_CONDITIONS = ("item_replace", "user_replace", "empty_user")
 PROMPT_CONDITIONS = ("jargon", "minor_benefits", "misinformation", "bad_experience")
@@ -227,7 +227,7 @@ def build_detection_pairs(contexts: pd.DataFrame, llm, cfg: DetectSuiteConfig | 
     columns (stage "detect_generate", row_id = pair_id, field = the side(s) that failed:
     "original", "inferior" or "original,inferior"; error_type "llm_error", "unparseable",
     "no_replacement" or "not_applicable") for pairs that could not be made, and `stats`
-    the JudgeStats of the generation calls.
+    the CallStats of the generation calls.
     """
     cfg = cfg or DetectSuiteConfig()
     check_conditions(cfg)
@@ -249,7 +249,7 @@ def generate_planned(plan: pd.DataFrame, llm, cfg: DetectSuiteConfig | None = No
     every interaction, so replacements are drawn from the whole set): a job plans once in
     the driver and generates chunk by chunk."""
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.judge.calls import ask
+    from rexeval.pipelines.core.llm_calls import ask
     from rexeval.prompts import load_prompt
     from rexeval.prompts.rubrics import load_rubric
 

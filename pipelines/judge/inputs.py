@@ -3,7 +3,7 @@ a pairwise judge compares.
 
 Contexts (the shopper's purchase history, the item's description) come from a file that
 already holds them (`user_id, item_id, user_profile, item_description`) or are built from
-an ingested reviews table (`pipelines.judge.context.build_contexts`). Every explanation
+an ingested reviews table (`pipelines.generate.context.build_contexts`). Every explanation
 row ends in a judged row or an error row: a pair whose baseline explanation is missing
 is an error row naming the file, row and field, not a silent drop.
 """
@@ -16,7 +16,7 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.io import read_table
-from rexeval.pipelines.judge.context import CONTEXT_COLUMNS
+from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 
 
@@ -73,7 +73,7 @@ def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd
     if contexts:
         return read_contexts(contexts)
     if reviews:
-        from rexeval.pipelines.judge.context import build_contexts
+        from rexeval.pipelines.generate.context import build_contexts
 
         table = pd.concat([reviews_table(r) for r in reviews], ignore_index=True)
         return build_contexts(table, interactions[["user_id", "item_id"]].drop_duplicates(),

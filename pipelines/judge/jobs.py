@@ -19,7 +19,8 @@ import pyarrow as pa
 
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
-from rexeval.pipelines.judge.pipeline import JudgeService, llm_spec, run_chunks, usage_totals, write_report
+from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
+from rexeval.pipelines.judge.tasks import TASKS
 
 
 # ------------------------------------------------------------------ helpers
@@ -85,7 +86,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
         spec = llm_spec(cfg, profile, model=model)
         settings = {"likert": lcfg.model_dump(), "examples": examples_path}
         out = _judged(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
-            "likert", rows, root / "judges" / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
+            "likert", TASKS.lookup("likert"), rows, root / "judges" / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
         parts.append(_frame(out, "likert"))
         usage[spec["model"]] = usage_totals([out], cfg.price_table, spec["model"])
     scores = pd.concat(parts, ignore_index=True)
@@ -160,7 +161,7 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     settings = _pairwise_settings(cfg)
     cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
     out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-        "pairwise", pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
+        "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
     verdicts = pairs[["pair_id", "system", "baseline", "example_id", "user_id", "item_id"]].merge(
         _frame(out, "verdicts"), on="pair_id", how="left")
     detail = _frame(out, "detail")
@@ -219,7 +220,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     elif cfg.contexts:
         contexts = read_contexts(cfg.contexts)
     else:
-        from rexeval.pipelines.judge.context import build_contexts, last_interactions
+        from rexeval.pipelines.generate.context import build_contexts, last_interactions
 
         reviews = pd.concat([reviews_table(r) for r in cfg.reviews], ignore_index=True)
         contexts = build_contexts(reviews, last_interactions(reviews), max_history=cfg.max_history)
@@ -247,7 +248,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
              f"evaluators {', '.join(cfg.evaluators)}")
     gen_spec = llm_spec(cfg, profile, role="llm", model=cfg.generator)
     gen = _judged(cfg, gen_spec, progress, lambda addr: run_chunks(
-        "detect_generate", plan, root / "generate", ["pairs", "errors"],
+        "detect_generate", TASKS.lookup("detect_generate"), plan, root / "generate", ["pairs", "errors"],
         {"generate": suite.model_dump()}, gen_spec, addr, cfg, progress))
     pairs = _frame(gen, "pairs")
     gen_errors = gen.read("errors")
@@ -257,7 +258,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     if "gen" in cfg.evaluators:
         spec = llm_spec(cfg, profile)
         out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-            "pairwise", layout[cols], root / "judge_gen", ["verdicts", "detail"], _pairwise_settings(cfg), spec,
+            "pairwise", TASKS.lookup("pairwise"), layout[cols], root / "judge_gen", ["verdicts", "detail"], _pairwise_settings(cfg), spec,
             addr, cfg, progress))
         results["gen"] = layout[["pair_id", "condition", "original_position"]].merge(
             _frame(out, "verdicts")[["pair_id", "verdict"]], on="pair_id", how="left")

@@ -5,7 +5,7 @@ explanation on persuasiveness, transparency, accuracy and satisfaction (any rubr
 works). It asks one aspect per call (`single`) or all of them at once (`multi`), with no
 example (`zero`), one human-rated example by another user (`one`), or by the same user
 for the same system on another item (`personalised`). Unreadable answers go back to the
-model through `judge.calls.ask`; what stays unreadable becomes NaN with its reason, never
+model through `core.llm_calls.ask`; what stays unreadable becomes NaN with its reason, never
 a guess. Seed 001's null policy (an unreadable judge counts as 0) belongs to the
 meta-evaluation, and to `ensemble(missing="zero")` here.
 
@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rexeval.pipelines.judge.calls import JudgeStats, ask
+from rexeval.pipelines.core.llm_calls import CallStats, ask
 
 ASPECTS = ("persuasiveness", "transparency", "accuracy", "satisfaction")
 ROW_COLUMNS = ("example_id", "system", "user_id", "item_id", "explanation")
@@ -355,7 +355,7 @@ def _typed(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def judge_likert(llm, rows: pd.DataFrame | list[dict], cfg: LikertConfig,
-                 examples: pd.DataFrame | None = None) -> tuple[pd.DataFrame, JudgeStats]:
+                 examples: pd.DataFrame | None = None) -> tuple[pd.DataFrame, CallStats]:
     """Scores in long format (one row per explanation and aspect) and the run's counts.
 
     `rows`: example_id, system, user_id, item_id, explanation, optional item_description
@@ -378,7 +378,7 @@ def judge_likert(llm, rows: pd.DataFrame | list[dict], cfg: LikertConfig,
     else:
         picks = select_examples(df, examples, cfg.shots, cfg.aspects, cfg.seed)
     sampling = SamplingParams(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
-    stats = JudgeStats()
+    stats = CallStats()
     records = df.to_dict("records")
     per_row: list[dict[str, Any]] = [{} for _ in records]
     if cfg.mode == "multi":

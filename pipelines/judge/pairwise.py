@@ -108,10 +108,10 @@ def judge_pairwise(llm, pairs: pd.DataFrame, cfg: PairwiseConfig | None = None):
     Returns (verdicts, detail, stats): `verdicts` has one row per pair (pair_id, verdict,
     one `verdict_<unit>` column per criterion or `verdict_all`), `detail` one row per
     call (pair_id, unit, order, verdict mapped back to the pair's labels, problem, raw),
-    and `stats` the JudgeStats of the calls.
+    and `stats` the CallStats of the calls.
     """
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.judge.calls import ask
+    from rexeval.pipelines.core.llm_calls import ask
 
     cfg = cfg or PairwiseConfig()
     tasks = conversations(pairs, cfg)

@@ -34,7 +34,7 @@ class Answer:
 
 
 @dataclass
-class JudgeStats:
+class CallStats:
     """Counts of one judging run; `usage` holds tokens, seconds and cached calls."""
 
     asked: int = 0  # distinct conversations
@@ -50,7 +50,7 @@ class JudgeStats:
 
             self.usage = Usage()
 
-    def merge(self, other: JudgeStats) -> JudgeStats:
+    def merge(self, other: CallStats) -> CallStats:
         self.asked += other.asked
         self.retries += other.retries
         self.unparseable += other.unparseable
@@ -73,7 +73,7 @@ def conversation_key(messages: Sequence[dict]) -> str:
 
 def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sampling=None,
         max_retries: int = 2, expected: str = "the requested format",
-        stats: JudgeStats | None = None, json_schema: dict | None = None) -> tuple[list[Answer], JudgeStats]:
+        stats: CallStats | None = None, json_schema: dict | None = None) -> tuple[list[Answer], CallStats]:
     """One Answer per conversation, in order. Identical conversations are asked once
     (a greedy judge would answer them alike); an unreadable answer is asked again with
     the parser's reason, at most `max_retries` times. With `json_schema`, backends that
@@ -83,7 +83,7 @@ def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sa
     from rexeval.prompts import load_prompt
 
     sampling = sampling or SamplingParams(temperature=0.0, max_tokens=512)
-    stats = stats if stats is not None else JudgeStats()
+    stats = stats if stats is not None else CallStats()
     retry = load_prompt("judge_retry")
     index: dict[str, int] = {}
     inverse = [index.setdefault(conversation_key(c), len(index)) for c in conversations]

@@ -1,14 +1,17 @@
-"""The judge jobs on Ray: chunks of work, each a resumable shard, calling the judge
-LLM through its Serve deployment (or an in-process backend).
+"""LLM jobs on Ray in chunks of work, each a resumable shard, calling the LLM through
+the judge Serve deployment (or an in-process backend).
 
-`rexeval judge likert|pairwise|detect` share this runner: the driver writes the rows to
-judge (`payload.parquet`), splits them into chunks, and a Ray Data actor pool runs one
-task function per chunk (`TASKS`, in `pipelines/judge/tasks.py`). Each actor holds one LLM client: a handle to the
-`rexeval-judge` Serve deployment (started by the job when none is running, and stopped
-at the end), an HTTP client of a remote one, or, with `judge_service: none`, an
-in-process backend behind the call cache. Every chunk writes its tables and a one-row
-`usage` table (calls, tokens, seconds, retries, unreadable answers), so a re-run skips
-finished chunks and the report's totals still count every call the results cost.
+`rexeval judge likert|pairwise|detect` and `rexeval generate llm` share this runner: the
+driver writes the rows to work on (`payload.parquet`), splits them into chunks, and a
+Ray Data actor pool runs one task function per chunk (`fn(llm, rows, settings)` ->
+(tables, CallStats); the judges' are in `pipelines/judge/tasks.py`, the prompted
+generators' in `pipelines/generate/prompted/`). Each actor holds one LLM client: a handle
+to the `rexeval-judge` Serve deployment (it serves any chat LLM; the job starts it when
+none is running and stops it at the end), an HTTP client of a remote one, or, with
+`judge_service: none`, an in-process backend behind the call cache. Every chunk writes
+its tables and a one-row `usage` table (calls, tokens, seconds, retries, unreadable
+answers), so a re-run skips finished chunks and the report's totals still count every
+call the results cost.
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ import pyarrow as pa
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
-from rexeval.pipelines.judge.config import JudgeJobSettings
-from rexeval.pipelines.judge.tasks import TASKS
+from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+
+# fn(llm, rows, settings) -> ({table name: DataFrame | pa.Table}, CallStats)
+ChunkTask = Callable[[Any, pd.DataFrame, dict], tuple[dict, Any]]
 
 USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_calls", "call_errors",
                 "prompt_tokens", "completion_tokens", "cached_prompt_tokens", "cached_completion_tokens",
@@ -34,7 +39,7 @@ USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_ca
 # ------------------------------------------------------------------ LLM clients
 
 
-def llm_spec(cfg: JudgeJobSettings, profile, role: str = "judge_llm", model: str | None = None) -> dict:
+def llm_spec(cfg: ChunkedLLMSettings, profile, role: str = "judge_llm", model: str | None = None) -> dict:
     """Backend, model and options of the judge, resolved in the driver."""
     c = cfg.with_resolved_cache()
     return {"backend": cfg.backend or profile.llm_backend, "model": model or profile.require(role),
@@ -57,7 +62,7 @@ class JudgeService:
     """The judge a job uses (`serve.judge_client.JudgeService` set up from the job's settings):
     `address()` is what `build_llm` takes, `model_id` the served model's id."""
 
-    def __init__(self, cfg: JudgeJobSettings, spec: dict, progress: Callable[[str], None]):
+    def __init__(self, cfg: ChunkedLLMSettings, spec: dict, progress: Callable[[str], None]):
         from rexeval.models.llm.base import BackendSpec
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
@@ -88,16 +93,18 @@ def _stats_row(stats) -> pa.Table:
     return pa.table({k: pa.array([float(d.get(k, 0) or 0)], pa.float64()) for k in USAGE_FIELDS})
 
 
-class JudgeChunkStage(Stage):
+class LLMChunkStage(Stage):
     """Runs one task function over chunks of the payload and writes each as a shard."""
 
     batch_size = 1
 
-    def __init__(self, task: str, spec: dict, address: str, payload: str, chunk: int,
+    def __init__(self, task: str, fn: ChunkTask, spec: dict, address: str, payload: str, chunk: int,
                  output: ShardedOutput, settings: dict, resources: Resources):
-        self.task, self.spec, self.address, self.payload = task, spec, address, payload
+        # `fn` is a module-level function: Ray pickles it by reference, so each actor
+        # imports the module that defines it.
+        self.task, self.fn, self.spec, self.address, self.payload = task, fn, spec, address, payload
         self.chunk, self.output, self.settings, self.resources = chunk, output, settings, resources
-        self.name = f"judge:{task}"
+        self.name = f"llm:{task}"
 
     def setup(self) -> None:
         from rexeval.pipelines.core.stage import use_cpus
@@ -110,7 +117,7 @@ class JudgeChunkStage(Stage):
         out = []
         for shard in batch.column("shard").to_pylist():
             part = self.rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
-            tables, stats = TASKS.lookup(self.task)(self.llm, part, self.settings)
+            tables, stats = self.fn(self.llm, part, self.settings)
             tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
                       for k, v in tables.items()}
             tables["usage"] = _stats_row(stats)
@@ -120,9 +127,11 @@ class JudgeChunkStage(Stage):
         return pa.Table.from_pylist(out)
 
 
-def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], settings: dict, spec: dict | None,
-               address: str, cfg: JudgeJobSettings, progress: Callable[[str], None]) -> ShardedOutput:
-    """Run `task` over `rows` in chunks (resuming finished ones); returns the output."""
+def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: Path, tables: list[str], settings: dict,
+               spec: dict | None, address: str, cfg: ChunkedLLMSettings,
+               progress: Callable[[str], None]) -> ShardedOutput:
+    """Run `fn` (named `task` in the output's config and progress) over `rows` in
+    chunks, resuming finished ones; returns the output."""
     from rexeval.pipelines.core.io import config_hash
 
     root.mkdir(parents=True, exist_ok=True)
@@ -130,7 +139,7 @@ def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], set
     conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
             "settings": settings, "model": (spec or {}).get("model"), "chunk": cfg.chunk_size}
     n = max(1, -(-len(rows) // cfg.chunk_size))
-    job = ShardedJob(ShardedOutput(root, f"judge:{task}", conf, [*tables, "usage"]), n, overwrite=True,
+    job = ShardedJob(ShardedOutput(root, f"llm:{task}", conf, [*tables, "usage"]), n, overwrite=True,
                      progress=progress)
     write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
     job.say_chunks(task, f"{len(rows)} rows")
@@ -138,7 +147,7 @@ def run_chunks(task: str, rows: pd.DataFrame, root: Path, tables: list[str], set
         # A client of the Serve deployment needs little CPU; an in-process model takes
         # the CPUs free now, shared by `workers` actors.
         res = Resources(cpus=0.25) if address != "none" or not spec else worker_resources(cfg, free=True)
-        stage = JudgeChunkStage(task, spec or {}, address, str(payload), cfg.chunk_size, job.output, settings, res)
+        stage = LLMChunkStage(task, fn, spec or {}, address, str(payload), cfg.chunk_size, job.output, settings, res)
         t0 = time.time()
         job.run(stage, workers=cfg.workers, report=lambda row, k, todo: (
             f"    {task}: chunk {row['shard'] + 1}/{n} done ({k}/{todo}, {time.time() - t0:.0f}s)"))
