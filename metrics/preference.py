@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import pandas as pd
+
+from rexeval.metrics.aggregate import bootstrap_ci
 
 VERDICTS = ("A", "B", "C")
 DISAGREEMENT_RULES = ("tie", "first")
@@ -94,3 +97,47 @@ def win_rates(verdicts: pd.DataFrame, system_col: str = "system", verdict_col: s
                      "win_rate_half_ties": (wins + ties / 2) / n if n else float("nan")})
     return pd.DataFrame(rows, columns=[system_col, "n", "unreadable", "wins", "losses", "ties", "win_rate",
                                        "loss_rate", "tie_rate", "win_rate_half_ties"])
+
+
+WTL_COLUMNS = ("n", "unreadable", "wins", "ties", "losses", "win_rate", "tie_rate", "loss_rate",
+               "win_low", "win_high", "tie_low", "tie_high", "loss_low", "loss_high")
+
+
+def win_tie_loss(verdicts: pd.DataFrame, by: Sequence[str] = ("judge", "system"), verdict_col: str = "verdict",
+                 confidence: float = 0.95, n_resamples: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Wins, ties and losses per group, each share with a bootstrap interval.
+
+    One row per group of `by` (sorted), with the system's explanation in slot A: "A" is
+    a win, "B" a loss, "C" a tie (so a win of the system is a loss of the baseline).
+    Unreadable verdicts (None/NaN) are counted in `unreadable` and left out of `n` and of
+    the three shares. Each share gets a percentile bootstrap interval over the group's
+    readable pairs (`metrics.aggregate.bootstrap_ci` on the 0/1 indicator of the
+    outcome): `win_low`/`win_high`, `tie_low`/`tie_high`, `loss_low`/`loss_high`. The
+    three use the same seed, hence the same resampled pairs, and are reproducible for
+    a seed. An outcome that every pair (or none) had gets the point interval [p, p];
+    with fewer than two readable pairs, or `n_resamples` 0, the intervals are NaN.
+    """
+    by = list(by)
+    missing = [c for c in (*by, verdict_col) if c not in verdicts.columns]
+    if missing:
+        raise ValueError(f"verdicts lack column(s) {missing} (they have {list(verdicts.columns)})")
+    known = set(VERDICTS)
+    rows = []
+    for key, part in verdicts.groupby(by, sort=True, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        values = [None if pd.isna(v) else v for v in part[verdict_col]]
+        bad = sorted({str(v) for v in values if v is not None and v not in known})
+        if bad:
+            raise ValueError(f"unknown verdict(s) {bad} in {verdict_col!r}; expected {VERDICTS} or None")
+        readable = np.array([v for v in values if v is not None], dtype=object)
+        n = len(readable)
+        row = dict(zip(by, key))
+        row.update(n=n, unreadable=len(values) - n)
+        for name, label, count in (("win", "A", "wins"), ("tie", "C", "ties"), ("loss", "B", "losses")):
+            hits = (readable == label).astype(np.float64)
+            row[count] = int(hits.sum())
+            row[f"{name}_rate"] = float(hits.mean()) if n else float("nan")
+            low, high = bootstrap_ci(hits, confidence, n_resamples, seed) if n else (float("nan"),) * 2
+            row[f"{name}_low"], row[f"{name}_high"] = low, high
+        rows.append(row)
+    return pd.DataFrame(rows, columns=[*by, *WTL_COLUMNS])

@@ -34,9 +34,11 @@ def split_model_flags(values: list | tuple | None) -> tuple[str | None, list[str
 
 @click.group("generate")
 def generate_group():
-    """Explanation generators (seed 000's baselines): train NRT, Att2Seq, PETER, CER, PEPLER
-    or XRec on a split with Ray Tune, then decode a split into an explanations table that
-    `rexeval evaluate` and `rexeval judge` read as is.
+    """Explanation generators: seed 000's trained baselines (train NRT, Att2Seq, PETER,
+    CER, PEPLER or XRec on a split with Ray Tune, then `run` decodes a split) and seed
+    004's prompted ones (`llm`: user-based, item-based, review extraction, review
+    summarisation, PreferenceLogic). Both write an explanations table that `rexeval
+    evaluate` and `rexeval judge` read as is.
 
     Typical run (seed 000, Tables III-VI):
 
@@ -186,6 +188,109 @@ def run_cmd(checkpoint, config_file, overwrite, **flags):
     summary("generate run", counts, started,
             {n: f"{cfg.out}/{n}" for n in ("explanations", "ratings", "errors")},
             notes=[f"`rexeval evaluate {cfg.out} --references <ground-truth folder>` scores them"])
+
+
+LLM_METHODS = ("user_based", "item_based", "review_extract", "review_summary", "preference_logic")
+
+
+def prompted_settings(sets: tuple[str, ...]) -> dict | None:
+    """--set KEY=VALUE of `generate llm`: the generators' settings, and the BiasedMF's
+    (mf_dim, mf_lr, mf_reg, mf_batch_size, mf_epochs, mf_patience) under `mf`."""
+    values = parse_backend_options(sets)
+    if not values:
+        return None
+    mf = {k: v for k, v in values.items() if k.startswith("mf_")}
+    out = {k: v for k, v in values.items() if not k.startswith("mf_")}
+    return {**out, **({"mf": mf} if mf else {})}
+
+
+@generate_group.command("llm")
+@click.argument("data", required=False, type=click.Path(exists=True, file_okay=False))
+@click.option("--method", "methods", multiple=True, type=click.Choice(LLM_METHODS),
+              help="Generator(s) to run (repeatable): user_based, item_based, review_extract, review_summary, "
+                   "preference_logic (seed 004's baseline).")
+@click.option("--out", "-o", help="Output folder (explanations.parquet, errors.parquet, report.json, "
+                                  "<method>/plan.parquet, mf/).")
+@click.option("--split", type=click.Choice(["train", "valid", "test"]),
+              help="For a `rexeval split` folder: the split to explain (default test).")
+@click.option("--min-reviews", type=int, help="For an ingest folder: explain the latest review of every user "
+                                              "with at least this many reviews (default 2).")
+@click.option("--limit", type=int, help="Only the first N interactions (by user, item).")
+@click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
+              help="A generator setting, e.g. --set k_users=5 --set temperature=0.7, or a BiasedMF one: "
+                   "--set mf_dim=64 --set mf_epochs=100.")
+@click.option("--judge-service",
+              help="auto (default: the running rexeval-judge Serve app, else one started for this job), none "
+                   "(the LLM in each actor), serve:APP, or the http(s) URL of a running deployment.")
+@click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts (127.0.0.1).")
+@click.option("--judge-replicas", type=int, help="Max replicas of a deployment this job starts.")
+@click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
+@click.option("--mf-gpus", type=float, help="GPUs of the BiasedMF Tune trial (default 0).")
+@click.option("--price-table", type=click.Path(exists=True, dir_okay=False),
+              help="YAML of USD per 1M tokens by model; the report then totals the cost.")
+@click.option("--chunk-size", type=int, help="Prompts per shard, the unit of resume (default 16).")
+@click.option("--seed", type=int, help="Seed of the BiasedMF and of sampling (default 0).")
+@llm_options(model_help="A model of the profile as ROLE=REF: the LLM that writes the explanations is the "
+                        "`llm` role, e.g. --model llm=/models/qwen3-8b.")
+@config_option
+@user_errors
+def llm_cmd(data, methods, sets, config_file, llm, **flags):
+    """Seed 004's explanation generators, prompted (no training of the LLM).
+
+    DATA is a `rexeval ingest` folder (each user's latest review is explained, as seed
+    004 does) or a `rexeval split` folder (the --split interactions, with the same example
+    ids as `rexeval generate run`, so Att2Seq's table can be judged beside these). No
+    generator reads the review it explains: the known data leaves out every explained
+    interaction's (user, item) pair.
+
+    \b
+    user_based        a BiasedMF (Tune trial) finds shoppers with similar tastes who
+                      bought the item; the LLM says so and names what else they liked
+    item_based        the BiasedMF finds the shopper's earlier purchases closest to the
+                      item; the LLM says the item resembles them
+    review_extract    the most typical sentences of other buyers' reviews of the item
+                      (TF-IDF centroid score; no LLM)
+    review_summary    the LLM summarises other buyers' reviews of the item
+    preference_logic  the LLM links the shopper's purchase history to the item (the
+                      baseline of seed 004's win rates)
+
+    Writes explanations.parquet (read by `rexeval evaluate` and `rexeval judge`),
+    errors.parquet (every interaction a method could not explain, with the reason),
+    report.json and generate.md. LLM calls are cached and run in resumable chunks: a
+    re-run makes no call.
+
+    Examples:
+
+      rexeval generate llm runs/demo/ingest --method preference_logic --method user_based --out runs/seed004
+
+      rexeval generate llm runs/mi/split --method review_extract --method review_summary --limit 200 --out runs/mi/llm
+
+      rexeval generate llm runs/mi/split --method item_based --profile paper --backend vllm --set mf_dim=64 --out runs/mi/llm
+    """
+    from rexeval.pipelines.generate.prompted.config import PromptedJob
+    from rexeval.pipelines.generate.prompted.job import run_prompted
+
+    started = time.time()
+    cfg = load_config(PromptedJob, config_file, input=data, methods=list(methods) or None,
+                      settings=prompted_settings(sets), **flags, **llm)
+    init_ray()
+    report = run_prompted(cfg, progress=click.echo)
+    click.echo("")
+    click.echo(report.pop("table_md"))
+    counts = {"interactions": report["interactions"], "explanations": report["explanations"],
+              "error rows": report["errors"]}
+    usage = report.get("usage") or {}
+    if usage:
+        counts.update({"LLM calls": usage.get("calls", 0), "cached calls": usage.get("cached_calls", 0)})
+    if report.get("biased_mf"):
+        m = report["biased_mf"]
+        counts["BiasedMF valid RMSE"] = f"{m['val_rmse']:.4f} (global mean {m['global_mean_rmse']:.4f})"
+    summary("generate llm", counts, started,
+            {k: f"{cfg.out}/{v}" for k, v in (("explanations", "explanations.parquet"),
+                                               ("errors", "errors.parquet"), ("report", "report.json"))},
+            notes=["`rexeval judge pairwise " + f"{cfg.out}/explanations.parquet --baseline preference_logic "
+                   "--reviews <ingest folder>` compares them"])
+    return report
 
 
 def main():  # python -m rexeval.ray_jobs.generate

@@ -1,4 +1,4 @@
-"""`rexeval judge likert|pairwise|detect`: LLM judges of explanations (python -m ray_jobs.judge)."""
+"""`rexeval judge likert|pairwise|detect|winrate`: LLM judges of explanations (python -m ray_jobs.judge)."""
 from __future__ import annotations
 
 import time
@@ -50,6 +50,7 @@ def judge_group():
     Judges call the LLM through the rexeval-judge Ray Serve deployment, which batches
     the calls of every actor; each call's tokens and seconds are recorded and the report
     totals them (and the cost, with --price-table). Re-running a command resumes.
+    `winrate` summarises pairwise runs (win / tie / loss shares with intervals, a figure).
     """
 
 
@@ -139,6 +140,20 @@ def _pairwise_flags(fn):
     return fn
 
 
+def _evaluator_flags(fn):
+    """--evaluator and --reward-model, shared by pairwise and detect."""
+    options = [
+        click.option("--evaluator", "evaluators", multiple=True, type=click.Choice(["gen", "disc"]),
+                     help="gen: the generative pairwise judge (default); disc: a reward model (--reward-model). "
+                          "Repeatable."),
+        click.option("--reward-model", type=click.Path(exists=True),
+                     help="Hugging Face sequence-classification reward model folder, for --evaluator disc."),
+    ]
+    for o in reversed(options):
+        fn = o(fn)
+    return fn
+
+
 @judge_group.command("pairwise")
 @click.argument("explanations", nargs=-1, type=click.Path(exists=True))
 @click.option("--baseline", help="The system every other system is compared with (required).")
@@ -146,30 +161,42 @@ def _pairwise_flags(fn):
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
 @click.option("--only", multiple=True, help="Only these criteria of the rubric.")
 @click.option("--temperature", type=float, help="Judge sampling temperature (default 0; seed 004 used 0.7).")
+@_evaluator_flags
 @_pairwise_flags
 @_judge_options
 @llm_options
 @config_option
 @user_errors
-def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, criteria, divide, both_orders,
-                 disagreement, max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas,
-                 judge_gpus, serve_port, price_table, chunk_size, seed, constrained, config_file, llm):
-    """Compare each system's explanations with a baseline's (ALERT-Gen, seed 004).
+def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, evaluators, reward_model, criteria,
+                 divide, both_orders, disagreement, max_tokens, out, contexts, reviews, max_history, judge_service,
+                 judge_replicas, judge_gpus, serve_port, price_table, chunk_size, seed, constrained, config_file,
+                 llm):
+    """Compare each system's explanations with a baseline's (ALERT-Gen and ALERT-Disc, seed 004).
 
-    For every example both systems explained, the judge reasons against the criteria
-    (reasoning, clear language, engaging narrative, neutral tone) and answers [[A]],
-    [[B]] or [[C]]; per criterion and in both orders by default. Writes verdicts.parquet,
-    calls.parquet (every call's verdict and raw answer), pairwise.md (win / tie / loss
-    rates and position bias) and report.json (also per criterion, and the cost).
+    For every example both systems explained, the LLM judge (--evaluator gen, the
+    default) reasons against the criteria (reasoning, clear language, engaging
+    narrative, neutral tone) and answers [[A]], [[B]] or [[C]]; per criterion and in
+    both orders by default. It writes verdicts.parquet and calls.parquet (every call's
+    verdict and raw answer). With --evaluator disc a reward model (--reward-model)
+    scores both explanations per criterion and the higher score wins; it writes
+    verdicts_disc.parquet, and starts no LLM judge when gen is not asked for too.
+    pairwise.md and report.json hold each evaluator's win / tie / loss rates (also per
+    criterion), the LLM judge's position bias and its cost. Summarise one or more runs
+    with `rexeval judge winrate`.
 
-    Example:
+    Examples:
 
       rexeval judge pairwise runs/gen/explanations.parquet --baseline ground_truth
       --reviews runs/demo/ingest --out runs/pairwise
+
+      rexeval judge pairwise runs/gen/explanations.parquet --baseline preference_logic
+      --reviews runs/demo/ingest --evaluator gen --evaluator disc --reward-model /models/armorm
+      --out runs/pairwise
     """
     started = time.time()
     cfg = load_config(PairwiseJobConfig, config_file, explanations=list(explanations) or None, baseline=baseline,
-                      systems=systems, limit=limit, only=only, temperature=temperature, criteria=criteria,
+                      systems=systems, limit=limit, only=only, temperature=temperature, evaluators=evaluators,
+                      reward_model=reward_model, criteria=criteria,
                       divide=divide, both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens,
                       out=out, contexts=contexts, reviews=reviews, max_history=max_history,
                       judge_service=judge_service, judge_replicas=judge_replicas, judge_gpus=judge_gpus,
@@ -177,8 +204,11 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, crit
                       constrained=constrained, **llm)
     init_ray()
     report = run_pairwise(cfg, progress=click.echo)
+    files = {"verdicts": "verdicts.parquet"} if "gen" in cfg.evaluators else {}
+    if "disc" in cfg.evaluators:
+        files["disc"] = "verdicts_disc.parquet"
     _finish("judge pairwise", report, started, cfg.out,
-            {"verdicts": "verdicts.parquet", "table": "pairwise.md", "report": "report.json"})
+            {**files, "table": "pairwise.md", "report": "report.json"})
     return report
 
 
@@ -191,10 +221,7 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, crit
               help="item_replace, user_replace, empty_user, jargon, minor_benefits, misinformation, "
                    "bad_experience (default all).")
 @click.option("--generator", help="Model that writes the explanations (default the profile's llm).")
-@click.option("--evaluator", "evaluators", multiple=True, type=click.Choice(["gen", "disc"]),
-              help="gen: the generative pairwise judge (default); disc: a reward model (--reward-model).")
-@click.option("--reward-model", type=click.Path(exists=True),
-              help="Hugging Face sequence-classification reward model folder, for --evaluator disc.")
+@_evaluator_flags
 @click.option("--generation-max-tokens", type=int, help="Length limit of a generated explanation (default 96).")
 @_pairwise_flags
 @_judge_options
@@ -231,6 +258,49 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
     report = run_detect(cfg, progress=click.echo)
     _finish("judge detect", report, started, cfg.out,
             {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})
+    return report
+
+
+@judge_group.command("winrate")
+@click.argument("runs", nargs=-1, metavar="RUN_DIR...", type=click.Path(exists=True, file_okay=False))
+@click.option("--out", "-o", help="Output folder.")
+@click.option("--confidence", type=float, help="Level of the bootstrap intervals (default 0.95).")
+@click.option("--resamples", type=int, help="Bootstrap resamples of the pairs (default 2000; 0: no intervals).")
+@click.option("--seed", type=int, help="Seed of the bootstrap (default 0).")
+@click.option("--baseline-label", help="The baseline's name in the figure and tables (default its system name).")
+@config_option
+@user_errors
+def winrate_cmd(runs, out, confidence, resamples, seed, baseline_label, config_file):
+    """Win-rate study against the baseline: seed 004's Figure 5 and Table 4.
+
+    Reads one or more `rexeval judge pairwise` output folders (e.g. one per batch of
+    systems, all against the same baseline): verdicts.parquet is the LLM judge
+    ("ALERT-Gen (<model>)"), verdicts_disc.parquet the reward model ("ALERT-Disc").
+    Per judge, system and criterion ("overall" and each judged criterion) it counts the
+    pairs the system won, tied and lost, with a percentile bootstrap interval over the
+    pairs for each share; unreadable verdicts are counted and left out of the shares.
+    Writes winrate.csv (every number), winrate.md with figure5.png/.svg (per judge,
+    the shares "<baseline> loses / wins / tie" per system, as stacked bars), table4.md
+    and table4.csv (per judge, each system's win rate per criterion) and report.json.
+    Needs no Ray and no model.
+
+    Example:
+
+      rexeval judge winrate runs/pairwise-batch1 runs/pairwise-batch2 --baseline-label PreferenceLogic
+      --out runs/winrate
+    """
+    from rexeval.pipelines.judge.winrate import WinrateConfig, run_winrate
+
+    started = time.time()
+    cfg = load_config(WinrateConfig, config_file, runs=list(runs) or None, out=out, confidence=confidence,
+                      resamples=resamples, seed=seed, baseline_label=baseline_label)
+    report = run_winrate(cfg, progress=click.echo)
+    click.echo("")
+    click.echo(report.pop("table_md"))
+    summary("judge winrate", report["counts"], started,
+            {k: f"{cfg.out}/{v}" for k, v in {"table": "winrate.md", "table4": "table4.md",
+                                               "figure": "figure5.png", "numbers": "winrate.csv",
+                                               "report": "report.json"}.items()})
     return report
 
 

@@ -68,7 +68,7 @@ def first_words(text: pd.Series, n: int) -> pd.Series:
     return head.where(words.str.len().fillna(0) <= n, head + " …")
 
 
-def _prepare(reviews: pd.DataFrame) -> pd.DataFrame:
+def prepare_reviews(reviews: pd.DataFrame) -> pd.DataFrame:
     """The review columns this module reads, cleaned, in a deterministic order."""
     need = ["review_id", "user_id", "item_id", "timestamp", "text"]
     missing = [c for c in need if c not in reviews.columns]
@@ -166,7 +166,7 @@ def build_contexts(reviews: pd.DataFrame, interactions: pd.DataFrame, max_histor
     missing = [c for c in ("user_id", "item_id") if c not in interactions.columns]
     if missing:
         raise ValueError(f"interactions lack column(s) {missing}")
-    r = _prepare(reviews)
+    r = prepare_reviews(reviews)
     facts = item_facts(r)
     it = pd.DataFrame({"row": np.arange(len(interactions)),
                        "user_id": interactions["user_id"].astype(str).to_numpy(),
@@ -184,10 +184,11 @@ def build_contexts(reviews: pd.DataFrame, interactions: pd.DataFrame, max_histor
 def last_interactions(reviews: pd.DataFrame, min_reviews: int = 2) -> pd.DataFrame:
     """Each user's most recent review as the interaction to explain (seed 004 §3.1: the
     latest purchase is the recommended item), for users with at least `min_reviews`
-    reviews. Columns user_id, item_id, timestamp, sorted by user_id."""
+    reviews. Columns user_id, item_id, timestamp and review_id (the review that is the
+    interaction), sorted by user_id."""
     r = reviews[["user_id", "item_id", "timestamp", "review_id"]].astype(
         {"user_id": str, "item_id": str, "review_id": str})
     counts = r.groupby("user_id")["item_id"].transform("size")
     r = r[counts >= min_reviews].sort_values(["user_id", "timestamp", "review_id"], kind="stable")
     last = r.drop_duplicates("user_id", keep="last")
-    return last[["user_id", "item_id", "timestamp"]].reset_index(drop=True)
+    return last[["user_id", "item_id", "timestamp", "review_id"]].reset_index(drop=True)

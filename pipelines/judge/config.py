@@ -47,6 +47,11 @@ class PairwiseJobConfig(JudgeJobSettings):
     max_tokens: int = Field(512, ge=8)
     temperature: float = Field(0.0, ge=0)
     constrained: bool = True
+    evaluators: list[Literal["gen", "disc"]] = Field(
+        default_factory=lambda: ["gen"], min_length=1,
+        description="gen: the LLM judge (ALERT-Gen, verdicts.parquet); disc: a reward model "
+                    "(ALERT-Disc, verdicts_disc.parquet)")
+    reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
 
 
 

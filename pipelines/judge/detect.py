@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,6 +36,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
+from rexeval.pipelines.generate.prompted.parse import parse_explanation
 
 DATA_CONDITIONS = ("item_replace", "user_replace", "empty_user")
 PROMPT_CONDITIONS = ("jargon", "minor_benefits", "misinformation", "bad_experience")
@@ -76,40 +76,6 @@ class DetectSuiteConfig(BaseModel):
         if not v or len(set(v)) != len(v):
             raise ValueError(f"conditions must be a non-empty list without repeats, got {v}")
         return v
-
-
-# --- reading the generator's answer ----------------------------------------------------
-
-_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
-_FENCE = re.compile(r"```[a-zA-Z]*")
-_PREAMBLE = re.compile(r"^(?:sure|okay|ok|certainly)?[,.!]?\s*here(?:'s| is)\b[^:\n]{0,80}:\s*",
-                       re.IGNORECASE)
-_LABEL = re.compile(r"^[*_#\s]*(?:(?:recommendation|final|your)\s+)?explanation[*_\s]*[:\-–—][*_\s]*",
-                    re.IGNORECASE)
-_QUOTES = "\"'“”‘’`"
-
-
-def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60) -> tuple[str | None, str | None]:
-    """The explanation text, or why the answer is not one (for the retry message).
-
-    Reasoning blocks, code fences, a "Here is ...:" preamble, an "Explanation:" label and
-    quotes around the whole text are dropped and whitespace is collapsed; an empty,
-    too short or too long answer is refused (the prompt asks for 20-30 words; the bounds
-    are looser so a near miss is kept rather than regenerated).
-    """
-    body = " ".join(_FENCE.sub(" ", _THINK.sub(" ", text or "")).split())
-    body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
-    while len(body) >= 2 and body[0] in _QUOTES and body[-1] in _QUOTES:
-        body = body[1:-1].strip()
-    n = len(body.split())
-    if n == 0:
-        return None, "it was empty; reply with the explanation itself"
-    if n > max_words:
-        return None, (f"it has {n} words, more than {max_words}: write a single explanation of "
-                      "20 to 30 words with nothing before or after it")
-    if n < min_words:
-        return None, f"it has only {n} word(s): write a full explanation of 20 to 30 words"
-    return body, None
 
 
 # --- planning: which prompt each inferior explanation is written from --------------------
@@ -250,17 +216,16 @@ def generate_planned(plan: pd.DataFrame, llm, cfg: DetectSuiteConfig | None = No
     the driver and generates chunk by chunk."""
     from rexeval.models.llm.base import SamplingParams
     from rexeval.pipelines.core.llm_calls import ask
-    from rexeval.prompts import load_prompt
+    from rexeval.pipelines.generate.prompted.preference_logic import conversation, preference_prompt
     from rexeval.prompts.rubrics import load_rubric
 
     cfg = cfg or DetectSuiteConfig()
-    prompt = load_prompt(cfg.prompt, cfg.prompts_dir)
-    style = load_rubric(cfg.style, cfg.prompts_dir)
+    prompt, style = preference_prompt(cfg.prompt, cfg.style, cfg.prompts_dir)
     inferior = load_rubric(cfg.inferior, cfg.prompts_dir)
     good = list(style.items)
 
     def conv(profile: str, description: str, rules: list) -> list[dict[str, str]]:
-        return prompt.render(user_profile=profile, item_description=description, style_rules=rules)
+        return conversation(prompt, profile, description, rules)
 
     live = plan[plan["skip"].isna()]
     rendered: dict[tuple[str, str], list[dict[str, str]]] = {}

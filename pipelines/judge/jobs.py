@@ -2,8 +2,10 @@
 
 - likert (seed 001): each explanation rated 1-5 on the four aspects by one or more LLM
   judges; with several judges, their average (the ensemble) is added as one more judge.
-- pairwise (seed 004, ALERT-Gen): each system's explanation against the baseline
-  system's for the same example; win / loss / tie rates and position-bias statistics.
+- pairwise (seed 004, ALERT-Gen and/or ALERT-Disc): each system's explanation against
+  the baseline system's for the same example, by the LLM judge and/or a reward model;
+  win / loss / tie rates and the LLM judge's position-bias statistics
+  (`pipelines.judge.winrate` turns the outputs into the win-rate study).
 - detect (seed 004, section 4.2): an LLM writes a good explanation and deliberately
   worse ones for the same interactions; the judges must prefer the good one
   (accuracy per condition; a coin flip scores 0.5).
@@ -141,13 +143,23 @@ def _rubric_ref(ref: str) -> str:
     return str(p.resolve()) if p.suffix in (".yaml", ".yml") else ref
 
 
+PAIR_KEYS = ["pair_id", "system", "baseline", "example_id", "user_id", "item_id"]
+"""The columns that name a pair in verdicts.parquet and verdicts_disc.parquet."""
+
+
 def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print) -> dict:
+    """Each system against the baseline, by the LLM judge (gen: verdicts.parquet,
+    calls.parquet, position bias) and/or the reward model (disc: verdicts_disc.parquet);
+    win rates of each in pairwise.md and report.json."""
     from rexeval.metrics.preference import win_rates
     from rexeval.pipelines.judge.inputs import baseline_pairs, explanations_frame
     from rexeval.pipelines.judge.pairwise import order_bias
 
     t0 = time.time()
     root = Path(cfg.out)
+    evaluators = list(dict.fromkeys(cfg.evaluators))
+    if "disc" in evaluators and not cfg.reward_model:
+        raise ValueError("the disc evaluator needs --reward-model PATH (a sequence-classification reward model)")
     profile = _profile(cfg)
     systems = None if not cfg.systems else sorted(set(cfg.systems) | {cfg.baseline})
     expl = explanations_frame(cfg.explanations, systems, cfg.limit)
@@ -156,34 +168,54 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     root.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(root / "errors.parquet", errors)
     progress(f"judge pairwise: {len(pairs)} pair(s) against baseline {cfg.baseline!r}, "
-             f"{errors.num_rows} error row(s)")
-    spec = llm_spec(cfg, profile)
-    settings = _pairwise_settings(cfg)
+             f"{errors.num_rows} error row(s); evaluators {', '.join(evaluators)}")
     cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
-    out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-        "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
-    verdicts = pairs[["pair_id", "system", "baseline", "example_id", "user_id", "item_id"]].merge(
-        _frame(out, "verdicts"), on="pair_id", how="left")
-    detail = _frame(out, "detail")
-    write_parquet_atomic(root / "verdicts.parquet", pa.Table.from_pandas(verdicts, preserve_index=False))
-    write_parquet_atomic(root / "calls.parquet", pa.Table.from_pandas(detail, preserve_index=False))
-    wins = win_rates(verdicts)
-    per_criterion = {c[len("verdict_"):]: win_rates(verdicts, verdict_col=c).to_dict("records")
-                     for c in verdicts.columns if c.startswith("verdict_")}
-    bias = order_bias(detail) if cfg.both_orders else {}
-    usage = usage_totals([out], cfg.price_table, spec["model"])
-    md = pairwise_markdown(wins, bias, cfg.baseline)
-    (root / "pairwise.md").write_text(md)
     report = {"job": "judge pairwise", "pairs": len(pairs), "errors": errors.num_rows, "no_context": no_ctx,
-              "win_rates": wins.to_dict("records"), "win_rates_per_criterion": per_criterion,
-              "position_bias": bias, "usage": usage, "elapsed_s": round(time.time() - t0, 2)}
+              "evaluators": evaluators, "win_rates": [], "win_rates_per_criterion": {}, "position_bias": {},
+              "usage": {}}
+    md_parts = []
+    if "gen" in evaluators:
+        spec = llm_spec(cfg, profile)
+        settings = _pairwise_settings(cfg)
+        out = _judged(cfg, spec, progress, lambda addr: run_chunks(
+            "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
+        verdicts = pairs[PAIR_KEYS].merge(_frame(out, "verdicts"), on="pair_id", how="left")
+        detail = _frame(out, "detail")
+        write_parquet_atomic(root / "verdicts.parquet", pa.Table.from_pandas(verdicts, preserve_index=False))
+        write_parquet_atomic(root / "calls.parquet", pa.Table.from_pandas(detail, preserve_index=False))
+        wins = win_rates(verdicts)
+        bias = order_bias(detail) if cfg.both_orders else {}
+        usage = usage_totals([out], cfg.price_table, spec["model"])
+        report.update(win_rates=wins.to_dict("records"), win_rates_per_criterion=_per_criterion(verdicts),
+                      position_bias=bias, usage=usage)
+        md_parts.append(pairwise_markdown(wins, bias, cfg.baseline, judge=f"LLM judge `{usage['model']}`"))
+    if "disc" in evaluators:
+        disc = pairs[PAIR_KEYS].merge(_disc_verdicts(cfg, pairs[cols], progress), on="pair_id", how="left")
+        verdict_cols = ["verdict"] + [c for c in disc.columns if c.startswith("verdict_")]
+        disc = disc[PAIR_KEYS + verdict_cols + [c for c in disc.columns if c not in PAIR_KEYS + verdict_cols]]
+        write_parquet_atomic(root / "verdicts_disc.parquet", pa.Table.from_pandas(disc, preserve_index=False))
+        wins = win_rates(disc)
+        report.update(reward_model=cfg.reward_model, win_rates_disc=wins.to_dict("records"),
+                      win_rates_per_criterion_disc=_per_criterion(disc))
+        md_parts.append(pairwise_markdown(wins, {}, cfg.baseline, judge=f"reward model `{cfg.reward_model}`"))
+    md = "\n".join(md_parts)
+    (root / "pairwise.md").write_text(md)
+    report["elapsed_s"] = round(time.time() - t0, 2)
     write_report(root, report)
     report["table_md"] = md
     return report
 
 
-def pairwise_markdown(wins: pd.DataFrame, bias: dict, baseline: str) -> str:
-    lines = [f"Win rates against the baseline `{baseline}` (ties and losses beside):", "",
+def _per_criterion(verdicts: pd.DataFrame) -> dict:
+    from rexeval.metrics.preference import win_rates
+
+    return {c[len("verdict_"):]: win_rates(verdicts, verdict_col=c).to_dict("records")
+            for c in verdicts.columns if c.startswith("verdict_")}
+
+
+def pairwise_markdown(wins: pd.DataFrame, bias: dict, baseline: str, judge: str | None = None) -> str:
+    by = f" by the {judge}" if judge else ""
+    lines = [f"Win rates against the baseline `{baseline}`{by} (ties and losses beside):", "",
              "| system | n | win | tie | loss | win (ties ½) | unreadable |", "|---|---|---|---|---|---|---|"]
     for r in wins.itertuples(index=False):
         lines.append(f"| {r.system} | {r.n} | {r.win_rate:.1%} | {r.tie_rate:.1%} | {r.loss_rate:.1%} | "
@@ -265,7 +297,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
         usage["gen"] = usage_totals([out], cfg.price_table, spec["model"])
     if "disc" in cfg.evaluators:
         results["disc"] = layout[["pair_id", "condition", "original_position"]].merge(
-            _disc_verdicts(cfg, layout[cols], progress), on="pair_id", how="left")
+            _disc_verdicts(cfg, layout[cols], progress)[["pair_id", "verdict"]], on="pair_id", how="left")
     tables = {name: detection_accuracy(v) for name, v in results.items()}
     for name, v in results.items():
         write_parquet_atomic(root / f"verdicts_{name}.parquet", pa.Table.from_pandas(v, preserve_index=False))
@@ -282,14 +314,20 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     return report
 
 
-def _disc_verdicts(cfg: DetectJobConfig, pairs: pd.DataFrame, progress) -> pd.DataFrame:
+def _disc_verdicts(cfg: PairwiseJobConfig | DetectJobConfig, pairs: pd.DataFrame, progress) -> pd.DataFrame:
+    """The reward-model judge (ALERT-Disc) on `pairs` (pair_id, user_profile,
+    item_description, explanation_a, explanation_b), with the job's rubric, criteria
+    subset (`only`, where the job has one) and divide setting: `judge_disc`'s verdicts,
+    one row per pair (pair_id, verdict, score_a, score_b, then verdict_<unit>,
+    score_a_<unit>, score_b_<unit> per criterion)."""
     from rexeval.models.encoders.reward import build_reward_scorer
     from rexeval.pipelines.judge.disc import DiscConfig, judge_disc
 
     progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
     scorer = build_reward_scorer(cfg.reward_model)
-    verdicts, _ = judge_disc(scorer, pairs, DiscConfig(criteria=_rubric_ref(cfg.criteria), divide=cfg.divide))
-    return verdicts[["pair_id", "verdict"]]
+    dcfg = DiscConfig(criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide)
+    verdicts, _ = judge_disc(scorer, pairs, dcfg)
+    return verdicts
 
 
 def detect_markdown(tables: dict[str, pd.DataFrame]) -> str:

@@ -128,7 +128,9 @@ def judge_pairwise(llm, pairs: pd.DataFrame, cfg: PairwiseConfig | None = None):
 
 
 def _combine(pairs: pd.DataFrame, detail: pd.DataFrame, cfg: PairwiseConfig) -> pd.DataFrame:
-    by = {(r.pair_id, r.unit, r.order): r.verdict for r in detail.itertuples(index=False)}
+    # An unreadable call is missing (pandas may hold it as NaN in a string column), not a verdict.
+    by = {(r.pair_id, r.unit, r.order): None if pd.isna(r.verdict) else r.verdict
+          for r in detail.itertuples(index=False)}
     units = list(dict.fromkeys(detail["unit"]))
     rows = []
     for pid in pairs["pair_id"]:

@@ -61,3 +61,27 @@ def test_likert_with_a_personalised_example_through_the_cli(tmp_path, ray_sessio
     report = json.loads((tmp_path / "lk" / "report.json").read_text())
     assert report["one_shot_fallbacks"] == 3  # no example for the other three rows
     assert "| scripted | mine |" in res.output or "scripted" in res.output
+
+
+def test_winrate_through_the_cli(tmp_path):
+    from tests.pipelines.judge.test_winrate import write_run
+
+    a = write_run(tmp_path / "batch1", systems=("sysA",))
+    b = write_run(tmp_path / "batch2", systems=("sysB",))
+    out = tmp_path / "wr"
+    res = CliRunner().invoke(cli, ["judge", "winrate", str(a), str(b), "--out", str(out), "--resamples", "100",
+                                   "--seed", "3", "--baseline-label", "PreferenceLogic"])
+    assert res.exit_code == 0, res.output
+    assert "PreferenceLogic loses" in res.output and "== judge winrate" in res.output
+    for name in ("winrate.csv", "winrate.md", "table4.md", "table4.csv", "figure5.png", "figure5.svg", "report.json"):
+        assert (out / name).exists(), name
+    report = json.loads((out / "report.json").read_text())
+    assert report["counts"]["folders"] == 2 and report["counts"]["systems"] == 2
+    assert report["settings"] == {"confidence": 0.95, "resamples": 100, "seed": 3,
+                                  "interval": "percentile bootstrap over pairs"}
+    # an empty folder is a one-line error naming it
+    (tmp_path / "empty").mkdir()
+    res = CliRunner().invoke(cli, ["judge", "winrate", str(tmp_path / "empty"), "--out", str(out)])
+    assert res.exit_code == 1 and "empty: holds neither verdicts.parquet" in res.output
+    res = CliRunner().invoke(cli, ["judge", "winrate", "--out", str(out)])
+    assert res.exit_code == 2 and "runs" in res.output

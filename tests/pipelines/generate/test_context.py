@@ -115,7 +115,9 @@ def test_missing_columns_are_named(reviews):
 
 def test_last_interactions(reviews):
     last = last_interactions(reviews, min_reviews=2)
-    assert last.values.tolist() == [["u1", "y", 70]]
+    assert last[["user_id", "item_id", "timestamp"]].values.tolist() == [["u1", "y", 70]]
+    assert last["review_id"].tolist() == reviews.loc[(reviews.user_id == "u1") & (reviews.item_id == "y"),
+                                                     "review_id"].astype(str).tolist()
     assert len(last_interactions(reviews, min_reviews=1)) == 6
 
 

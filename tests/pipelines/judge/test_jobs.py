@@ -169,3 +169,36 @@ def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp
     v = pd.read_parquet(tmp_path / "detect" / "verdicts_gen.parquet")
     assert set(v["original_position"]) == {"A", "B"}
     assert "random = 0.5" in (tmp_path / "detect" / "detection.md").read_text()
+
+
+def test_pairwise_job_with_the_reward_model_only(bench, tmp_path):
+    from tests.doubles.tiny_encoders import build_tiny_bert
+
+    from rexeval.metrics.preference import win_rates
+    from rexeval.pipelines.judge.disc import verdict_from_scores
+
+    reward = build_tiny_bert(tmp_path / "reward", 1)
+    log = tmp_path / "calls.jsonl"
+    base = _first(bench)
+    kwargs = dict(explanations=[bench["explanations"]], reviews=[bench["reviews"]], limit=3, baseline=base,
+                  out=str(tmp_path / "pw"), **_scripted(log, default="[[A]]"))
+    with pytest.raises(ValueError, match="--reward-model"):
+        run_pairwise(PairwiseJobConfig(evaluators=["disc"], **kwargs), progress=lambda m: None)
+    seen = []
+    rep = run_pairwise(PairwiseJobConfig(evaluators=["disc"], reward_model=str(reward), **kwargs),
+                       progress=seen.append)
+    # no LLM judge was started or asked
+    assert _calls(log) == 0 and not any("Serve" in m for m in seen)
+    assert not (tmp_path / "pw" / "verdicts.parquet").exists()
+    v = pd.read_parquet(tmp_path / "pw" / "verdicts_disc.parquet")
+    criteria = ["reasoning", "clear_language", "engaging_narrative", "neutral_tone"]
+    assert list(v.columns[:11]) == ["pair_id", "system", "baseline", "example_id", "user_id", "item_id", "verdict"] + [
+        f"verdict_{c}" for c in criteria]
+    assert len(v) == rep["pairs"] == 3 and (v["baseline"] == base).all()
+    for c in criteria:
+        assert v[f"verdict_{c}"].tolist() == [verdict_from_scores(a, b) for a, b in
+                                              zip(v[f"score_a_{c}"], v[f"score_b_{c}"])]
+    assert rep["evaluators"] == ["disc"] and rep["win_rates"] == [] and rep["reward_model"] == str(reward)
+    assert rep["win_rates_disc"] == win_rates(v).to_dict("records")
+    assert set(rep["win_rates_per_criterion_disc"]) == set(criteria)
+    assert "reward model" in (tmp_path / "pw" / "pairwise.md").read_text()

@@ -119,3 +119,23 @@ def test_an_empty_history_is_said_plainly():
     pairs["user_profile"] = ""
     judge_pairwise(llm, pairs, PairwiseConfig(divide=False, both_orders=False))
     assert "(no earlier purchases known)" in llm.calls[0].messages[-1]["content"]
+
+
+@pytest.mark.parametrize("both_orders", [True, False])
+def test_an_unreadable_call_is_missing_not_a_tie(both_orders):
+    """pandas keeps None in a string column as NaN: the combination must still read it as
+    'no verdict' (it once counted it as a tie, and failed with one order)."""
+    from rexeval.pipelines.judge.pairwise import _combine
+
+    pairs = pd.DataFrame({"pair_id": ["p1", "p2"]})
+    rows = [("p1", "reasoning", "ab", "A"), ("p1", "clarity", "ab", None),
+            ("p2", "reasoning", "ab", None), ("p2", "clarity", "ab", None)]
+    if both_orders:
+        rows += [("p1", "reasoning", "ba", "A"), ("p1", "clarity", "ba", None),
+                 ("p2", "reasoning", "ba", None), ("p2", "clarity", "ba", "B")]
+    detail = pd.DataFrame(rows, columns=["pair_id", "unit", "order", "verdict"]).astype({"verdict": "str"})
+    detail.loc[detail["verdict"] == "None", "verdict"] = None
+    out = _combine(pairs, detail, PairwiseConfig(both_orders=both_orders)).set_index("pair_id")
+    assert pd.isna(out.loc["p1", "verdict_clarity"])
+    assert out.loc["p1", "verdict"] == "A"  # one readable criterion: its verdict, not a tie
+    assert out.loc["p2", "verdict_clarity"] == ("B" if both_orders else None)

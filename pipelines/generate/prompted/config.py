@@ -1,0 +1,33 @@
+"""Settings of `rexeval generate llm` (seed 004's prompted generators)."""
+from __future__ import annotations
+
+from pydantic import Field, field_validator
+
+from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.generate.prompted.methods import PromptedSettings
+
+
+class PromptedJob(ChunkedLLMSettings):
+    input: str = Field(description="`rexeval ingest` or `rexeval split` output folder")
+    methods: list[str] = Field(description="user_based | item_based | review_extract | review_summary | "
+                               "preference_logic (one or more)")
+    split: str = Field("test", description="split to explain (split folders only)")
+    min_reviews: int = Field(2, ge=1, description="ingest folders: users with this many reviews are explained "
+                             "(their latest one)")
+    limit: int | None = Field(None, ge=1, description="only the first N interactions")
+    settings: PromptedSettings = Field(default_factory=PromptedSettings)
+    mf_cpus: float = Field(1.0, gt=0, description="CPUs of the BiasedMF Tune trial")
+    mf_gpus: float = Field(0.0, ge=0, description="GPUs of the BiasedMF Tune trial")
+    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge: "
+                               "the Serve deployment the generators' LLM calls go through")
+
+    @field_validator("methods")
+    @classmethod
+    def _known(cls, v: list[str]) -> list[str]:
+        from rexeval.pipelines.generate.prompted.methods import method_names
+
+        v = list(dict.fromkeys(m.strip().lower() for m in v))
+        unknown = [m for m in v if m not in method_names()]
+        if not v or unknown:
+            raise ValueError(f"unknown method(s) {unknown or v}: choose from {', '.join(method_names())}")
+        return v

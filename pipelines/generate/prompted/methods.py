@@ -1,0 +1,89 @@
+"""The prompted generators by name, what each one plans, and the settings they share.
+
+A method turns the Inputs (the interactions to explain and the reviews it may read)
+into a plan: one row per interaction with the exact prompt (`messages`, JSON) an LLM
+answers, or, for a method without an LLM, the explanation itself; a row the method
+cannot serve carries `skip` (an error type) and `skip_message` instead, so every
+interaction ends in an explanation or an error row. `context` (JSON) records what the
+method drew on (neighbour ids, the sentences picked), so a reader can audit a prompt.
+Planning is pure pandas in the driver; the LLM calls run afterwards as chunks on Ray
+(`pipelines/generate/prompted/tasks.py`). Adding a generator is one new module with
+`@register_method("name")`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field
+
+from rexeval.registry import Registry
+
+PLAN_COLUMNS = ("example_id", "user_id", "item_id", "system", "messages", "explanation", "context", "skip",
+                "skip_message", "prompt_version")
+
+_HERE = "rexeval.pipelines.generate.prompted"
+METHODS: Registry[type] = Registry("prompted generator", lazy={
+    "user_based": f"{_HERE}.similar", "item_based": f"{_HERE}.similar",
+    "review_extract": f"{_HERE}.reviews", "review_summary": f"{_HERE}.reviews",
+    "preference_logic": f"{_HERE}.preference_logic"})
+register_method = METHODS.register
+
+
+class PromptedSettings(BaseModel):
+    """What the prompted generators condition on and how their answers are read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    k_users: int = Field(3, ge=1, description="user-based: similar shoppers shown")
+    k_items: int = Field(2, ge=1, description="item-based: similar earlier purchases shown")
+    liked_rating: float = Field(4.0, description="a rating at least this high counts as 'liked'")
+    also_liked: int = Field(3, ge=0, description="user-based: other liked items shown per similar shopper")
+    max_history: int = Field(10, ge=0, description="PreferenceLogic: earlier purchases shown")
+    max_item_summaries: int = Field(5, ge=0, description="item descriptions: other buyers' headlines shown")
+    extract_sentences: int = Field(2, ge=1, description="review extraction: sentences kept at most")
+    extract_max_words: int = Field(30, ge=5, description="review extraction: words kept at most")
+    summary_reviews: int = Field(8, ge=1, description="review summarisation: reviews shown at most")
+    summary_review_words: int = Field(80, ge=10, description="review summarisation: words kept per review")
+    min_words: int = Field(5, ge=1, description="shorter answers are sent back")
+    max_words: int = Field(60, ge=5, description="longer answers are sent back")
+    max_tokens: int = Field(96, ge=8)
+    temperature: float = Field(0.0, ge=0.0, description="0: greedy, reproducible, cacheable")
+    max_retries: int = Field(2, ge=0, le=10)
+    mf: dict[str, Any] = Field(default_factory=dict, description="BiasedMF settings over its defaults")
+
+
+class Method:
+    """A prompted generator: `plan` makes one PLAN_COLUMNS row per interaction."""
+
+    name = "method"
+    uses_llm = True
+    needs_mf = False
+    asked_words = "15 to 30"  # the length its prompt asks for (retry messages repeat it)
+
+    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
+        raise NotImplementedError
+
+    def row(self, target, *, messages: list[dict] | None = None, explanation: str | None = None,
+            context: dict | None = None, skip: str | None = None, skip_message: str | None = None) -> dict:
+        return {"example_id": target.example_id, "user_id": target.user_id, "item_id": target.item_id,
+                "system": self.name, "messages": None if messages is None else json.dumps(messages),
+                "explanation": explanation,
+                "context": json.dumps(context or {}, ensure_ascii=False, sort_keys=True),
+                "skip": skip, "skip_message": skip_message}
+
+    def frame(self, rows: list[dict], version: str) -> pd.DataFrame:
+        df = pd.DataFrame(rows, columns=[c for c in PLAN_COLUMNS if c != "prompt_version"])
+        df["prompt_version"] = version
+        for c in ("messages", "explanation", "skip", "skip_message"):
+            df[c] = df[c].astype(object).where(df[c].notna(), None)
+        return df
+
+
+def method(name: str) -> Method:
+    return METHODS.lookup(name)()
+
+
+def method_names() -> list[str]:
+    return METHODS.names()

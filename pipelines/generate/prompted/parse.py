@@ -1,0 +1,37 @@
+"""Reading an explanation out of an LLM's answer, for every prompted generator and for
+the detection suite's generator (`pipelines/judge/detect.py`)."""
+from __future__ import annotations
+
+import re
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```[a-zA-Z]*")
+_PREAMBLE = re.compile(r"^(?:sure|okay|ok|certainly)?[,.!]?\s*here(?:'s| is)\b[^:\n]{0,80}:\s*",
+                       re.IGNORECASE)
+_LABEL = re.compile(r"^[*_#\s]*(?:(?:recommendation|final|your)\s+)?explanation[*_\s]*[:\-–—][*_\s]*",
+                    re.IGNORECASE)
+_QUOTES = "\"'“”‘’`"
+
+
+def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
+                      asked: str = "20 to 30 words") -> tuple[str | None, str | None]:
+    """The explanation text, or why the answer is not one (for the retry message).
+
+    Reasoning blocks, code fences, a "Here is ...:" preamble, an "Explanation:" label and
+    quotes around the whole text are dropped and whitespace is collapsed; an empty,
+    too short or too long answer is refused (`asked` is the length the prompt asked
+    for; the bounds are looser so a near miss is kept rather than regenerated).
+    """
+    body = " ".join(_FENCE.sub(" ", _THINK.sub(" ", text or "")).split())
+    body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
+    while len(body) >= 2 and body[0] in _QUOTES and body[-1] in _QUOTES:
+        body = body[1:-1].strip()
+    n = len(body.split())
+    if n == 0:
+        return None, "it was empty; reply with the explanation itself"
+    if n > max_words:
+        return None, (f"it has {n} words, more than {max_words}: write a single explanation of "
+                      f"{asked} with nothing before or after it")
+    if n < min_words:
+        return None, f"it has only {n} word(s): write a full explanation of {asked}"
+    return body, None

@@ -1,0 +1,48 @@
+"""PreferenceLogic (seed 004, §5.1 and appendix A.1): the LLM links the shopper's
+purchase history to the item's attributes. It is the baseline every other system's win
+rate is measured against, and the generator of the inferior-explanation detection test
+(`pipelines/judge/detect.py` writes its original explanations with `conversation` and
+its prompt-interruption ones with the same prompt and one flawed style rule).
+
+Context: `context.build_contexts` over the known reviews: the user's purchases strictly
+before the interaction (most recent first, at most `max_history`) and the item's title,
+or what other buyers wrote in their headlines (never the target user's words). An empty
+history is allowed: the prompt says the shop knows no earlier purchase.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
+
+PROMPT = "explain_recommendation"
+STYLE = "explanation_style"
+
+
+def preference_prompt(prompt: str = PROMPT, style: str = STYLE, prompts_dir: str | None = None):
+    """(template, style rubric) of PreferenceLogic."""
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
+
+    return load_prompt(prompt, prompts_dir), load_rubric(style, prompts_dir)
+
+
+def conversation(template, user_profile: str, item_description: str, rules: list) -> list[dict[str, str]]:
+    """The messages that ask for one explanation under the given style rules."""
+    return template.render(user_profile=user_profile, item_description=item_description, style_rules=rules)
+
+
+@register_method("preference_logic")
+class PreferenceLogic(Method):
+    uses_llm = True
+    asked_words = "20 to 30"
+
+    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
+        template, style = preference_prompt()
+        rows = []
+        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
+            rows.append(self.row(t, messages=conversation(template, c.user_profile, c.item_description,
+                                                          list(style.items)),
+                                 context={"user_profile": c.user_profile,
+                                          "item_description": c.item_description}))
+        return self.frame(rows, version=f"{template.version}+{style.version}")
