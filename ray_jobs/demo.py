@@ -7,7 +7,10 @@ ground-truth explanations -> paraphrase clustering of the verified statements (s
 bi-encoder only in the local profile) beside the EXTRA baseline on the sample's
 reviews (Table 3) -> the STAR ranking benchmark (seed 002, Table 1) -> a small PETER
 trained on the split and decoded on its test reviews -> seed 000's metrics on PETER,
-the ground truth and a sentiment-flipped copy of it (Tables III-VI).
+the ground truth and a sentiment-flipped copy of it (Tables III-VI) -> seed 001's and
+004's judges on them -> seed 004's win-rate study in small: two prompted generators
+(PreferenceLogic and item-based) written by the local LLM, judged pairwise, and the
+win-rate chart (Figure 5).
 """
 from __future__ import annotations
 
@@ -54,7 +57,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     started = time.time()
     root = Path(out)
     init_ray()
-    steps = 7 if extract_reviews <= 0 else 11
+    steps = 7 if extract_reviews <= 0 else 12
     click.echo(f"[1/{steps}] ingest: the sample (clean) + reviews_noisy.jsonl (broken rows on purpose)")
     ing = run_ingest(IngestConfig(inputs=[str(SAMPLE / "reviews.jsonl"), str(SAMPLE / "reviews_noisy.jsonl")],
                                   meta=[str(SAMPLE / "items.jsonl")], out=str(root / "ingest")),
@@ -84,7 +87,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
         outputs.update({"triplets": str(root / "triplets"), "star": str(root / "star"),
                         "truth": str(root / "ground_truth")})
         notes.append("SmolLM2-135M exercises the pipeline; its statements are not of paper quality")
-    eval_step = steps - 1 if extract_reviews > 0 else steps
+    eval_step = steps - 2 if extract_reviews > 0 else steps
     counts.update(_cluster_stages(root, extract_reviews > 0, overwrite, eval_step - 3, steps))
     outputs["clusters"] = str(root / "clusters")
     notes.append("clustering is bi-encoder only: the local profile has no cross-encoder "
@@ -102,11 +105,16 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
                                   llm=extract_reviews > 0))
     outputs["evaluation"] = str(root / "evaluation")
     if extract_reviews > 0:
-        counts.update(_judge_stage(root, steps, judge_examples))
+        counts.update(_judge_stage(root, steps - 1, steps, judge_examples))
         outputs.update({"likert": str(root / "judge_likert"), "pairwise": str(root / "judge_pairwise")})
         notes.append("the Likert and pairwise judges here are SmolLM2-135M: they exercise the judge "
                      "deployment, parsing, retries and reports; their ratings are not meaningful (pass "
                      "--model judge_llm=... to `rexeval judge` for a real judge)")
+        counts.update(_winrate_stage(root, steps, judge_examples))
+        outputs.update({"seed 004 systems": str(root / "seed004" / "explanations.parquet"),
+                        "win rates": str(root / "seed004" / "winrate" / "figure5.png")})
+        notes.append("the win-rate chart is drawn from SmolLM2-135M's writing and verdicts: it shows the "
+                     "study's plumbing, not which generator is better")
     if extract_reviews > 0:
         notes.append("St2Exp's verifier here is SmolLM2-135M: it exercises the metric, its verdicts are "
                      "not meaningful (pass --model judge_llm=... to `rexeval evaluate` for a real judge)")
@@ -263,7 +271,7 @@ def _evaluate_stage(root: Path, paths: dict[str, str], overwrite: bool, step: in
             "metric families skipped": len(rep["skipped"])}
 
 
-def _judge_stage(root: Path, steps: int, n: int) -> dict:
+def _judge_stage(root: Path, step: int, steps: int, n: int) -> dict:
     """Seed 001's Likert judge and seed 004's pairwise judge on the evaluation step's two
     systems, through the judge Serve deployment, with the local LLM."""
     from rexeval.pipelines.judge.jobs import run_likert, run_pairwise
@@ -271,7 +279,7 @@ def _judge_stage(root: Path, steps: int, n: int) -> dict:
 
     expl = str(root / "evaluation_inputs" / "explanations.parquet")
     reviews = [str(root / "ingest")]
-    click.echo(f"[{steps}/{steps}] judge: Likert ratings (seed 001) and pairwise verdicts against the ground "
+    click.echo(f"[{step}/{steps}] judge: Likert ratings (seed 001) and pairwise verdicts against the ground "
                f"truth (seed 004), {n} examples each, local LLM behind the judge Serve deployment")
     lk = run_likert(LikertJobConfig(explanations=[expl], reviews=reviews, limit=n, out=str(root / "judge_likert")),
                     progress=click.echo)
@@ -283,6 +291,33 @@ def _judge_stage(root: Path, steps: int, n: int) -> dict:
     likert_calls = sum(u["calls"] for u in lk["usage"].values())
     return {"likert scores": 4 * n * 2, "likert unreadable": lk["unreadable"],
             "pairwise pairs": pw["pairs"], "judge calls": likert_calls + pw["usage"]["calls"]}
+
+
+def _winrate_stage(root: Path, steps: int, n: int) -> dict:
+    """Seed 004's study in small: PreferenceLogic and the item-based generator write
+    explanations with the local LLM for `n` users' latest purchases, the pairwise judge
+    compares them, and the win-rate report draws Figure 5."""
+    from rexeval.pipelines.generate.prompted.config import PromptedJob
+    from rexeval.pipelines.generate.prompted.job import run_prompted
+    from rexeval.pipelines.judge.config import PairwiseJobConfig
+    from rexeval.pipelines.judge.jobs import run_pairwise
+    from rexeval.pipelines.judge.winrate import WinrateConfig, run_winrate
+
+    base = root / "seed004"
+    click.echo(f"[{steps}/{steps}] seed 004: PreferenceLogic and item-based explanations by the local LLM for "
+               f"{n} users' latest purchases, judged pairwise, and the win-rate chart (Figure 5)")
+    gen = run_prompted(PromptedJob(input=str(root / "ingest"), methods=["preference_logic", "item_based"],
+                                   limit=n, out=str(base)), progress=click.echo)
+    click.echo(gen.pop("table_md"))
+    pw = run_pairwise(PairwiseJobConfig(explanations=[str(base / "explanations.parquet")],
+                                        reviews=[str(root / "ingest")], baseline="preference_logic",
+                                        divide=False, max_tokens=160, out=str(base / "pairwise")),
+                      progress=click.echo)
+    click.echo(pw.pop("table_md"))
+    run_winrate(WinrateConfig(runs=[str(base / "pairwise")], out=str(base / "winrate"),
+                              baseline_label="PreferenceLogic"), progress=click.echo)
+    return {"seed 004 explanations": gen["explanations"], "seed 004 error rows": gen["errors"],
+            "win-rate pairs": pw["pairs"]}
 
 
 def _show(folder: Path, stage: str, k: int = 6) -> None:

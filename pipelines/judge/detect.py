@@ -2,9 +2,10 @@
 
 A judge is trustworthy only if it prefers a good explanation to a worse one written for
 the same user and item. We make the worse one on purpose. For every interaction the
-generator (the PreferenceLogic prompt `explain_recommendation` with the
-`explanation_style` rules) writes the ORIGINAL explanation from the true context, and,
-per condition, an INFERIOR one:
+generator, PreferenceLogic (`pipelines/generate/prompted/preference_logic.py`, the same
+generator `rexeval generate llm --method preference_logic` runs: the prompt
+`explain_recommendation` with the `explanation_style` rules), writes the ORIGINAL
+explanation from the true context, and, per condition, an INFERIOR one:
 
 - data interruptions (good style, wrong context): `item_replace` is written for another
   item's description, `user_replace` with another user's purchase history, `empty_user`

@@ -72,24 +72,29 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert domain in res.output
     assert "error rows" in res.output and "Interactions" in res.output
     # The LLM stages ran on part of the sample and ended in rows, not crashes.
-    assert "[6/11] ground-truth" in res.output
+    assert "[6/12] ground-truth" in res.output
     assert "triplet statements" in res.output and "verified statements" in res.output
     # Clustering: the verified statements (bi-encoder only, said plainly) and EXTRA, as Table 3.
-    assert "[7/11] cluster" in res.output and "bi-encoder only" in res.output
+    assert "[7/12] cluster" in res.output and "bi-encoder only" in res.output
     assert "| sample | EXTRA |" in res.output and "| STAR |" in res.output
     assert "statement clusters" in res.output and "extra clusters" in res.output
     # Ranking: STAR built from the hand-written statements, baselines and a short ExpGCN, as Table 1.
-    assert "[8/11] star" in res.output and "| Total triplets | 853 |" in res.output
+    assert "[8/12] star" in res.output and "| Total triplets | 853 |" in res.output
     assert "| USERPOP |" in res.output and "| EXPGCN |" in res.output and "| Gain |" in res.output
     # Generation: a small PETER trained on Ray Tune and decoded on the test reviews.
-    assert "[9/11] generate" in res.output and "PETER explanations" in res.output
+    assert "[9/12] generate" in res.output and "PETER explanations" in res.output
     assert "| Dataset | Metric | flipped | ground_truth | peter |" in res.output
     # Evaluation: ground truth vs a sentiment-flipped copy; what the local profile lacks is
     # skipped, with the reason, and nothing else is reported under the NLI names.
-    assert "[10/11] evaluate" in res.output and "| BERT-F1 |" in res.output and "| St2Exp-P |" in res.output
+    assert "[10/12] evaluate" in res.output and "| BERT-F1 |" in res.output and "| St2Exp-P |" in res.output
     assert "skipped statement_nli:" in res.output and "no PyPI package ships an NLI model" in res.output
     assert "| StEnt-P |" not in res.output
     # Judges: Likert and pairwise through the judge Serve deployment, with the local LLM.
-    assert "[11/11] judge" in res.output and "| judge | system | persuasiveness |" in res.output
+    assert "[11/12] judge" in res.output and "| judge | system | persuasiveness |" in res.output
     assert "Win rates against the baseline `ground_truth`" in res.output and "Position bias" in res.output
     assert "starting the Serve deployment 'rexeval-judge'" in res.output
+    # Seed 004 in small: two prompted generators, the pairwise judge, the win-rate chart.
+    assert "[12/12] seed 004" in res.output and "| preference_logic |" in res.output
+    assert "Win rates against the baseline `preference_logic`" in res.output
+    assert (tmp_path / "demo" / "seed004" / "winrate" / "figure5.svg").read_text().count("item_based") >= 1
+    assert "not which generator is better" in res.output

@@ -68,3 +68,31 @@ def test_pepler_backbone_comes_from_the_model_override(tmp_path, ray_session):
     res = runner.invoke(cli, ["generate", "train", str(split), "--truth", str(truth), "--model", "pepler",
                               "--model", "generator_lm=/no/such/model", "--out", str(tmp_path / "bad")])
     assert res.exit_code != 0 and "/no/such/model" in res.output
+
+
+def test_generate_llm_through_the_cli(tmp_path, ray_session):
+    """`rexeval generate llm` on an ingest folder: one method without an LLM, one with the
+    scripted LLM in-process; the summary counts every interaction; bad input is refused
+    with a message."""
+    from tests.doubles.planted_shop import planted_ingest
+
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "llm", "--help"])
+    assert res.exit_code == 0
+    for name in ("user_based", "item_based", "review_extract", "review_summary", "preference_logic", "--limit"):
+        assert name in res.output
+    ingest = planted_ingest(tmp_path)
+    answer = "This suits the way you play and will make every practice session feel easier and more fun."
+    res = runner.invoke(cli, ["generate", "llm", str(ingest), "--method", "review_extract", "--method",
+                              "preference_logic", "--backend", "tests.doubles.llm:ScriptedLLM",
+                              "--backend-option", f"default={answer}", "--judge-service", "none", "--no-cache",
+                              "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+    assert "| review_extract | 9 | 8 | 1 | no_reviews 1 |" in res.output
+    assert "| preference_logic | 9 | 9 | 0 | – |" in res.output
+    assert "explanations.parquet" in res.output and "judge pairwise" in res.output
+    res = runner.invoke(cli, ["generate", "llm", str(ingest), "--method", "telepathy", "--out", str(tmp_path / "x")])
+    assert res.exit_code == 2 and "telepathy" in res.output
+    res = runner.invoke(cli, ["generate", "llm", str(ingest), "--method", "review_extract", "--split", "valid",
+                              "--out", str(tmp_path / "y")])
+    assert res.exit_code == 1 and "ingest folder" in res.output
