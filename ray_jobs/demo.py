@@ -314,8 +314,13 @@ def _winrate_stage(root: Path, steps: int, n: int) -> dict:
                                         divide=False, max_tokens=160, out=str(base / "pairwise")),
                       progress=click.echo)
     click.echo(pw.pop("table_md"))
-    run_winrate(WinrateConfig(runs=[str(base / "pairwise")], out=str(base / "winrate"),
-                              baseline_label="PreferenceLogic"), progress=click.echo)
+    if pw["pairs"]:
+        win = run_winrate(WinrateConfig(runs=[str(base / "pairwise")], out=str(base / "winrate"),
+                                        baseline_label="PreferenceLogic"), progress=click.echo)
+        click.echo(win.pop("table_md"))
+    else:
+        click.echo("  no pair to judge: the local LLM wrote no usable explanation for an interaction both "
+                   "systems share (see seed004/errors.parquet), so no win-rate chart this time")
     return {"seed 004 explanations": gen["explanations"], "seed 004 error rows": gen["errors"],
             "win-rate pairs": pw["pairs"]}
 

@@ -34,7 +34,9 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _atomic_bytes(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: str | Path, data: bytes) -> None:
+    """Write `data` to a temporary file beside `path`, fsync it, then rename it into place."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -49,7 +51,7 @@ def _atomic_bytes(path: Path, data: bytes) -> None:
 
 
 def write_json_atomic(path: str | Path, obj: Any) -> None:
-    _atomic_bytes(Path(path), (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
 
 
 def write_parquet_atomic(path: str | Path, table: pa.Table) -> None:

@@ -319,6 +319,9 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
     docstring). Returns the report, with `table_md` (the Figure 5 table) added."""
     t0 = time.time()
     long, inputs = read_runs(cfg.runs)
+    if long.empty:
+        raise ValueError(f"{', '.join(map(str, cfg.runs))}: the verdicts hold no pair (no example had both a "
+                         "system's and the baseline's explanation); there is no win rate to report")
     baseline = str(long["baseline"].iloc[0])
     label = cfg.baseline_label or baseline
     judges = _order(long["judge"])

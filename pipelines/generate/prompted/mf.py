@@ -14,9 +14,8 @@ the ids they belong to (`MFResult`), whose rows `nearest` ranks by cosine.
 from __future__ import annotations
 
 import hashlib
+import io
 import math
-import os
-import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import pandas as pd
 import torch
 
 from rexeval.models.recommenders.biased_mf import BiasedMF, nearest
+from rexeval.pipelines.core.io import write_bytes_atomic
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
 
 KEYS = ("mf_dim", "mf_lr", "mf_reg", "mf_batch_size", "mf_epochs", "mf_patience", "seed")
@@ -222,17 +222,9 @@ def write_arrays(arrays: dict[str, np.ndarray], storage: str | Path) -> Path:
     path = storage / f"{NAME}-data-{arrays_hash(arrays)}.npz"
     if path.exists():
         return path
-    storage.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=storage)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    write_bytes_atomic(path, buf.getvalue())
     return path
 
 

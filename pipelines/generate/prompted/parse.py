@@ -11,6 +11,7 @@ _PREAMBLE = re.compile(r"^(?:sure|okay|ok|certainly)?[,.!]?\s*here(?:'s| is)\b[^
 _LABEL = re.compile(r"^[*_#\s]*(?:(?:recommendation|final|your)\s+)?explanation[*_\s]*[:\-–—][*_\s]*",
                     re.IGNORECASE)
 _QUOTES = "\"'“”‘’`"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
 def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
@@ -18,9 +19,13 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     """The explanation text, or why the answer is not one (for the retry message).
 
     Reasoning blocks, code fences, a "Here is ...:" preamble, an "Explanation:" label and
-    quotes around the whole text are dropped and whitespace is collapsed; an empty,
-    too short or too long answer is refused (`asked` is the length the prompt asked
-    for; the bounds are looser so a near miss is kept rather than regenerated).
+    quotes around the whole text are dropped and whitespace is collapsed. An answer
+    longer than `max_words` keeps its leading whole sentences that fit in `max_words`,
+    each distinct sentence once (small models often write a good first sentence, then
+    repeat it until the token limit); with no such sentence of at least `min_words`
+    words it is refused, as is an empty or too short answer (`asked` is the length the
+    prompt asked for; the bounds are looser so a near miss is kept rather than
+    regenerated).
     """
     body = " ".join(_FENCE.sub(" ", _THINK.sub(" ", text or "")).split())
     body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
@@ -30,8 +35,28 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     if n == 0:
         return None, "it was empty; reply with the explanation itself"
     if n > max_words:
+        kept = _leading_sentences(body, max_words)
+        if len(kept.split()) >= min_words:
+            return kept, None
         return None, (f"it has {n} words, more than {max_words}: write a single explanation of "
                       f"{asked} with nothing before or after it")
     if n < min_words:
         return None, f"it has only {n} word(s): write a full explanation of {asked}"
     return body, None
+
+
+def _leading_sentences(body: str, max_words: int) -> str:
+    """The first distinct whole sentences of `body` that together fit in `max_words`."""
+    kept: list[str] = []
+    words = 0
+    for sentence in _SENTENCE_END.split(body):
+        if not sentence or sentence[-1] not in ".!?":
+            break  # a sentence cut off by the token limit
+        if sentence in kept:
+            continue
+        n = len(sentence.split())
+        if words + n > max_words:
+            break
+        kept.append(sentence)
+        words += n
+    return " ".join(kept)

@@ -48,6 +48,13 @@ def _others(known: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return {i: g for i, g in k.groupby("item_id", sort=False)}
 
 
+def _other_reviews(by_item: dict[str, pd.DataFrame], target) -> pd.DataFrame | None:
+    """The item's known reviews by other shoppers than the target's, or None."""
+    reviews = by_item.get(target.item_id)
+    reviews = None if reviews is None else reviews[reviews["user_id"] != target.user_id]
+    return None if reviews is None or reviews.empty else reviews
+
+
 def candidate_sentences(reviews: pd.DataFrame, max_words: int) -> pd.DataFrame:
     """Candidate sentences of the reviews (review_id, position, sentence), step 2."""
     from rexeval.models.sentences import split_sentences
@@ -99,9 +106,8 @@ class ReviewExtract(Method):
         picked: dict[tuple, pd.DataFrame] = {}
         rows = []
         for t in inputs.targets.itertuples(index=False):
-            reviews = by_item.get(t.item_id)
-            reviews = None if reviews is None else reviews[reviews["user_id"] != t.user_id]
-            if reviews is None or reviews.empty:
+            reviews = _other_reviews(by_item, t)
+            if reviews is None:
                 rows.append(self.row(t, skip="no_reviews", skip_message=(
                     f"no other shopper reviewed item {t.item_id} in the known data")))
                 continue
@@ -133,9 +139,8 @@ class ReviewSummary(Method):
         by_item = _others(inputs.known)
         rows = []
         for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            reviews = by_item.get(t.item_id)
-            reviews = None if reviews is None else reviews[reviews["user_id"] != t.user_id]
-            if reviews is None or reviews.empty:
+            reviews = _other_reviews(by_item, t)
+            if reviews is None:
                 rows.append(self.row(t, skip="no_reviews", skip_message=(
                     f"no other shopper reviewed item {t.item_id} in the known data")))
                 continue

@@ -144,3 +144,9 @@ def test_clear_errors(tmp_path):
         read_runs([a, a])
     with pytest.raises(FileNotFoundError, match="nowhere"):
         read_runs([tmp_path / "nowhere"])
+    none = tmp_path / "none"
+    none.mkdir()
+    pd.DataFrame({c: pd.Series(dtype=object) for c in ("pair_id", "system", "baseline", "example_id", "user_id",
+                                                       "item_id", "verdict")}).to_parquet(none / "verdicts.parquet")
+    with pytest.raises(ValueError, match="hold no pair"):
+        run_winrate(WinrateConfig(runs=[str(none)], out=str(tmp_path / "w")))

@@ -9,11 +9,13 @@
 4. `rexeval judge pairwise` of every system against `preference_logic`;
 5. `rexeval judge winrate`: Figure 5, Table 4 and winrate.csv.
 
-SmolLM2-135M is far too small for either role: its explanations are often rejected by
-the word-count parser (they become `unparseable` error rows) and its verdicts are not
-meaningful. What is checked is the plumbing and the accounting: every interaction of
-every method ends in an explanation or an error row, every explanation in a verdict
-row or an error row, and the win-rate report names every judged system.
+SmolLM2-135M is far too small for either role, and its verdicts are NOT meaningful:
+its explanations are rambling or repeat the prompt (cut at 48 tokens to keep the CPU
+time down), those the word-count parser rejects become `unparseable` error rows, and
+the win rates it gives say nothing about the generators. What is checked is the
+plumbing and the accounting: every interaction of every method ends in an explanation
+or an error row, every explanation in a verdict row or an error row, a re-run makes no
+LLM call, and the win-rate report names every judged system.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import pandas as pd
 import pytest
 
 from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.generate.prompted.inputs import load_inputs
 
 pytestmark = pytest.mark.slow
 
@@ -41,8 +44,13 @@ def _job(root: Path, cache: Path):
 
 
 def _shards(folder: Path) -> dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("*.parquet"))
-            if p.name != "payload.parquet"}
+    """Every chunk's files (answers, usage, done marker) and their mtimes; the payload
+    and the manifest are rewritten by every run."""
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in sorted(folder.rglob("part-*"))}
+
+
+def _asks_the_llm(plan: pd.DataFrame) -> bool:
+    return bool((plan["skip"].isna() & plan["messages"].notna()).any())
 
 
 @pytest.fixture(scope="module")
@@ -83,14 +91,15 @@ def test_every_interaction_of_every_method_ends_in_an_explanation_or_an_error_ro
     targets = set(expl["example_id"]) | {r.split("|", 1)[1] for r in errors["row_id"]}
     assert len(targets) == LIMIT
     picked = reviews[reviews["review_id"].isin(targets)]
-    assert (picked.groupby("user_id")["review_id"].count() == 1).all()
-    counts = reviews.groupby("user_id")["review_id"].count()
-    assert (counts.loc[picked["user_id"]] >= 2).all()
-    # Review extraction needs no LLM: every interaction whose item has another review
-    # (by someone else, another pair) gets one.
-    with_others = {r.review_id for r in picked.itertuples()
-                   if ((reviews["item_id"] == r.item_id) & (reviews["user_id"] != r.user_id)).any()}
-    assert set(expl.loc[expl["system"] == "review_extract", "example_id"]) == with_others
+    assert picked["user_id"].is_unique
+    by_user = reviews.groupby("user_id")
+    assert (by_user["review_id"].count().loc[picked["user_id"]] >= 2).all()
+    assert (picked["timestamp"].to_numpy() == by_user["timestamp"].max().loc[picked["user_id"]].to_numpy()).all()
+    # Review extraction needs no LLM: every interaction whose item has a review the
+    # generators may read gets one, the others a no_reviews error row.
+    known = load_inputs(root / "ingest", min_reviews=2).known
+    readable = set(picked.loc[picked["item_id"].isin(set(known["item_id"])), "review_id"])
+    assert set(expl.loc[expl["system"] == "review_extract", "example_id"]) == readable
     assert set(errors.loc[errors["row_id"].str.startswith("review_extract|"), "error_type"]) <= {"no_reviews"}
     usage = report["usage"]
     assert usage["calls"] > 0 and usage["prompt_tokens"] > 0 and usage["completion_tokens"] > 0
@@ -98,23 +107,26 @@ def test_every_interaction_of_every_method_ends_in_an_explanation_or_an_error_ro
 
 
 def test_a_rerun_runs_no_chunk_and_gives_the_same_table(study):
+    from rexeval.models.llm.cache import LLMCache
     from rexeval.pipelines.generate.prompted.job import run_prompted
 
     root = study["root"]
     out = root / "generate"
-    shards = {m: _shards(out / m / "calls") for m in ALL if (out / m / "calls").is_dir()}
-    assert set(shards) == {"user_based", "item_based", "review_summary", "preference_logic"} - {
-        m for m in ALL if study["report"]["methods"][m]["error_types"].keys() >= {"no_neighbour"}
-        and study["report"]["methods"][m]["errors"] == LIMIT}
+    asked = [m for m in ALL if _asks_the_llm(pd.read_parquet(out / m / "plan.parquet"))]
+    assert "review_extract" not in asked and BASELINE in asked
+    shards = {m: _shards(out / m / "calls") for m in asked}
+    assert all(shards.values())
     first = pd.read_parquet(out / "explanations.parquet")
+    calls_cached = len(LLMCache(study["cache"]))
     t0 = time.time()
     again = run_prompted(_job(root, study["cache"]), progress=lambda m: None)
     study["times"]["rerun"] = time.time() - t0
     for m, before in shards.items():
-        assert before and _shards(out / m / "calls") == before, m
+        assert _shards(out / m / "calls") == before, m  # no chunk ran again
+    assert len(LLMCache(study["cache"])) == calls_cached  # and no LLM call was made
     pd.testing.assert_frame_equal(pd.read_parquet(out / "explanations.parquet"), first)
     assert again["methods"] == study["report"]["methods"]
-    assert again["usage"]["calls"] == study["report"]["usage"]["calls"]
+    assert again["usage"] == study["report"]["usage"]  # the finished chunks' usage, counted again
 
 
 @pytest.fixture(scope="module")
@@ -123,6 +135,8 @@ def judged(study):
     from rexeval.pipelines.judge.jobs import run_pairwise
 
     root = study["root"]
+    if not study["report"]["methods"][BASELINE]["explanations"]:
+        pytest.skip(f"SmolLM2 wrote no readable {BASELINE} explanation: nothing to judge against")
     t0 = time.time()
     report = run_pairwise(PairwiseJobConfig(
         explanations=[str(root / "generate" / "explanations.parquet")], baseline=BASELINE,
@@ -156,7 +170,7 @@ def test_the_winrate_report_names_every_judged_system(study, judged):
     root = study["root"]
     verdicts = pd.read_parquet(root / "pairwise" / "verdicts.parquet")
     if verdicts.empty:
-        pytest.skip("SmolLM2 left preference_logic with no explanation to compare against")
+        pytest.skip(f"no explanation shares an example with a {BASELINE} one: nothing was judged")
     t0 = time.time()
     report = run_winrate(WinrateConfig(runs=[str(root / "pairwise")], out=str(root / "winrate"), resamples=200),
                          progress=lambda m: None)
