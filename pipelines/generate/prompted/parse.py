@@ -19,7 +19,10 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     """The explanation text, or why the answer is not one (for the retry message).
 
     Reasoning blocks, code fences, a "Here is ...:" preamble, an "Explanation:" label and
-    quotes around the whole text are dropped and whitespace is collapsed. An answer
+    quotes around the whole text are dropped and whitespace is collapsed. An answer that
+    copies the prompt's data blocks (`<<<`, `>>>`) is refused. A trailing fragment without
+    a sentence end (an answer cut by the token limit) is dropped when whole sentences of
+    at least `min_words` words precede it. An answer
     longer than `max_words` keeps its leading whole sentences that fit in `max_words`,
     each distinct sentence once (small models often write a good first sentence, then
     repeat it until the token limit); with no such sentence of at least `min_words`
@@ -31,6 +34,10 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
     while len(body) >= 2 and body[0] in _QUOTES and body[-1] in _QUOTES:
         body = body[1:-1].strip()
+    if "<<<" in body or ">>>" in body:
+        return None, ("it copies the input blocks marked <<< and >>>; reply with the explanation alone, "
+                      "in your own words")
+    body = _drop_cut_tail(body, min_words)
     n = len(body.split())
     if n == 0:
         return None, "it was empty; reply with the explanation itself"
@@ -60,3 +67,12 @@ def _leading_sentences(body: str, max_words: int) -> str:
         kept.append(sentence)
         words += n
     return " ".join(kept)
+
+
+def _drop_cut_tail(body: str, min_words: int) -> str:
+    """`body` without a last, unfinished sentence when whole sentences precede it."""
+    if not body or body[-1] in ".!?" + _QUOTES + ")":
+        return body
+    parts = _SENTENCE_END.split(body)
+    head = " ".join(parts[:-1])
+    return head if len(parts) > 1 and len(head.split()) >= min_words else body

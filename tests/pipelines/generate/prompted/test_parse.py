@@ -24,3 +24,16 @@ def test_no_whole_sentence_that_fits_is_still_refused():
     assert value is None  # "Great." alone is shorter than min_words
     value, problem = parse_explanation(LOOP, asked="15 to 30 words", min_words=7)
     assert value is None and "15 to 30 words" in problem
+
+
+def test_an_answer_cut_by_the_token_limit_keeps_its_whole_sentences():
+    cut = "This capo clamps gently and keeps every string in tune. It is a product that"
+    assert parse_explanation(cut) == ("This capo clamps gently and keeps every string in tune.", None)
+    # No whole sentence before the fragment (or too short a one): the text stays as it is.
+    assert parse_explanation("Great tone and a solid build for every gig you play")[0].endswith("play")
+    assert parse_explanation("Nice. It keeps every string in tune on stage", min_words=5)[0].endswith("stage")
+
+
+def test_an_answer_that_copies_the_prompts_data_blocks_is_refused():
+    value, problem = parse_explanation("The item: <<<ITEM Title unknown. Category: instruments. ITEM>>> great")
+    assert value is None and "<<<" in problem
