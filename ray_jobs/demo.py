@@ -9,8 +9,8 @@ reviews (Table 3) -> the STAR ranking benchmark (seed 002, Table 1) -> a small P
 trained on the split and decoded on its test reviews -> seed 000's metrics on PETER,
 the ground truth and a sentiment-flipped copy of it (Tables III-VI) -> seed 001's and
 004's judges on them -> seed 004's win-rate study in small: two prompted generators
-(PreferenceLogic and item-based) written by the local LLM, judged pairwise, and the
-win-rate chart (Figure 5).
+(PreferenceLogic and item-based) written by the local LLM, judged pairwise against
+review extraction, and the win-rate chart (Figure 5).
 """
 from __future__ import annotations
 
@@ -296,7 +296,12 @@ def _judge_stage(root: Path, step: int, steps: int, n: int) -> dict:
 def _winrate_stage(root: Path, steps: int, n: int) -> dict:
     """Seed 004's study in small: PreferenceLogic and the item-based generator write
     explanations with the local LLM for `n` users' latest purchases, the pairwise judge
-    compares them, and the win-rate report draws Figure 5."""
+    compares them with review extraction (no LLM), and the win-rate report draws Figure 5.
+
+    Seed 004's baseline is PreferenceLogic; the demo's is review extraction because
+    SmolLM2-135M seldom writes a usable PreferenceLogic answer (it echoes the prompt,
+    which the parser refuses), and a baseline without explanations leaves nothing to
+    compare. With a real LLM: `rexeval judge pairwise ... --baseline preference_logic`."""
     from rexeval.pipelines.generate.prompted.config import PromptedJob
     from rexeval.pipelines.generate.prompted.job import run_prompted
     from rexeval.pipelines.judge.config import PairwiseJobConfig
@@ -305,22 +310,24 @@ def _winrate_stage(root: Path, steps: int, n: int) -> dict:
 
     base = root / "seed004"
     click.echo(f"[{steps}/{steps}] seed 004: PreferenceLogic and item-based explanations by the local LLM for "
-               f"{n} users' latest purchases, judged pairwise, and the win-rate chart (Figure 5)")
-    gen = run_prompted(PromptedJob(input=str(root / "ingest"), methods=["preference_logic", "item_based"],
+               f"{n} users' latest purchases, judged pairwise against review extraction, and the win-rate "
+               "chart (Figure 5)")
+    gen = run_prompted(PromptedJob(input=str(root / "ingest"), methods=["preference_logic", "item_based",
+                                                                        "review_extract"],
                                    limit=n, out=str(base)), progress=click.echo)
     click.echo(gen.pop("table_md"))
     pw = run_pairwise(PairwiseJobConfig(explanations=[str(base / "explanations.parquet")],
-                                        reviews=[str(root / "ingest")], baseline="preference_logic",
+                                        reviews=[str(root / "ingest")], baseline="review_extract",
                                         divide=False, max_tokens=160, out=str(base / "pairwise")),
                       progress=click.echo)
     click.echo(pw.pop("table_md"))
     if pw["pairs"]:
         win = run_winrate(WinrateConfig(runs=[str(base / "pairwise")], out=str(base / "winrate"),
-                                        baseline_label="PreferenceLogic"), progress=click.echo)
+                                        baseline_label="ReviewExtract"), progress=click.echo)
         click.echo(win.pop("table_md"))
     else:
-        click.echo("  no pair to judge: the local LLM wrote no usable explanation for an interaction both "
-                   "systems share (see seed004/errors.parquet), so no win-rate chart this time")
+        click.echo("  no pair to judge: the local LLM wrote no usable explanation (see seed004/errors.parquet), "
+                   "so no win-rate chart this time")
     return {"seed 004 explanations": gen["explanations"], "seed 004 error rows": gen["errors"],
             "win-rate pairs": pw["pairs"]}
 

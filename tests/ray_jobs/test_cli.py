@@ -94,7 +94,11 @@ def test_demo_runs_offline(tmp_path, ray_session):
     assert "Win rates against the baseline `ground_truth`" in res.output and "Position bias" in res.output
     assert "starting the Serve deployment 'rexeval-judge'" in res.output
     # Seed 004 in small: two prompted generators, the pairwise judge, the win-rate chart.
-    assert "[12/12] seed 004" in res.output and "| preference_logic |" in res.output
-    assert "Win rates against the baseline `preference_logic`" in res.output
-    assert (tmp_path / "demo" / "seed004" / "winrate" / "figure5.svg").read_text().count("item_based") >= 1
+    # (SmolLM2 may write no usable explanation at all: then the step says so instead of drawing.)
+    assert "[12/12] seed 004" in res.output and "| review_extract | 2 | 2 | 0 | – |" in res.output
+    assert "| preference_logic | 2 |" in res.output and "| item_based | 2 |" in res.output
+    figure = tmp_path / "demo" / "seed004" / "winrate" / "figure5.svg"
+    assert figure.exists() or "no pair to judge" in res.output
+    if figure.exists():
+        assert "Win rates against the baseline `review_extract`" in res.output
     assert "not which generator is better" in res.output
