@@ -18,8 +18,6 @@ class PromptedJob(ChunkedLLMSettings):
     settings: PromptedSettings = Field(default_factory=PromptedSettings)
     mf_cpus: float = Field(1.0, gt=0, description="CPUs of the BiasedMF Tune trial")
     mf_gpus: float = Field(0.0, ge=0, description="GPUs of the BiasedMF Tune trial")
-    judge_service: str = Field("auto", description="auto | none | serve:APP | http(s)://host:port/judge: "
-                               "the Serve deployment the generators' LLM calls go through")
 
     @field_validator("methods")
     @classmethod
@@ -27,7 +25,9 @@ class PromptedJob(ChunkedLLMSettings):
         from rexeval.pipelines.generate.prompted.methods import method_names
 
         v = list(dict.fromkeys(m.strip().lower() for m in v))
+        if not v:
+            raise ValueError(f"give at least one method: {', '.join(method_names())}")
         unknown = [m for m in v if m not in method_names()]
-        if not v or unknown:
-            raise ValueError(f"unknown method(s) {unknown or v}: choose from {', '.join(method_names())}")
+        if unknown:
+            raise ValueError(f"unknown method(s) {unknown}: choose from {', '.join(method_names())}")
         return v

@@ -47,7 +47,8 @@ def _train_mf(cfg: PromptedJob, inputs, progress):
 
     cols = ["user_id", "item_id", "rating"]
     valid = None if inputs.valid is None else inputs.valid[cols]
-    return train_biased_mf(inputs.known[cols], valid, Path(cfg.out) / "mf", cfg.settings.mf, cpus=cfg.mf_cpus,
+    settings = {"seed": cfg.seed, **cfg.settings.mf}  # --seed, unless the MF settings name their own
+    return train_biased_mf(inputs.known[cols], valid, Path(cfg.out) / "mf", settings, cpus=cfg.mf_cpus,
                            gpus=cfg.mf_gpus, progress=progress)
 
 

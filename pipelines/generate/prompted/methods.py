@@ -12,6 +12,7 @@ Planning is pure pandas in the driver; the LLM calls run afterwards as chunks on
 """
 from __future__ import annotations
 
+import abc
 import json
 from typing import Any
 
@@ -54,7 +55,7 @@ class PromptedSettings(BaseModel):
     mf: dict[str, Any] = Field(default_factory=dict, description="BiasedMF settings over its defaults")
 
 
-class Method:
+class Method(abc.ABC):
     """A prompted generator: `plan` makes one PLAN_COLUMNS row per interaction."""
 
     name = "method"
@@ -62,8 +63,10 @@ class Method:
     needs_mf = False
     asked_words = "15 to 30"  # the length its prompt asks for (retry messages repeat it)
 
+    @abc.abstractmethod
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        raise NotImplementedError
+        """One PLAN_COLUMNS row per interaction of `inputs.targets`, in their order;
+        `contexts` are their `build_contexts` rows, `mf` the BiasedMF when `needs_mf`."""
 
     def row(self, target, *, messages: list[dict] | None = None, explanation: str | None = None,
             context: dict | None = None, skip: str | None = None, skip_message: str | None = None) -> dict:

@@ -31,6 +31,8 @@ An item without any other review in the known data is an error row (`no_reviews`
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
 
@@ -55,14 +57,14 @@ def _other_reviews(by_item: dict[str, pd.DataFrame], target) -> pd.DataFrame | N
     return None if reviews is None or reviews.empty else reviews
 
 
-def candidate_sentences(reviews: pd.DataFrame, max_words: int) -> pd.DataFrame:
-    """Candidate sentences of the reviews (review_id, position, sentence), step 2."""
-    from rexeval.models.sentences import split_sentences
+def candidate_sentences(reviews: pd.DataFrame, sentences: Mapping[str, list[str]], max_words: int) -> pd.DataFrame:
+    """Candidate sentences of the reviews (review_id, position, sentence), step 2;
+    `sentences` holds each review's sentences, split once for the whole plan."""
     from rexeval.pipelines.cluster.extra import is_candidate
 
     rows, fallback = [], []
     for order, r in enumerate(reviews.itertuples(index=False)):
-        for pos, s in enumerate(split_sentences(r.text or "")):
+        for pos, s in enumerate(sentences[r.review_id]):
             n = len(s.split())
             if n < MIN_SENTENCE_WORDS or n > max_words:
                 continue
@@ -101,7 +103,9 @@ class ReviewExtract(Method):
         from rexeval.models.sentences import split_sentences
 
         by_item = _others(inputs.known)
-        corpus = [s for t in inputs.known["text"].fillna("") for s in split_sentences(t)]
+        known = inputs.known
+        sentences = {rid: split_sentences(text) for rid, text in zip(known["review_id"], known["text"].fillna(""))}
+        corpus = [x for split in sentences.values() for x in split]
         vectorizer = TfidfVectorizer(sublinear_tf=True, stop_words="english").fit(corpus or ["empty"])
         picked: dict[tuple, pd.DataFrame] = {}
         rows = []
@@ -113,7 +117,7 @@ class ReviewExtract(Method):
                 continue
             key = (t.item_id, tuple(reviews["review_id"]))
             if key not in picked:
-                cands = candidate_sentences(reviews, settings.extract_max_words)
+                cands = candidate_sentences(reviews, sentences, settings.extract_max_words)
                 picked[key] = (select_sentences(cands, vectorizer, settings.extract_sentences,
                                                 settings.extract_max_words) if len(cands) else cands)
             chosen = picked[key]

@@ -22,6 +22,7 @@ from rexeval.models.generators.base import (
 from rexeval.models.generators.cer import CER
 from rexeval.models.generators.peter import PETER, peter_mask
 from tests.doubles import planted_text as pt
+from tests.doubles.stepwise import stepwise_nll
 
 NAMES = ["nrt", "att2seq", "peter", "cer"]
 V, MAXW, B = 17, 6, 5
@@ -100,16 +101,8 @@ def test_stepwise_decoding_scores_match_teacher_forcing(name):
     """Feeding the target word by word through begin/step gives the same mean NLL as
     losses()["text"]: training and decoding compute the same distribution."""
     model, batch = tiny(name).eval(), tiny_batch()
-    state = model.begin(batch.user, batch.item, batch.rating)
-    nll, count = 0.0, 0
     with torch.no_grad():
-        for t in range(batch.tokens.size(1) - 1):
-            logp, state = model.step(state, batch.tokens[:, :t + 1])
-            target = batch.tokens[:, t + 1]
-            real = target != PAD
-            nll -= float(logp.gather(1, target[:, None])[:, 0][real].sum())
-            count += int(real.sum())
-        assert nll / count == pytest.approx(float(model.losses(batch)["text"]), abs=1e-5)
+        assert stepwise_nll(model, batch) == pytest.approx(float(model.losses(batch)["text"]), abs=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -15,6 +15,7 @@ from torch import nn
 from rexeval.models.generators.base import BOS, EOS, PAD, Batch, beam, build_optimizer, generator_class, greedy
 from rexeval.models.generators.lm import OFFSET, LMTokens, encode_plain
 from rexeval.models.generators.xrec import MoEAdapter, kv_share
+from tests.doubles.stepwise import stepwise_nll
 from tests.doubles.tiny_llm import build_tiny_chat_model
 
 N_USERS, N_ITEMS, MAXW = 5, 6, 10
@@ -526,15 +527,7 @@ def test_kv_cached_steps_equal_a_full_rerun_without_cache(model):
 def test_stepwise_scores_equal_teacher_forcing(model, voc):
     batch = text_batch(voc)
     with torch.no_grad():
-        state = model.begin(batch.user, batch.item, batch.rating)
-        nll, count = 0.0, 0
-        for t in range(batch.tokens.size(1) - 1):
-            logp, state = model.step(state, batch.tokens[:, :t + 1])
-            target = batch.tokens[:, t + 1]
-            real = target != PAD
-            nll -= float(logp.gather(1, target[:, None])[:, 0][real].sum())
-            count += int(real.sum())
-        assert nll / count == pytest.approx(float(model.losses(batch)["text"]), abs=1e-4)
+        assert stepwise_nll(model, batch) == pytest.approx(float(model.losses(batch)["text"]), abs=1e-4)
 
 
 def test_beam_gives_valid_words_and_a_batch_equals_its_rows(model):
