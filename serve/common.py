@@ -1,13 +1,29 @@
 """What every rexeval Serve deployment shares: replica and queue settings, the request
-error with its HTTP status, and a job's lease on an application (use the one running,
-or start it and leave the cluster as found when done)."""
+error with its HTTP status, bearer-token authentication, the builders' arguments, and a
+job's lease on an application (use the one running, or start it and leave the cluster
+as found when done).
+
+Authentication: an endpoint reachable from anywhere but this machine needs a token.
+The token itself never enters Serve's config (which the dashboard shows): the builder
+or `rexeval serve` reads it from an environment variable (REXEVAL_SERVE_TOKEN by
+default) and gives the replicas its SHA-256, against which they check the
+`Authorization: Bearer <token>` header of every request but the health route. Clients
+(`HttpNLIClient`, the judge's HTTP transport) send the same variable's token.
+"""
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import hashlib
+import hmac
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
+
+TOKEN_ENV = "REXEVAL_SERVE_TOKEN"
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
+HEALTH_PATH = "/healthz"
 
 
 class ReplicaSettings(BaseModel):
@@ -24,6 +40,9 @@ class ReplicaSettings(BaseModel):
     max_queued_requests: int = Field(256, ge=1)
     num_cpus: float = Field(1, gt=0)
     num_gpus: float = Field(0, ge=0)
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$",
+                                     description="SHA-256 (hex) of the bearer token every request but "
+                                                 "the health route must carry; None: no token asked")
 
     def autoscaling(self) -> dict[str, Any]:
         return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
@@ -36,6 +55,100 @@ class RequestError(ValueError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
+
+
+# -- authentication ----------------------------------------------------------------------
+
+
+def token_sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def token_from_env(env: str = TOKEN_ENV) -> str | None:
+    """The token in `env`, or None when unset or blank."""
+    token = os.environ.get(env, "").strip()
+    return token or None
+
+
+def bind_token_sha256(host: str, env: str = TOKEN_ENV) -> str | None:
+    """The token hash an endpoint bound to `host` must check: None on a loopback address
+    without a token set; refuses (ValueError) any other address without one."""
+    token = token_from_env(env)
+    if token is None and not is_loopback(host):
+        raise ValueError(f"refusing to serve on {host} without a bearer token: set {env} "
+                         "(e.g. export REXEVAL_SERVE_TOKEN=$(openssl rand -hex 32)) or bind 127.0.0.1")
+    return token_sha256(token) if token else None
+
+
+def check_bearer(headers: Mapping[str, str], expected_sha256: str | None) -> None:
+    """Raise RequestError(401) unless the request carries the token (when one is asked)."""
+    if expected_sha256 is None:
+        return
+    value = headers.get("authorization", "")
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise RequestError(401, "this endpoint needs an 'Authorization: Bearer <token>' header")
+    if not hmac.compare_digest(token_sha256(token.strip()), expected_sha256):
+        raise RequestError(401, "the bearer token is not the one this endpoint was started with")
+
+
+def auth_headers(env: str = TOKEN_ENV) -> dict[str, str]:
+    """Headers a client sends: the bearer token from `env` when it is set."""
+    token = token_from_env(env)
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+class AppAuth(BaseModel):
+    """The builders' authentication arguments (`serve run` / `serve deploy` configs).
+
+    auth "token" (the default) reads the token from `token_env` where the application
+    is built and refuses to build without it; "none" serves without one, for a proxy
+    bound to 127.0.0.1 only (say so in the config's http_options)."""
+
+    auth: Literal["token", "none"] = "token"
+    token_env: str = TOKEN_ENV
+
+    def deployment_settings(self) -> dict[str, Any]:
+        """The deployment's config from these args: the auth fields become the token's
+        hash (a `token_sha256` given directly in the args is kept)."""
+        settings = self.model_dump(exclude=set(AppAuth.model_fields))
+        if self.auth == "none":
+            settings["token_sha256"] = None
+        elif not settings.get("token_sha256"):
+            token = token_from_env(self.token_env)
+            if token is None:
+                raise ValueError(f"auth is 'token' but {self.token_env} is not set where the application "
+                                 "is built: set it (from a secret), give token_sha256, or give auth: none "
+                                 "for a proxy bound to 127.0.0.1 only")
+            settings["token_sha256"] = token_sha256(token)
+        return settings
+
+
+def sub_path(request) -> str:
+    """The request's path below the application's route prefix ("" for the route itself);
+    Serve gives the prefix as the ASGI root_path."""
+    path, root = request.url.path, request.scope.get("root_path") or ""
+    if root not in ("", "/") and path.startswith(root):
+        path = path[len(root):]
+    return path.rstrip("/")
+
+
+def validation_summary(exc) -> str:
+    """A pydantic ValidationError in one line: how many problems, and the first."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
+
+
+def error_response(exc: RequestError):
+    from starlette.responses import JSONResponse
+
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
 
 
 def serve_running() -> bool:

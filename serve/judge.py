@@ -7,18 +7,28 @@ a test double, or an `openai` backend forwarding to an OpenAI-compatible upstrea
 `@serve.batch` merges the chat requests of concurrent callers into one
 `generate()` call, which is where a batched model gets its speed.
 
-Two ways in:
+Ways in:
 - a `DeploymentHandle`: `handle.generate.remote([ChatRequest dict, ...])` ->
   `[LLMResult dict, ...]`, and `handle.info.remote()` -> model id, limits, counters;
-- HTTP `POST <route>` with `{"requests": [ChatRequest JSON, ...]}` ->
-  `{"results": [LLMResult JSON, ...], "model_id": ...}`; `GET <route>` -> the info.
-  Malformed JSON is answered 400, a body or a request over the limits 413, a body of
-  the wrong shape 422; overload (every replica busy, `max_queued_requests` full) 503.
+- HTTP (the route is /judge unless set otherwise):
+  - `POST <route>` with `{"requests": [ChatRequest JSON, ...]}` (`JudgeRequest`) ->
+    `{"results": [LLMResult JSON, ...], "model_id": ...}` (`JudgeResponse`). Malformed
+    JSON is answered 400, a body or a request over the limits (`JudgeLimits`) 413, a
+    body of the wrong shape 422, a missing or wrong token 401; overload (every replica
+    busy, `max_queued_requests` full) 503.
+  - `GET <route>`: model id, limits, counters; `GET <route>/healthz`: 200
+    `{"status": "ok"}` without a token, for probes.
+  - `POST <route>/v1/chat/completions` and `GET <route>/v1/models`: OpenAI's shape
+    (serve/openai_compat.py), so `base_url=http://host:8000/judge/v1` works in any
+    OpenAI client, and in our own `openai` backend.
 
 The client side (`ServeJudgeLLM`, the "serve" LLM backend, and `JudgeService`, which
 starts, reuses and stops the app for a job) is in `serve/judge_client.py`.
 
-The HTTP proxy binds 127.0.0.1 unless told otherwise. Secrets: give the upstream key
+`rexeval serve judge` runs it until stopped; `app` builds it from a `serve run` /
+`serve deploy` config (`import_path: rexeval.serve.judge:app`, args `JudgeAppArgs`).
+The HTTP proxy binds 127.0.0.1 unless told otherwise; anything else needs a bearer
+token (serve/common.py). Secrets: give the upstream key
 as `api_key_env` (read on the replica), not `api_key`, which would sit in Serve's config.
 """
 from __future__ import annotations
@@ -36,7 +46,10 @@ from rexeval.models.llm.base import (
     ChatRequest,
     LLMResult,
 )
-from rexeval.serve.common import ReplicaSettings, RequestError
+from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, check_bearer,
+                                  error_response, sub_path, validation_summary)
+from rexeval.serve.openai_compat import (CHAT_PATH, MODELS_PATH, OpenAIError, chat_completion, models_list,
+                                         parse_chat_completion)
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
@@ -67,13 +80,27 @@ class JudgeServeConfig(ReplicaSettings):
     limits: JudgeLimits = Field(default_factory=JudgeLimits)
 
 
+class JudgeAppArgs(AppAuth, JudgeServeConfig):
+    """The `args` of `rexeval.serve.judge:app` in a Serve config: the deployment's
+    settings and how it authenticates (the token's hash is filled in where it is built)."""
+
+
 # -- request validation (pure: tested without Serve) -----------------------------------
 
 
-class _JudgeBody(BaseModel):
+class JudgeRequest(BaseModel):
+    """POST <route>: chat requests (at most `limits.max_requests`), answered in order."""
+
     model_config = ConfigDict(extra="forbid")
 
     requests: list[ChatRequest]
+
+
+class JudgeResponse(BaseModel):
+    """One result per request (an error result for one that failed), and the model id."""
+
+    results: list[LLMResult]
+    model_id: str
 
 
 def limit_problem(request: ChatRequest, limits: JudgeLimits) -> str | None:
@@ -86,12 +113,6 @@ def limit_problem(request: ChatRequest, limits: JudgeLimits) -> str | None:
     if request.sampling.max_tokens > limits.max_tokens:
         return f"max_tokens {request.sampling.max_tokens} is over the limit of {limits.max_tokens}"
     return None
-
-
-def _short(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    where = ".".join(str(p) for p in first["loc"])
-    return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
 
 
 def parse_judge_body(body: bytes, limits: JudgeLimits) -> list[ChatRequest]:
@@ -108,9 +129,9 @@ def parse_judge_body(body: bytes, limits: JudgeLimits) -> list[ChatRequest]:
         raise RequestError(413, f"{len(data['requests'])} requests is over the limit of "
                                 f"{limits.max_requests} per call")
     try:
-        requests = _JudgeBody.model_validate(data).requests
+        requests = JudgeRequest.model_validate(data).requests
     except ValidationError as exc:
-        raise RequestError(422, f"not a list of chat requests: {_short(exc)}") from None
+        raise RequestError(422, f"not a list of chat requests: {validation_summary(exc)}") from None
     for i, r in enumerate(requests):
         problem = limit_problem(r, limits)
         if problem:
@@ -184,7 +205,7 @@ class JudgeServer:
             try:
                 req = raw if isinstance(raw, ChatRequest) else ChatRequest.model_validate(raw)
             except ValidationError as exc:
-                out[i] = LLMResult(error=f"invalid chat request: {_short(exc)}").model_dump()
+                out[i] = LLMResult(error=f"invalid chat request: {validation_summary(exc)}").model_dump()
                 continue
             problem = limit_problem(req, limits)
             if problem:
@@ -201,21 +222,46 @@ class JudgeServer:
         return {"model_id": self.llm.model_id, "backend": self.cfg.backend.backend,
                 "limits": self.cfg.limits.model_dump(), "max_batch_requests": self.cfg.max_batch_requests,
                 "generate_calls": self.generate_calls, "requests_served": self.requests_served,
-                "largest_batch": self.largest_batch}
+                "largest_batch": self.largest_batch, "auth": self.cfg.token_sha256 is not None}
 
     async def __call__(self, request) -> Any:
         from starlette.responses import JSONResponse
 
-        if request.method == "GET":
-            return JSONResponse(await self.info())
-        if request.method != "POST":
-            return JSONResponse({"error": "use POST (generate) or GET (info)"}, status_code=405)
+        path, method = sub_path(request), request.method
+        if path == HEALTH_PATH and method == "GET":
+            return JSONResponse({"status": "ok"})
         try:
+            check_bearer(request.headers, self.cfg.token_sha256)
+            if path == CHAT_PATH and method == "POST":
+                return JSONResponse(await self._chat_completion(await request.body()))
+            if path == MODELS_PATH and method == "GET":
+                return JSONResponse(models_list(self.llm.model_id))
+            if path != "" or method not in ("GET", "POST"):
+                raise RequestError(404 if path else 405,
+                                   f"no {method} {request.url.path!r}: POST or GET the route, POST "
+                                   f"<route>{CHAT_PATH}, GET <route>{MODELS_PATH}, GET <route>{HEALTH_PATH}")
+            if method == "GET":
+                return JSONResponse(await self.info())
             requests = parse_judge_body(await request.body(), self.cfg.limits)
+        except OpenAIError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
         except RequestError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            if path in (CHAT_PATH, MODELS_PATH):  # OpenAI clients read errors in OpenAI's shape
+                return JSONResponse(OpenAIError(exc.status, str(exc)).body(), status_code=exc.status,
+                                    headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+            return error_response(exc)
         results = await self._generate(requests)
         return JSONResponse({"results": results, "model_id": self.llm.model_id})
+
+    async def _chat_completion(self, body: bytes) -> dict[str, Any]:
+        """One OpenAI-shaped call: validated, held to the limits, batched with the rest."""
+        limits = self.cfg.limits
+        req = parse_chat_completion(body, self.llm.model_id, limits.max_body_bytes)
+        problem = limit_problem(req, limits)
+        if problem:
+            raise OpenAIError(413, problem, "over_limit")
+        [result] = await self._generate([req])
+        return chat_completion(LLMResult(**result), self.llm.model_id)
 
 
 def _share_seconds(results: list[LLMResult], wall: float) -> list[LLMResult]:
@@ -227,6 +273,12 @@ def _share_seconds(results: list[LLMResult], wall: float) -> list[LLMResult]:
     share = wall / len(fresh)
     return [r.model_copy(update={"seconds": share}) if r.ok and not r.cached and r.seconds == 0.0 else r
             for r in results]
+
+
+def app(args: dict[str, Any]):
+    """Serve application builder (`import_path: rexeval.serve.judge:app`): the deployment
+    from `args` (JudgeAppArgs); with auth "token", the token comes from `token_env`."""
+    return judge_app(JudgeServeConfig(**JudgeAppArgs.model_validate(args).deployment_settings()))
 
 
 def judge_app(cfg: JudgeServeConfig):

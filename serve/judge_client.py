@@ -22,7 +22,7 @@ from typing import Any, Self
 from ray import serve
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
-from rexeval.serve.common import AppLease
+from rexeval.serve.common import AppLease, auth_headers
 from rexeval.serve.judge import (APP_NAME, DEPLOYMENT, JudgeLimits, JudgeServeConfig, limit_problem,
                                  start_judge_service)
 
@@ -68,7 +68,7 @@ class _HttpTransport:
         import httpx
 
         self.url = url
-        self.client = httpx.Client(timeout=timeout_s, transport=transport,
+        self.client = httpx.Client(timeout=timeout_s, transport=transport, headers=auth_headers(),
                                    limits=httpx.Limits(max_connections=concurrency))
 
     def _check(self, r):
@@ -93,7 +93,8 @@ class _HttpTransport:
 class ServeJudgeLLM(LLMBackend):
     """An LLMBackend answered by a running judge deployment.
 
-    Options: address ("serve:APP" in the cluster, or an http(s) URL of the route),
+    Options: address ("serve:APP" in the cluster, or an http(s) URL of the route; the
+    bearer token, when the endpoint asks for one, comes from REXEVAL_SERVE_TOKEN),
     deployment ("JudgeServer"), chunk (requests per call, 16: smaller calls interleave
     with other callers' in the replica's batches), concurrency (8 calls in flight),
     timeout_s (600), max_retries (6) and backoff_s (0.2) for overload answers.

@@ -6,15 +6,22 @@ concurrent requests into full model batches, which is where the throughput is.
 
 Two ways in:
 - a `DeploymentHandle` (`handle.score.remote(pairs)`), what jobs on the cluster use;
-- HTTP `POST <route>` with `{"pairs": [[premise, hypothesis], ...]}` ->
-  `{"probs": [[p_entailment, p_neutral, p_contradiction], ...], "labels": [...]}`.
-  Malformed JSON is answered 400, a body or a request over the limits 413, a body of
-  the wrong shape 422. When every replica is busy and the queue is full
-  (`max_queued_requests`), Serve answers 503 and the deployment keeps serving.
+- HTTP (the route is /nli unless set otherwise):
+  - `POST <route>` with `{"pairs": [[premise, hypothesis], ...]}` (`NLIRequest`) ->
+    `{"probs": [[p_entailment, p_neutral, p_contradiction], ...], "labels": [...]}`
+    (`NLIResponse`). Malformed JSON is answered 400, a body or a request over the limits
+    (`ServeLimits`) 413, a body of the wrong shape 422, a missing or wrong token 401.
+    When every replica is busy and the queue is full (`max_queued_requests`), Serve
+    answers 503 and the deployment keeps serving.
+  - `GET <route>`: model, labels, limits (`NLIInfo`); `GET <route>/healthz`: 200
+    `{"status": "ok"}` once a replica has loaded its model, asked without a token (for
+    load balancers and Kubernetes probes).
 
-The HTTP proxy binds 127.0.0.1 unless told otherwise (`start_nli_service(host=...)`).
-Batching is counted in pairs (`batch_size_fn`), so one large request cannot make a
-batch larger than `max_batch_pairs`.
+`rexeval serve nli` runs it until stopped; `app` builds it from a `serve run` /
+`serve deploy` config (`import_path: rexeval.serve.nli:app`, args `NLIAppArgs`).
+The HTTP proxy binds 127.0.0.1 unless told otherwise; anything else needs a token
+(serve/common.py). Batching is counted in pairs (`batch_size_fn`), so one large
+request cannot make a batch larger than `max_batch_pairs`.
 """
 from __future__ import annotations
 
@@ -25,7 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
 from rexeval.registry import load_object
-from rexeval.serve.common import ReplicaSettings, RequestError, running_apps, serve_running  # noqa: F401  (re-exported)
+from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, auth_headers,
+                                  check_bearer, error_response, running_apps, serve_running,  # noqa: F401
+                                  sub_path)
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
@@ -52,6 +61,34 @@ class NLIServeConfig(ReplicaSettings):
     max_batch_pairs: int = Field(64, ge=1)
     batch_wait_timeout_s: float = Field(0.01, ge=0)
     limits: ServeLimits = Field(default_factory=ServeLimits)
+
+
+class NLIAppArgs(AppAuth, NLIServeConfig):
+    """The `args` of `rexeval.serve.nli:app` in a Serve config: the deployment's settings
+    and how it authenticates (the token's hash is filled in where it is built)."""
+
+
+class NLIRequest(BaseModel):
+    """POST <route>: the pairs to score (at most `limits.max_pairs`)."""
+
+    pairs: list[tuple[str, str]]
+
+
+class NLIResponse(BaseModel):
+    """One row of probabilities per pair, in the order of `labels`."""
+
+    probs: list[tuple[float, float, float]]
+    labels: list[str]
+
+
+class NLIInfo(BaseModel):
+    """GET <route>: what answers and within which limits."""
+
+    model: str
+    labels: list[str]
+    limits: ServeLimits
+    max_batch_pairs: int
+    auth: bool
 
 
 def parse_pairs(body: bytes, limits: ServeLimits) -> list[tuple[str, str]]:
@@ -122,15 +159,37 @@ class NLIServer:
         """Handle API: [(premise, hypothesis), ...] -> [[E, N, C], ...]."""
         return await self._score_pairs([(str(p), str(h)) for p, h in pairs])
 
+    def info(self) -> dict[str, Any]:
+        return NLIInfo(model=self.cfg.model, labels=self.labels, limits=self.cfg.limits,
+                       max_batch_pairs=self.cfg.max_batch_pairs,
+                       auth=self.cfg.token_sha256 is not None).model_dump()
+
     async def __call__(self, request) -> Any:
         from starlette.responses import JSONResponse
 
+        path, method = sub_path(request), request.method
+        if path == HEALTH_PATH and method == "GET":
+            return JSONResponse({"status": "ok"})
         try:
+            check_bearer(request.headers, self.cfg.token_sha256)
+            if path != "":
+                raise RequestError(404, f"no such endpoint {request.url.path!r}: POST or GET the route, "
+                                        f"GET <route>{HEALTH_PATH}")
+            if method == "GET":
+                return JSONResponse(self.info())
+            if method != "POST":
+                raise RequestError(405, "use POST (score) or GET (info)")
             pairs = parse_pairs(await request.body(), self.cfg.limits)
         except RequestError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+            return error_response(exc)
         probs = await self._score_pairs(pairs)
         return JSONResponse({"probs": probs, "labels": self.labels})
+
+
+def app(args: dict[str, Any]):
+    """Serve application builder (`import_path: rexeval.serve.nli:app`): the deployment
+    from `args` (NLIAppArgs); with auth "token", the token comes from `token_env`."""
+    return nli_app(NLIServeConfig(**NLIAppArgs.model_validate(args).deployment_settings()))
 
 
 def nli_app(cfg: NLIServeConfig):
@@ -182,11 +241,13 @@ class ServeNLIClient:
 class HttpNLIClient:
     """`score(premises, hypotheses)` against a deployment reached over HTTP (another
     cluster, or a service shared by several teams): chunks within the server's
-    `max_pairs`, sent concurrently; 503 answers are retried with back-off."""
+    `max_pairs`, sent concurrently; 503 answers are retried with back-off. The bearer
+    token, when the service asks for one, comes from REXEVAL_SERVE_TOKEN (`token_env`)."""
 
     def __init__(self, url: str, chunk: int = 256, concurrency: int = 8, timeout_s: float = 300.0,
-                 max_retries: int = 5):
+                 max_retries: int = 5, token_env: str | None = None):
         self.url = url
+        self.headers = auth_headers(token_env) if token_env else auth_headers()
         self.chunk = int(chunk)
         self.concurrency = int(concurrency)
         self.timeout_s = float(timeout_s)
@@ -196,7 +257,7 @@ class HttpNLIClient:
         import time
 
         for attempt in range(self.max_retries + 1):
-            r = client.post(self.url, json={"pairs": [list(p) for p in pairs]})
+            r = client.post(self.url, json={"pairs": [list(p) for p in pairs]}, headers=self.headers)
             if r.status_code == 503 and attempt < self.max_retries:
                 time.sleep(0.2 * 2 ** attempt)
                 continue

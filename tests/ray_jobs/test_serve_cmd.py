@@ -1,0 +1,87 @@
+"""`rexeval serve`: refuses a public address without a token before starting anything;
+run as a user runs it (a process of its own, its own Ray), it serves the tiny NLI model
+until SIGTERM, then stops cleanly and frees its port."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from rexeval.ray_jobs.cli import cli
+from tests.doubles.tiny_encoders import build_tiny_bert
+from tests.serve.test_judge_serve import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_public_host_without_token_is_refused_before_ray_starts(monkeypatch, tmp_path):
+    monkeypatch.delenv("REXEVAL_SERVE_TOKEN", raising=False)
+    for cmd in (["serve", "nli", "--model", str(tmp_path)], ["serve", "judge"]):
+        result = CliRunner().invoke(cli, [*cmd, "--host", "0.0.0.0"])
+        assert result.exit_code != 0
+        assert "without a bearer token" in result.output and "REXEVAL_SERVE_TOKEN" in result.output
+
+
+def test_detach_needs_a_running_cluster(monkeypatch, tmp_path):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    result = CliRunner().invoke(cli, ["serve", "nli", "--model", str(tmp_path), "--detach"])
+    assert result.exit_code != 0 and "RAY_ADDRESS" in result.output
+
+
+def test_serve_nli_help_documents_the_api():
+    out = CliRunner().invoke(cli, ["serve", "nli", "--help"]).output
+    for text in ("POST <route>", "/healthz", "503", "--max-queued-requests", "REXEVAL_SERVE_TOKEN"):
+        assert text in out
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.slow
+def test_standing_nli_endpoint_until_sigterm(tmp_path):
+    tiny_nli = build_tiny_bert(tmp_path / "nli", 3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"})
+    port = free_port()
+    token = "t0ken-for-the-standing-test"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "REXEVAL_SERVE_TOKEN": token,
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "rexeval.ray_jobs.cli", "serve", "nli", "--model", str(tiny_nli),
+                             "--port", str(port), "--device", "cpu"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/nli"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            if f"is up at {url}" in (tmp_path / "serve.log").read_text():  # the command's word: ready
+                break
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(0.5)
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+        headers = {"Authorization": f"Bearer {token}"}
+        r = httpx.post(url, json={"pairs": [["a guitar", "a guitar"], ["x", "y"]]}, headers=headers, timeout=60)
+        assert r.status_code == 200
+        probs = r.json()["probs"]
+        assert len(probs) == 2 and all(abs(sum(p) - 1) < 1e-4 for p in probs)
+        assert httpx.get(url, headers=headers).json()["model"] == str(tiny_nli)
+        assert httpx.post(url, json={"pairs": [["a", "b"]]}).status_code == 401  # a token was set: asked
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    out = (tmp_path / "serve.log").read_text()
+    assert "Stopped 'rexeval-nli'" in out
+    assert not _port_open(port)
