@@ -17,7 +17,7 @@ def test_every_command_has_help():
     assert top.exit_code == 0
     for cmd in ("ingest", "split", "info", "demo", "models", "extract", "extract-quality",
                 "ground-truth", "cluster", "cluster-report", "star", "evaluate", "judge", "meta-evaluate",
-                "expscore", "generate"):
+                "expscore", "generate", "serve"):
         assert cmd in top.output
         res = runner.invoke(cli, [cmd, "--help"])
         assert res.exit_code == 0 and "Usage" in res.output
