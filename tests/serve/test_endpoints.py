@@ -1,5 +1,5 @@
 """Standing endpoints as a platform team runs them: both applications built by their
-`serve run`/`serve deploy` builders from deploy/serve/local.yaml's args (model swapped
+`serve run`/`serve deploy` builders from deploy/serve/{nli,judge}.yaml's args (model swapped
 for test doubles), one Serve on 127.0.0.1, a bearer token asked of every route but
 /healthz; rexeval's own clients and the official OpenAI SDK call them; the judge speaks
 OpenAI's chat-completions shape. Pure checks of authentication and the OpenAI mapping
@@ -127,7 +127,8 @@ def test_chat_completion_response_shape():
 
 
 def _config_args(name: str) -> dict:
-    cfg = yaml.safe_load((REPO / "deploy" / "serve" / "local.yaml").read_text())
+    file = {"rexeval-nli": "nli.yaml", "rexeval-judge": "judge.yaml"}[name]
+    cfg = yaml.safe_load((REPO / "deploy" / "serve" / file).read_text())
     [app] = [a for a in cfg["applications"] if a["name"] == name]
     return dict(app["args"]), app["route_prefix"], app["import_path"]
 
@@ -242,3 +243,51 @@ def test_official_openai_sdk_calls_the_judge(endpoints):
     bad = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
     with pytest.raises(openai.AuthenticationError):
         bad.chat.completions.create(model="judge-x", messages=[{"role": "user", "content": "x"}])
+
+
+@pytest.mark.slow
+def test_serve_run_judge_config_with_smollm2(tmp_path):
+    """Ray's own `serve run` on deploy/serve/judge.yaml (port moved to a free one): the
+    installed import path builds SmolLM2's judge, which answers the official SDK."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    openai = pytest.importorskip("openai")
+    cfg = yaml.safe_load((REPO / "deploy" / "serve" / "judge.yaml").read_text())
+    port = free_port()
+    cfg["http_options"]["port"] = port
+    (tmp_path / "judge.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    serve_bin = str(Path(sys.executable).parent / "serve")
+    log = open(tmp_path / "serve.log", "w")
+    proc = subprocess.Popen([serve_bin, "run", str(tmp_path / "judge.yaml")], cwd=tmp_path, env=env,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/judge"
+    try:
+        deadline = time.monotonic() + 240
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(1)
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=2)
+        out = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "Say hello."}],
+                                             max_tokens=8, temperature=0)
+        assert out.model == "SmolLM2-135M-Instruct"
+        assert out.choices[0].message.content.strip()
+        assert out.usage.completion_tokens <= 8 and out.choices[0].finish_reason in ("stop", "length")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
