@@ -1,0 +1,338 @@
+"""A real multi-process Ray cluster on this machine, started with `ray start` as a user
+starts one, for tests that submit jobs to it or take one of its nodes away.
+
+Why not `ray.init()` or `ray.cluster_utils.Cluster`: those run in the test's process,
+where the session's own local Ray (tests/conftest.py `ray_session`) may already live,
+and they skip what users go through (the `ray start` CLI, the job server in the
+dashboard, a working-dir upload). So everything here is a subprocess, and the test talks
+to the cluster only through the CLI and the dashboard's HTTP API.
+
+Two Rays side by side must not collide, so each node gets:
+  * its own SHORT temp dir (`/tmp/rxXXXXXX/<node>`): Ray puts unix sockets under
+    `<temp>/session_*/sockets/`, and a socket path must stay below 107 characters;
+  * a port for every listener Ray would otherwise take by default (GCS 6379, client
+    server 10001, dashboard 8265, the dashboard's and autoscaler's metrics 44227 and
+    44217, agents, metrics export, node and object managers) and its own worker port range, all from a block of free ports in 20000-31999: above Ray's
+    default worker range (10002-19999, which the session Ray uses) and below the
+    kernel's ephemeral range (where Ray's random ports and outgoing connections live).
+
+Listening addresses. A single-node cluster stays on the loopback interface: with
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 (Ray's "no multi-node" switch) `ray start` keeps
+`--node-ip-address=127.0.0.1`, and every Ray listener then binds 127.0.0.1 only. A
+multi-node cluster cannot: Ray 2.60 refuses `ray start --address` under that switch, and
+otherwise resolves 127.0.0.1 to the machine's routable address and binds its gRPC
+servers (GCS, raylet, object manager, agents) on all interfaces, as the session's own
+`ray.init()` does. The dashboard and the job server are on 127.0.0.1 either way.
+
+Teardown never uses `ray stop`, which stops every Ray on the machine (the session's
+included): it kills the processes of this cluster only (those whose command line names
+one of its temp dirs or its GCS port, and their children), then removes the temp dirs.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+VENV_BIN = Path(sys.executable).parent
+RAY = str(VENV_BIN / "ray")
+
+PORT_LOW, PORT_HIGH = 20000, 32000
+WORKER_PORTS = 100  # workers (and drivers) of one node at once; these tests need ~20
+NAMED_PORTS = ("node_manager", "object_manager", "agent_listen", "agent_grpc", "metrics_export",
+               "runtime_env_agent")
+HEAD_PORTS = ("gcs", "dashboard", "client_server", "dashboard_metrics", "autoscaler_metrics")
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+_TAKEN: set[int] = set()
+
+
+def cluster_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of `ray start` and of every CLI call: offline models, no token
+    auth (Ray 2.60 enables it by default), the venv's `rexeval` first on PATH (a job's
+    entrypoint runs it), and no RAY_ADDRESS of the session Ray to mislead the CLI."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_ADDRESS", "RAY_API_SERVER"))}
+    env.update({"RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+                "RAY_USAGE_STATS_ENABLED": "0", "PYTHONUNBUFFERED": "1",
+                "PATH": os.pathsep.join([str(VENV_BIN), env.get("PATH", "")])})
+    env.update(extra or {})
+    return env
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def reserve_ports(n: int, tries: int = 200) -> list[int]:
+    """`n` consecutive ports that are free now and not handed out before in this process.
+
+    A random block (not the OS's port 0) so that a worker port range is contiguous, and
+    so that two test processes rarely pick the same block."""
+    for _ in range(tries):
+        start = random.randrange(PORT_LOW, PORT_HIGH - n)
+        block = list(range(start, start + n))
+        if not _TAKEN.intersection(block) and all(_port_is_free(p) for p in block):
+            _TAKEN.update(block)
+            return block
+    raise RuntimeError(f"no block of {n} free ports in {PORT_LOW}-{PORT_HIGH}")
+
+
+@dataclass
+class RayNode:
+    """One `ray start`ed node: its temp dir (which names its processes) and its ports."""
+
+    name: str
+    temp_dir: Path
+    ports: dict[str, int]
+    num_cpus: int
+    head: bool = False
+
+    def start_args(self) -> list[str]:
+        p = self.ports
+        return [f"--temp-dir={self.temp_dir}", "--node-ip-address=127.0.0.1", f"--num-cpus={self.num_cpus}",
+                f"--node-manager-port={p['node_manager']}", f"--object-manager-port={p['object_manager']}",
+                f"--dashboard-agent-listen-port={p['agent_listen']}",
+                f"--dashboard-agent-grpc-port={p['agent_grpc']}",
+                f"--metrics-export-port={p['metrics_export']}",
+                f"--runtime-env-agent-port={p['runtime_env_agent']}",
+                f"--min-worker-port={p['min_worker']}", f"--max-worker-port={p['max_worker']}"]
+
+
+@dataclass
+class LocalCluster:
+    """A head (with the dashboard and job server) and any number of worker nodes."""
+
+    root: Path
+    env: dict[str, str]
+    object_store_mb: int = 300
+    system_config: dict[str, Any] | None = None
+    nodes: list[RayNode] = field(default_factory=list)
+
+    # -- addresses --------------------------------------------------------------------
+
+    @property
+    def head(self) -> RayNode:
+        return self.nodes[0]
+
+    @property
+    def gcs_address(self) -> str:
+        """What `ray start --address` and `RAY_ADDRESS` take."""
+        return f"127.0.0.1:{self.head.ports['gcs']}"
+
+    @property
+    def dashboard_url(self) -> str:
+        """What `ray job submit --address` takes."""
+        return f"http://127.0.0.1:{self.head.ports['dashboard']}"
+
+    # -- starting ---------------------------------------------------------------------
+
+    def _new_node(self, num_cpus: int, head: bool) -> RayNode:
+        names = NAMED_PORTS + (HEAD_PORTS if head else ())
+        block = reserve_ports(len(names) + WORKER_PORTS)
+        ports = dict(zip(names, block))
+        ports.update(min_worker=block[len(names)], max_worker=block[-1])
+        name = f"n{len(self.nodes)}"
+        node = RayNode(name, self.root / name, ports, num_cpus, head)
+        node.temp_dir.mkdir(parents=True)
+        return node
+
+    @property
+    def loopback_only(self) -> bool:
+        """Started with Ray's single-node switch: everything listens on 127.0.0.1 only."""
+        return self.env.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
+
+    def _ray_start(self, node: RayNode, args: list[str], timeout: float, env: dict[str, str] | None = None) -> None:
+        cmd = [RAY, "start", *args, *node.start_args(), f"--object-store-memory={self.object_store_mb << 20}",
+               "--disable-usage-stats"]
+        self.nodes.append(node)  # before starting: a half-started node is torn down too
+        res = subprocess.run(cmd, env={**self.env, **(env or {})}, capture_output=True, text=True,
+                             timeout=timeout, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+
+    def start_head(self, num_cpus: int = 2, timeout: float = 60) -> RayNode:
+        """`ray start --head` with the dashboard (the job server lives in it), on 127.0.0.1;
+        returns once the job server answers."""
+        node = self._new_node(num_cpus, head=True)
+        p = node.ports
+        args = ["--head", f"--port={p['gcs']}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={p['dashboard']}", f"--ray-client-server-port={p['client_server']}"]
+        if self.system_config:
+            args.append(f"--system-config={json.dumps(self.system_config)}")
+        # The dashboard's and the autoscaler's metrics ports have no flag, only these variables.
+        self._ray_start(node, args, timeout, env={"DASHBOARD_METRIC_PORT": str(p["dashboard_metrics"]),
+                                                  "AUTOSCALER_METRIC_PORT": str(p["autoscaler_metrics"])})
+        wait_for(lambda: self._get("/api/version") is not None, timeout, "the dashboard's job server")
+        return node
+
+    def add_node(self, num_cpus: int = 2, timeout: float = 60) -> RayNode:
+        """`ray start --address=<head>` for one more node on this machine; returns once
+        the cluster lists it alive."""
+        if self.loopback_only:
+            raise RuntimeError("a loopback-only cluster has one node (see the module docstring)")
+        node = self._new_node(num_cpus, head=False)
+        before = len(self.alive_nodes())
+        self._ray_start(node, [f"--address={self.gcs_address}"], timeout)
+        wait_for(lambda: len(self.alive_nodes()) > before, timeout, f"node {node.name} to join")
+        return node
+
+    # -- looking at it ------------------------------------------------------------------
+
+    def _get(self, path: str) -> Any:
+        """GET a dashboard endpoint as JSON; None while it does not answer."""
+        try:
+            with urllib.request.urlopen(self.dashboard_url + path, timeout=5) as r:
+                return json.loads(r.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None
+
+    def state(self, kind: str) -> list[dict]:
+        """Rows of Ray's state API ("nodes", "actors", ...), through the dashboard."""
+        got = self._get(f"/api/v0/{kind}?detail=1&limit=10000")
+        return ((got or {}).get("data") or {}).get("result", {}).get("result", [])
+
+    def alive_nodes(self) -> list[dict]:
+        """The nodes the GCS counts as alive."""
+        return [r for r in self.state("nodes") if r.get("state") == "ALIVE"]
+
+    def node_id(self, node: RayNode) -> str:
+        """Ray's id of `node`, as its raylet was told it (`--node_id=`)."""
+        for arg in self.raylet(node).cmdline():
+            if arg.startswith("--node_id="):
+                return arg.split("=", 1)[1]
+        raise LookupError(f"the raylet of node {node.name} names no node id")
+
+    def processes(self, node: RayNode | None = None) -> list[psutil.Process]:
+        """This cluster's processes (or one node's): those whose command line names its
+        temp dir (or, for the whole cluster, its GCS port: the client server names only
+        that), and all their children (workers rename themselves `ray::...`)."""
+        dirs = [str(n.temp_dir) + os.sep for n in ([node] if node else self.nodes)]
+        gcs = f":{self.head.ports['gcs']}" if node is None and self.nodes else None
+        roots = []
+        for proc in psutil.process_iter(["cmdline"]):
+            args = proc.info["cmdline"] or []
+            if any(d in a + os.sep for a in args for d in dirs) or (gcs and any(a.endswith(gcs) for a in args)):
+                roots.append(proc)
+        found = {p.pid: p for p in roots}
+        for p in roots:
+            with contextlib.suppress(psutil.Error):
+                found.update({c.pid: c for c in p.children(recursive=True)})
+        found.pop(os.getpid(), None)
+        return list(found.values())
+
+    def raylet(self, node: RayNode) -> psutil.Process:
+        """The raylet of `node`: the process that makes it a node."""
+        for proc in self.processes(node):
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == "raylet":
+                    return proc
+        raise LookupError(f"no raylet of node {node.name} ({node.temp_dir})")
+
+    def kill_raylet(self, node: RayNode) -> int:
+        """kill -9 the node's raylet, as when a machine disappears; returns its pid."""
+        proc = self.raylet(node)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return proc.pid
+
+    # -- stopping ---------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Kill this cluster's processes (never `ray stop`: it stops every Ray on the
+        machine) and remove its temp dirs. Safe to call twice or after a failed start."""
+        for _ in range(3):  # a raylet may start a worker while we look: look again
+            procs = self.processes() if self.nodes else []
+            if not procs:
+                break
+            for proc in procs:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(procs, timeout=10)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    # -- the CLI and jobs ---------------------------------------------------------------
+
+    def ray(self, *args: str, cwd: str | Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+        """Run the `ray` CLI in this cluster's environment (output captured)."""
+        return subprocess.run([RAY, *args], env=self.env, cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def submit(self, *entrypoint: str, cwd: str | Path, runtime_env_json: str) -> str:
+        """`ray job submit --address <dashboard> --working-dir . --runtime-env-json ...
+        --no-wait -- <entrypoint>` run in `cwd`, as a user submits; the submission id it prints."""
+        res = self.ray("job", "submit", "--address", self.dashboard_url, "--working-dir", ".",
+                       "--runtime-env-json", runtime_env_json, "--no-wait", "--", *entrypoint, cwd=cwd)
+        out = res.stdout + res.stderr
+        found = re.search(r"Job '([^']+)' submitted successfully", out)
+        if res.returncode != 0 or not found:
+            raise RuntimeError(f"ray job submit failed ({res.returncode}):\n{out}")
+        return found.group(1)
+
+    def job_client(self):
+        """Ray's HTTP client of the job server (no `ray.init`: this process may hold the
+        session's own Ray)."""
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.dashboard_url)
+
+    def wait_job(self, submission_id: str, timeout: float = 180) -> tuple[Any, str]:
+        """Poll a job until it ends (bounded: a stuck job fails the test instead of
+        hanging it); its JobDetails and its whole log."""
+        client = self.job_client()
+        info = wait_for(lambda: (i := client.get_job_info(submission_id)).status.is_terminal() and i,
+                        timeout, f"job {submission_id} to end", every=0.5)
+        return info, client.get_job_logs(submission_id)
+
+
+def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
+    """Poll `check` until it returns something true; a bounded wait that names what it
+    waited for, so a broken cluster fails the test instead of hanging it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+@contextlib.contextmanager
+def local_cluster(head_cpus: int = 2, worker_cpus: tuple[int, ...] = (), *,
+                  env: dict[str, str] | None = None, object_store_mb: int = 300,
+                  system_config: dict[str, Any] | None = None) -> Iterator[LocalCluster]:
+    """A started cluster (a head with `head_cpus`, one worker node per `worker_cpus`
+    entry), stopped on exit however the block ends. A head alone listens on 127.0.0.1
+    only. `system_config`: Ray settings for the whole cluster (`ray start --head
+    --system-config`), e.g. faster health checks."""
+    env = {**({} if worker_cpus else LOOPBACK_ONLY), **(env or {})}
+    cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="rx", dir="/tmp")), cluster_env(env),
+                           object_store_mb=object_store_mb, system_config=system_config)
+    try:
+        cluster.start_head(head_cpus)
+        for cpus in worker_cpus:
+            cluster.add_node(cpus)
+        yield cluster
+    finally:
+        cluster.stop()

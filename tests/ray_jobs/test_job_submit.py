@@ -1,0 +1,111 @@
+"""`ray job submit` as users run it (issue "Operating rexeval on a cluster").
+
+A real cluster started with `ray start --head` (tests/doubles/local_cluster.py); from the
+repository root the test submits `rexeval ingest` on the shared reviews, then `rexeval
+split` on its output, exactly as the README shows:
+
+    ray job submit --address http://127.0.0.1:8265 --working-dir . \\
+        --runtime-env-json '{"excludes": [...RUNTIME_ENV_EXCLUDES...]}' --no-wait \\
+        -- rexeval ingest /data/mi.csv --out /shared/runs/mi/ingest
+
+and checks what a user would: the job SUCCEEDED, its log has the job's summary, its
+outputs are complete. A job that cannot run (an input that does not exist) must end
+FAILED with a non-zero exit and the one-line reason in its log, not a traceback.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.doubles.local_cluster import LocalCluster, local_cluster
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+RUNTIME_ENV_EXCLUDES = [
+    "/.git", "/.venv", "**/__pycache__", "*.egg-info", "/.pytest_cache", "/.ruff_cache",
+    "/.rexeval_cache", "/runs", "/out", "/data", "/build", "/dist",
+]
+"""What `--working-dir .` must not upload: the virtualenv (GBs), git history, caches, job
+outputs and data (jobs read data by path, from storage every node sees). Anchored with a
+leading "/" so that only the repository's top-level folders of those names are left out,
+never a nested one of the same name. The README's `ray job submit` uses exactly
+this JSON."""
+RUNTIME_ENV_JSON = json.dumps({"excludes": RUNTIME_ENV_EXCLUDES})
+UPLOAD_MAX_BYTES = 20 << 20  # what is left of the checkout is ~4 MB
+JOB_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """One head with 2 CPUs (this machine's cores) and the job server, for the module."""
+    with local_cluster(head_cpus=2) as c:
+        yield c
+
+
+def submit(cluster: LocalCluster, *entrypoint: str) -> str:
+    """`ray job submit ... --no-wait -- <entrypoint>` from the repository root with the
+    README's runtime env; returns the submission id it prints."""
+    return cluster.submit(*entrypoint, cwd=REPO, runtime_env_json=RUNTIME_ENV_JSON)
+
+
+def run_job(cluster: LocalCluster, *entrypoint: str) -> str:
+    """Submit, wait, and insist on success; returns the job's log."""
+    info, logs = cluster.wait_job(submit(cluster, *entrypoint), JOB_TIMEOUT_S)
+    assert info.status == "SUCCEEDED", f"{info.status}: {info.message}\n{logs}"
+    assert info.driver_exit_code == 0
+    return logs
+
+
+def uploaded_dirs(cluster: LocalCluster) -> list[Path]:
+    """The working dirs the head unpacked for jobs (what `--working-dir .` uploaded)."""
+    return [p for p in cluster.head.temp_dir.glob("session_latest/runtime_resources/working_dir_files/*")
+            if p.is_dir()]
+
+
+def test_ingest_then_split_as_submitted_jobs_and_a_failing_job(cluster, shared_csv, tmp_path):
+    ingest, split = tmp_path / "ingest", tmp_path / "split"
+
+    logs = run_job(cluster, "rexeval", "ingest", str(shared_csv), "--out", str(ingest))
+    m = json.loads((ingest / "manifest.json").read_text())
+    c = m["counts"]
+    assert m["status"] == "complete"
+    assert c["in"] == 5050 and c["in"] == c["out"] + c["errors"] and c["out"] > 5000
+    assert pq.read_table(ingest / "reviews").num_rows == c["out"]
+    assert pq.read_table(ingest / "errors").num_rows == c["errors"]
+    assert "== ingest" in logs and "reviews out" in logs and f"{c['out']:,}" in logs, logs
+
+    # The upload is the code only: no virtualenv, git history or caches.
+    [pkg] = uploaded_dirs(cluster)
+    assert (pkg / "setup.py").exists() and (pkg / "pipelines").is_dir()
+    for excluded in (".git", ".venv", "rexeval.egg-info", "pipelines/__pycache__"):
+        assert not (pkg / excluded).exists(), excluded
+    size = sum(f.stat().st_size for f in pkg.rglob("*") if f.is_file())
+    assert size < UPLOAD_MAX_BYTES, f"--working-dir uploaded {size / 2**20:.1f} MiB"
+
+    logs = run_job(cluster, "rexeval", "split", str(ingest), "--out", str(split))
+    s = json.loads((split / "manifest.json").read_text())["counts"]
+    assert s["reviews_in"] == c["out"]
+    kept = {name: pq.read_table(split / name) for name in ("train", "valid", "test")}
+    assert {name: t.num_rows for name, t in kept.items()} == {n: s[n] for n in kept}
+    assert s["train"] > s["valid"] > 0 and s["test"] > 0
+    assert s["reviews_in"] == sum(s[k] for k in ("train", "valid", "test", "dropped_min_interactions",
+                                                 "dropped_cold_start_valid", "dropped_cold_start_test"))
+    # Per user and chronological: every user with a test review has training reviews.
+    assert set(kept["test"].column("user_id").to_pylist()) <= set(kept["train"].column("user_id").to_pylist())
+    assert "== split" in logs and f"{s['train']:,}" in logs, logs
+
+    # A job that cannot run ends FAILED, with its exit code and the reason in one line.
+    job_id = submit(cluster, "rexeval", "split", "/nonexistent/folder", "--out", str(tmp_path / "never"))
+    info, logs = cluster.wait_job(job_id, JOB_TIMEOUT_S)
+    assert info.status == "FAILED" and info.driver_exit_code == 2, info
+    assert "exit code 2" in info.message, info.message
+    assert "'/nonexistent/folder' does not exist" in logs and "Traceback" not in logs, logs
+    assert not (tmp_path / "never").exists()
+    # What `ray job status` shows the user.
+    status = cluster.ray("job", "status", "--address", cluster.dashboard_url, job_id).stdout
+    assert f"Job '{job_id}' failed" in status and "failed with exit code 2" in status, status
