@@ -16,8 +16,9 @@ drawn from the packaged sample statements, no client retries:
 - nominal: `--concurrency` clients;
 - overload: 10x the clients (`--overload`), requests equally many per client;
 - recovery: the nominal phase again, right after.
-Per phase: requests/s and pairs/s of 200 answers, p50/p99 latency of 200 answers, counts
-of 200 / 503 / other statuses and transport errors. The run fails (exit 1) unless the
+Per phase: requests/s and pairs/s of 200 answers, p50/p99 latency of 200 answers, p50 of
+503 answers, counts of 200 / 503 / other statuses and transport errors. The clients run
+on the same 2 cores as the proxy and the replica, as they would not in production. The run fails (exit 1) unless the
 nominal and recovery phases answer every request 200, overload produces 503s and no
 other failure, and the health route answers afterwards; ratios recovery/nominal
 (throughput, p50) show the recovery.
@@ -38,6 +39,7 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -66,6 +68,7 @@ async def phase(url: str, bodies: list[dict], concurrency: int, cap_s: float) ->
     """Send every body once from `concurrency` closed-loop clients; count and time them."""
     queue = list(reversed(bodies))
     lat_ok: list[float] = []
+    lat_503: list[float] = []
     statuses: dict[str, int] = {}
     t0 = time.perf_counter()
 
@@ -81,6 +84,8 @@ async def phase(url: str, bodies: list[dict], concurrency: int, cap_s: float) ->
             statuses[key] = statuses.get(key, 0) + 1
             if key == "200":
                 lat_ok.append(time.perf_counter() - start)
+            elif key == "503":
+                lat_503.append(time.perf_counter() - start)
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
@@ -92,7 +97,8 @@ async def phase(url: str, bodies: list[dict], concurrency: int, cap_s: float) ->
             "unsent_at_cap": len(queue), "wall_s": round(wall, 3), "statuses": statuses,
             "requests_per_s": round(ok / wall, 2), "pairs_per_s": round(ok * pairs / wall, 1),
             "p50_ms": round(float(np.percentile(lat_ok, 50)) * 1000, 1) if lat_ok else None,
-            "p99_ms": round(float(np.percentile(lat_ok, 99)) * 1000, 1) if lat_ok else None}
+            "p99_ms": round(float(np.percentile(lat_ok, 99)) * 1000, 1) if lat_ok else None,
+            "p50_503_ms": round(float(np.percentile(lat_503, 50)) * 1000, 1) if lat_503 else None}
 
 
 def start_endpoint(args, model_dir: str, log_path: Path) -> tuple[subprocess.Popen, str]:
@@ -134,8 +140,8 @@ def main(argv=None) -> int:
     if not is_loopback(args.host):
         ap.error("the load test only targets 127.0.0.1")
     model = build_model(Path(args.model_dir), args.seed)
-    log_path = Path(args.out).with_suffix(".serve.log")
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path = Path(tempfile.gettempdir()) / "rexeval-bench-serve-load.log"  # the endpoint's output
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     proc, url = start_endpoint(args, args.model_dir, log_path)
     try:
         warm = make_bodies(20, args.pairs, args.seed + 1)
@@ -179,6 +185,7 @@ def main(argv=None) -> int:
         "phases": phases,
         "ratios": {
             "overload_503_share": round(over["statuses"].get("503", 0) / max(1, over["sent"]), 3),
+            "overload_over_nominal_throughput": round(over["requests_per_s"] / max(1e-9, nom["requests_per_s"]), 3),
             "recovery_over_nominal_throughput": round(rec["requests_per_s"] / max(1e-9, nom["requests_per_s"]), 3),
             "recovery_over_nominal_p50": round(rec["p50_ms"] / nom["p50_ms"], 3) if rec["p50_ms"] and nom["p50_ms"] else None,
             "overload_over_nominal_p99": round(over["p99_ms"] / nom["p99_ms"], 3) if over["p99_ms"] and nom["p99_ms"] else None,
@@ -188,7 +195,7 @@ def main(argv=None) -> int:
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     for name, p in phases.items():
         print(f"{name:9s} c={p['concurrency']:3d}  {p['requests_per_s']:7.2f} req/s  {p['pairs_per_s']:8.1f} pairs/s  "
-              f"p50 {p['p50_ms']} ms  p99 {p['p99_ms']} ms  statuses {p['statuses']}")
+              f"p50 {p['p50_ms']} ms  p99 {p['p99_ms']} ms  503 p50 {p['p50_503_ms']} ms  statuses {p['statuses']}")
     print(json.dumps(result["ratios"]))
     print(f"wrote {args.out}")
     for f in failures:
