@@ -15,12 +15,17 @@ FAILED with a non-zero exit and the one-line reason in its log, not a traceback.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
+import httpx
 import pyarrow.parquet as pq
 import pytest
 
-from tests.doubles.local_cluster import LocalCluster, local_cluster
+from tests.doubles.local_cluster import LocalCluster, local_cluster, wait_for
+from tests.doubles.tiny_encoders import build_tiny_bert
+from tests.serve.test_judge_serve import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -109,3 +114,35 @@ def test_ingest_then_split_as_submitted_jobs_and_a_failing_job(cluster, shared_c
     # What `ray job status` shows the user.
     status = cluster.ray("job", "status", "--address", cluster.dashboard_url, job_id).stdout
     assert f"Job '{job_id}' failed" in status and "failed with exit code 2" in status, status
+
+
+
+def test_a_detached_endpoint_outlives_its_command(cluster, tmp_path):
+    """`RAY_ADDRESS=<head> rexeval serve nli --detach` deploys on the cluster and returns;
+    the endpoint keeps serving until `serve shutdown` removes it."""
+    tiny = build_tiny_bert(tmp_path / "nli", 3, id2label={0: "entailment", 1: "neutral", 2: "contradiction"})
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/nli"
+    env = {**cluster.env, "RAY_ADDRESS": cluster.gcs_address}
+    env.pop("REXEVAL_SERVE_TOKEN", None)
+    res = subprocess.run([sys.executable, "-m", "rexeval.ray_jobs.cli", "serve", "nli", "--model", str(tiny),
+                          "--port", str(port), "--device", "cpu", "--detach"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Detached" in res.stdout and url in res.stdout
+    # Its command has exited; the endpoint answers.
+    assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+    r = httpx.post(url, json={"pairs": [["a guitar", "a guitar"]]}, timeout=60)
+    assert r.status_code == 200 and len(r.json()["probs"]) == 1
+    out = subprocess.run([str(Path(sys.executable).parent / "serve"), "shutdown", "--address", cluster.dashboard_url,
+                          "-y"], env=cluster.env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def gone():
+        try:
+            httpx.get(f"{url}/healthz", timeout=2)
+            return False
+        except httpx.TransportError:
+            return True
+
+    wait_for(gone, 60, "the endpoint to go away after serve shutdown")
