@@ -18,6 +18,7 @@ from rexeval.ray_jobs.meta_evaluate import meta_evaluate_cmd
 from rexeval.ray_jobs.serve_cmd import serve_group
 from rexeval.ray_jobs.split import split_cmd
 from rexeval.ray_jobs.star import star_group
+from rexeval.ray_jobs.study import study_group
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,6 +46,7 @@ cli.add_command(judge_group)
 cli.add_command(meta_evaluate_cmd)
 cli.add_command(expscore_group)
 cli.add_command(serve_group)
+cli.add_command(study_group)
 cli.add_command(demo_cmd)
 try:
     from rexeval.ray_jobs.models_cmd import models_group

@@ -1,0 +1,358 @@
+"""A study file -> the graph of stage instances it runs, checked before anything runs.
+
+Each stage becomes one instance per dataset ("extract@mi") or one instance ("winrate").
+References in its settings are resolved to output folders, which gives the edges; the
+graph must be acyclic. Every problem a user can fix is found here, before any job
+starts: an unknown job, a reference to no stage or dataset, a cycle, a missing input
+file, settings the job's config refuses, a model role the profile lacks.
+
+An instance's fingerprint hashes its job, its resolved settings, the sizes and times of
+the files it reads from outside the study, and its upstream instances' fingerprints: a
+changed setting changes the fingerprints of that instance and of everything downstream,
+and nothing else. The state file (`study.json`) remembers the fingerprint each instance
+last completed with; an instance whose fingerprint is unchanged is done.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from rexeval.pipelines.study.config import StudyError, StudyFile
+from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
+
+REF = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*(?:@(?:\*|[A-Za-z][A-Za-z0-9_\-]*))?)\}")
+STATE_FILE = "study.json"
+
+
+@dataclass
+class Instance:
+    """One run of one stage (for one dataset, or for the study)."""
+
+    key: str
+    stage: str
+    job: StudyJob
+    dataset: str | None
+    out: Path
+    settings: dict[str, Any] = field(default_factory=dict)
+    deps: set[str] = field(default_factory=set)
+    reads: list[str] = field(default_factory=list)
+    fingerprint: str = ""
+
+
+@dataclass
+class Plan:
+    study: StudyFile
+    file: Path
+    out: Path
+    instances: dict[str, Instance]
+    order: list[str]
+
+    def downstream(self, key: str) -> set[str]:
+        out, todo = set(), [key]
+        while todo:
+            k = todo.pop()
+            for other in self.instances.values():
+                if k in other.deps and other.key not in out:
+                    out.add(other.key)
+                    todo.append(other.key)
+        return out
+
+
+def _instances_of(study: StudyFile, stage: str) -> list[str | None]:
+    spec = study.stages[stage]
+    per = spec.per_dataset if spec.per_dataset is not None else bool(study.datasets)
+    if not per:
+        return [None]
+    return list(spec.datasets or study.datasets)
+
+
+def instance_key(stage: str, dataset: str | None) -> str:
+    return stage if dataset is None else f"{stage}@{dataset}"
+
+
+class _Resolver:
+    """Resolves the references of one instance's settings; records what it depends on."""
+
+    def __init__(self, plan_out: Path, here: Path, study: StudyFile, outs: dict[str, Path], dataset: str | None,
+                 where: str, problems: list[str]):
+        self.out, self.here, self.study, self.outs = plan_out, here, study, outs
+        self.dataset, self.where, self.problems = dataset, where, problems
+        self.deps: set[str] = set()
+
+    def value(self, ref: str) -> Any:
+        if ref == "here":
+            return str(self.here)
+        if ref == "out":
+            return str(self.out)
+        if ref == "dataset" or ref.startswith("dataset."):
+            return self._dataset(ref)
+        stage, _, at = ref.partition("@")
+        if stage not in self.study.stages:
+            raise LookupError(f"{{{ref}}} names no stage (stages: {', '.join(self.study.stages)})")
+        if at == "*":
+            keys = [k for k in self.outs if k == stage or k.startswith(f"{stage}@")]
+            self.deps.update(keys)
+            return [str(self.outs[k]) for k in keys]
+        target = at or None
+        if target is None and self.dataset is not None and f"{stage}@{self.dataset}" in self.outs:
+            target = self.dataset
+        key = instance_key(stage, target)
+        if key not in self.outs:
+            if target is None and any(k.startswith(f"{stage}@") for k in self.outs):
+                raise LookupError(f"{{{ref}}}: {stage} runs per dataset; name one ({{{stage}@NAME}}) or all "
+                                  f"({{{stage}@*}})")
+            raise LookupError(f"{{{ref}}}: stage {stage} has no instance {key}")
+        self.deps.add(key)
+        return str(self.outs[key])
+
+    def _dataset(self, ref: str) -> Any:
+        if self.dataset is None:
+            raise LookupError(f"{{{ref}}} in a stage that does not run per dataset")
+        if ref == "dataset":
+            return self.dataset
+        spec = self.study.datasets[self.dataset]
+        name = ref.split(".", 1)[1]
+        if name in ("inputs", "meta", "format", "category"):
+            return getattr(spec, name)
+        if name in spec.vars:
+            return spec.vars[name]
+        raise LookupError(f"{{{ref}}}: dataset {self.dataset} has no {name!r} (add it under vars)")
+
+    def resolve(self, value: Any, key: str) -> Any:
+        if isinstance(value, dict):
+            return {k: self.resolve(v, f"{key}.{k}" if key else k) for k, v in value.items()}
+        if isinstance(value, list):
+            out = []
+            for i, v in enumerate(value):
+                got = self.resolve(v, f"{key}[{i}]")
+                # A whole-value list reference inside a list is spliced in.
+                out.extend(got if isinstance(got, list) and isinstance(v, str) and REF.fullmatch(v) else [got])
+            return out
+        if not isinstance(value, str):
+            return value
+        try:
+            whole = REF.fullmatch(value)
+            if whole:
+                return self.value(whole.group(1))
+
+            def sub(m: re.Match) -> str:
+                got = self.value(m.group(1))
+                if isinstance(got, list):
+                    raise LookupError(f"{{{m.group(1)}}} is a list: use it as the whole value")
+                return str(got)
+            return REF.sub(sub, value)
+        except LookupError as exc:
+            self.problems.append(f"{self.where}.with.{key}: {exc.args[0]}")
+            return value
+
+
+def _files_read(settings: Any, inside: Path) -> list[str]:
+    """Existing files outside the study's folder that the settings name (their sizes and
+    times go into the fingerprint: an edited input re-runs its readers)."""
+    found: list[str] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, dict):
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, list):
+            for x in v:
+                walk(x)
+        elif isinstance(v, str) and len(v) < 4096 and ("/" in v or "." in v):
+            p = Path(v)
+            if p.is_file() and not p.resolve().is_relative_to(inside.resolve()):
+                found.append(str(p.resolve()))
+    walk(settings)
+    return sorted(set(found))
+
+
+def _file_stamp(path: str) -> list:
+    st = Path(path).stat()
+    return [path, st.st_size, int(st.st_mtime)]
+
+
+def _cycle(instances: dict[str, Instance]) -> list[str] | None:
+    """One dependency cycle (as a list of keys), or None."""
+    colour: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(k: str) -> list[str] | None:
+        colour[k] = 1
+        stack.append(k)
+        for d in sorted(instances[k].deps):
+            if colour.get(d) == 1:
+                return stack[stack.index(d):] + [d]
+            if d not in colour and (found := visit(d)):
+                return found
+        stack.pop()
+        colour[k] = 2
+        return None
+
+    for k in instances:
+        if k not in colour and (found := visit(k)):
+            return found
+    return None
+
+
+def _topological(instances: dict[str, Instance], declared: list[str]) -> list[str]:
+    """Dependency order; ties keep the study file's order (stage, then dataset)."""
+    rank = {k: i for i, k in enumerate(declared)}
+    done: list[str] = []
+    left = set(instances)
+    while left:
+        ready = sorted((k for k in left if instances[k].deps <= set(done)), key=rank.__getitem__)
+        done.append(ready[0])
+        left.remove(ready[0])
+    return done
+
+
+def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None) -> Plan:
+    """The checked graph of `study` (raises StudyError with every problem found)."""
+    file = Path(file)
+    here = file.resolve().parent
+    root = Path(out or study.out or f"runs/{study.name}").resolve()
+    problems: list[str] = []
+    for name, ds in study.datasets.items():
+        for kind in ("inputs", "meta"):
+            for p in getattr(ds, kind):
+                if not Path(p).exists():
+                    problems.append(f"datasets.{name}.{kind}: {p} does not exist")
+    outs: dict[str, Path] = {}
+    declared: list[str] = []
+    for stage, spec in study.stages.items():
+        if spec.job not in STUDY_JOBS:
+            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(sorted(STUDY_JOBS))})")
+            continue
+        for ds in spec.datasets or []:
+            if ds not in study.datasets:
+                problems.append(f"stages.{stage}.datasets: no dataset {ds!r} (datasets: "
+                                f"{', '.join(study.datasets) or 'none'})")
+        for d in spec.after:
+            if d not in study.stages:
+                problems.append(f"stages.{stage}.after: no stage {d!r}")
+        if "out" in spec.with_:
+            problems.append(f"stages.{stage}.with.out: the study sets each stage's output folder")
+        for ds in _instances_of(study, stage):
+            if ds is not None and ds not in study.datasets:
+                continue
+            key = instance_key(stage, ds)
+            outs[key] = root / ds / stage if ds else root / stage
+            declared.append(key)
+    if problems:
+        raise StudyError(file, problems)
+
+    instances: dict[str, Instance] = {}
+    for key in declared:
+        stage, _, ds = key.partition("@")
+        spec = study.stages[stage]
+        job = STUDY_JOBS[spec.job]
+        r = _Resolver(root, here, study, outs, ds or None, f"stages.{stage}" + (f" (dataset {ds})" if ds else ""),
+                      problems)
+        settings = r.resolve(dict(spec.with_), "")
+        settings["out"] = str(outs[key])
+        if has_field(job.config, "profile") and "profile" not in settings:
+            settings["profile"] = study.profile
+        if has_field(job.config, "models") and study.models:
+            settings["models"] = {**study.models, **(settings.get("models") or {})}
+        deps = set(r.deps)
+        for a in spec.after:
+            deps.update(k for k in outs if k == a or k.startswith(f"{a}@") and (ds == "" or k == f"{a}@{ds}"))
+        inst = Instance(key, stage, job, ds or None, outs[key], settings, deps)
+        instances[key] = inst
+    if problems:
+        raise StudyError(file, problems)
+
+    if cycle := _cycle(instances):
+        raise StudyError(file, [f"stages: a cycle: {' -> '.join(cycle)} (each needs the next's output)"])
+
+    configs = {}
+    for key, inst in instances.items():
+        where = f"stages.{inst.stage}.with" + (f" (dataset {inst.dataset})" if inst.dataset else "")
+        try:
+            configs[key] = build_config(inst.job, inst.settings)
+        except ValidationError as exc:
+            for e in exc.errors():
+                loc = ".".join(str(p) for p in e["loc"])
+                problems.append(f"{where}.{loc}: " + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]))
+    if problems:
+        raise StudyError(file, problems)
+    problems.extend(_model_problems(study, instances, configs))
+    if problems:
+        raise StudyError(file, problems)
+
+    order = _topological(instances, declared)
+    for key in order:
+        inst = instances[key]
+        inst.reads = _files_read(inst.settings, root)
+        payload = {"job": inst.job.name, "settings": inst.settings, "reads": [_file_stamp(p) for p in inst.reads],
+                   "upstream": sorted(instances[d].fingerprint for d in inst.deps)}
+        inst.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return Plan(study, file, root, instances, order)
+
+
+def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: dict) -> list[str]:
+    """A model role a stage needs and its profile lacks: one message per stage and role."""
+    from rexeval.models.profiles import load_profile
+
+    problems, seen = [], set()
+    for key, inst in instances.items():
+        cfg = configs[key]
+        profile = getattr(cfg, "profile", study.profile)
+        overrides = getattr(cfg, "models", None) or study.models
+        try:
+            prof = load_profile(profile, overrides)
+        except (ValueError, KeyError) as exc:
+            problems.append(f"stages.{inst.stage}: profile {profile!r}: {exc}")
+            continue
+        for role in inst.job.roles(cfg):
+            if prof.ref(role) is None and (inst.stage, role) not in seen:
+                seen.add((inst.stage, role))
+                problems.append(f"stages.{inst.stage}: job {inst.job.name} needs a {role!r} model and profile "
+                                f"{profile!r} has none: give one under models (e.g. models: {{{role}: /path}})")
+    return problems
+
+
+# -- the state of a study folder -------------------------------------------------------
+
+
+def read_state(root: Path) -> dict[str, Any]:
+    path = root / STATE_FILE
+    if not path.is_file():
+        return {"stages": {}}
+    return json.loads(path.read_text())
+
+
+def status_of(plan: Plan, state: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """instance -> ("done" | "run", why) for every instance of the plan."""
+    out: dict[str, tuple[str, str]] = {}
+    stages = state.get("stages", {})
+    for key in plan.order:
+        inst, rec = plan.instances[key], stages.get(key)
+        if rec is None:
+            out[key] = ("run", "never run")
+        elif rec.get("status") == "complete" and rec.get("fingerprint") == inst.fingerprint:
+            if inst.out.exists():
+                out[key] = ("done", f"complete (fingerprint {inst.fingerprint})")
+            else:
+                out[key] = ("run", f"its output {inst.out} is gone")
+        elif rec.get("status") == "failed" and rec.get("fingerprint") == inst.fingerprint:
+            out[key] = ("run", f"failed last time: {rec.get('reason')}")
+        elif rec.get("fingerprint") != inst.fingerprint:
+            changed = [d for d in sorted(inst.deps) if out.get(d, ("", ""))[0] == "run"]
+            if rec.get("settings") != inst.settings:
+                diff = sorted(k for k in set(inst.settings) | set(rec.get("settings") or {})
+                              if (rec.get("settings") or {}).get(k) != inst.settings.get(k))
+                out[key] = ("run", f"settings changed: {', '.join(diff)}")
+            elif changed:
+                out[key] = ("run", f"upstream changes: {', '.join(changed)}")
+            else:
+                out[key] = ("run", "an input file changed")
+        else:
+            out[key] = ("run", f"last run did not finish ({rec.get('status')})")
+    return out

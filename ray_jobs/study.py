@@ -1,0 +1,88 @@
+"""`rexeval study run|jobs`: a whole benchmark from one YAML file (python -m rexeval.ray_jobs.study)."""
+from __future__ import annotations
+
+import time
+
+import click
+
+from rexeval.pipelines.study.config import load_study
+from rexeval.pipelines.study.jobs import STUDY_JOBS
+from rexeval.pipelines.study.plan import build_plan
+from rexeval.pipelines.study.runner import run_study
+from rexeval.ray_jobs.common import summary, user_errors
+
+
+@click.group("study")
+def study_group():
+    """A whole benchmark from one study file: datasets, stages, models (see studies/).
+
+    Each stage runs an existing rexeval job with that job's settings; stages run in
+    dependency order, independent ones at once, on the local Ray or the cluster named
+    by RAY_ADDRESS (or under `ray job submit`). A re-run does only what is missing or
+    changed, and says why.
+    """
+
+
+@study_group.command("run")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--out", "-o", help="Output folder (default: the file's `out`, else runs/<name>).")
+@click.option("--only", multiple=True, metavar="STAGE",
+              help="Run only this stage (or instance, e.g. extract@mi); repeatable. Its inputs must be done.")
+@click.option("--dry-run", is_flag=True, help="Show every stage instance, whether it would run and why; run nothing.")
+@click.option("--max-parallel", type=int, help="Independent stage instances at once (default: the file's, 2).")
+@user_errors
+def study_run_cmd(file, out, only, dry_run, max_parallel):
+    """Check the study file, then run the stages that are missing or changed.
+
+    Everything a user can fix is reported before anything runs: unknown keys, unknown
+    jobs, references to no stage, a cycle, missing input files, settings a job refuses,
+    a model role the profile lacks. The state of each stage instance is kept in
+    OUT/study.json; `rexeval study report OUT` turns the results into one HTML page.
+
+    Examples:
+
+      rexeval study run studies/local.yaml --dry-run
+
+      rexeval study run studies/local.yaml --out runs/local
+
+      rexeval study run studies/seed000.yaml --only evaluate
+    """
+    started = time.time()
+    plan = build_plan(load_study(file), file, out)
+    res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo)
+    if dry_run:
+        return res
+    notes = [f"{k} FAILED: {why}" for k, why in res["failed"].items()]
+    notes += [f"{k} skipped: {why}" for k, why in res["skipped"].items()]
+    summary(f"study {plan.study.name}", {"stage instances": len(plan.order), "ran": len(res["ran"]),
+                                         "already complete": len(res["done"]), "failed": len(res["failed"]),
+                                         "skipped": len(res["skipped"])},
+            started, {"state": str(plan.out / "study.json")}, notes=notes)
+    if res["failed"] or res["skipped"]:
+        raise SystemExit(1)
+    return res
+
+
+@study_group.command("jobs")
+def study_jobs_cmd():
+    """List the jobs a stage can run (`job:` in a study file) and their config classes."""
+    for name in sorted(STUDY_JOBS):
+        job = STUDY_JOBS[name]
+        click.echo(f"{name:16s} {job.description}  [settings: {job.config.__module__}.{job.config.__name__}]")
+
+
+try:  # the report command lives in its own module
+    from rexeval.ray_jobs.study_report import study_report_cmd
+
+    study_group.add_command(study_report_cmd)
+except ImportError:  # pragma: no cover
+    pass
+
+
+
+def main():  # python -m rexeval.ray_jobs.study
+    study_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Study files -> checked graphs, without running anything: references, instances per
+dataset, order, fingerprints that change exactly where a setting changes, and one clear
+message for each thing a user can get wrong, before anything runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rexeval.pipelines.study.config import StudyError, load_study
+from rexeval.pipelines.study.plan import build_plan, status_of
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLE = REPO / "pipelines" / "sample"
+
+
+def study_dict(**stages) -> dict:
+    base = {
+        "name": "t",
+        "datasets": {"a": {"inputs": [str(SAMPLE / "reviews.jsonl")], "vars": {"k": 3}},
+                     "b": {"inputs": [str(SAMPLE / "reviews_noisy.jsonl")]}},
+        "stages": {
+            "ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}"}},
+            "split": {"job": "split", "with": {"input": "{ingest}", "min_interactions": "{dataset.k}"},
+                      "datasets": ["a"]},
+            "stats": {"job": "stats", "with": {"input": "{split}", "name": "{dataset}"}, "datasets": ["a"]},
+            "clusters": {"job": "cluster", "per_dataset": False,
+                         "with": {"input": "{ingest@a}", "method": "extra"}},
+        },
+    }
+    base["stages"].update(stages)
+    return base
+
+
+def plan_of(tmp_path, data: dict, out=None):
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    return build_plan(load_study(f), f, out or tmp_path / "out")
+
+
+def problems(tmp_path, data: dict) -> str:
+    with pytest.raises(StudyError) as err:
+        plan_of(tmp_path, data)
+    return str(err.value)
+
+
+def test_instances_references_and_order(tmp_path):
+    plan = plan_of(tmp_path, study_dict())
+    out = tmp_path / "out"
+    assert plan.order == ["ingest@a", "ingest@b", "split@a", "stats@a", "clusters"]
+    split, stats, clusters = (plan.instances[k] for k in ("split@a", "stats@a", "clusters"))
+    assert split.settings["input"] == str(out / "a" / "ingest") and split.settings["min_interactions"] == 3
+    assert split.out == out / "a" / "split" and split.deps == {"ingest@a"}
+    assert stats.settings["name"] == "a" and stats.deps == {"split@a"}
+    assert clusters.out == out / "clusters" and clusters.deps == {"ingest@a"}
+    assert clusters.settings["profile"] == "local"  # the study's profile, where the job takes one
+    assert plan.instances["ingest@b"].settings["inputs"] == [str(SAMPLE / "reviews_noisy.jsonl")]
+
+
+def test_list_references_env_defaults_and_paths_relative_to_the_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("REXEVAL_TEST_DATA", raising=False)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "r.jsonl").write_text((SAMPLE / "reviews.jsonl").read_text())
+    data = study_dict(all_ingests={"job": "judge_winrate", "per_dataset": False,
+                                   "with": {"runs": "{ingest@*}", "baseline_label": "{here}/x"}})
+    data["datasets"]["b"]["inputs"] = ["${REXEVAL_TEST_DATA:-data}/r.jsonl"]
+    plan = plan_of(tmp_path, data)
+    assert plan.instances["ingest@b"].settings["inputs"] == [str(tmp_path / "data" / "r.jsonl")]
+    w = plan.instances["all_ingests"]
+    assert w.settings["runs"] == [str(tmp_path / "out" / "a" / "ingest"), str(tmp_path / "out" / "b" / "ingest")]
+    assert w.deps == {"ingest@a", "ingest@b"} and w.settings["baseline_label"] == f"{tmp_path}/x"
+
+
+def test_fingerprints_change_for_the_changed_stage_and_downstream_only(tmp_path):
+    before = plan_of(tmp_path, study_dict())
+    data = study_dict()
+    data["stages"]["split"]["with"]["train"] = 0.7
+    after = plan_of(tmp_path, data)
+    changed = {k for k in before.order if before.instances[k].fingerprint != after.instances[k].fingerprint}
+    assert changed == {"split@a", "stats@a"}
+    # The state file's view: what completed with the old fingerprints, and why each re-runs.
+    state = {"stages": {k: {"status": "complete", "fingerprint": i.fingerprint, "settings": i.settings}
+                        for k, i in before.instances.items()}}
+    for i in before.instances.values():
+        i.out.mkdir(parents=True, exist_ok=True)
+    status = status_of(after, state)
+    assert {k for k, (what, _) in status.items() if what == "run"} == {"split@a", "stats@a"}
+    assert status["split@a"][1] == "settings changed: train"
+    assert status["stats@a"][1] == "upstream changes: split@a"
+    assert status["ingest@a"][0] == "done"
+
+
+def test_an_edited_input_file_reruns_its_readers(tmp_path):
+    data = study_dict()
+    f = tmp_path / "r.jsonl"
+    f.write_text((SAMPLE / "reviews.jsonl").read_text())
+    data["datasets"]["a"]["inputs"] = [str(f)]
+    before = plan_of(tmp_path, data)
+    f.write_text(f.read_text() + "\n")
+    after = plan_of(tmp_path, data)
+    changed = {k for k in before.order if before.instances[k].fingerprint != after.instances[k].fingerprint}
+    assert changed == {"ingest@a", "split@a", "stats@a", "clusters"}
+
+
+@pytest.mark.parametrize("mutate,expected", [
+    (lambda d: d.update(stagez={}), "stagez: unknown key"),
+    (lambda d: d["stages"]["split"].update(wth={}), "stages.split.wth: unknown key"),
+    (lambda d: d["stages"]["split"]["with"].update(trian=0.7), "stages.split.with (dataset a).trian: unknown key"),
+    (lambda d: d["stages"]["split"]["with"].update(method="random"), "stages.split.with (dataset a).method"),
+    (lambda d: d["stages"]["split"].update(job="spilt"), "stages.split.job: unknown job 'spilt'"),
+    (lambda d: d["stages"]["split"]["with"].update(input="{ingets}"), "stages.split (dataset a).with.input: "
+                                                                     "{ingets} names no stage"),
+    (lambda d: d["stages"]["clusters"]["with"].update(input="{ingest}"), "ingest runs per dataset; name one"),
+    (lambda d: d["stages"]["split"].update(datasets=["c"]), "stages.split.datasets: no dataset 'c'"),
+    (lambda d: d["datasets"]["a"].update(inputs=["/nope/reviews.jsonl"]),
+     "datasets.a.inputs: /nope/reviews.jsonl does not exist"),
+    (lambda d: d["stages"]["split"]["with"].update(out="/tmp/x"), "stages.split.with.out: the study sets"),
+    (lambda d: d["stages"]["ingest"]["with"].update(category="{dataset.nothing}"),
+     "dataset a has no 'nothing' (add it under vars)"),
+    (lambda d: d["stages"].update(triplets={"job": "extract", "with": {"input": "{ingest}",
+                                                                       "models": {"llm": None}}}),
+     "stages.triplets: job extract needs a 'llm' model and profile 'local' has none"),
+])
+def test_each_mistake_is_one_clear_message_before_anything_runs(tmp_path, mutate, expected):
+    data = study_dict()
+    mutate(data)
+    msg = problems(tmp_path, data)
+    assert expected in msg, msg
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_cycle_is_named(tmp_path):
+    data = study_dict(x={"job": "stats", "with": {"input": "{y}"}, "datasets": ["a"]},
+                      y={"job": "stats", "with": {"input": "{x}"}, "datasets": ["a"]})
+    assert "a cycle: x@a -> y@a -> x@a" in problems(tmp_path, data)
+
+
+def test_several_problems_are_reported_together(tmp_path):
+    data = study_dict()
+    data["stages"]["split"]["job"] = "spilt"
+    data["stages"]["stats"]["job"] = "statz"
+    msg = problems(tmp_path, data)
+    assert "2 problems" in msg and "'spilt'" in msg and "'statz'" in msg
+
+
+def test_shipped_studies_are_valid(monkeypatch):
+    monkeypatch.setenv("REXEVAL_SHARED", str(REPO))  # any folder: only the plan is checked
+    for f in sorted((REPO / "studies").glob("*.yaml")):
+        study = load_study(f)
+        try:
+            plan = build_plan(study, f, "/tmp/rexeval-never-written")
+        except StudyError as exc:
+            # Only missing input files may stop a shipped study (data lives outside the repo).
+            assert all("does not exist" in p for p in exc.problems), exc
+            continue
+        assert plan.order, f

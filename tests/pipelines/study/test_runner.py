@@ -1,0 +1,165 @@
+"""Running studies on Ray: a second run does nothing; a changed setting re-runs its stage
+and what depends on it, nothing else; a failing stage skips its dependants and not the
+rest; a driver killed mid-study and run again ends with the same results as a run that
+was never interrupted."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from rexeval.pipelines.study.config import load_study
+from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob
+from rexeval.pipelines.study.plan import build_plan
+from rexeval.pipelines.study.runner import run_study
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLE = REPO / "pipelines" / "sample"
+
+
+def tiny_study(**changes) -> dict:
+    stages = {
+        "ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}", "meta": "{dataset.meta}"}},
+        "split": {"job": "split", "with": {"input": "{ingest}"}},
+        "stats": {"job": "stats", "with": {"input": "{split}", "name": "{dataset}"}},
+        "extract": {"job": "generate_llm", "with": {"input": "{split}", "methods": ["review_extract"],
+                                                     "judge_service": "none"}},
+    }
+    for stage, settings in changes.items():
+        stages[stage]["with"].update(settings)
+    return {"name": "tiny", "max_parallel": 2,
+            "datasets": {"sample": {"inputs": [str(SAMPLE / "reviews.jsonl")], "meta": [str(SAMPLE / "items.jsonl")]}},
+            "stages": stages}
+
+
+def run(tmp_path, data: dict, lines: list[str] | None = None, **kw) -> dict:
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    plan = build_plan(load_study(f), f, tmp_path / "out")
+    return run_study(plan, progress=(lines.append if lines is not None else lambda _: None), **kw)
+
+
+def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_path, ray_session):
+    first = run(tmp_path, tiny_study())
+    assert sorted(first["ran"]) == ["extract@sample", "ingest@sample", "split@sample", "stats@sample"]
+    state = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert {k: v["status"] for k, v in state["stages"].items()} == dict.fromkeys(first["ran"], "complete")
+    assert state["stages"]["ingest@sample"]["summary"]["out"] == 305
+    train0 = state["stages"]["split@sample"]["summary"]["train"]
+
+    lines: list[str] = []
+    again = run(tmp_path, tiny_study(), lines)
+    assert again["ran"] == [] and again["planned"] == []
+    assert any("nothing to do" in line for line in lines)
+
+    # The dry run says what would run and why, and runs nothing.
+    lines = []
+    dry = run(tmp_path, tiny_study(stats={"name": "renamed"}), lines, dry_run=True)
+    assert dry["planned"] == ["stats@sample"]
+    assert any("[run ] stats@sample" in line and "settings changed: name" in line for line in lines), lines
+    assert json.loads((tmp_path / "out" / "sample" / "stats" / "stats.json").read_text())["config"]["name"] == "sample"
+
+    one = run(tmp_path, tiny_study(stats={"name": "renamed"}))
+    assert one["ran"] == ["stats@sample"]
+    assert "renamed" in json.loads((tmp_path / "out" / "sample" / "stats" / "stats.json").read_text())["stats"]
+
+    # A split setting: the split and both of its readers, not the ingest.
+    two = run(tmp_path, tiny_study(stats={"name": "renamed"}, split={"train": 0.7, "valid": 0.15}))
+    assert sorted(two["ran"]) == ["extract@sample", "split@sample", "stats@sample"]
+    counts = json.loads((tmp_path / "out" / "sample" / "split" / "manifest.json").read_text())["counts"]
+    assert 0 < counts["train"] < train0  # 70% instead of 80% of each user's reviews
+
+
+def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
+    def boom(cfg, overwrite, progress):
+        raise RuntimeError("the model server is down")
+
+    from rexeval.pipelines.study.jobs import StatsConfig
+
+    STUDY_JOBS.add("test_boom", StudyJob("test_boom", StatsConfig, boom))
+    try:
+        data = tiny_study()
+        data["stages"]["fails"] = {"job": "test_boom", "with": {"input": "{split}"}}
+        data["stages"]["after_fail"] = {"job": "stats", "with": {"input": "{split}"}, "after": ["fails"]}
+        res = run(tmp_path, data)
+    finally:
+        STUDY_JOBS.pop("test_boom")
+    assert res["failed"] == {"fails@sample": "RuntimeError: the model server is down"}
+    assert res["skipped"] == {"after_fail@sample": "upstream fails@sample did not complete"}
+    assert sorted(res["ran"]) == ["extract@sample", "ingest@sample", "split@sample", "stats@sample"]
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    assert state["fails@sample"]["status"] == "failed" and "model server" in state["fails@sample"]["reason"]
+    assert state["after_fail@sample"]["status"] == "skipped"
+
+
+def tables(root: Path) -> dict[str, pd.DataFrame]:
+    """Every Parquet table of a study's outputs, sorted, without timing columns."""
+    out = {}
+    for sub in ("ingest/reviews", "ingest/errors", "split/train", "split/valid", "split/test"):
+        df = pq.read_table(root / "sample" / sub).to_pandas()
+        out[sub] = df.sort_values(list(df.columns[:2])).reset_index(drop=True)
+    ex = pd.read_parquet(root / "sample" / "extract" / "explanations.parquet")
+    out["explanations"] = ex.sort_values("example_id").reset_index(drop=True)
+    return out
+
+
+@pytest.mark.slow
+def test_a_killed_driver_resumes_to_the_same_results(tmp_path):
+    data = tiny_study()
+    data["stages"]["clusters"] = {"job": "cluster", "with": {"input": "{ingest}", "method": "extra",
+                                                             "extra_min_count": 1}}
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("RAY_ADDRESS", None)
+    cmd = [sys.executable, "-m", "rexeval.ray_jobs.cli", "study", "run", str(f)]
+
+    whole = subprocess.run([*cmd, "--out", str(tmp_path / "whole")], env=env, cwd=REPO, capture_output=True,
+                           text=True, timeout=600)
+    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
+
+    out = tmp_path / "cut"
+    log = open(tmp_path / "cut.log", "w")
+    proc = subprocess.Popen([*cmd, "--out", str(out)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while True:  # kill once the cluster stage is running: some stages done, some not
+            state = out / "study.json"
+            stages = json.loads(state.read_text())["stages"] if state.is_file() else {}
+            if stages.get("clusters@sample", {}).get("status") == "running":
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "cut.log").read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    stages = json.loads((out / "study.json").read_text())["stages"]
+    assert stages["ingest@sample"]["status"] == "complete" and stages["clusters@sample"]["status"] == "running"
+
+    again = subprocess.run([*cmd, "--out", str(out)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[done] ingest@sample" in again.stdout  # finished work is not redone
+    assert "[run ] clusters@sample" in again.stdout
+
+    a, b = tables(tmp_path / "whole"), tables(out)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], check_like=True, obj=name)
+    for name in ("clusters", "canonical"):
+        x = pq.read_table(tmp_path / "whole" / "sample" / "clusters" / name).to_pandas()
+        y = pq.read_table(out / "sample" / "clusters" / name).to_pandas()
+        key = list(x.columns[:1])
+        pd.testing.assert_frame_equal(x.sort_values(key).reset_index(drop=True),
+                                      y.sort_values(key).reset_index(drop=True), obj=name)
