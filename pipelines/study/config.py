@@ -27,7 +27,8 @@ References inside `with:` values, resolved per instance:
   {here}, {out}    the study file's folder, the study's output folder
   ${VAR}, ${VAR:-default}   environment variables (e.g. ${REXEVAL_SHARED:-../shared})
 A reference makes the stage depend on the stage it names; `after:` adds dependencies
-that no value names.
+that no value names. Top-level keys starting with "x-" are ignored: they hold YAML
+anchors that stages merge in (`with: {<<: *train, model: nrt}`).
 """
 from __future__ import annotations
 
@@ -133,6 +134,8 @@ def load_study(path: str | Path) -> StudyFile:
         raise StudyError(path, [f"not valid YAML: {exc}"]) from None
     if not isinstance(raw, dict):
         raise StudyError(path, ["the file must be a mapping with name, datasets and stages"])
+    # Top-level "x-..." keys hold YAML anchors for the stages to share (as in compose files).
+    raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
     try:
         raw = expand_env(raw)
     except KeyError as exc:
