@@ -101,6 +101,38 @@ def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
     assert state["after_fail@sample"]["status"] == "skipped"
 
 
+def test_changing_one_metric_setting_recomputes_that_metric_alone(tmp_path, ray_session):
+    """The NLI model of an evaluate stage changes: the study re-runs that stage only, and
+    the stage recomputes the NLI family only (BLEU/ROUGE stay as they were)."""
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+
+    bench = write_flip_benchmark(statements_from_annotations(SAMPLE / "statements.jsonl", stage="triplet"),
+                                 tmp_path / "bench")
+
+    def study(nli: str) -> dict:
+        data = tiny_study()
+        data["stages"]["evaluate"] = {"job": "evaluate", "per_dataset": False, "with": {
+            "explanations": [bench["explanations"]], "references": bench["references"],
+            "statements": [bench["statements"]], "metrics": ["overlap", "statement_nli"], "limit": 12,
+            "bootstrap": 50, "chunk_size": 8, "nli_service": "none", "nli_scorer": "tests.doubles.nli:ScriptedNLI",
+            "models": {"nli": nli}}}
+        return data
+
+    first = run(tmp_path, study("scripted-nli-a"))
+    assert "evaluate" in first["ran"]
+    overlap_scores = tmp_path / "out" / "evaluate" / "families" / "overlap" / "scores" / "part-00000.parquet"
+    stamp = overlap_scores.stat().st_mtime_ns
+    lines: list[str] = []
+    second = run(tmp_path, study("scripted-nli-b"), lines)
+    assert second["ran"] == ["evaluate"]
+    assert any("[evaluate]   overlap: already done" in line for line in lines), lines
+    assert any("[evaluate]   statement_nli:" in line and "chunk(s)" in line for line in lines), lines
+    assert overlap_scores.stat().st_mtime_ns == stamp  # not rewritten
+    nli = json.loads((tmp_path / "out" / "evaluate" / "families" / "statement_nli" / "manifest.json").read_text())
+    assert nli["config"]["models"] == {"nli": "scripted-nli-b"}
+
+
 def tables(root: Path) -> dict[str, pd.DataFrame]:
     """Every Parquet table of a study's outputs, sorted, without timing columns."""
     out = {}
