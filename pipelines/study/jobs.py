@@ -16,29 +16,44 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rexeval.registry import Registry
+from rexeval.registry import Registry, load_object
 
 STUDY_JOBS: Registry[StudyJob] = Registry("study job", name_attr=None)
 
 
 @dataclass(frozen=True)
 class StudyJob:
-    """One kind of stage. `config` builds the job's config from the settings; `run(cfg,
-    overwrite, progress)` runs it and returns its manifest or report; `roles(cfg)` are
+    """One kind of stage. `config` builds the job's config from the settings; `target` is
+    the job's run function (or "module:function", imported when it runs), called with the
+    config, `overwrite` where it takes it, and `progress`; `roles(cfg)` are
     the model roles it needs from the profile; `keeps_changed_settings`: the job itself
     recomputes only what a changed setting touches (so the study never wipes its folder)."""
 
     name: str
     config: type[BaseModel]
-    run: Callable[[Any, bool, Callable[[str], None]], dict]
+    target: Callable[..., dict] | str
     roles: Callable[[Any], list[str]] = field(default=lambda cfg: [])
     keeps_changed_settings: bool = False
     description: str = ""
 
+    def run(self, cfg, overwrite: bool, progress: Callable[[str], None]) -> dict:
+        fn = load_object(self.target) if isinstance(self.target, str) else self.target
+        params = inspect.signature(fn).parameters
+        kwargs: dict[str, Any] = {"progress": progress}
+        if "overwrite" in params:
+            kwargs["overwrite"] = overwrite
+        return fn(cfg, **kwargs)
+
+
+def add_study_job(name: str, config: type[BaseModel], target: str, *,
+                  roles: Callable[[Any], list[str]] | None = None, description: str = "") -> None:
+    """Make the job whose run function is `target` ("module:function") a study job."""
+    STUDY_JOBS.add(name, StudyJob(name, config, target, roles or (lambda cfg: []), False, description))
+
 
 def register_study_job(name: str, config: type[BaseModel], *, roles: Callable[[Any], list[str]] | None = None,
                        keeps_changed_settings: bool = False, description: str = ""):
-    """Register `fn(cfg, overwrite, progress) -> dict` as the study job `name`."""
+    """Register `fn(cfg, [overwrite,] progress) -> dict` as the study job `name`."""
     def wrap(fn):
         STUDY_JOBS.add(name, StudyJob(name, config, fn, roles or (lambda cfg: []), keeps_changed_settings,
                                       description))
@@ -52,15 +67,6 @@ def build_config(job: StudyJob, settings: dict[str, Any]) -> BaseModel:
 
 def has_field(config: type[BaseModel], name: str) -> bool:
     return name in config.model_fields
-
-
-def _call(run: Callable, cfg, overwrite: bool, progress) -> dict:
-    """Call a job's run function with what it takes (some jobs have no overwrite flag)."""
-    params = inspect.signature(run).parameters
-    kwargs = {"progress": progress}
-    if "overwrite" in params:
-        kwargs["overwrite"] = overwrite
-    return run(cfg, **kwargs)
 
 
 # -- the jobs ---------------------------------------------------------------------------
@@ -82,18 +88,42 @@ def _llm(role: str) -> Callable[[Any], list[str]]:
     return lambda cfg: [] if getattr(cfg, "backend", None) == "openai" else [role]
 
 
-@register_study_job("ingest", IngestConfig, description="review files -> reviews/ + errors/ (`rexeval ingest`)")
-def _ingest(cfg, overwrite, progress):
-    from rexeval.pipelines.ingest.pipeline import run_ingest
-
-    return _call(run_ingest, cfg, overwrite, progress)
-
-
-@register_study_job("split", SplitConfig, description="k-core and temporal / leave-last-two split (`rexeval split`)")
-def _split(cfg, overwrite, progress):
-    from rexeval.pipelines.ingest.split_pipeline import run_split
-
-    return _call(run_split, cfg, overwrite, progress)
+# Jobs whose run function takes (cfg, [overwrite,] progress): name, settings, function,
+# the model roles they need, what they do.
+P = "rexeval.pipelines."
+for _name, _config, _target, _roles, _what in [
+    ("ingest", IngestConfig, "ingest.pipeline:run_ingest", None,
+     "review files -> reviews/ + errors/ (`rexeval ingest`)"),
+    ("split", SplitConfig, "ingest.split_pipeline:run_split", None,
+     "k-core and temporal / leave-last-two split (`rexeval split`)"),
+    ("extract", ExtractConfig, "extract.pipeline:run_extract", _llm("llm"),
+     "reviews -> statements with an LLM (`rexeval extract`)"),
+    ("extract_quality", QualityConfig, "extract.quality:run_quality", _llm("judge_llm"),
+     "explanatoriness and atomicity of statements (`rexeval extract-quality`)"),
+    ("ground_truth", GroundTruthConfig, "extract.ground_truth_pipeline:run_ground_truth", None,
+     "rule-based explanations (`rexeval ground-truth`)"),
+    ("cluster", ClusterConfig, "cluster.pipeline:run_cluster", lambda cfg: ["embedder"] if cfg.method == "star" else [],
+     "paraphrase clusters or EXTRA (`rexeval cluster`)"),
+    ("star_build", BuildConfig, "star.pipeline:run_build", None,
+     "the STAR ranking benchmark (`rexeval star build`)"),
+    ("star_train", StarTrainJob, "star.pipeline:run_train", None,
+     "BPER+ / ExpGCN on Ray Tune (`rexeval star train`)"),
+    ("generate_run", RunConfig, "generate.decode:run_generate", None,
+     "a trained generator decodes a split (`rexeval generate run`)"),
+    ("generate_llm", PromptedJob, "generate.prompted.job:run_prompted", _llm("llm"),
+     "seed 004's prompted generators (`rexeval generate llm`)"),
+    ("judge_likert", LikertJobConfig, "judge.jobs:run_likert", lambda cfg: [] if cfg.judges else ["judge_llm"],
+     "Likert ratings (`rexeval judge likert`)"),
+    ("judge_pairwise", PairwiseJobConfig, "judge.jobs:run_pairwise", lambda cfg: ["judge_llm"] if "gen" in cfg.evaluators else [],
+     "pairwise verdicts against a baseline (`rexeval judge pairwise`)"),
+    ("judge_detect", DetectJobConfig, "judge.jobs:run_detect", _llm("judge_llm"),
+     "inferior-explanation detection (`rexeval judge detect`)"),
+    ("judge_winrate", WinrateConfig, "judge.winrate:run_winrate", None,
+     "win rates, Table 4, Figure 5 (`rexeval judge winrate`)"),
+    ("meta_evaluate", MetaEvaluateConfig, "meta_evaluate.pipeline:run_meta_evaluate", None,
+     "agreement with humans (`rexeval meta-evaluate`)"),
+]:
+    add_study_job(_name, _config, P + _target, roles=_roles, description=_what)
 
 
 class StatsConfig(BaseModel):
@@ -105,7 +135,7 @@ class StatsConfig(BaseModel):
 
 
 @register_study_job("stats", StatsConfig, description="seed 000 Table II of a split (`rexeval info`)")
-def _stats(cfg, overwrite, progress):
+def _stats(cfg, progress):
     import json
 
     import pyarrow.compute as pc
@@ -128,44 +158,6 @@ def _stats(cfg, overwrite, progress):
     return manifest
 
 
-@register_study_job("extract", ExtractConfig, roles=_llm("llm"),
-                    description="reviews -> statements with an LLM (`rexeval extract`)")
-def _extract(cfg, overwrite, progress):
-    from rexeval.pipelines.extract.pipeline import run_extract
-
-    return _call(run_extract, cfg, overwrite, progress)
-
-
-@register_study_job("extract_quality", QualityConfig, roles=_llm("judge_llm"),
-                    description="explanatoriness and atomicity of statements (`rexeval extract-quality`)")
-def _extract_quality(cfg, overwrite, progress):
-    from rexeval.pipelines.extract.quality import run_quality
-
-    return _call(run_quality, cfg, overwrite, progress)
-
-
-@register_study_job("ground_truth", GroundTruthConfig, description="rule-based explanations (`rexeval ground-truth`)")
-def _ground_truth(cfg, overwrite, progress):
-    from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
-
-    return _call(run_ground_truth, cfg, overwrite, progress)
-
-
-@register_study_job("cluster", ClusterConfig, roles=lambda cfg: ["embedder"] if cfg.method == "star" else [],
-                    description="paraphrase clusters or EXTRA (`rexeval cluster`)")
-def _cluster(cfg, overwrite, progress):
-    from rexeval.pipelines.cluster.pipeline import run_cluster
-
-    return _call(run_cluster, cfg, overwrite, progress)
-
-
-@register_study_job("star_build", BuildConfig, description="the STAR ranking benchmark (`rexeval star build`)")
-def _star_build(cfg, overwrite, progress):
-    from rexeval.pipelines.star.pipeline import run_build
-
-    return _call(run_build, cfg, overwrite, progress)
-
-
 class StarBaselinesConfig(EvalSettings):
     """`rexeval star baselines`: the popularity baselines ranked and scored."""
 
@@ -173,18 +165,10 @@ class StarBaselinesConfig(EvalSettings):
 
 
 @register_study_job("star_baselines", StarBaselinesConfig, description="ranking baselines (`rexeval star baselines`)")
-def _star_baselines(cfg, overwrite, progress):
+def _star_baselines(cfg, progress):
     from rexeval.pipelines.star.pipeline import run_baselines
 
-    settings = EvalSettings(**cfg.model_dump(exclude={"methods"}))
-    return run_baselines(settings, list(cfg.methods), progress=progress)
-
-
-@register_study_job("star_train", StarTrainJob, description="BPER+ / ExpGCN on Ray Tune (`rexeval star train`)")
-def _star_train(cfg, overwrite, progress):
-    from rexeval.pipelines.star.pipeline import run_train
-
-    return run_train(cfg, progress=progress)
+    return run_baselines(EvalSettings(**cfg.model_dump(exclude={"methods"})), list(cfg.methods), progress=progress)
 
 
 @register_study_job("generate_train", GenerateTrainJob,
@@ -193,71 +177,17 @@ def _star_train(cfg, overwrite, progress):
 def _generate_train(cfg, overwrite, progress):
     from rexeval.pipelines.generate.pipeline import run_train
 
-    if overwrite and not cfg.overwrite:
-        cfg = cfg.model_copy(update={"overwrite": True})
-    return run_train(cfg, progress=progress)
-
-
-@register_study_job("generate_run", RunConfig, description="a trained generator decodes a split (`rexeval generate run`)")
-def _generate_run(cfg, overwrite, progress):
-    from rexeval.pipelines.generate.decode import run_generate
-
-    return _call(run_generate, cfg, overwrite, progress)
-
-
-@register_study_job("generate_llm", PromptedJob, roles=_llm("llm"),
-                    description="seed 004's prompted generators (`rexeval generate llm`)")
-def _generate_llm(cfg, overwrite, progress):
-    from rexeval.pipelines.generate.prompted.job import run_prompted
-
-    return run_prompted(cfg, progress=progress)
+    # The study's overwrite is the job's own flag here.
+    return run_train(cfg.model_copy(update={"overwrite": True}) if overwrite else cfg, progress=progress)
 
 
 @register_study_job("evaluate", EvaluateConfig, keeps_changed_settings=True,
                     description="seed 000's metrics (`rexeval evaluate`)")
-def _evaluate(cfg, overwrite, progress):
+def _evaluate(cfg, progress):
     from rexeval.pipelines.evaluate.pipeline import run_evaluate
 
+    # Never overwrite: the job recomputes the metric families whose settings changed.
     return run_evaluate(cfg, overwrite=False, progress=progress)
-
-
-@register_study_job("judge_likert", LikertJobConfig, roles=lambda cfg: [] if cfg.judges else ["judge_llm"],
-                    description="Likert ratings (`rexeval judge likert`)")
-def _judge_likert(cfg, overwrite, progress):
-    from rexeval.pipelines.judge.jobs import run_likert
-
-    return run_likert(cfg, progress=progress)
-
-
-@register_study_job("judge_pairwise", PairwiseJobConfig,
-                    roles=lambda cfg: ["judge_llm"] if "gen" in cfg.evaluators else [],
-                    description="pairwise verdicts against a baseline (`rexeval judge pairwise`)")
-def _judge_pairwise(cfg, overwrite, progress):
-    from rexeval.pipelines.judge.jobs import run_pairwise
-
-    return run_pairwise(cfg, progress=progress)
-
-
-@register_study_job("judge_detect", DetectJobConfig, roles=_llm("judge_llm"),
-                    description="inferior-explanation detection (`rexeval judge detect`)")
-def _judge_detect(cfg, overwrite, progress):
-    from rexeval.pipelines.judge.jobs import run_detect
-
-    return run_detect(cfg, progress=progress)
-
-
-@register_study_job("judge_winrate", WinrateConfig, description="win rates, Table 4, Figure 5 (`rexeval judge winrate`)")
-def _judge_winrate(cfg, overwrite, progress):
-    from rexeval.pipelines.judge.winrate import run_winrate
-
-    return run_winrate(cfg, progress=progress)
-
-
-@register_study_job("meta_evaluate", MetaEvaluateConfig, description="agreement with humans (`rexeval meta-evaluate`)")
-def _meta_evaluate(cfg, overwrite, progress):
-    from rexeval.pipelines.meta_evaluate.pipeline import run_meta_evaluate
-
-    return _call(run_meta_evaluate, cfg, overwrite, progress)
 
 
 def counts_of(result: dict) -> dict[str, Any]:
