@@ -10,6 +10,7 @@ from rexeval.pipelines.study.jobs import STUDY_JOBS
 from rexeval.pipelines.study.plan import build_plan
 from rexeval.pipelines.study.runner import run_study
 from rexeval.ray_jobs.common import summary, user_errors
+from rexeval.ray_jobs.study_report import study_report_cmd
 
 
 @click.group("study")
@@ -71,12 +72,7 @@ def study_jobs_cmd():
         click.echo(f"{name:16s} {job.description}  [settings: {job.config.__module__}.{job.config.__name__}]")
 
 
-try:  # the report command lives in its own module
-    from rexeval.ray_jobs.study_report import study_report_cmd
-
-    study_group.add_command(study_report_cmd)
-except ImportError:  # pragma: no cover
-    pass
+study_group.add_command(study_report_cmd)
 
 
 

@@ -10,6 +10,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "[bootstrap] creating $VENV"
   "$PY" -m venv "$VENV"
 fi
+# A headless browser for the study report's page test (skipped without it): idempotent.
+bash scripts/install_browser.sh || echo "[bootstrap] no chromium: the report's browser test will be skipped"
 stamp="$VENV/.rexeval-install-stamp"
 want=$(cat setup.py constraints.txt scripts/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
