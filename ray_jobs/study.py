@@ -5,10 +5,10 @@ import time
 
 import click
 
-from rexeval.pipelines.study.config import load_study
+from rexeval.pipelines.study.config import load_study, parse_sets
 from rexeval.pipelines.study.jobs import STUDY_JOBS
 from rexeval.pipelines.study.plan import build_plan
-from rexeval.pipelines.study.runner import run_study
+from rexeval.pipelines.study.runner import hard_failures, run_study
 from rexeval.ray_jobs.common import summary, user_errors
 from rexeval.ray_jobs.study_report import study_report_cmd
 
@@ -31,8 +31,10 @@ def study_group():
               help="Run only this stage (or instance, e.g. extract@mi); repeatable. Its inputs must be done.")
 @click.option("--dry-run", is_flag=True, help="Show every stage instance, whether it would run and why; run nothing.")
 @click.option("--max-parallel", type=int, help="Independent stage instances at once (default: the file's, 2).")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
+              help="Override one of the study's vars (VALUE read as YAML: 3, true, null, [a, b]); repeatable.")
 @user_errors
-def study_run_cmd(file, out, only, dry_run, max_parallel):
+def study_run_cmd(file, out, only, dry_run, max_parallel, sets):
     """Check the study file, then run the stages that are missing or changed.
 
     Everything a user can fix is reported before anything runs: unknown keys, unknown
@@ -47,19 +49,23 @@ def study_run_cmd(file, out, only, dry_run, max_parallel):
       rexeval study run studies/local.yaml --out runs/local
 
       rexeval study run studies/seed000.yaml --only evaluate
+
+      rexeval study run studies/demo.yaml --set judge_examples=4 --set nli=/models/deberta-large-mnli
     """
     started = time.time()
-    plan = build_plan(load_study(file), file, out)
+    plan = build_plan(load_study(file, parse_sets(sets)), file, out)
     res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo)
     if dry_run:
         return res
-    notes = [f"{k} FAILED: {why}" for k, why in res["failed"].items()]
+    hard = set(hard_failures(plan, res))
+    notes = [f"{k} FAILED{'' if k in hard else ' (optional)'}: {why}" for k, why in res["failed"].items()]
     notes += [f"{k} skipped: {why}" for k, why in res["skipped"].items()]
+    notes += [f"{k}: {why}" for k, why in plan.off.items()]
     summary(f"study {plan.study.name}", {"stage instances": len(plan.order), "ran": len(res["ran"]),
                                          "already complete": len(res["done"]), "failed": len(res["failed"]),
                                          "skipped": len(res["skipped"])},
             started, {"state": str(plan.out / "study.json")}, notes=notes)
-    if res["failed"] or res["skipped"]:
+    if hard:
         raise SystemExit(1)
     return res
 

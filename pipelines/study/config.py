@@ -24,10 +24,14 @@ References inside `with:` values, resolved per instance:
   {stage@*}        the list of all its instances' folders (as a whole value)
   {dataset}        the dataset's name; {dataset.inputs}, {dataset.meta} (lists, as a whole
                    value), {dataset.category}, {dataset.format}, {dataset.<var>} from `vars`
+  {vars.<name>}    a study variable (`vars:`; `rexeval study run --set name=value` overrides it)
   {here}, {out}    the study file's folder, the study's output folder
   ${VAR}, ${VAR:-default}   environment variables (e.g. ${REXEVAL_SHARED:-../shared})
 A reference makes the stage depend on the stage it names; `after:` adds dependencies
-that no value names. Top-level keys starting with "x-" are ignored: they hold YAML
+that no value names. `when:` (e.g. "{vars.llm}") turns a stage off when false: it does not
+run, and neither does any stage that reads its output. `optional: true`: a failure of
+the stage (and the stages it then holds up) does not fail the study. Top-level keys
+starting with "x-" are ignored: they hold YAML
 anchors that stages merge in (`with: {<<: *train, model: nrt}`).
 """
 from __future__ import annotations
@@ -75,6 +79,8 @@ class StageSpec(BaseModel):
     per_dataset: bool | None = Field(None, description="once per dataset (default when the study has datasets)")
     datasets: list[str] | None = Field(None, description="only these datasets")
     after: list[str] = Field(default_factory=list, description="stages to finish first")
+    when: bool | str = Field(True, description="false (or a reference resolving to false): the stage is off")
+    optional: bool = Field(False, description="a failure here does not fail the study")
 
 
 class StudyFile(BaseModel):
@@ -88,6 +94,7 @@ class StudyFile(BaseModel):
     models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref, every stage")
     out: str | None = Field(None, description="output folder (relative to the working directory)")
     max_parallel: int = Field(2, ge=1, description="independent stage instances running at once")
+    vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {vars.<name>}")
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
 
@@ -122,9 +129,21 @@ def _where(loc: tuple) -> str:
     return ".".join("with" if p == "with_" else str(p) for p in loc)
 
 
-def load_study(path: str | Path) -> StudyFile:
+def parse_sets(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
+    """--set NAME=VALUE items (VALUE read as YAML: 3, true, null, [a, b], text)."""
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE")
+        out[name.strip()] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFile:
     """Read and validate a study file; dataset paths become absolute (relative to the
-    file), environment variables are expanded. Raises StudyError naming each bad key."""
+    file), environment variables are expanded, `sets` override `vars`. Raises
+    StudyError naming each bad key."""
     path = Path(path)
     if not path.is_file():
         raise StudyError(path, ["no such study file"])
@@ -152,6 +171,11 @@ def load_study(path: str | Path) -> StudyFile:
             else:
                 problems.append(f"{where}: {e['msg']}")
         raise StudyError(path, problems) from None
+    unknown = sorted(set(sets or {}) - set(study.vars))
+    if unknown:
+        raise StudyError(path, [f"--set {name}: the study has no such var (vars: {', '.join(study.vars) or 'none'})"
+                                for name in unknown])
+    study.vars.update(sets or {})
     here = path.resolve().parent
     for ds in study.datasets.values():
         ds.inputs = [str((here / p).resolve()) for p in ds.inputs]

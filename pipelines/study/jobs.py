@@ -158,6 +158,55 @@ def _stats(cfg, progress):
     return manifest
 
 
+class AnnotationsConfig(BaseModel):
+    """Hand-written statements (JSON lines, pipelines/sample/statements.jsonl's format) as
+    a statements folder, for the jobs that read `rexeval extract` output."""
+
+    input: str
+    out: str
+    stage: str = "verified"
+
+
+@register_study_job("annotations", AnnotationsConfig,
+                    description="hand-written statements (JSON lines) -> a statements folder")
+def _annotations(cfg, progress):
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
+
+    table = statements_from_annotations(cfg.input, stage=cfg.stage)
+    write_parquet_atomic(Path(cfg.out) / "statements" / "part-00000.parquet", table)
+    manifest = {"job": "annotations", "status": "complete", "config": cfg.model_dump(),
+                "counts": {"statements": table.num_rows}}
+    write_json_atomic(Path(cfg.out) / "manifest.json", manifest)
+    progress(f"annotations: {table.num_rows} statement(s) from {cfg.input}")
+    return manifest
+
+
+class FlipConfig(BaseModel):
+    """Seed 000's sanity benchmark: rule-built ground truth from hand-written statements
+    and a copy with every sentiment flipped (`evaluate.inputs.write_flip_benchmark`):
+    OUT/ground_truth (references), OUT/explanations.parquet, OUT/statements.parquet."""
+
+    input: str
+    out: str
+    system: str = "flipped"
+
+
+@register_study_job("flip_benchmark", FlipConfig,
+                    description="ground truth and a sentiment-flipped copy from hand-written statements")
+def _flip(cfg, progress):
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.core.io import write_json_atomic
+    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+
+    paths = write_flip_benchmark(statements_from_annotations(cfg.input, stage="triplet"), cfg.out, cfg.system)
+    manifest = {"job": "flip_benchmark", "status": "complete", "config": cfg.model_dump(), "paths": paths,
+                "counts": {"systems": 2}}
+    write_json_atomic(Path(cfg.out) / "manifest.json", manifest)
+    progress(f"flip benchmark: {', '.join(f'{k} {v}' for k, v in paths.items())}")
+    return manifest
+
+
 class StarBaselinesConfig(EvalSettings):
     """`rexeval star baselines`: the popularity baselines ranked and scored."""
 

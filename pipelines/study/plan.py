@@ -27,6 +27,7 @@ from rexeval.pipelines.study.config import StudyError, StudyFile
 from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
 
 REF = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*(?:@(?:\*|[A-Za-z][A-Za-z0-9_\-]*))?)\}")
+FALSE = (False, None, 0, "", "false", "False", "no", "off", "0")
 STATE_FILE = "study.json"
 
 
@@ -52,6 +53,7 @@ class Plan:
     out: Path
     instances: dict[str, Instance]
     order: list[str]
+    off: dict[str, str] = field(default_factory=dict)  # instance -> why it does not run (`when`)
 
     def downstream(self, key: str) -> set[str]:
         out, todo = set(), [key]
@@ -90,6 +92,11 @@ class _Resolver:
             return str(self.here)
         if ref == "out":
             return str(self.out)
+        if ref.startswith("vars."):
+            name = ref[5:]
+            if name not in self.study.vars:
+                raise LookupError(f"{{{ref}}}: no var {name!r} (vars: {', '.join(self.study.vars) or 'none'})")
+            return self.study.vars[name]
         if ref == "dataset" or ref.startswith("dataset."):
             return self._dataset(ref)
         stage, _, at = ref.partition("@")
@@ -248,12 +255,16 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None
         raise StudyError(file, problems)
 
     instances: dict[str, Instance] = {}
+    off: dict[str, str] = {}
     for key in declared:
         stage, _, ds = key.partition("@")
         spec = study.stages[stage]
         job = STUDY_JOBS[spec.job]
         r = _Resolver(root, here, study, outs, ds or None, f"stages.{stage}" + (f" (dataset {ds})" if ds else ""),
                       problems)
+        when = r.resolve(spec.when, "when") if isinstance(spec.when, str) else spec.when
+        if when in FALSE:
+            off[key] = f"off (when: {spec.when})"
         settings = r.resolve(dict(spec.with_), "")
         settings["out"] = str(outs[key])
         if has_field(job.config, "profile") and "profile" not in settings:
@@ -267,6 +278,19 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None
         instances[key] = inst
     if problems:
         raise StudyError(file, problems)
+    # A stage that reads the output of a stage that is off is off too.
+    changed = True
+    while changed:
+        changed = False
+        for key, inst in instances.items():
+            if key not in off and (gone := sorted(inst.deps & set(off))):
+                off[key] = f"off: needs {', '.join(gone)}"
+                changed = True
+    for key in off:
+        instances.pop(key)
+    declared = [k for k in declared if k not in off]
+    if not instances:
+        raise StudyError(file, ["every stage is off (see the stages' when:)"])
 
     if cycle := _cycle(instances):
         raise StudyError(file, [f"stages: a cycle: {' -> '.join(cycle)} (each needs the next's output)"])
@@ -293,7 +317,7 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None
         payload = {"job": inst.job.name, "settings": inst.settings, "reads": [_file_stamp(p) for p in inst.reads],
                    "upstream": sorted(instances[d].fingerprint for d in inst.deps)}
         inst.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return Plan(study, file, root, instances, order)
+    return Plan(study, file, root, instances, order, off)
 
 
 def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: dict) -> list[str]:

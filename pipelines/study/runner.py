@@ -64,9 +64,23 @@ def plan_lines(plan: Plan, status: dict[str, tuple[str, str]], only: set[str] | 
             what, why = "skip", "not selected by --only"
         deps = f" after {', '.join(sorted(inst.deps))}" if inst.deps else ""
         lines.append(f"  [{what:4s}] {key:32s} {inst.job.name:16s}{deps}: {why}")
+    for key, why in plan.off.items():
+        lines.append(f"  [off ] {key:32s} {plan.study.stages[key.partition('@')[0]].job:16s}: {why}")
     todo = sum(1 for k in plan.order if status[k][0] == "run" and (only is None or k in only))
-    lines.append(f"{todo} to run, {len(plan.order) - todo} not")
+    lines.append(f"{todo} to run, {len(plan.order) - todo} not" + (f", {len(plan.off)} off" if plan.off else ""))
     return lines
+
+
+def hard_failures(plan: Plan, result: dict[str, Any]) -> list[str]:
+    """Failed or skipped instances that fail the study: all but the `optional` stages'
+    failures and what only they held up."""
+    soft = {k for k in result["failed"] if plan.study.stages[plan.instances[k].stage].optional}
+    for key in plan.order:  # in order: a skipped instance's blockers are decided before it
+        if key in result["skipped"]:
+            blockers = {d for d in plan.instances[key].deps if d in result["failed"] or d in result["skipped"]}
+            if blockers and blockers <= soft:
+                soft.add(key)
+    return [k for k in [*result["failed"], *result["skipped"]] if k not in soft]
 
 
 def selected(plan: Plan, only: list[str] | None) -> set[str] | None:
@@ -162,5 +176,6 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                     result["failed"][key] = reason
                     state.record(key, status="failed", reason=reason, finished=_now(),
                                  traceback="".join(traceback.format_exception(exc))[-4000:])
-                    progress(f"[{key}] FAILED: {reason}")
+                    optional = plan.study.stages[plan.instances[key].stage].optional
+                    progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}: {reason}")
     return result

@@ -160,3 +160,21 @@ def test_shipped_studies_are_valid(tmp_path, monkeypatch):
                     Path(p).touch()
         plan = build_plan(study, f, tmp_path / "out" / f.stem)
         assert plan.order, f
+
+
+def test_vars_set_and_when_turn_stages_and_their_readers_off(tmp_path):
+    data = study_dict(triplets={"job": "extract", "when": "{vars.llm}", "datasets": ["a"],
+                                "with": {"input": "{ingest}", "limit": "{vars.n}"}},
+                      truth={"job": "ground_truth", "datasets": ["a"], "with": {"input": "{triplets}"}})
+    data["vars"] = {"llm": True, "n": 4}
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    on = build_plan(load_study(f), f, tmp_path / "out")
+    assert on.instances["triplets@a"].settings["limit"] == 4 and not on.off
+    off = build_plan(load_study(f, {"llm": False, "n": 0}), f, tmp_path / "out")
+    assert off.off == {"triplets@a": "off (when: {vars.llm})", "truth@a": "off: needs triplets@a"}
+    assert "triplets@a" not in off.order and "ingest@a" in off.order
+    with pytest.raises(StudyError, match="--set lmm: the study has no such var"):
+        load_study(f, {"lmm": False})
+    data["stages"]["split"]["with"]["min_interactions"] = "{vars.nope}"
+    assert "{vars.nope}: no var 'nope'" in problems(tmp_path, data)

@@ -20,7 +20,7 @@ import yaml
 from rexeval.pipelines.study.config import load_study
 from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob
 from rexeval.pipelines.study.plan import build_plan
-from rexeval.pipelines.study.runner import run_study
+from rexeval.pipelines.study.runner import hard_failures, run_study
 
 REPO = Path(__file__).resolve().parents[3]
 SAMPLE = REPO / "pipelines" / "sample"
@@ -41,11 +41,14 @@ def tiny_study(**changes) -> dict:
             "stages": stages}
 
 
-def run(tmp_path, data: dict, lines: list[str] | None = None, **kw) -> dict:
+def plan_of(tmp_path, data: dict):
     f = tmp_path / "study.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
-    plan = build_plan(load_study(f), f, tmp_path / "out")
-    return run_study(plan, progress=(lines.append if lines is not None else lambda _: None), **kw)
+    return build_plan(load_study(f), f, tmp_path / "out")
+
+
+def run(tmp_path, data: dict, lines: list[str] | None = None, **kw) -> dict:
+    return run_study(plan_of(tmp_path, data), progress=(lines.append if lines is not None else lambda _: None), **kw)
 
 
 def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_path, ray_session):
@@ -91,6 +94,9 @@ def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
         data["stages"]["fails"] = {"job": "test_boom", "with": {"input": "{split}"}}
         data["stages"]["after_fail"] = {"job": "stats", "with": {"input": "{split}"}, "after": ["fails"]}
         res = run(tmp_path, data)
+        assert hard_failures(plan_of(tmp_path, data), res) == ["fails@sample", "after_fail@sample"]
+        data["stages"]["fails"]["optional"] = True  # then neither fails the study
+        assert hard_failures(plan_of(tmp_path, data), res) == []
     finally:
         STUDY_JOBS.pop("test_boom")
     assert res["failed"] == {"fails@sample": "RuntimeError: the model server is down"}
