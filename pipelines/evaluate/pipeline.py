@@ -318,11 +318,12 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
                                source="aggregates")
     write_parquet_atomic(root / "aggregates.parquet", agg_table)
-    from rexeval.pipelines.evaluate.report import results_csv, results_markdown
+    from rexeval.pipelines.evaluate.report import plot_stent_bin, results_csv, results_markdown
 
     md = results_markdown(agg, dataset=cfg.dataset, systems=systems)
     (root / "tables.md").write_text(md)
     (root / "tables.csv").write_text(results_csv(agg))
+    plot_stent_bin(agg, root / "figure2.png", dataset=cfg.dataset, systems=systems)
     report = {"counts": {**counts, "scores": scores.num_rows},
               "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
               "family_counts": family_counts, "nli_service": ctx.nli_service,

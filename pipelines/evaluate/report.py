@@ -1,5 +1,5 @@
 """Seed 000's results tables (III-VI, plus the n-gram and feature metrics) from the
-aggregates of `rexeval evaluate`, as Markdown and CSV."""
+aggregates of `rexeval evaluate`, as Markdown and CSV, and its Figure 2 (StEnt-bin)."""
 from __future__ import annotations
 
 import io
@@ -72,3 +72,44 @@ def results_csv(agg: pd.DataFrame) -> str:
     buf = io.StringIO()
     df.to_csv(buf, index=False, float_format="%.6g")
     return buf.getvalue()
+
+
+FIGURE2 = [("stent_bin_p", "StEnt-bin-P"), ("stent_bin_r", "StEnt-bin-R"), ("stent_bin_f1", "StEnt-bin-F1")]
+
+
+def plot_stent_bin(agg: pd.DataFrame, path, dataset: str = "", systems: list[str] | None = None) -> bool:
+    """Seed 000's Figure 2: StEnt-bin P/R/F1 per system as grouped bars (in %), with each
+    mean's bootstrap interval as an error bar; PNG and SVG at `path` (.png/.svg beside).
+    False (nothing drawn) when no StEnt-bin metric was computed."""
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = agg[agg["metric"].isin([m for m, _ in FIGURE2])]
+    if rows.empty:
+        return False
+    systems = [s for s in (systems or sorted(rows["system"].unique())) if s in set(rows["system"])]
+    width = 0.8 / len(FIGURE2)
+    x = np.arange(len(systems))
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.3 * len(systems) + 1.5), 3.2))
+    for k, (metric, label) in enumerate(FIGURE2):
+        sub = rows[rows["metric"] == metric].set_index("system")
+        mean = np.array([100 * float(sub["mean"].get(s, np.nan)) for s in systems])
+        lo = np.array([100 * float(sub["ci_low"].get(s, np.nan)) for s in systems])
+        hi = np.array([100 * float(sub["ci_high"].get(s, np.nan)) for s in systems])
+        err = np.vstack([np.nan_to_num(mean - lo), np.nan_to_num(hi - mean)])
+        ax.bar(x + (k - 1) * width, mean, width, yerr=err, capsize=2, label=label)
+    ax.set_xticks(x, systems)
+    ax.set_ylabel("%")
+    ax.set_title(f"StEnt-bin{f' ({dataset})' if dataset else ''}: mean and 95% interval")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path.with_suffix(".png"), dpi=120)
+    fig.savefig(path.with_suffix(".svg"))
+    plt.close(fig)
+    return True

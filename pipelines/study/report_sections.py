@@ -135,6 +135,11 @@ def section_evaluate(b: Builder, inst: Instance) -> Section:
                                   instances=[inst.name]))
     if text is not None and not sec.tables:
         sec.notes.append(f"{folder / 'tables.md'} holds no table: no metric was computed")
+    if (folder / "figure2.png").is_file():  # seed 000's Figure 2 (StEnt-bin), drawn by the job
+        fig = b.figure((inst.name, "figure2"), f"Figure 2: StEnt-bin ({inst.name})", folder / "figure2.png",
+                       sec.notes, instances=[inst.name])
+        if fig:
+            sec.figures.append(fig)
     if isinstance(report, dict):
         t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
         if t:

@@ -65,6 +65,7 @@ def test_flipped_copy_loses_entailment_not_bertscore(ray_session, bench, tmp_pat
     md = (out / "tables.md").read_text()
     assert "Table IV" in md and "| StEnt-P |" in md and "Table VI" in md and "Table III" not in md
     assert "StEnt-P" in (out / "tables.csv").read_text()
+    assert (out / "figure2.png").is_file() and "StEnt-bin-F1" in (out / "figure2.svg").read_text()  # Figure 2
     # Skipped, with the reason; nothing stands in for the missing model.
     assert "alignscore" in rep["skipped"] and "no PyPI package" in rep["skipped"]["alignscore"]
     nli_counts = rep["family_counts"]["statement_nli"]
