@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -172,33 +173,72 @@ def running_apps() -> set[str]:
         return set()
 
 
+# Leases of this process (a study runs several jobs at once in one driver): app name ->
+# {"count": holders, "started": whether a lease of this process started it}; and whether
+# this process started Serve itself (shut down when its last lease ends).
+_LEASE_LOCK = threading.RLock()
+_HELD: dict[str, dict[str, Any]] = {}
+_SERVE_STARTED_HERE = [False]
+
+
 class AppLease:
     """A job's use of the Serve application `name`: the one already running, or one it
     starts; `release()` then deletes only what the job started, and shuts Serve down
     when the job was the one that started Serve (a Serve left behind on one port breaks
-    later starts on other ports)."""
+    later starts on other ports).
+
+    Jobs of one driver running at once (the stages of a study) share an application:
+    the first starts it, the others use it, and it is stopped when the last of them
+    releases it, not while another still sends requests."""
 
     def __init__(self, name: str, label: str, progress: Callable[[str], None] = print):
         self.name, self.label, self.progress = name, label, progress
         self.started = False
         self.started_serve = False
+        self._holding = False
 
     def acquire(self, start: Callable[[], Any], what: str, where: str) -> str:
         """`serve:NAME`; calls `start()` (serving `what` at `where`) when no such app runs."""
-        if self.name in running_apps():
-            self.progress(f"  {self.label}: using the running Serve application {self.name!r}")
+        with _LEASE_LOCK:  # held while starting: a second job waits, then uses the app
+            running = running_apps()
+            if self.name not in running:  # a lease never released, its app since gone: stale
+                _HELD.pop(self.name, None)
+            if not serve_running():
+                _SERVE_STARTED_HERE[0] = False
+            held = _HELD.get(self.name)
+            if held is not None:
+                held["count"] += 1
+                self.progress(f"  {self.label}: using the Serve application {self.name!r} (shared with another "
+                              "job of this driver)")
+            elif self.name in running:
+                self.progress(f"  {self.label}: using the running Serve application {self.name!r}")
+                _HELD[self.name] = {"count": 1, "started": False}
+            else:
+                self.progress(f"  {self.label}: starting the Serve deployment {self.name!r} ({what}) on {where}")
+                self.started_serve = not serve_running()
+                start()
+                self.started = True
+                _SERVE_STARTED_HERE[0] = _SERVE_STARTED_HERE[0] or self.started_serve
+                _HELD[self.name] = {"count": 1, "started": True}
+            self._holding = True
             return f"serve:{self.name}"
-        self.progress(f"  {self.label}: starting the Serve deployment {self.name!r} ({what}) on {where}")
-        self.started_serve = not serve_running()
-        start()
-        self.started = True
-        return f"serve:{self.name}"
 
     def release(self) -> None:
-        if self.started:
-            if self.started_serve:
+        with _LEASE_LOCK:
+            if not self._holding:
+                return
+            self._holding = False
+            self.started = False
+            held = _HELD[self.name]
+            held["count"] -= 1
+            if held["count"] > 0:
+                return
+            del _HELD[self.name]
+            if not held["started"]:
+                return
+            if _SERVE_STARTED_HERE[0] and not _HELD:
                 serve.shutdown()
+                _SERVE_STARTED_HERE[0] = False
             else:
                 serve.delete(self.name)
-            self.progress(f"  {self.label}: stopped the Serve application {self.name!r} this job started")
-            self.started = False
+            self.progress(f"  {self.label}: stopped the Serve application {self.name!r} this driver started")
