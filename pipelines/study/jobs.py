@@ -126,6 +126,18 @@ for _name, _config, _target, _roles, _what in [
     add_study_job(_name, _config, P + _target, roles=_roles, description=_what)
 
 
+def _finish(cfg, job: str, counts: dict[str, Any], file: str = "manifest.json", **extra: Any) -> dict:
+    """The manifest of a job the study runs itself (JSON-safe), written to OUT/`file`."""
+    import json
+
+    from rexeval.pipelines.core.io import write_json_atomic
+
+    manifest = {"job": job, "status": "complete", "config": cfg.model_dump(), "counts": counts, **extra}
+    manifest = json.loads(json.dumps(manifest, default=float))
+    write_json_atomic(Path(cfg.out) / file, manifest)
+    return manifest
+
+
 class StatsConfig(BaseModel):
     """Seed 000's Table II of a split (what `rexeval info` prints), written to `out`."""
 
@@ -136,11 +148,9 @@ class StatsConfig(BaseModel):
 
 @register_study_job("stats", StatsConfig, description="seed 000 Table II of a split (`rexeval info`)")
 def _stats(cfg, progress):
-    import json
-
     import pyarrow.compute as pc
 
-    from rexeval.pipelines.core.io import read_table, write_bytes_atomic, write_json_atomic
+    from rexeval.pipelines.core.io import read_table, write_bytes_atomic
     from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 
     splits = {n: read_table(Path(cfg.input) / n, "reviews") for n in ("train", "valid", "test")}
@@ -152,10 +162,7 @@ def _stats(cfg, progress):
     progress(table)
     out = Path(cfg.out)
     write_bytes_atomic(out / "table2.md", (table + "\n").encode())
-    manifest = {"job": "stats", "status": "complete", "config": cfg.model_dump(), "stats": stats,
-                "counts": {"datasets": len(stats)}}
-    write_json_atomic(out / "stats.json", json.loads(json.dumps(manifest, default=float)))
-    return manifest
+    return _finish(cfg, "stats", {"datasets": len(stats)}, file="stats.json", stats=stats)
 
 
 class AnnotationsConfig(BaseModel):
@@ -171,15 +178,12 @@ class AnnotationsConfig(BaseModel):
                     description="hand-written statements (JSON lines) -> a statements folder")
 def _annotations(cfg, progress):
     from rexeval.pipelines.core.inputs import statements_from_annotations
-    from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
+    from rexeval.pipelines.core.io import write_parquet_atomic
 
     table = statements_from_annotations(cfg.input, stage=cfg.stage)
     write_parquet_atomic(Path(cfg.out) / "statements" / "part-00000.parquet", table)
-    manifest = {"job": "annotations", "status": "complete", "config": cfg.model_dump(),
-                "counts": {"statements": table.num_rows}}
-    write_json_atomic(Path(cfg.out) / "manifest.json", manifest)
     progress(f"annotations: {table.num_rows} statement(s) from {cfg.input}")
-    return manifest
+    return _finish(cfg, "annotations", {"statements": table.num_rows})
 
 
 class FlipConfig(BaseModel):
@@ -196,15 +200,11 @@ class FlipConfig(BaseModel):
                     description="ground truth and a sentiment-flipped copy from hand-written statements")
 def _flip(cfg, progress):
     from rexeval.pipelines.core.inputs import statements_from_annotations
-    from rexeval.pipelines.core.io import write_json_atomic
     from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
 
     paths = write_flip_benchmark(statements_from_annotations(cfg.input, stage="triplet"), cfg.out, cfg.system)
-    manifest = {"job": "flip_benchmark", "status": "complete", "config": cfg.model_dump(), "paths": paths,
-                "counts": {"systems": 2}}
-    write_json_atomic(Path(cfg.out) / "manifest.json", manifest)
     progress(f"flip benchmark: {', '.join(f'{k} {v}' for k, v in paths.items())}")
-    return manifest
+    return _finish(cfg, "flip_benchmark", {"systems": 2}, paths=paths)
 
 
 class StarBaselinesConfig(EvalSettings):
