@@ -55,7 +55,7 @@ def _endpoint_options(default_route: str, default_name: str):
 def _replica_settings(flags: dict) -> dict:
     out = {k: flags[k] for k in ("min_replicas", "max_replicas", "num_cpus", "num_gpus")}
     out.update({k: flags[k] for k in ("max_ongoing_requests", "max_queued_requests") if flags[k] is not None})
-    out["token_sha256"] = bind_token_sha256(flags["host"], flags["token_env"])
+    out["token_sha256"] = flags["token_sha256"] = bind_token_sha256(flags["host"], flags["token_env"])
     return out
 
 
@@ -150,7 +150,6 @@ def serve_nli_cmd(model, profile, scorer, device, max_batch_pairs, **flags):
 
     model = model or load_profile(profile).require("nli")
     settings = _replica_settings(flags)
-    flags["token_sha256"] = settings["token_sha256"]
     extra = {k: v for k, v in {"scorer": scorer, "max_batch_pairs": max_batch_pairs}.items() if v is not None}
     cfg = NLIServeConfig(model=model, device=device, **extra, **settings)
     _serve("NLI", flags,
@@ -199,7 +198,6 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     spec = BackendSpec(backend=backend or prof.llm_backend, model=model,
                        options=parse_backend_options(backend_options))
     settings = _replica_settings(flags)
-    flags["token_sha256"] = settings["token_sha256"]
     extra = {"max_batch_requests": max_batch_requests} if max_batch_requests else {}
     cfg = JudgeServeConfig(backend=spec, cache=job.cache_path(), **extra, **settings)
     _serve("judge", flags,

@@ -145,11 +145,13 @@ def validation_summary(exc) -> str:
     return f"{exc.error_count()} problem(s), first at {where}: {first['msg']}"
 
 
-def error_response(exc: RequestError):
+def error_response(exc: RequestError, body: dict | None = None):
+    """The refusal as JSON (`{"error": message}` unless another `body` shape is given),
+    with its status, and the Bearer challenge on a 401."""
     from starlette.responses import JSONResponse
 
     headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
+    return JSONResponse(body or {"error": str(exc)}, status_code=exc.status, headers=headers)
 
 
 def serve_running() -> bool:

@@ -244,11 +244,10 @@ class JudgeServer:
                 return JSONResponse(await self.info())
             requests = parse_judge_body(await request.body(), self.cfg.limits)
         except OpenAIError as exc:
-            return JSONResponse(exc.body(), status_code=exc.status)
+            return error_response(exc, exc.body())
         except RequestError as exc:
             if path in (CHAT_PATH, MODELS_PATH):  # OpenAI clients read errors in OpenAI's shape
-                return JSONResponse(OpenAIError(exc.status, str(exc)).body(), status_code=exc.status,
-                                    headers={"WWW-Authenticate": "Bearer"} if exc.status == 401 else None)
+                return error_response(exc, OpenAIError(exc.status, str(exc)).body())
             return error_response(exc)
         results = await self._generate(requests)
         return JSONResponse({"results": results, "model_id": self.llm.model_id})

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
 
 from rexeval.registry import load_object
-from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, auth_headers,
+from rexeval.serve.common import (HEALTH_PATH, TOKEN_ENV, AppAuth, ReplicaSettings, RequestError, auth_headers,
                                   check_bearer, error_response, running_apps, serve_running,  # noqa: F401
                                   sub_path)
 
@@ -247,7 +247,7 @@ class HttpNLIClient:
     def __init__(self, url: str, chunk: int = 256, concurrency: int = 8, timeout_s: float = 300.0,
                  max_retries: int = 5, token_env: str | None = None):
         self.url = url
-        self.headers = auth_headers(token_env) if token_env else auth_headers()
+        self.headers = auth_headers(token_env or TOKEN_ENV)
         self.chunk = int(chunk)
         self.concurrency = int(concurrency)
         self.timeout_s = float(timeout_s)

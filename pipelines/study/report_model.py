@@ -266,16 +266,13 @@ def markdown_tables(text: str) -> list[MdTable]:
 class Reader:
     """Reads a study's files; every problem becomes a note instead of an exception."""
 
-    def __init__(self) -> None:
-        self.notes: list[str] = []
-
     def json(self, path: Path, notes: list[str], what: str = "") -> Any | None:
-        if not path.exists():
-            notes.append(f"missing {path.name}{' (' + what + ')' if what else ''}: {path}")
+        text = self.text(path, notes, what)
+        if text is None:
             return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
             notes.append(f"unreadable {path.name}: {path} ({type(exc).__name__}: {exc})")
             return None
 

@@ -127,7 +127,6 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     waiting = set(todo)
     running: dict[Future, str] = {}
     finished = set(result["done"])
-    lock = threading.Lock()
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -149,19 +148,18 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
 
     with ThreadPoolExecutor(max_parallel or plan.study.max_parallel, thread_name_prefix="rexeval-study") as pool:
         while waiting or running:
-            with lock:
-                for key in sorted(waiting, key=plan.order.index):
-                    deps = plan.instances[key].deps
-                    blocked = [d for d in deps if d in result["failed"] or d in result["skipped"]]
-                    if blocked:
-                        waiting.discard(key)
-                        why = f"upstream {', '.join(sorted(blocked))} did not complete"
-                        result["skipped"][key] = why
-                        state.record(key, status="skipped", reason=why, finished=_now())
-                        progress(f"[{key}] skipped: {why}")
-                    elif deps <= finished:
-                        waiting.discard(key)
-                        running[pool.submit(run_one, key)] = key
+            for key in sorted(waiting, key=plan.order.index):
+                deps = plan.instances[key].deps
+                blocked = [d for d in deps if d in result["failed"] or d in result["skipped"]]
+                if blocked:
+                    waiting.discard(key)
+                    why = f"upstream {', '.join(sorted(blocked))} did not complete"
+                    result["skipped"][key] = why
+                    state.record(key, status="skipped", reason=why, finished=_now())
+                    progress(f"[{key}] skipped: {why}")
+                elif deps <= finished:
+                    waiting.discard(key)
+                    running[pool.submit(run_one, key)] = key
             if not running:
                 break
             done, _ = wait(list(running), return_when=FIRST_COMPLETED)
