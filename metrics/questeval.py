@@ -1,5 +1,11 @@
-"""QuestEval: factual consistency and relevance by question generation and answering
-(Scialom et al., 2021; seed 000, section IV.A.3, Table V).
+"""QuestEval-F1: QuestEval's question generation and answering, with answers scored by
+token F1 only (Scialom et al., 2021; seed 000, section IV.A.3, Table V).
+
+Why the name: the published QuestEval score averages three terms per question (token
+F1, BERTScore of the answers, and answerability); ours keeps the first. Scores of a
+simplified variant must not be reported as "QuestEval", so every output, table and
+option calls this metric `questeval_f1` ("QuestEval-F1"); `--metrics questeval` is refused
+with a message pointing here. The differences are listed under "Where we differ" below.
 
 Our reading of the method, for one generated explanation h and its reference r:
 
@@ -17,15 +23,15 @@ Our reading of the method, for one generated explanation h and its reference r:
    SQuAD normalisation (lower case; punctuation and the articles a/an/the removed;
    whitespace collapsed; F1 = 1 when both sides normalise to nothing, 0 when only one
    does).
-4. Aggregation. precision (questeval_p) = mean score of the questions generated from h
+4. Aggregation. precision (questeval_f1_p) = mean score of the questions generated from h
    and answered on r (is what the explanation says supported by the reference?);
-   recall (questeval_r) = mean score of the questions generated from r and answered on h
-   (does the explanation cover the reference?); questeval = 2PR / (P + R), the harmonic
+   recall (questeval_f1_r) = mean score of the questions generated from r and answered on h
+   (does the explanation cover the reference?); questeval_f1 = 2PR / (P + R), the harmonic
    mean the seed describes, 0 when P = R = 0.
 
 A side without questions (an empty text, or one where spaCy finds no entity and no noun
 chunk) has no mean: with `no_questions="nan"` (default) its P or R is NaN, and so is
-questeval (NaN values are counted apart by `metrics.aggregate`, never averaged as 0).
+questeval_f1 (NaN values are counted apart by `metrics.aggregate`, never averaged as 0).
 `no_questions="zero"` follows the public implementation instead, where a direction
 without questions scores 0. A question asked on an empty text scores 0 without running
 the QA model (as in the public implementation).
@@ -35,7 +41,7 @@ Where we differ from the public implementation (QuestEval 0.2.x), on purpose:
   "answerability" (1 - the QA model's probability of "unanswerable" at the first decoding
   step); we keep only token F1, with "unanswerable" answers at 0;
 - it combines precision and recall with an arithmetic mean; the seed reports the
-  harmonic mean, which is what `questeval` holds here;
+  harmonic mean, which is what `questeval_f1` holds here;
 - it does not deduplicate answers across entities and noun chunks; we do;
 - its optional question weighter and round-trip consistency filter are not implemented.
 
@@ -62,8 +68,8 @@ callables instead of model locations: `select_answers(texts) -> [answers per tex
 `generate_questions([(answer, context)]) -> [question]` and
 `answer_questions([(question, context)]) -> [answer]`.
 
-Registered names (per example, higher is better): "questeval", "questeval_p",
-"questeval_r". `questeval_scores` computes all three at once.
+Registered names (per example, higher is better): "questeval_f1", "questeval_f1_p",
+"questeval_f1_r". `questeval_f1_scores` computes all three at once.
 """
 from __future__ import annotations
 
@@ -79,7 +85,7 @@ import numpy as np
 from rexeval.metrics.registry import register_metric
 from rexeval.metrics.similarity import _check_pairs
 
-QUESTEVAL_KEYS = ("questeval", "questeval_p", "questeval_r")
+QUESTEVAL_F1_KEYS = ("questeval_f1", "questeval_f1_p", "questeval_f1_r")
 QG_TEMPLATE = "sv1 </s> {answer} </s> {context}"
 QA_TEMPLATE = "{question} </s> {context}"
 UNANSWERABLE = "unanswerable"
@@ -160,13 +166,13 @@ def questeval_from_components(candidates: Sequence[str], references: Sequence[st
                               answer_questions: AnswerQuestions,
                               unanswerable: str = UNANSWERABLE,
                               no_questions: str = "nan") -> dict[str, np.ndarray]:
-    """QuestEval P / R / F1 per pair with injected answer selection, QG and QA.
+    """QuestEval-F1 P / R / harmonic mean per pair with injected answer selection, QG and QA.
 
     Each callable gets a list and returns a list of the same length: `select_answers`
     the distinct non-empty texts (-> their candidate answers), `generate_questions`
     distinct (answer, context) pairs (-> one question each), `answer_questions` distinct
     (question, context) pairs (-> one answer each). Returns float64 arrays under
-    "questeval", "questeval_p", "questeval_r" (see the module docstring).
+    "questeval_f1", "questeval_f1_p", "questeval_f1_r" (see the module docstring).
     """
     cands, refs = _check_pairs(candidates, references)
     if no_questions not in NO_QUESTIONS:
@@ -211,8 +217,8 @@ def questeval_from_components(candidates: Sequence[str], references: Sequence[st
     recall = np.array([mean_score(r, c) for c, r in zip(cands, refs)], dtype=np.float64)
     if n == 0:
         precision = recall = np.zeros(0, dtype=np.float64)
-    return {"questeval": harmonic_f1(precision, recall), "questeval_p": precision,
-            "questeval_r": recall}
+    return {"questeval_f1": harmonic_f1(precision, recall), "questeval_f1_p": precision,
+            "questeval_f1_r": recall}
 
 
 # -------------------------------------------------------------------- spaCy answers
@@ -381,7 +387,7 @@ def clear_questeval_cache() -> None:
         _SEQ2SEQ.clear()
 
 
-def questeval_scores(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+def questeval_f1_scores(candidates: Sequence[str], references: Sequence[str], qg_location: str,
                      qa_location: str, *, spacy_model: str = "en_core_web_sm",
                      device: str = "cpu", batch_size: int = 16,
                      qg_template: str = QG_TEMPLATE, qa_template: str = QA_TEMPLATE,
@@ -389,9 +395,9 @@ def questeval_scores(candidates: Sequence[str], references: Sequence[str], qg_lo
                      max_source_length: int = 512, max_new_tokens: int = 32,
                      no_questions: str = "nan",
                      select_answers: SelectAnswers | None = None) -> dict[str, np.ndarray]:
-    """QuestEval of each generated explanation against its reference with T5 QG / QA
-    models from `qg_location` / `qa_location`: float64 arrays under "questeval" (harmonic
-    mean of P and R), "questeval_p" and "questeval_r". See the module docstring for the
+    """QuestEval-F1 of each generated explanation against its reference with T5 QG / QA
+    models from `qg_location` / `qa_location`: float64 arrays under "questeval_f1" (harmonic
+    mean of P and R), "questeval_f1_p" and "questeval_f1_r". See the module docstring for the
     method, the options and what differs from the public implementation.
     `select_answers` replaces the spaCy answer selection when given.
     """
@@ -425,42 +431,43 @@ def questeval_scores(candidates: Sequence[str], references: Sequence[str], qg_lo
 
 
 @register_metric(
-    "questeval",
-    group="questeval",
+    "questeval_f1",
+    group="questeval_f1",
     inputs=_TEXT_INPUTS,
-    description="QuestEval: harmonic mean of QG/QA precision (explanation's questions "
+    description="QuestEval-F1 (QuestEval with token-F1 answer scoring only, not the "
+                "published score): harmonic mean of QG/QA precision (explanation's questions "
                 "answered on the reference) and recall (reference's questions answered "
                 "on the explanation), token-F1 answer matching",
 )
-def questeval(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+def questeval_f1(candidates: Sequence[str], references: Sequence[str], qg_location: str,
               qa_location: str, **kw) -> np.ndarray:
-    """QuestEval F1 per interaction (see `questeval_scores`)."""
-    return questeval_scores(candidates, references, qg_location, qa_location, **kw)["questeval"]
+    """QuestEval-F1 (harmonic mean) per interaction (see `questeval_f1_scores`)."""
+    return questeval_f1_scores(candidates, references, qg_location, qa_location, **kw)["questeval_f1"]
 
 
 @register_metric(
-    "questeval_p",
-    group="questeval",
+    "questeval_f1_p",
+    group="questeval_f1",
     inputs=_TEXT_INPUTS,
-    description="QuestEval precision: questions generated from the explanation, answered "
+    description="QuestEval-F1 precision: questions generated from the explanation, answered "
                 "on the reference (factual consistency)",
 )
-def questeval_precision(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+def questeval_f1_precision(candidates: Sequence[str], references: Sequence[str], qg_location: str,
                         qa_location: str, **kw) -> np.ndarray:
-    """QuestEval precision per interaction (see `questeval_scores`)."""
-    return questeval_scores(candidates, references, qg_location, qa_location,
-                            **kw)["questeval_p"]
+    """QuestEval-F1 precision per interaction (see `questeval_f1_scores`)."""
+    return questeval_f1_scores(candidates, references, qg_location, qa_location,
+                            **kw)["questeval_f1_p"]
 
 
 @register_metric(
-    "questeval_r",
-    group="questeval",
+    "questeval_f1_r",
+    group="questeval_f1",
     inputs=_TEXT_INPUTS,
-    description="QuestEval recall: questions generated from the reference, answered on "
+    description="QuestEval-F1 recall: questions generated from the reference, answered on "
                 "the explanation (relevance / coverage)",
 )
-def questeval_recall(candidates: Sequence[str], references: Sequence[str], qg_location: str,
+def questeval_f1_recall(candidates: Sequence[str], references: Sequence[str], qg_location: str,
                      qa_location: str, **kw) -> np.ndarray:
-    """QuestEval recall per interaction (see `questeval_scores`)."""
-    return questeval_scores(candidates, references, qg_location, qa_location,
-                            **kw)["questeval_r"]
+    """QuestEval-F1 recall per interaction (see `questeval_f1_scores`)."""
+    return questeval_f1_scores(candidates, references, qg_location, qa_location,
+                            **kw)["questeval_f1_r"]

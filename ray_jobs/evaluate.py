@@ -25,7 +25,7 @@ from rexeval.ray_jobs.common import config_option, llm_options, load_config, sum
 @click.option("--domain", help="Topic table used by --extract (default: none).")
 @click.option("--metrics", "metrics_", multiple=True,
               help="Families or metric names to run (default all): overlap, meteor, bertscore, sts, "
-                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval, "
+                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval_f1, "
                    "st2exp, corpus; or e.g. stent_p.")
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")

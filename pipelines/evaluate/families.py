@@ -261,16 +261,19 @@ class Bleurt(Family):
         return {"bleurt": bleurt_scores(*_texts(batch), self.ctx.locations["bleurt"], device=self.ctx.device)}, {}
 
 
-@register_family("questeval")
-class QuestEval(Family):
+@register_family("questeval_f1")
+class QuestEvalF1(Family):
+    """QuestEval's QG/QA with token-F1 answer scoring only (not the published score: see
+    metrics/questeval.py)."""
+
     roles = ("questeval_qg", "questeval_qa", "spacy")
     batch_size = 64
 
     def score(self, batch):
-        from rexeval.metrics.questeval import questeval_scores
+        from rexeval.metrics.questeval import questeval_f1_scores
 
-        got = questeval_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
-                               self.ctx.locations["questeval_qa"], device=self.ctx.device)
+        got = questeval_f1_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
+                                  self.ctx.locations["questeval_qa"], device=self.ctx.device)
         return {m: got[m] for m in self.metrics()}, {}
 
 

@@ -51,6 +51,12 @@ JOB = "evaluate"
 # ------------------------------------------------------------------ selection
 
 
+RENAMED = {"questeval": "questeval_f1", "questeval_p": "questeval_f1_p", "questeval_r": "questeval_f1_r"}
+RENAMED_WHY = ("rexeval's QuestEval scores answers by token F1 only, while the published QuestEval "
+               "also averages BERTScore and answerability, so it is not reported under the "
+               "published name (see metrics/questeval.py)")
+
+
 def select_families(names: list[str], skip: list[str]) -> list[str]:
     """Family names from family or metric names ("all" = every family)."""
     by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics()}
@@ -65,6 +71,8 @@ def select_families(names: list[str], skip: list[str]) -> list[str]:
                 out.append(x)
             elif x in by_metric:
                 out.append(by_metric[x])
+            elif x in RENAMED:
+                raise ValueError(f"{x!r} is now {RENAMED[x]!r}: {RENAMED_WHY}")
             else:
                 raise ValueError(f"unknown metric or family {x!r}; families: {', '.join([*FAMILIES, 'corpus'])}")
         return list(dict.fromkeys(out))

@@ -14,7 +14,7 @@ from rexeval.metrics.questeval import (
     harmonic_f1,
     normalize_answer,
     questeval_from_components,
-    questeval_scores,
+    questeval_f1_scores,
     token_f1,
 )
 from rexeval.metrics.registry import get_metric
@@ -98,10 +98,10 @@ def test_golden_values_with_scripted_models():
     s = Script()
     out = s.run([CAND, CAND], [REF, REF])  # the same pair twice
     p, r = 0.5, (2 / 3 + 0) / 2
-    assert np.allclose(out["questeval_p"], [p, p])
-    assert np.allclose(out["questeval_r"], [r, r])
-    assert np.allclose(out["questeval"], [2 * p * r / (p + r)] * 2)
-    assert out["questeval"][0] == pytest.approx(0.4)
+    assert np.allclose(out["questeval_f1_p"], [p, p])
+    assert np.allclose(out["questeval_f1_r"], [r, r])
+    assert np.allclose(out["questeval_f1"], [2 * p * r / (p + r)] * 2)
+    assert out["questeval_f1"][0] == pytest.approx(0.4)
     assert all(v.dtype == np.float64 and v.shape == (2,) for v in out.values())
     # every distinct text, (answer, text) and (question, text) computed once, in one call
     assert s.texts == [[CAND, REF]]
@@ -113,9 +113,9 @@ def test_golden_values_with_scripted_models():
 
 def test_directions_swap_precision_and_recall():
     out = Script().run([REF], [CAND])
-    assert out["questeval_p"][0] == pytest.approx(1 / 3)
-    assert out["questeval_r"][0] == pytest.approx(0.5)
-    assert out["questeval"][0] == pytest.approx(0.4)  # F1 is symmetric
+    assert out["questeval_f1_p"][0] == pytest.approx(1 / 3)
+    assert out["questeval_f1_r"][0] == pytest.approx(0.5)
+    assert out["questeval_f1"][0] == pytest.approx(0.4)  # F1 is symmetric
 
 
 def test_sides_without_questions():
@@ -123,15 +123,15 @@ def test_sides_without_questions():
     out = s.run(["", "no nouns here", CAND], [REF, REF, ""])
     # empty candidate: no questions of its own (P NaN); the reference's questions asked
     # on an empty text score 0 without calling the QA model
-    assert math.isnan(out["questeval_p"][0]) and out["questeval_r"][0] == 0.0
-    assert math.isnan(out["questeval"][0])
+    assert math.isnan(out["questeval_f1_p"][0]) and out["questeval_f1_r"][0] == 0.0
+    assert math.isnan(out["questeval_f1"][0])
     # a candidate where no answer is found: same
-    assert math.isnan(out["questeval_p"][1]) and out["questeval_r"][1] == 0.0
+    assert math.isnan(out["questeval_f1_p"][1]) and out["questeval_f1_r"][1] == 0.0
     # empty reference: P 0 (questions asked on nothing), R NaN
-    assert out["questeval_p"][2] == 0.0 and math.isnan(out["questeval_r"][2])
+    assert out["questeval_f1_p"][2] == 0.0 and math.isnan(out["questeval_f1_r"][2])
     assert all(pair[1].strip() for call in s.qa for pair in call)
     zero = Script().run(["", "no nouns here", CAND], [REF, REF, ""], no_questions="zero")
-    for key in ("questeval", "questeval_p", "questeval_r"):
+    for key in ("questeval_f1", "questeval_f1_p", "questeval_f1_r"):
         assert np.array_equal(zero[key], [0.0, 0.0, 0.0])
     with pytest.raises(ValueError, match="no_questions"):
         Script().run([CAND], [REF], no_questions="skip")
@@ -149,7 +149,7 @@ def test_component_contract_checked():
 
 
 def test_registered():
-    for name in ("questeval", "questeval_p", "questeval_r"):
+    for name in ("questeval_f1", "questeval_f1_p", "questeval_f1_r"):
         info = get_metric(name)
         assert info.kind == "per_example" and info.higher_is_better and info.description
         assert info.inputs == ("generated_explanations", "reference_explanations")
@@ -271,19 +271,19 @@ def test_end_to_end_tiny_t5(tiny_t5s, nlp):
             "The cable is noisy.",
             "The user may dislike the pedal because the sound is thin.",
             "The user would appreciate this product because the strings sound bright."]
-    out = questeval_scores(cands, refs, qg, qa, batch_size=4, max_new_tokens=5)
-    assert set(out) == {"questeval", "questeval_p", "questeval_r"}
+    out = questeval_f1_scores(cands, refs, qg, qa, batch_size=4, max_new_tokens=5)
+    assert set(out) == {"questeval_f1", "questeval_f1_p", "questeval_f1_r"}
     assert all(v.shape == (4,) and v.dtype == np.float64 for v in out.values())
     for i in (0, 2, 3):
         for key in out:
             assert 0.0 <= out[key][i] <= 1.0
-    assert math.isnan(out["questeval_p"][1]) and out["questeval_r"][1] == 0.0
-    assert np.array_equal(out["questeval"][[0]], out["questeval"][[3]])
-    again = questeval_scores(cands, refs, qg, qa, batch_size=1, max_new_tokens=5)
+    assert math.isnan(out["questeval_f1_p"][1]) and out["questeval_f1_r"][1] == 0.0
+    assert np.array_equal(out["questeval_f1"][[0]], out["questeval_f1"][[3]])
+    again = questeval_f1_scores(cands, refs, qg, qa, batch_size=1, max_new_tokens=5)
     for key in out:
         assert np.array_equal(out[key], again[key], equal_nan=True)
     # the registered one-score functions agree
-    p = qe.questeval_precision(cands[:1], refs[:1], qg, qa, max_new_tokens=5)
-    assert p[0] == out["questeval_p"][0]
+    p = qe.questeval_f1_precision(cands[:1], refs[:1], qg, qa, max_new_tokens=5)
+    assert p[0] == out["questeval_f1_p"][0]
     with pytest.raises(ValueError, match="qa_template"):
-        questeval_scores(cands, refs, qg, qa, qa_template="{question}")
+        questeval_f1_scores(cands, refs, qg, qa, qa_template="{question}")

@@ -132,3 +132,21 @@ def test_select_families():
     assert "st2exp" not in select_families(["all"], ["st2exp_p"])
     with pytest.raises(ValueError, match="unknown metric or family 'bleu5'"):
         select_families(["bleu5"], [])
+
+
+def test_questeval_is_only_available_under_its_f1_name():
+    """Our QuestEval scores answers by token F1 only, so the published metric's name is
+    refused with the reason, and the variant runs under questeval_f1."""
+    assert select_families(["questeval_f1"], []) == ["questeval_f1"]
+    assert select_families(["questeval_f1_r"], []) == ["questeval_f1"]
+    for old in ("questeval", "questeval_p"):
+        with pytest.raises(ValueError, match=f"'{old}' is now 'questeval_f1.*token F1 only"):
+            select_families([old], [])
+    from rexeval.metrics.registry import METRICS
+
+    assert {"questeval_f1", "questeval_f1_p", "questeval_f1_r"} <= set(METRICS)
+    assert not {"questeval", "questeval_p", "questeval_r"} & set(METRICS)
+    from rexeval.pipelines.evaluate.report import TABLES
+
+    labels = dict(row for _, rows in TABLES for row in rows)
+    assert labels["questeval_f1"] == "QuestEval-F1" and "questeval" not in labels
