@@ -8,6 +8,7 @@ import click
 
 from rexeval.metrics.agreement import LEVELS, METHODS
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_CSV, SWEEP_FIGURE, SWEEP_FILE, SWEEP_TABLE
 from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
                                                       run_meta_evaluate)
 from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
@@ -59,15 +60,24 @@ def _null_policy(ctx, param, value):
               help="A missing evaluator score (unparseable answer: empty, NaN, or a judge with no row "
                    "for it in long scores) becomes this value (default 0, seed 001) or 'drop'.")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default 1000; 0: none).")
-@click.option("--seed", type=int, help="Seed of the bootstrap and of --random-baseline (default 0).")
+@click.option("--seed", type=int,
+              help="Seed of the bootstrap, of --random-baseline and of --ensemble-sweep's subset sample (default 0).")
 @click.option("--random-baseline", is_flag=True, default=None,
               help="Add seed 001's Random row: uniform integer ratings 1-5 per aspect.")
+@click.option("--ensemble-sweep", is_flag=True, default=None,
+              help="Also run seed 001's Figure 4: for N = 1..K evaluators of an aspect, average each subset of "
+                   "N per explanation and correlate it with the human ratings; writes ensemble_sweep.parquet, "
+                   ".csv, .md and .png (mean, min and max over the subsets). Needs two or more evaluators for "
+                   "an aspect (judge prefixes, or judges in long scores).")
+@click.option("--ensemble-cap", type=click.IntRange(min=1),
+              help="Most subsets of one size N in --ensemble-sweep; past it a --seed'ed sample of that many "
+                   "distinct subsets is scored (default 200).")
 @click.option("--overwrite", is_flag=True, help="Replace results of another config in the output folder.")
 @config_option
 @user_errors
 def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_prefix, judge_cols, human_cols,
                       evaluator, user_col, item_col, key, methods, levels, table_method, human_null, judge_null,
-                      bootstrap, seed, random_baseline, overwrite, config_file):
+                      bootstrap, seed, random_baseline, ensemble_sweep, ensemble_cap, overwrite, config_file):
     """Measure how well evaluators (LLM judges, metrics, annotators) agree with human
     ratings of the same explanations.
 
@@ -102,6 +112,11 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
     keys, rows that did not join: file, row and field). No Ray is needed: this is small
     tabular work and runs in this process.
 
+    --ensemble-sweep adds seed 001's Figure 4: per aspect, level, method and ensemble
+    size N, the mean, min and max correlation over the subsets of N evaluators whose
+    scores are averaged per explanation (a missing score follows --judge-null, member
+    by member; with 'drop' it is left out of the mean), and the best and worst subset.
+
     Examples:
 
     \b
@@ -112,6 +127,8 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
           --judge-prefix bleu_ --human-null drop --out runs/meta
       rexeval meta-evaluate runs/pairwise/verdicts.parquet --human preferences.csv \\
           --mode pairwise --evaluator qwen --out runs/meta-pairwise
+      rexeval meta-evaluate runs/likert/likert_scores.parquet --human ratings.csv \\
+          --ensemble-sweep --ensemble-cap 100 --out runs/meta-ensemble
     """
     started = time.time()
     cfg = load_config(MetaEvaluateConfig, config_file, scores=scores, human=human, out=out, mode=mode,
@@ -119,17 +136,23 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
                       judge_cols=judge_cols, human_cols=human_cols, evaluator=evaluator, user_col=user_col,
                       item_col=item_col, key=key, methods=methods, levels=levels, table_method=table_method,
                       human_null=human_null, judge_null=judge_null, bootstrap=bootstrap, seed=seed,
-                      random_baseline=random_baseline)
+                      random_baseline=random_baseline, ensemble_sweep=ensemble_sweep,
+                      ensemble_cap=ensemble_cap)
     report = run_meta_evaluate(cfg, overwrite=overwrite, progress=click.echo)
     click.echo("")
     click.echo(report["markdown"].split("\n## ")[0].rstrip())
-    names = {"results": RESULTS_FILE, "table": TABLE_FILE, "report": REPORT_FILE, "errors": ERRORS_FILE}
+    if "ensemble_markdown" in report:
+        click.echo("")
+        click.echo(report["ensemble_markdown"].split("\n## ")[0].rstrip())
+    names = {"results": RESULTS_FILE, "table": TABLE_FILE, "report": REPORT_FILE, "sweep": SWEEP_FILE,
+             "sweep csv": SWEEP_CSV, "sweep md": SWEEP_TABLE, "figure": SWEEP_FIGURE, "errors": ERRORS_FILE}
     outputs = {k: f"{cfg.out}/{name}" for k, name in names.items() if name in report["outputs"]}
     notes = []
     if not report["counts"]["joined"]:
         notes.append("no rows could be used: check the key columns (--key, --user-col, --item-col)")
     if report["counts"]["errors"]:
         notes.append(f"{report['counts']['errors']} row(s) or value(s) could not be used; see {cfg.out}/{ERRORS_FILE}")
+    notes += (report.get("ensemble_sweep") or {}).get("notes", [])
     summary("meta-evaluate", report["counts"], started, outputs, notes)
     return report
 

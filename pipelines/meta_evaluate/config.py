@@ -42,6 +42,10 @@ class MetaEvaluateConfig(BaseModel):
     confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = 0
     random_baseline: bool = Field(False, description="add seed 001's Random row (uniform 1-5)")
+    ensemble_sweep: bool = Field(False, description="seed 001's Figure 4: correlation of the mean of N "
+                                                    "evaluators, N = 1..K, per aspect")
+    ensemble_cap: int = Field(200, ge=1, description="most subsets of one size in the sweep (a seeded sample "
+                                                     "past it)")
 
     @model_validator(mode="after")
     def _check(self) -> MetaEvaluateConfig:
@@ -52,6 +56,8 @@ class MetaEvaluateConfig(BaseModel):
             raise ValueError("give either column pairs (judge_cols/human_cols) or aspects, not both")
         if not self.methods or not self.levels:
             raise ValueError("methods and levels must not be empty")
+        if self.ensemble_sweep and self.mode != "scores":
+            raise ValueError("ensemble_sweep averages ratings: it needs mode scores, not pairwise verdicts")
         if self.table_method is not None and self.table_method not in self.methods:
             raise ValueError(f"table_method {self.table_method!r} is not among methods {self.methods}")
         return self
@@ -59,3 +65,13 @@ class MetaEvaluateConfig(BaseModel):
     @property
     def shown_method(self) -> str:
         return self.table_method or self.methods[0]
+
+    def recorded_settings(self) -> dict:
+        """The settings a run records and hashes: without `out`, and without the
+        ensemble sweep's fields while it is off, so a run without it keeps the hash
+        (and report) it had before the sweep existed."""
+        skip = {"out"} | (set() if self.ensemble_sweep else set(ENSEMBLE_FIELDS))
+        return self.model_dump(exclude=skip)
+
+
+ENSEMBLE_FIELDS = ("ensemble_sweep", "ensemble_cap")

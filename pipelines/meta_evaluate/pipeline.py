@@ -10,6 +10,7 @@ pairwise` verdicts file. The human ratings sit in the same table or in `--human`
 joined on the keys. Missing ratings follow seed 001's null policy (counted in the
 report); missing verdicts are left out and counted; every row or value that cannot be
 used is an error row. The work is small tabular arithmetic, so no Ray is used.
+`--ensemble-sweep` adds seed 001's Figure 4 (`meta_evaluate.ensemble`).
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from rexeval.pipelines.meta_evaluate.inputs import (
     verdict_targets,
 )
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_OUTPUTS, ensemble_groups, run_ensemble_sweep
 from rexeval.pipelines.meta_evaluate.report import correlation_markdown, pairwise_markdown
 from rexeval.pipelines.core.schema import error_rows
 
@@ -127,10 +129,11 @@ def _read(cfg: MetaEvaluateConfig, progress: Callable[[str], None]) -> dict:
 def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
                       progress: Callable[[str], None] = lambda s: None) -> dict:
     """Read, join, pair, score and write the outputs; returns the report."""
-    settings = cfg.model_dump(exclude={"out"})
+    settings = cfg.recorded_settings()
     digest = config_hash(settings)
     inp = _read(cfg, progress)
     scores, human, hum, keys, targets = inp["scores"], inp["human"], inp["hum"], inp["keys"], inp["targets"]
+    ensemble = ensemble_groups(targets) if cfg.ensemble_sweep else None  # refuse before writing anything
     root = _prepare_out(cfg, digest, overwrite)
     joined, errors, counts = join_tables(scores, human, keys, inp["also"])
     errors[:0] = inp["errors"]
@@ -152,6 +155,13 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
         results, per_target = _score_targets(cfg, joined, targets, column)
     else:
         results, per_target = _pairwise_targets(cfg, targets, column)
+    sweep = None
+    if ensemble is not None:
+        sweep = run_ensemble_sweep(cfg, joined, *ensemble, column, root, _policy(cfg.human_null),
+                                   _policy(cfg.judge_null), progress)
+    else:
+        for name in SWEEP_OUTPUTS:  # a previous run's sweep is not this run's
+            (root / name).unlink(missing_ok=True)
     err = error_rows(STAGE, errors)
     counts |= {"targets": len(per_target), "errors": err.num_rows,
                "bad_values": sum(e["error_type"] == "bad_value" for e in errors),
@@ -165,12 +175,14 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
     for name in ("human_filled", "judge_filled", "dropped_null", "missing_labels", "tie_dropped"):
         if any(name in t for t in real):
             counts[name] = int(sum(t.get(name, 0) for t in real))
+    if sweep is not None:
+        counts["ensemble_subsets"] = sweep["subsets"]
     schema = CORRELATION_RESULTS if cfg.mode == "scores" else PAIRWISE_RESULTS
     write_parquet_atomic(root / RESULTS_FILE, pa.Table.from_pandas(results, schema=schema, preserve_index=False))
     markdown = (correlation_markdown(results, cfg.shown_method, cfg.levels) if cfg.mode == "scores"
                 else pairwise_markdown(results))
     (root / TABLE_FILE).write_text(markdown, encoding="utf-8")
-    outputs = [RESULTS_FILE, TABLE_FILE, REPORT_FILE]
+    outputs = [RESULTS_FILE, TABLE_FILE, REPORT_FILE] + (sweep["outputs"] if sweep else [])
     if err.num_rows:
         write_parquet_atomic(root / ERRORS_FILE, err)
         outputs.append(ERRORS_FILE)
@@ -179,8 +191,12 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
     report = {"job": STAGE, "mode": cfg.mode, "layout": inp["layout"], "config": settings, "config_hash": digest,
               "keys": keys,
               "counts": counts, "targets": per_target, "outputs": outputs}
+    extra = {}
+    if sweep is not None:
+        report["ensemble_sweep"] = {k: v for k, v in sweep.items() if k not in ("outputs", "markdown")}
+        extra = {"ensemble_markdown": sweep["markdown"]}
     write_json_atomic(root / REPORT_FILE, report)
-    return report | {"markdown": markdown}
+    return report | {"markdown": markdown} | extra
 
 
 def _score_targets(cfg: MetaEvaluateConfig, joined: pd.DataFrame, targets: list[Target],

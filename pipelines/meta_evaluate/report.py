@@ -77,3 +77,35 @@ def pairwise_markdown(results: pd.DataFrame) -> str:
         lines.append(f"| {_md(r.evaluator)} | {_md(r.aspect)} | {'with' if r.ties else 'without'} | {r.metric} | "
                      f"{_cell(r.value, 1.0, 3)} | {ci} | {r.n_used} / {r.n_total} |")
     return "\n".join(lines) + "\n"
+
+
+def ensemble_markdown(summary: pd.DataFrame, method: str, levels: Sequence[str], notes: Sequence[str] = ()) -> str:
+    """Seed 001's Figure 4 as numbers: per aspect and ensemble size N, the mean [min,
+    max] of the correlation over the subsets of N evaluators, one column per level;
+    then every (aspect, method, level, N) with the best and worst subset."""
+    shown = summary[summary["method"] == method]
+    by = {(r.aspect, r.n, r.level): r for r in shown.itertuples()}
+    lines = [f"# Ensemble size: {method.capitalize()} correlation of the mean of N evaluators (×100)", "",
+             "Each cell: mean [min, max] over the subsets of N evaluators whose scores are averaged per "
+             "explanation (seed 001, Figure 4). subsets: how many were scored, of the C(K, N) possible "
+             "(a seeded sample past the cap). \"–\": undefined."]
+    lines += [""] + [f"Note: {n}." for n in notes]
+    lines += ["", "| Aspect | N | subsets | " + " | ".join(levels) + " |", "|---|---:|---:|" + "---:|" * len(levels)]
+    for aspect, n in dict.fromkeys((r.aspect, r.n) for r in shown.itertuples()):
+        first = next(by[(aspect, n, lv)] for lv in levels if (aspect, n, lv) in by)
+        count = str(first.n_subsets) if not first.sampled else f"{first.n_subsets} of {first.n_possible}"
+        cells = []
+        for lv in levels:
+            r = by.get((aspect, n, lv))
+            cells.append("–" if r is None or not np.isfinite(r.mean) else
+                         f"{_cell(r.mean)} [{_cell(r.min)}, {_cell(r.max)}]")
+        lines.append(f"| {_md(aspect)} | {n} | {count} | " + " | ".join(cells) + " |")
+    lines += ["", "## Every cell", "",
+              "| Aspect | Method | Level | N | subsets | defined | mean | min | max | best subset | worst subset |",
+              "|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in summary.itertuples():
+        count = str(r.n_subsets) if not r.sampled else f"{r.n_subsets} of {r.n_possible}"
+        lines.append(f"| {_md(r.aspect)} | {r.method} | {r.level} | {r.n} | {count} | {r.n_defined} | "
+                     f"{_cell(r.mean)} | {_cell(r.min)} | {_cell(r.max)} | {_md(r.best or '–')} | "
+                     f"{_md(r.worst or '–')} |")
+    return "\n".join(lines) + "\n"

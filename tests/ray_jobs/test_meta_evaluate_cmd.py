@@ -90,3 +90,35 @@ def test_runs_on_judge_likert_scores(tmp_path):
             assert row["value"].item() == pytest.approx(fn(j, h).statistic)
     report = json.loads((out / "report.json").read_text())
     assert report["counts"]["judge_filled"] == 4 and report["counts"]["human_filled"] == 2
+
+
+def test_ensemble_sweep_writes_its_files(tmp_path):
+    """Seed 001's Figure 4 from three judge prefixes, the cap and --seed from the flags."""
+    from tests.metrics.test_ensemble import PEARSON
+    from tests.pipelines.meta_evaluate.test_ensemble import wide
+
+    src = wide(tmp_path / "wide.csv")
+    out = tmp_path / "out"
+    args = [str(src), "--out", str(out), "--judge-prefix", "a_", "--judge-prefix", "b_", "--judge-prefix", "c_",
+            "--method", "pearson", "--level", "dataset", "--bootstrap", "0", "--ensemble-sweep", "--ensemble-cap", "2",
+            "--seed", "5"]
+    res = CliRunner().invoke(meta_evaluate_cmd, args)
+    assert res.exit_code == 0, res.output
+    for name in ("ensemble_sweep.parquet", "ensemble_sweep.csv", "ensemble_sweep.md", "ensemble_sweep.png"):
+        assert (out / name).is_file() and f"{out}/{name}" in res.output, name
+    assert "Ensemble size: Pearson correlation" in res.output and "ensemble_subsets" in res.output
+    assert "note: aspect 'transparency' has a single evaluator (a)" in res.output
+    sweep = pd.read_parquet(out / "ensemble_sweep.parquet")
+    assert list(sweep["n"]) == [1, 2, 3] and list(sweep["n_subsets"]) == [2, 2, 1]  # C(3, 1) = C(3, 2) = 3 > 2
+    assert sweep["max"].iloc[2] == pytest.approx(PEARSON[3]["A + B + C"])
+    report = json.loads((out / "report.json").read_text())
+    assert report["config"]["ensemble_cap"] == 2 and report["ensemble_sweep"]["seed"] == 5
+    again = tmp_path / "again"
+    assert CliRunner().invoke(meta_evaluate_cmd, args[:2] + [str(again)] + args[3:]).exit_code == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(again / "ensemble_sweep.parquet"), sweep)  # seeded sample
+
+
+def test_ensemble_sweep_with_one_evaluator_is_one_clear_line(tmp_path, one_table):
+    res = CliRunner().invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--ensemble-sweep"])
+    assert res.exit_code == 1 and "needs at least two evaluators scoring one aspect" in res.output
+    assert "Traceback" not in res.output and not (tmp_path / "o").exists()
