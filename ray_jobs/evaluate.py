@@ -62,8 +62,10 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
     EXPLANATIONS are tables of explanations (example_id, system, user_id, item_id,
     explanation[, reference]), one or several systems each. Writes per-example scores in
     long format (scores.parquet), mean ± std, n and a bootstrap 95% interval per system
-    and metric (aggregates.parquet), Tables III-VI (tables.md, tables.csv) and
-    report.json, which lists every metric that was skipped and why. Metrics whose model
+    and metric (aggregates.parquet), Tables III-VI (tables.md, tables.csv),
+    report.json, which lists every metric that was skipped and why, and how the metrics
+    agree: Kendall tau-b between every pair of metrics over systems and over examples
+    (metric_correlations.parquet/.csv/.md and one heat map PNG per level). Metrics whose model
     the profile lacks are skipped, never replaced: the local profile has no NLI model,
     so pass one with --model nli=/path/to/nli-checkpoint for StEnt/StCoh/SummaC.
     Re-running the same command resumes where it stopped.
@@ -89,7 +91,7 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
     print_report(report)
     summary("evaluate", report["counts"], started,
             {"scores": f"{cfg.out}/scores.parquet", "tables": f"{cfg.out}/tables.md",
-             "report": f"{cfg.out}/report.json"})
+             "agreement": f"{cfg.out}/metric_correlations.md", "report": f"{cfg.out}/report.json"})
     return report
 
 

@@ -13,7 +13,8 @@ and seed 000's tables out.
 3. The NLI families call the NLI Serve deployment: the one named by `nli_service`, or
    one this job starts on its Ray cluster (and stops at the end) when none is running.
 4. The driver adds the corpus-level metrics, aggregates (mean, population std, n,
-   bootstrap interval) and writes the tables.
+   bootstrap interval) and writes the tables; then, from the files just written, the
+   Kendall tau between every pair of metrics (`pipelines.evaluate.correlations`).
 
 Families that cannot run (no model for a role in the profile, missing data, no
 statement sets for a system) are listed in the report with the reason; no other model
@@ -337,8 +338,13 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
               "family_counts": family_counts, "nli_service": ctx.nli_service,
               "models": refs, "elapsed_s": round(time.time() - t0, 2)}
     write_json_atomic(root / "report.json", report)
+    from rexeval.pipelines.evaluate.correlations import write_metric_correlations
+
+    # Metric agreement (Kendall tau), rebuilt from the files just written (new files only).
+    corr_md = write_metric_correlations(root, dataset=cfg.dataset, progress=progress)
     top.finish(0, counts={**counts, "scores": scores.num_rows})
     report["tables_md"] = md
+    report["correlations_md"] = corr_md
     return report
 
 
