@@ -7,6 +7,7 @@ import click
 
 from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
+from rexeval.pipelines.judge.cost import reward_line
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
 
@@ -30,8 +31,9 @@ def _judge_options(fn):
         click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts."),
         click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts (127.0.0.1)."),
         click.option("--price-table", type=click.Path(exists=True, dir_okay=False),
-                     help="YAML of USD per 1M prompt/completion tokens by model (see "
-                          "models/prices.example.yaml); the report then totals the cost."),
+                     help="YAML of USD per 1M prompt/completion tokens by model, and per GPU-hour "
+                          "(gpu_hour) for a reward model (see models/prices.example.yaml); the "
+                          "report then totals the cost."),
         click.option("--chunk-size", type=int, help="Rows per shard, the unit of resume (default 16)."),
         click.option("--seed", type=int, help="Seed of every random choice (default 0)."),
         click.option("--free-text", "constrained", flag_value=False, default=None,
@@ -64,6 +66,8 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
             click.echo(f"  {name}: {u['calls']} call(s) ({u.get('cached_calls', 0)} cached), "
                        f"{u['prompt_tokens']} prompt + {u['completion_tokens']} completion tokens, "
                        f"{u['seconds']:.1f}s of model time{cost}; {u.get('unparseable', 0)} unreadable")
+    if isinstance(report.get("usage_disc"), dict):
+        click.echo(f"  {reward_line(report['usage_disc'])}")
     counts = {k: v for k, v in report.items() if isinstance(v, int)}
     summary(title, counts, started, {k: f"{out}/{v}" for k, v in files.items()})
 
@@ -181,8 +185,10 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, eval
     scores both explanations per criterion and the higher score wins; it writes
     verdicts_disc.parquet, and starts no LLM judge when gen is not asked for too.
     pairwise.md and report.json hold each evaluator's win / tie / loss rates (also per
-    criterion), the LLM judge's position bias and its cost. Summarise one or more runs
-    with `rexeval judge winrate`.
+    criterion), the LLM judge's position bias and its cost; with disc also the reward
+    model's scoring time, GPUs and GPU-hour cost, beside the LLM judge's token cost in
+    one table (seed 004 Table 3; price it with gpu_hour in --price-table). Summarise
+    one or more runs with `rexeval judge winrate`.
 
     Examples:
 

@@ -72,6 +72,6 @@ class ChunkedLLMSettings(LLMJobSettings):
     judge_replicas: int = Field(1, ge=1)
     judge_gpus: float = Field(0.0, ge=0)
     serve_port: int = Field(8000, ge=1, le=65535)
-    price_table: str | None = Field(None, description="YAML of USD per 1M tokens by model")
+    price_table: str | None = Field(None, description="YAML of USD per 1M tokens (and per GPU-hour: gpu_hour) by model")
     chunk_size: int = Field(16, ge=1)
     seed: int = 0

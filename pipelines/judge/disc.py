@@ -14,10 +14,17 @@ Each distinct (prompt, response) is scored once: explanations repeated across pa
 (a baseline compared with many systems) cost nothing extra. The scores are
 deterministic, so no presentation-order swap is needed: the verdict only depends on
 which explanation is called A.
+
+`run_disc` also records what the scoring took (wall seconds, the devices the model sat
+on), the reward model's side of seed 004's cost comparison (Table 3): a reward model
+is paid by the GPU-hour, not by the token (`pipelines.judge.cost`).
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from time import perf_counter
 
 import numpy as np
 import pandas as pd
@@ -107,17 +114,81 @@ def judge_disc(scorer, pairs: pd.DataFrame, cfg: DiscConfig | None = None):
     verdict_<unit>, score_a_<unit>, score_b_<unit>; `detail` one row per (pair, unit):
     pair_id, unit, score_a, score_b, verdict.
     """
+    run = run_disc(scorer, pairs, cfg)
+    return run.verdicts, run.detail
+
+
+GPU_DEVICE_TYPES = ("cuda", "xpu", "mps")
+"""torch device types counted as GPUs (ROCm GPUs also show as "cuda")."""
+
+
+@dataclass
+class DiscRun:
+    """`judge_disc`'s tables and what the scoring took: `seconds` of wall time in the
+    scorer, `scored` distinct (prompt, response) pairs it was asked, on `devices`
+    (None: the scorer did not say)."""
+
+    verdicts: pd.DataFrame
+    detail: pd.DataFrame
+    pairs: int
+    scored: int
+    seconds: float
+    devices: list[str] | None
+
+    @property
+    def gpus(self) -> int | None:
+        """GPUs the model held: its distinct GPU devices (0 on CPU, None unknown)."""
+        return gpu_count(self.devices)
+
+
+def run_disc(scorer, pairs: pd.DataFrame, cfg: DiscConfig | None = None,
+             clock: Callable[[], float] | None = None) -> DiscRun:
+    """`judge_disc`, with the wall time of the scoring (`clock`, seconds; default
+    `time.perf_counter`) and the scorer's devices recorded."""
     cfg = cfg or DiscConfig()
+    clock = clock or perf_counter
     tasks = score_tasks(pairs, cfg)
     n = len(tasks)
     texts = (list(zip(tasks["prompt"], tasks["explanation_a"]))
              + list(zip(tasks["prompt"], tasks["explanation_b"])))
+    start = clock()
     scores = score_distinct(scorer, texts, cfg.batch_size)
+    seconds = clock() - start
     detail = pd.DataFrame({"pair_id": tasks["pair_id"], "unit": tasks["unit"],
                            "score_a": scores[:n], "score_b": scores[n:]})
     detail["verdict"] = [verdict_from_scores(a, b, cfg.tie_margin)
                          for a, b in zip(detail["score_a"], detail["score_b"])]
-    return _combine(pairs, detail, cfg), detail
+    return DiscRun(_combine(pairs, detail, cfg), detail, pairs=len(pairs), scored=len(set(texts)),
+                   seconds=max(float(seconds), 0.0), devices=scorer_devices(scorer))
+
+
+def scorer_devices(scorer) -> list[str] | None:
+    """Where the scorer computes, sorted: its `devices` when it lists them, else the
+    devices of its torch model's weights (several when the model is split over GPUs),
+    else its `device`; None when it says nothing."""
+    listed = getattr(scorer, "devices", None)
+    if listed is not None:
+        return sorted({str(d) for d in listed})
+    parameters = getattr(getattr(scorer, "model", None), "parameters", None)
+    if callable(parameters):
+        found = sorted({str(p.device) for p in parameters()})
+        if found:
+            return found
+    device = getattr(scorer, "device", None)
+    return None if device is None else [str(device)]
+
+
+def gpu_count(devices: list[str] | None) -> int | None:
+    """Distinct GPU devices among torch device names ("cuda" alone is "cuda:0");
+    0 for CPU only, None when the devices are not known."""
+    if devices is None:
+        return None
+    gpus = set()
+    for d in devices:
+        kind, _, index = str(d).partition(":")
+        if kind in GPU_DEVICE_TYPES:
+            gpus.add((kind, index or "0"))
+    return len(gpus)
 
 
 def _combine(pairs: pd.DataFrame, detail: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:

@@ -22,6 +22,7 @@ import pyarrow as pa
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
+from rexeval.pipelines.judge.cost import cost_markdown
 from rexeval.pipelines.judge.tasks import TASKS
 
 
@@ -150,7 +151,9 @@ PAIR_KEYS = ["pair_id", "system", "baseline", "example_id", "user_id", "item_id"
 def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print) -> dict:
     """Each system against the baseline, by the LLM judge (gen: verdicts.parquet,
     calls.parquet, position bias) and/or the reward model (disc: verdicts_disc.parquet);
-    win rates of each in pairwise.md and report.json."""
+    win rates of each in pairwise.md and report.json. With the reward model, report.json
+    also holds its scoring time, GPUs and cost (`usage_disc`) and pairwise.md a table of
+    what each judge cost (tokens vs GPU-hours, seed 004 Table 3)."""
     from rexeval.metrics.preference import win_rates
     from rexeval.pipelines.judge.inputs import baseline_pairs, explanations_frame
     from rexeval.pipelines.judge.pairwise import order_bias
@@ -190,14 +193,16 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
                       position_bias=bias, usage=usage)
         md_parts.append(pairwise_markdown(wins, bias, cfg.baseline, judge=f"LLM judge `{usage['model']}`"))
     if "disc" in evaluators:
-        disc = pairs[PAIR_KEYS].merge(_disc_verdicts(cfg, pairs[cols], progress), on="pair_id", how="left")
+        disc_verdicts, disc_usage = _disc_verdicts(cfg, pairs[cols], progress)
+        disc = pairs[PAIR_KEYS].merge(disc_verdicts, on="pair_id", how="left")
         verdict_cols = ["verdict"] + [c for c in disc.columns if c.startswith("verdict_")]
         disc = disc[PAIR_KEYS + verdict_cols + [c for c in disc.columns if c not in PAIR_KEYS + verdict_cols]]
         write_parquet_atomic(root / "verdicts_disc.parquet", pa.Table.from_pandas(disc, preserve_index=False))
         wins = win_rates(disc)
         report.update(reward_model=cfg.reward_model, win_rates_disc=wins.to_dict("records"),
-                      win_rates_per_criterion_disc=_per_criterion(disc))
+                      win_rates_per_criterion_disc=_per_criterion(disc), usage_disc=disc_usage)
         md_parts.append(pairwise_markdown(wins, {}, cfg.baseline, judge=f"reward model `{cfg.reward_model}`"))
+        md_parts.append(cost_markdown(report))
     md = "\n".join(md_parts)
     (root / "pairwise.md").write_text(md)
     report["elapsed_s"] = round(time.time() - t0, 2)
@@ -295,9 +300,11 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
         results["gen"] = layout[["pair_id", "condition", "original_position"]].merge(
             _frame(out, "verdicts")[["pair_id", "verdict"]], on="pair_id", how="left")
         usage["gen"] = usage_totals([out], cfg.price_table, spec["model"])
+    disc_usage = None
     if "disc" in cfg.evaluators:
+        disc_verdicts, disc_usage = _disc_verdicts(cfg, layout[cols], progress)
         results["disc"] = layout[["pair_id", "condition", "original_position"]].merge(
-            _disc_verdicts(cfg, layout[cols], progress)[["pair_id", "verdict"]], on="pair_id", how="left")
+            disc_verdicts[["pair_id", "verdict"]], on="pair_id", how="left")
     tables = {name: detection_accuracy(v) for name, v in results.items()}
     for name, v in results.items():
         write_parquet_atomic(root / f"verdicts_{name}.parquet", pa.Table.from_pandas(v, preserve_index=False))
@@ -309,25 +316,35 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
               "generation_errors": gen_errors.num_rows,
               "accuracy": {k: t.to_dict("records") for k, t in tables.items()}, "usage": usage,
               "elapsed_s": round(time.time() - t0, 2)}
+    if disc_usage is not None:
+        report["usage_disc"] = disc_usage
     write_report(root, report)
     report["table_md"] = md
     return report
 
 
-def _disc_verdicts(cfg: PairwiseJobConfig | DetectJobConfig, pairs: pd.DataFrame, progress) -> pd.DataFrame:
+def _disc_verdicts(cfg: PairwiseJobConfig | DetectJobConfig, pairs: pd.DataFrame,
+                   progress) -> tuple[pd.DataFrame, dict]:
     """The reward-model judge (ALERT-Disc) on `pairs` (pair_id, user_profile,
     item_description, explanation_a, explanation_b), with the job's rubric, criteria
     subset (`only`, where the job has one) and divide setting: `judge_disc`'s verdicts,
     one row per pair (pair_id, verdict, score_a, score_b, then verdict_<unit>,
-    score_a_<unit>, score_b_<unit> per criterion)."""
+    score_a_<unit>, score_b_<unit> per criterion), and the scoring's usage record
+    (seconds, devices, GPU-hours, cost at the model's gpu_hour price: `cost.reward_usage`)."""
     from rexeval.models.encoders.reward import build_reward_scorer
-    from rexeval.pipelines.judge.disc import DiscConfig, judge_disc
+    from rexeval.models.llm.pricing import PriceTable
+    from rexeval.pipelines.judge.cost import reward_line, reward_usage
+    from rexeval.pipelines.judge.disc import DiscConfig, run_disc
 
+    # The price table is read before the scoring, so a bad one fails before the work.
+    prices = PriceTable.load(cfg.price_table) if cfg.price_table else None
     progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
     scorer = build_reward_scorer(cfg.reward_model)
     dcfg = DiscConfig(criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide)
-    verdicts, _ = judge_disc(scorer, pairs, dcfg)
-    return verdicts
+    run = run_disc(scorer, pairs, dcfg)
+    usage = reward_usage(run, cfg.reward_model, prices, cfg.price_table)
+    progress(f"  disc: {reward_line(usage)}")
+    return run.verdicts, usage
 
 
 def detect_markdown(tables: dict[str, pd.DataFrame]) -> str:

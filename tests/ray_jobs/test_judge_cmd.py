@@ -2,6 +2,7 @@
 import json
 
 import pandas as pd
+import pytest
 from click.testing import CliRunner
 
 from rexeval.ray_jobs.cli import cli
@@ -85,3 +86,21 @@ def test_winrate_through_the_cli(tmp_path):
     assert res.exit_code == 1 and "empty: holds neither verdicts.parquet" in res.output
     res = CliRunner().invoke(cli, ["judge", "winrate", "--out", str(out)])
     assert res.exit_code == 2 and "runs" in res.output
+
+
+def test_pairwise_disc_prints_the_reward_models_time_and_cost(tmp_path, ray_session):
+    from tests.doubles.tiny_encoders import build_tiny_bert
+
+    reward = build_tiny_bert(tmp_path / "tiny-reward", 1)
+    prices = tmp_path / "prices.yaml"
+    prices.write_text('models:\n  "*tiny-reward*": {gpu_hour: 2.50}\n')
+    res = CliRunner().invoke(cli, ["judge", "pairwise", _explanations(tmp_path), "--baseline", "base",
+                                   "--evaluator", "disc", "--reward-model", str(reward), "--only", "reasoning",
+                                   "--price-table", str(prices), "--out", str(tmp_path / "pw")] + SCRIPTED)
+    assert res.exit_code == 0, res.output
+    u = json.loads((tmp_path / "pw" / "report.json").read_text())["usage_disc"]
+    assert u["pairs"] == 2 and u["seconds"] > 0 and u["gpu_hour_price"] == 2.5
+    # seconds x GPUs / 3600 x 2.50 (0 GPUs, so 0, when the tiny model runs on the CPU)
+    assert u["cost_usd"] == pytest.approx(u["seconds"] * u["gpus"] / 3600 * 2.5, abs=1e-6)
+    assert f"reward model {reward}: 2 pair(s)" in res.output
+    assert "| judge | kind | calls or pairs | tokens | seconds | GPU-hours | cost |" in res.output

@@ -202,3 +202,39 @@ def test_pairwise_job_with_the_reward_model_only(bench, tmp_path):
     assert rep["win_rates_disc"] == win_rates(v).to_dict("records")
     assert set(rep["win_rates_per_criterion_disc"]) == set(criteria)
     assert "reward model" in (tmp_path / "pw" / "pairwise.md").read_text()
+
+
+def test_pairwise_disc_job_reports_seconds_gpus_and_cost(bench, tmp_path, monkeypatch):
+    """A scripted reward model on two GPUs and a scripted clock: report.json carries the
+    scoring's seconds, GPUs, GPU-hours and cost; pairwise.md the cost table."""
+    import numpy as np
+
+    import rexeval.models.encoders.reward as reward
+    import rexeval.pipelines.judge.disc as disc
+
+    class TwoGpuScorer:
+        devices = ["cuda:0", "cuda:1"]
+
+        def score(self, pairs, batch_size=None):
+            return np.array([len(r) for _, r in pairs], dtype=np.float32)
+
+    times = iter([1000.0, 6400.0])  # the scoring starts at 1000 s and ends at 6400 s: 5400 s
+    monkeypatch.setattr(reward, "build_reward_scorer", lambda ref, **kw: TwoGpuScorer())
+    monkeypatch.setattr(disc, "perf_counter", lambda: next(times))
+    prices = tmp_path / "prices.yaml"
+    prices.write_text('currency: USD\nmodels:\n  "scripted-*": {gpu_hour: 2.50}\n')
+    seen = []
+    rep = run_pairwise(PairwiseJobConfig(explanations=[bench["explanations"]], reviews=[bench["reviews"]], limit=2,
+                                         baseline=_first(bench), evaluators=["disc"], reward_model="scripted-reward",
+                                         price_table=str(prices), out=str(tmp_path / "pw"),
+                                         **_scripted(tmp_path / "calls.jsonl")), progress=seen.append)
+    u = json.loads((tmp_path / "pw" / "report.json").read_text())["usage_disc"]
+    # 5400 s x 2 GPUs / 3600 = 3 GPU-hours; x 2.50 per GPU-hour = 7.50
+    assert (u["seconds"], u["devices"], u["gpus"]) == (5400.0, ["cuda:0", "cuda:1"], 2)
+    assert u["gpu_hours"] == pytest.approx(3.0) and u["cost_usd"] == pytest.approx(7.5)
+    assert u["model"] == "scripted-reward" and u["pairs"] == rep["pairs"] == 2
+    assert rep["usage_disc"] == u
+    md = (tmp_path / "pw" / "pairwise.md").read_text()
+    assert "| reward model `scripted-reward` | GPU-hours | 2 pairs | – | 5400 | 3 | 7.5000 USD |" in md
+    assert "Table 3" in md
+    assert any("2 GPU(s) = 3 GPU-hours, cost 7.5000 USD" in m for m in seen)
