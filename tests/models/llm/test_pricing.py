@@ -9,7 +9,7 @@ import pytest
 from rexeval.models.llm.base import LLMResult
 from rexeval.models.llm.pricing import PriceTable, Usage, format_cost
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "models" / "prices.example.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "models" / "prices.example.yaml"
 
 
 @pytest.fixture
