@@ -151,6 +151,11 @@ def baselines_cmd(data, methods, config_file, **flags):
 @tune_options
 @click.option("--sweep", help="Sensitivity sweep of one --grid setting (e.g. mu or layers_us): every "
                               "value is trained fully and evaluated on test; writes a Figure 3-style plot.")
+@click.option("--seeds", type=click.IntRange(min=1),
+              help="Independent runs (default 1; seed 002 reports the mean of 3): seeds seed, seed+1, ... "
+                   "are one more --grid dimension, each seed's best checkpoint (validation NDCG@10) is "
+                   "evaluated on test, and `star report` shows the mean ± std over runs. Several seeds use "
+                   "the FIFO scheduler (runs are independent).")
 @click.option("--cpus-per-trial", type=float, help="CPUs per trial (default 1).")
 @click.option("--profile", help="Model profile for BPER+'s statement encoder (default local).")
 @click.option("--encoder", help="Statement encoder for BPER+ features (overrides the profile).")
@@ -164,6 +169,11 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     epoch, model selection by validation NDCG@10 (global level), ASHA early stopping.
     Run the same command again after a crash: the experiment is restored and interrupted
     trials resume from their last checkpoint.
+
+    --seeds N (N > 1) trains N runs with seeds seed..seed+N-1 (weights and negative
+    sampling): results/<MODEL>/per_interaction.parquet holds every run's rows with a
+    `run` column (the seed), train-*.json the seeds and each run's best and test
+    summary; with --sweep each point is the mean over seeds, with min-max error bars.
 
     Settings (--set / --grid): model, dim, mu, layers (L: user-statement and
     item-statement layers together), layers_us, layers_is, layers_ui, reg,
@@ -179,6 +189,8 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
       rexeval star train runs/mi/bench --model expgcn --grid layers=1,2,3,4,5 --sweep layers --out runs/mi/rank
 
       rexeval star train runs/toys/bench --model expgcn --grid lr=0.001,0.0005 --gpus-per-trial 1 --out runs/toys/rank
+
+      rexeval star train runs/mi/bench --model expgcn --seeds 3 --out runs/mi/rank
     """
     from rexeval.pipelines.star.pipeline import run_train
     from rexeval.pipelines.star.config import TrainJob
@@ -195,8 +207,17 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     t = report["test"]
     counts = {"trials": len(report["trials"]), "trials with errors": report["trial_errors"],
               "best epoch": report["best"]["epoch"]}
+    runs = report.get("runs") or []
+    if runs:
+        import numpy as np
+
+        counts["runs (seeds)"] = ", ".join(str(r["seed"]) for r in runs)
+        counts["best epoch per run"] = ", ".join(str(r["best"]["epoch"]) for r in runs)
     for lv, s in t.items():
         counts[f"test {lv} N@10"] = f"{s.get('ndcg@10', float('nan')):.4f}"
+        if runs:  # the mean over runs, ± their sample standard deviation
+            sd = float(np.std([r["test"][lv].get("ndcg@10", float("nan")) for r in runs], ddof=1))
+            counts[f"test {lv} N@10"] += f" ± {sd:.4f} (mean of {len(runs)} runs)"
     name = job.experiment_name(job.settings.get("model", "expgcn"))
     outputs = {"experiment": report["experiment"], "results": f"{job.out}/results",
                "report": f"{job.out}/train-{name}.json"}
@@ -245,6 +266,11 @@ def report_cmd(runs, names, k, levels, csv_path, md_path):
     level, the gain of each learned model over the best popularity baseline and its
     paired t-test stars.
 
+    A model trained with --seeds N shows the mean over runs of each run's average
+    ± the sample standard deviation over runs (std, min, max and runs are CSV columns);
+    its paired t-test pools every run's per-interaction values, each paired with the
+    baseline's value on the same interaction.
+
     Example: rexeval star report runs/toys/rank runs/mi/rank --name Toys --name MI
     """
     from rexeval.pipelines.star.report import effect_details, format_table1, table1
@@ -260,8 +286,10 @@ def report_cmd(runs, names, k, levels, csv_path, md_path):
     if len(details):
         click.echo("Effect sizes against the best popularity baseline:")
         for r in details.itertuples():
+            runs = getattr(r, "runs", float("nan"))
+            pooled = f", {int(runs)} runs pooled" if runs == runs and runs > 1 else ""
             click.echo(f"  {r.dataset} {r.method} {r.level} {r.metric}: gain {r.gain:+.5f}, p {r.p:.3g}, "
-                       f"Cohen's d {r.cohens_d:+.3f}, Cliff's delta {r.cliffs_delta:+.3f} (n {r.pairs})")
+                       f"Cohen's d {r.cohens_d:+.3f}, Cliff's delta {r.cliffs_delta:+.3f} (n {r.pairs}{pooled})")
     if md_path:
         Path(md_path).write_text(text)
     if csv_path:

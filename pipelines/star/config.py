@@ -48,6 +48,8 @@ class TrainJob(BaseModel):
     settings: dict = Field(default_factory=dict, description="TrainSettings values (model, dim, mu, ...)")
     grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
     sweep: str | None = Field(None, description="the one grid setting to plot (sensitivity, Figure 3)")
+    seeds: int = Field(1, ge=1, description="independent runs (seed 002 reports the mean of 3): seeds "
+                                           "seed, seed+1, ... become one more grid dimension")
     num_samples: int = Field(1, ge=1)
     asha: bool = True
     grace_period: int = Field(5, ge=1)
@@ -58,6 +60,10 @@ class TrainJob(BaseModel):
     models: dict[str, str] = Field(default_factory=dict)
     levels: list[Literal["global", "item", "user"]] = ["global", "item"]
     ndcg_norm: Literal["ideal", "k"] = "ideal"
+
+    def seed_list(self, base: int) -> list[int]:
+        """The runs' seeds: `base` alone for one run, else base, base+1, ..."""
+        return [base + i for i in range(self.seeds)]
 
     def experiment_name(self, model: str) -> str:
         base = model.replace("+", "plus")

@@ -135,3 +135,39 @@ def write_results(results: dict[str, LevelResult], data: StarData, method: str, 
     write_json_atomic(folder / "summary.json", {"method": method, **(extra or {}),
                                                 "levels": {lv: r.summary for lv, r in results.items()}})
     return folder
+
+
+def mean_summary(summaries: list[dict]) -> dict:
+    """Level -> key -> mean over runs of per-run summaries (each `{level: summary}`);
+    a count the runs share (n_rows, ...) stays that int."""
+    out = {}
+    for level in summaries[0]:
+        per_key: dict[str, list] = {}
+        for s in summaries:
+            for key, v in s[level].items():
+                per_key.setdefault(key, []).append(v)
+        out[level] = {key: vs[0] if all(isinstance(v, int) and v == vs[0] for v in vs)
+                      else float(np.mean(vs)) for key, vs in per_key.items()}
+    return out
+
+
+def write_run_results(runs: dict[int, dict[str, LevelResult]], data: StarData, method: str, out: str | Path,
+                      extra: dict | None = None, run_extra: dict[int, dict] | None = None) -> Path:
+    """Several runs (seeds) of one method in results/<method>/: every run's rows in one
+    per_interaction.parquet with a `run` column (the seed), and a summary.json whose
+    `levels` are the means over runs, with each run's own under `runs`."""
+    from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
+
+    folder = Path(out) / "results" / method
+    folder.mkdir(parents=True, exist_ok=True)
+    tables = []
+    for seed, results in runs.items():
+        t = per_interaction_table(results, data, method)
+        tables.append(t.append_column("run", pa.array([seed] * t.num_rows, pa.int64())))
+    write_parquet_atomic(folder / "per_interaction.parquet", pa.concat_tables(tables))
+    per_run = [{"run": seed, **(run_extra or {}).get(seed, {}),
+                "levels": {lv: r.summary for lv, r in results.items()}} for seed, results in runs.items()]
+    write_json_atomic(folder / "summary.json", {"method": method, **(extra or {}), "seeds": list(runs),
+                                                "levels": mean_summary([r["levels"] for r in per_run]),
+                                                "runs": per_run})
+    return folder

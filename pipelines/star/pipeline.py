@@ -5,7 +5,8 @@ Folders (every job writes a manifest.json with its settings and counts):
   `stats.json` and `stats.md` (seed 002 Table 6, before and after clustering);
 - baselines / train / evaluate write `<run>/results/<method>/per_interaction.parquet`
   (one row per test interaction and level, one column per metric) and `summary.json`;
-  `rexeval star report` reads any number of those.
+  `star train --seeds N` (N > 1) writes every run's rows there with a `run` column (the
+  seed) and their mean in summary.json; `rexeval star report` reads any number of those.
 """
 from __future__ import annotations
 
@@ -117,14 +118,14 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
     return summaries
 
 
-def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
-                        features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
-    """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
+def rank_checkpoint(cfg: EvalSettings, checkpoint: str | Path, features_path: str | None = None,
+                    progress: Callable[[str], None] = print, data: StarData | None = None):
+    """Rank `cfg.split` at every level with a trained model checkpoint (a Tune epoch
+    checkpoint folder): (data, per-level results, the checkpoint's state)."""
     from rexeval.pipelines.core.tune import read_checkpoint
     from rexeval.pipelines.star.train import load_checkpoint_model
 
-    data = StarData.load(cfg.data)
-    t = time.time()
+    data = StarData.load(cfg.data) if data is None else data
     state = read_checkpoint(checkpoint, cfg.device)
     if features_path is None:  # BPER+: the features the model was trained with
         features_path = state.get("features_path") if state["settings"]["model"] == "bper+" else None
@@ -133,9 +134,17 @@ def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None =
                                     "which is gone; pass --features")
     features = np.load(features_path) if features_path else None
     model, state = load_checkpoint_model(checkpoint, data, features, cfg.device, state=state)
-    name = method or state["settings"]["model"].upper()
     res = evaluate(model, data, split=cfg.split, levels=cfg.levels, ks=cfg.ks, device=cfg.device,
                    ndcg_norm=cfg.ndcg_norm, batch_size=cfg.batch_size, progress=progress)
+    return data, res, state
+
+
+def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None = None,
+                        features_path: str | None = None, progress: Callable[[str], None] = print) -> dict:
+    """Evaluate a trained model checkpoint (a Tune epoch checkpoint folder)."""
+    t = time.time()
+    data, res, state = rank_checkpoint(cfg, checkpoint, features_path, progress)
+    name = method or state["settings"]["model"].upper()
     write_results(res, data, name, cfg.out, {"split": cfg.split, "data": cfg.data, "checkpoint": str(checkpoint),
                                              "settings": state["settings"], "epoch": state["epoch"],
                                              "ndcg_norm": cfg.ndcg_norm, "seconds": round(time.time() - t, 2)})
@@ -146,11 +155,21 @@ def evaluate_checkpoint(cfg: EvalSettings, checkpoint: str, method: str | None =
 
 
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:
-    """Tune (or restore) the experiment, evaluate the best checkpoint on test, and for a
-    sweep evaluate every trial's best checkpoint and draw the sensitivity plot."""
+    """Tune (or restore) the experiment, evaluate each run's best checkpoint on test, and
+    for a sweep evaluate every trial's best checkpoint and draw the sensitivity plot.
+
+    `job.seeds` > 1 (seed 002 reports the mean of 3 runs): the seed is one more grid
+    dimension, so trials = configurations x seeds, and the scheduler is FIFO (ASHA would
+    stop one seed's trials because another seed did better). Each seed is a run: the best
+    checkpoint of its trials, by the validation metric, is evaluated on test;
+    results/<MODEL>/ holds every run's rows (a `run` column, the seed), the report's
+    `test` is the mean over runs and `runs` has each run's best and test summary. A
+    sweep's points are then means over seeds, with their spread.
+    """
+    from rexeval.pipelines.core.tune import best_checkpoint, trial_table
+    from rexeval.pipelines.star.evaluate import mean_summary, write_run_results
     from rexeval.pipelines.star.report import plot_sensitivity
-    from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
-    from rexeval.pipelines.star.train import TrainSettings, load_checkpoint_model, run_tune, statement_features
+    from rexeval.pipelines.star.train import TrainSettings, run_tune, statement_features
 
     t0 = time.time()
     settings = TrainSettings(**job.settings)
@@ -160,6 +179,12 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         if key not in TrainSettings.model_fields:
             raise ValueError(f"cannot search {key!r}: not a training setting "
                              f"({', '.join(TrainSettings.model_fields)})")
+    seeds = job.seed_list(settings.seed)
+    grid = dict(job.grid)
+    if len(seeds) > 1:
+        if "seed" in grid:
+            raise ValueError(f"--seeds {job.seeds} trains seeds {seeds}; give either --seeds or --grid seed=...")
+        grid["seed"] = seeds
     data = StarData.load(job.data)
     if len(data.rows("valid")) == 0:
         raise ValueError(f"{job.data} has no validation interactions: model selection needs them "
@@ -171,47 +196,87 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         ref = load_profile(job.profile, overrides=job.models).require("statement_encoder")
         features_path = str(statement_features(data, ref, Path(job.out) / "_work", progress=progress))
     name = job.experiment_name(settings.model)
-    asha = job.asha and not job.sweep  # a sensitivity sweep trains every value fully
-    progress(f"  Tune experiment {name}: {settings.model}, grid {job.grid or 'none'}, "
+    # A sensitivity sweep trains every value fully; several seeds are independent runs.
+    asha = job.asha and not job.sweep and len(seeds) == 1
+    progress(f"  Tune experiment {name}: {settings.model}, grid {grid or 'none'}, "
              f"{'ASHA' if asha else 'FIFO'} scheduler, {job.cpus_per_trial:g} CPU / {job.gpus_per_trial:g} GPU "
              "per trial")
-    results = run_tune(settings, job.data, Path(job.out) / "tune", name, grid=job.grid,
+    results = run_tune(settings, job.data, Path(job.out) / "tune", name, grid=grid,
                        num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
                        cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
                        max_concurrent=job.max_concurrent, features_path=features_path,
                        trainable=trainable, progress=progress)
     metric = settings.metric_key
     errors = [r for r in results if r.error is not None]
-    trials = trial_table(results, metric, sorted(job.grid))
-    best_result, ck = best_checkpoint(results, metric)
+    trials = trial_table(results, metric, sorted(grid))
     device = "cuda" if job.gpus_per_trial else "cpu"
     method = settings.model.upper()
-    features = np.load(features_path) if features_path else None
     ecfg = EvalSettings(data=job.data, out=job.out, levels=job.levels, ndcg_norm=job.ndcg_norm, device=device)
-    with ck.as_directory() as d:
-        summary = evaluate_checkpoint(ecfg, d, method, features_path, progress)
-        state_epoch = read_checkpoint(d)["epoch"]
-    best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": state_epoch,
-            metric: float(best_result.metrics_dataframe[metric].max()), "checkpoint": ck.path}
-    progress(f"  best: {best['config'] or 'the only configuration'} at epoch {state_epoch} "
-             f"({metric} {best[metric]:.4f})")
+    runs = []
+    for seed in seeds:
+        t = time.time()
+        mine = results if len(seeds) == 1 else [r for r in results if r.config.get("seed") == seed]
+        best_result, ck = best_checkpoint(mine, metric)
+        with ck.as_directory() as d:
+            _, res, state = rank_checkpoint(ecfg, d, features_path, progress, data=data)
+            checkpoint = str(d)
+        best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": state["epoch"],
+                metric: float(best_result.metrics_dataframe[metric].max()), "checkpoint": ck.path}
+        runs.append({"seed": seed, "best": best, "res": res, "checkpoint": checkpoint, "state": state,
+                     "seconds": round(time.time() - t, 2)})
+        progress(f"  {'best' if len(seeds) == 1 else f'run seed {seed}, best'}: "
+                 f"{best['config'] or 'the only configuration'} at epoch {state['epoch']} "
+                 f"({metric} {best[metric]:.4f})")
+    tests = [{lv: r.summary for lv, r in run["res"].items()} for run in runs]
+    evaluated = {"split": ecfg.split, "data": ecfg.data}
+    if len(runs) == 1:
+        run = runs[0]
+        write_results(run["res"], data, method, job.out, {**evaluated, "checkpoint": run["checkpoint"],
+                                                          "settings": run["state"]["settings"],
+                                                          "epoch": run["state"]["epoch"],
+                                                          "ndcg_norm": ecfg.ndcg_norm, "seconds": run["seconds"]})
+    else:
+        write_run_results({run["seed"]: run["res"] for run in runs}, data, method, job.out,
+                          {**evaluated, "ndcg_norm": ecfg.ndcg_norm,
+                           "seconds": round(sum(run["seconds"] for run in runs), 2)},
+                          {run["seed"]: {"checkpoint": run["checkpoint"], "settings": run["state"]["settings"],
+                                         "epoch": run["state"]["epoch"]} for run in runs})
     sensitivity = None
     if job.sweep:
-        sensitivity = []
-        for r in results:
-            if r.error is not None or not r.best_checkpoints:
-                continue
-            rck = r.get_best_checkpoint(metric, "max")
-            with rck.as_directory() as d:
-                model, _ = load_checkpoint_model(d, data, features, device)
-            res = evaluate(model, data, levels=job.levels, ks=(10,), device=device, ndcg_norm=job.ndcg_norm)
-            sensitivity.append({job.sweep: r.config[job.sweep],
-                                **{f"{lv}_{m}": res[lv].summary[f"{m}@10"] for lv in job.levels
-                                   for m in ("precision", "recall", "ndcg")}})
-        sensitivity.sort(key=lambda row: row[job.sweep])
+        sensitivity = _sensitivity(job, results, metric, data, features_path, device, multi=len(seeds) > 1)
         plot_sensitivity(sensitivity, job.sweep, method, Path(job.out) / f"sensitivity-{name}")
-    report = {"experiment": str(Path(job.out) / "tune" / name), "best": best, "trials": trials,
-              "trial_errors": len(errors), "test": summary, "sensitivity": sensitivity,
-              "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
+    top = max(runs, key=lambda run: run["best"][metric])  # one run: that one
+    report = {"experiment": str(Path(job.out) / "tune" / name), "best": top["best"], "trials": trials,
+              "trial_errors": len(errors), "test": tests[0] if len(runs) == 1 else mean_summary(tests),
+              "sensitivity": sensitivity, "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
+    if len(runs) > 1:
+        report["seeds"] = seeds
+        report["runs"] = [{"seed": run["seed"], "best": run["best"], "test": test} for run, test in zip(runs, tests)]
     write_json_atomic(Path(job.out) / f"train-{name}.json", report)
     return report
+
+
+def _sensitivity(job: TrainJob, results, metric: str, data: StarData, features_path: str | None, device: str,
+                 multi: bool) -> list[dict]:
+    """Figure 3's points: P/R/NDCG@10 on test of every trial's best checkpoint, by the
+    swept value; with several seeds, the mean over seeds per configuration and its spread
+    (`<col>_std` sample standard deviation, `_min`, `_max`, `runs`)."""
+    from rexeval.pipelines.star.report import mean_over_runs
+    from rexeval.pipelines.star.train import load_checkpoint_model
+
+    features = np.load(features_path) if features_path else None
+    keys = sorted(job.grid) if multi else [job.sweep]
+    rows = []
+    for r in results:
+        if r.error is not None or not r.best_checkpoints:
+            continue
+        rck = r.get_best_checkpoint(metric, "max")
+        with rck.as_directory() as d:
+            model, _ = load_checkpoint_model(d, data, features, device)
+        res = evaluate(model, data, levels=job.levels, ks=(10,), device=device, ndcg_norm=job.ndcg_norm)
+        rows.append({**{k: r.config[k] for k in keys}, **({"run": r.config["seed"]} if multi else {}),
+                     **{f"{lv}_{m}": res[lv].summary[f"{m}@10"] for lv in job.levels
+                        for m in ("precision", "recall", "ndcg")}})
+    if multi and rows:
+        rows = mean_over_runs(rows, keys)
+    return sorted(rows, key=lambda row: row[job.sweep])

@@ -15,7 +15,9 @@ trainer's (`pipelines/core/tune.py`). The experiment lives in `<out>/tune/<name>
 running the same command again restores it with `Tuner.restore` (finished trials are
 kept, errored or interrupted ones resume from their last checkpoint). The best
 checkpoint over all trials and epochs, by the validation metric, is then evaluated on
-the test split at every level.
+the test split at every level. With several seeds (`star train --seeds N`) the seed is
+one more grid dimension and each seed's best checkpoint is one run (seed 002 reports
+the mean of 3); the seed sets the initial weights and the negative-sampling order.
 
 CPU trials locally and GPU trials on a cluster differ only in `gpus_per_trial`.
 """

@@ -55,6 +55,29 @@ def test_build_baselines_train_report(bench):
     assert (bench / "t1.csv").read_text().startswith("dataset,method,level,metric,value")
 
 
+def test_train_seeds_then_report_means(bench):
+    runner = CliRunner()
+    data, out = bench / "bench-seeds", bench / "rank-seeds"
+    res = runner.invoke(cli, ["star", "build", "pipelines/sample/statements.jsonl", "--reviews",
+                              str(bench / "ingest"), "--out", str(data)])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["star", "baselines", str(data), "--out", str(out), "--method", "userpop",
+                              "--method", "itempop"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(cli, ["star", "train", str(data), "--set", "epochs=2", "--set", "dim=8", "--seeds", "2",
+                              "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "runs (seeds)" in res.output and "mean of 2 runs" in res.output
+    assert json.loads((out / "train-expgcn.json").read_text())["seeds"] == [0, 1]
+    res = runner.invoke(cli, ["star", "report", str(out), "--csv", str(bench / "t1-seeds.csv")])
+    assert res.exit_code == 0, res.output
+    expgcn = next(ln for ln in res.output.splitlines() if ln.startswith("| EXPGCN"))
+    assert expgcn.count(" ± ") == 6 and "2 runs pooled" in res.output
+    userpop = next(ln for ln in res.output.splitlines() if ln.startswith("| USERPOP"))
+    assert "±" not in userpop
+    assert (bench / "t1-seeds.csv").read_text().startswith("dataset,method,level,metric,value,std,min,max,runs,")
+
+
 def test_clear_errors(bench, tmp_path):
     runner = CliRunner()
     res = runner.invoke(cli, ["star", "baselines", str(tmp_path), "--out", str(tmp_path / "o")])

@@ -87,3 +87,96 @@ def test_sensitivity_plot_and_csv(tmp_path):
     png, csv = plot_sensitivity(rows, "mu", "BPER+", tmp_path / "sens")
     assert png.stat().st_size > 1000
     assert csv.read_text().splitlines()[0].startswith("mu,")
+
+
+# -- several runs (star train --seeds N) -----------------------------------------------------
+
+USERPOP_G = [0.1, 0.2, 0.0, 0.3]  # mean 0.15: the best popularity baseline
+ITEMPOP_G = [0.0, 0.1, 0.0, 0.1]  # mean 0.05
+EXPGCN_RUNS = {0: [0.2, 0.3, 0.1, 0.4],  # mean 0.25
+               1: [0.1, 0.3, 0.0, 0.4],  # mean 0.20
+               2: [0.3, 0.2, 0.1, 0.6]}  # mean 0.30
+
+
+def write_runs(run, method, runs_values):
+    """results/<method>/ as `star train --seeds N` writes it: every run's rows, a `run` column."""
+    folder = run / "results" / method
+    folder.mkdir(parents=True)
+    parts = []
+    for seed, vals in runs_values.items():
+        n = len(vals)
+        parts.append(pa.table({"method": [method] * n, "level": ["global"] * n, "interaction": np.arange(n),
+                               "review_id": [str(i) for i in range(n)], "precision@10": vals,
+                               "recall@10": vals, "ndcg@10": vals, "run": [seed] * n}))
+    pq.write_table(pa.concat_tables(parts), folder / "per_interaction.parquet")
+
+
+@pytest.fixture
+def runs3(tmp_path):
+    folder = tmp_path / "runs3"
+    write(folder, "USERPOP", {"global": USERPOP_G})
+    write(folder, "ITEMPOP", {"global": ITEMPOP_G})
+    write_runs(folder, "EXPGCN", EXPGCN_RUNS)
+    return folder
+
+
+def test_three_runs_mean_spread_and_pooled_ttest(runs3):
+    df = table1({"Toy": runs3}, levels=["global"])
+    row = df[(df.method == "EXPGCN") & (df.metric == "ndcg@10")].iloc[0]
+    # Run means 0.25, 0.20, 0.30: mean 0.25; deviations 0, -0.05, +0.05, so the sample
+    # variance is (0.0025 + 0.0025) / 2 = 0.0025 and the std 0.05; min 0.20, max 0.30.
+    assert row["value"] == pytest.approx(0.25)
+    assert row["std"] == pytest.approx(0.05)
+    assert (row["min"], row["max"], row["runs"]) == (pytest.approx(0.20), pytest.approx(0.30), 3)
+    assert row["baseline"] == "USERPOP" and row["gain"] == pytest.approx(0.10)
+    # Pooled pairs: each run's 4 values against USERPOP's same 4 values (12 pairs). The
+    # differences 0.1,0.1,0.1,0.1 | 0,0.1,0,0.1 | 0.2,0,0.1,0.3 have mean 0.1 and sum of
+    # squared deviations 0.08, so sd = sqrt(0.08 / 11) = 0.08528, t = 0.1 / (sd / sqrt(12))
+    # = 4.062 with 11 df: p ~ 0.0019, "**".
+    pooled = np.array([0.2, 0.3, 0.1, 0.4, 0.1, 0.3, 0.0, 0.4, 0.3, 0.2, 0.1, 0.6])
+    baseline = np.array(USERPOP_G * 3)
+    ref = stats.ttest_rel(pooled, baseline)
+    assert ref.statistic == pytest.approx(4.062, abs=1e-3)
+    assert row["p"] == pytest.approx(ref.pvalue) and row["stars"] == "**"
+    assert row["pairs"] == 12 and row["n"] == 4
+    assert list(df.columns[df.columns.get_loc("value"):][:5]) == ["value", "std", "min", "max", "runs"]
+    details = effect_details(df)
+    assert {"std", "min", "max", "runs"} <= set(details.columns) and set(details["method"]) == {"EXPGCN"}
+
+    text = format_table1(df, levels=["global"])
+    expgcn = next(ln for ln in text.splitlines() if ln.startswith("| EXPGCN"))
+    assert expgcn == "| EXPGCN | **0.25000**** ± 0.05000 | **0.25000**** ± 0.05000 | **0.25000**** ± 0.05000 |"
+    gain = next(ln for ln in text.splitlines() if ln.startswith("| Gain"))
+    assert gain == "| Gain | +0.10000 | +0.10000 | +0.10000 |"
+    assert "sample standard deviation over 3 runs" in text
+
+
+def test_one_run_methods_look_as_before(runs3, run):
+    df = table1({"Toy": runs3}, levels=["global"])
+    userpop = df[(df.method == "USERPOP") & (df.metric == "ndcg@10")].iloc[0]
+    assert userpop["value"] == pytest.approx(0.15) and np.isnan(userpop["runs"]) and np.isnan(userpop["std"])
+    text = format_table1(df, levels=["global"])
+    assert next(ln for ln in text.splitlines() if ln.startswith("| USERPOP")) == (
+        "| USERPOP | <u>0.15000</u> | <u>0.15000</u> | <u>0.15000</u> |")
+    # A table of one-run methods only keeps exactly the columns and text of before.
+    only = table1({"Toy": run})
+    assert list(only.columns) == ["dataset", "method", "level", "metric", "value", "n", "best_popularity", "best",
+                                  "baseline", "gain", "p", "stars", "cohens_d", "cliffs_delta", "pairs"]
+    assert "±" not in format_table1(only) and "runs" not in format_table1(only)
+
+
+def test_mean_over_runs_and_error_bars(tmp_path):
+    from rexeval.pipelines.star.report import mean_over_runs
+
+    rows = [{"mu": mu, "run": seed, "global_ndcg": v}
+            for mu, vals in ((0.0, (0.1, 0.2, 0.3)), (1.0, (0.4, 0.4, 0.7))) for seed, v in enumerate(vals)]
+    out = mean_over_runs(rows, ["mu"])
+    # mu=0: mean 0.2, std sqrt((0.01 + 0 + 0.01) / 2) = 0.1; mu=1: mean 0.5, deviations
+    # -0.1, -0.1, 0.2: std sqrt(0.06 / 2) = 0.17321.
+    assert [r["mu"] for r in out] == [0.0, 1.0] and [r["runs"] for r in out] == [3, 3]
+    assert [r["global_ndcg"] for r in out] == [pytest.approx(0.2), pytest.approx(0.5)]
+    assert [r["global_ndcg_std"] for r in out] == [pytest.approx(0.1), pytest.approx(0.17321, abs=1e-5)]
+    assert [(r["global_ndcg_min"], r["global_ndcg_max"]) for r in out] == [(0.1, 0.3), (0.4, 0.7)]
+    png, csv = plot_sensitivity(out, "mu", "BPER+", tmp_path / "sens")
+    assert png.stat().st_size > 1000
+    assert csv.read_text().splitlines()[0] == "mu,global_ndcg,global_ndcg_std,global_ndcg_min,global_ndcg_max,runs"

@@ -1,10 +1,14 @@
 """Training on Ray Tune: checkpoints every epoch, a crash mid-run, `Tuner.restore`, and
-the same best configuration as an uninterrupted run; a sensitivity sweep's plot."""
+the same best configuration as an uninterrupted run; a sensitivity sweep's plot; several
+seeds as trials, one run each."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.star.pipeline import evaluate_checkpoint, run_train
@@ -98,3 +102,55 @@ def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path
     assert plan["device"] == ("cuda" if gpus else "cpu") and plan["threads"] == 2
     assert plan["scheduler"] == "AsyncHyperBandScheduler" and not plan["restored"]
     assert plan["space"]["model"] == "expgcn" and plan["space"]["lr"] == {"grid_search": GRID["lr"]}
+
+
+def _progress(trial: dict) -> pd.DataFrame:
+    return pd.read_csv(Path(trial["path"]) / "progress.csv")[["epoch", "loss", "val_ndcg@10"]]
+
+
+def test_seeds_are_trials_one_run_each_mean_and_resume(ray_session, data_dir, tmp_path):
+    """--seeds 2 with a 2-value sweep: 4 trials (configurations x seeds), each seed's best
+    checkpoint is a run evaluated on test, sweep points are means over the seeds; the same
+    seed trained alone gives the same run; running again trains nothing new."""
+    settings = {**SETTINGS, "epochs": 2}
+    job = TrainJob(data=str(data_dir), out=str(tmp_path / "multi"), settings=settings, grid={"layers": [1, 2]},
+                   sweep="layers", seeds=2)
+    report = run_train(job, progress=lambda m: None)
+    assert report["seeds"] == [0, 1]
+    assert sorted((t["layers"], t["seed"]) for t in report["trials"]) == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [r["seed"] for r in report["runs"]] == [0, 1]
+    rows = pq.read_table(tmp_path / "multi" / "results" / "EXPGCN" / "per_interaction.parquet").to_pandas()
+    assert sorted(rows["run"].unique()) == [0, 1]
+    glob = {seed: g[g.level == "global"].sort_values("interaction") for seed, g in rows.groupby("run")}
+    for r in report["runs"]:  # each run's test summary is the mean of its own rows
+        assert r["test"]["global"]["ndcg@10"] == pytest.approx(glob[r["seed"]]["ndcg@10"].mean())
+    assert report["test"]["global"]["ndcg@10"] == pytest.approx(
+        (glob[0]["ndcg@10"].mean() + glob[1]["ndcg@10"].mean()) / 2)
+    summary = json.loads((tmp_path / "multi" / "results" / "EXPGCN" / "summary.json").read_text())
+    assert summary["seeds"] == [0, 1] and [r["run"] for r in summary["runs"]] == [0, 1]
+    # The seed changes the run: same configuration, other initial weights and negatives.
+    curves = {(t["layers"], t["seed"]): _progress(t) for t in report["trials"]}
+    assert not curves[(1, 0)]["loss"].equals(curves[(1, 1)]["loss"])
+    # Sweep points: per value, the mean over the two seeds with their spread.
+    assert [p["layers"] for p in report["sensitivity"]] == [1, 2]
+    assert all(p["runs"] == 2 and p["global_ndcg_min"] <= p["global_ndcg"] <= p["global_ndcg_max"]
+               for p in report["sensitivity"])
+    assert (tmp_path / "multi" / "sensitivity-expgcn-sweep-layers.png").stat().st_size > 0
+
+    # The same seed trained alone (its run's best configuration, seed 1) reproduces the run.
+    best1 = report["runs"][1]["best"]
+    alone = TrainJob(data=str(data_dir), out=str(tmp_path / "alone"), asha=False,
+                     settings={**settings, "seed": 1, "layers": best1["config"]["layers"]})
+    single = run_train(alone, progress=lambda m: None)
+    assert "runs" not in single and "seeds" not in single  # one run: the usual layout
+    one = pq.read_table(tmp_path / "alone" / "results" / "EXPGCN" / "per_interaction.parquet").to_pandas()
+    assert "run" not in one.columns
+    one = one[one.level == "global"].sort_values("interaction")
+    assert np.array_equal(one["ndcg@10"].to_numpy(), glob[1]["ndcg@10"].to_numpy(), equal_nan=True)
+    assert single["best"]["epoch"] == best1["epoch"]
+
+    # Running the same command again restores the finished experiment: nothing new trains.
+    again = run_train(job, progress=lambda m: None)
+    for t in again["trials"]:
+        assert _progress(t).equals(curves[(t["layers"], t["seed"])])
+    assert [r["test"] for r in again["runs"]] == [r["test"] for r in report["runs"]]
