@@ -105,6 +105,26 @@ def _evaluate_intervals(folder: Path, notes: list[str]) -> dict[tuple[str, str],
     return out
 
 
+def _evaluate_correlations(b: Builder, inst: Instance, sec: Section) -> None:
+    """Metric agreement (Kendall tau between metrics, seed 000's question of how far the
+    metrics agree): the tables of metric_correlations.md and its heat maps, when the
+    job wrote them (older evaluate folders have none: nothing to add)."""
+    folder = inst.out
+    path = folder / "metric_correlations.md"
+    if path.is_file():
+        text = b.reader.text(path, sec.notes, "metric agreement")
+        for k, md in enumerate(markdown_tables(text or "")):
+            sec.tables.append(b.table((inst.name, "metric_correlations", str(k)),
+                                      f"{md.heading or 'Kendall τ between metrics'} ({inst.name})", md,
+                                      sources=[path, folder / "metric_correlations.csv"], instances=[inst.name]))
+    for png in sorted(folder.glob("metric_correlations_*.png")):
+        over = png.stem.rsplit("_", 1)[-1]
+        fig = b.figure((inst.name, png.stem), f"Kendall τ between metrics over {over} ({inst.name})", png,
+                       sec.notes, instances=[inst.name])
+        if fig:
+            sec.figures.append(fig)
+
+
 def section_evaluate(b: Builder, inst: Instance) -> Section:
     from rexeval.pipelines.evaluate.report import TABLES
 
@@ -140,6 +160,7 @@ def section_evaluate(b: Builder, inst: Instance) -> Section:
                        sec.notes, instances=[inst.name])
         if fig:
             sec.figures.append(fig)
+    _evaluate_correlations(b, inst, sec)
     if isinstance(report, dict):
         t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
         if t:
@@ -420,6 +441,11 @@ def section_star_ranking(b: Builder) -> list[Section]:
                         ["best epoch", md_text(best.get("epoch"))]]
                 rows += [[md_text(k), md_text(v)] for k, v in best.items()
                          if k not in ("config", "epoch", "checkpoint") and isinstance(v, (int, float))]
+                for run in rep.get("runs") or []:  # `--seeds N`: each seed's best (Table 1 shows their mean)
+                    rb = run.get("best") or {}
+                    vals = [f"{k} {v:.4f}" for k, v in rb.items() if isinstance(v, float)]
+                    rows.append([md_text(f"run seed {run.get('seed')}"),
+                                 md_text(", ".join([f"epoch {rb.get('epoch')}", *vals]))])
                 rows += [["trials", md_text(len(rep.get("trials") or []))],
                          ["trials with errors", md_text(rep.get("trial_errors"))],
                          ["seconds", md_text(rep.get("seconds"))]]
@@ -465,6 +491,18 @@ def _judge_section(b: Builder, inst: Instance, title: str, intro: str, md_name: 
                                                "seconds", "unreadable", "cost (USD)"], rows=rows,
                                       align=["left"] + ["right"] * 7, sources=[inst.out / "report.json"],
                                       instances=[inst.name]))
+        if isinstance(report.get("usage_disc"), dict):  # a reward model judged too: seed 004 Table 3
+            from rexeval.pipelines.judge.cost import COST_COLUMNS, cost_note, cost_rows
+
+            # pairwise.md holds the same table: keep the one built from report.json, renumber the rest
+            sec.tables = [x for x in sec.tables if x.columns != COST_COLUMNS]
+            from_md = [x for x in sec.tables if x.sources == [str(inst.out / md_name)]]
+            for k, x in enumerate(from_md, 1):
+                x.title = f"{table_title} ({inst.name})" + (f" ({k}/{len(from_md)})" if len(from_md) > 1 else "")
+            sec.tables.append(b.table((inst.name, "cost"), f"Judge cost, tokens vs GPU-hours ({inst.name})",
+                                      columns=COST_COLUMNS, rows=[[md_text(c) for c in r] for r in cost_rows(report)],
+                                      align=["left", "left"] + ["right"] * 5, note=md_text(cost_note(report)),
+                                      sources=[inst.out / "report.json"], instances=[inst.name]))
     return sec, report if isinstance(report, dict) else None
 
 
@@ -540,6 +578,22 @@ def section_meta_evaluate(b: Builder, inst: Instance) -> Section:
                                       md.heading or f"table {k + 1}")
         sec.tables.append(b.table((inst.name, "meta", str(k + 1)), f"{title} ({inst.name})", md,
                                   sources=[folder / "meta_evaluation.md"], instances=[inst.name]))
+    if isinstance(report, dict) and isinstance(report.get("ensemble_sweep"), dict):  # --ensemble-sweep
+        sweep_md = b.reader.text(folder / "ensemble_sweep.md", sec.notes, "the ensemble sweep")
+        found = markdown_tables(sweep_md or "")
+        if found:  # the first table only (mean [min, max] per N); every cell stays in the file
+            sec.tables.append(b.table((inst.name, "ensemble"), f"Figure 4 as a table: ensemble size ({inst.name})",
+                                      found[0], sources=[folder / "ensemble_sweep.md",
+                                                         folder / "ensemble_sweep.parquet"],
+                                      instances=[inst.name]))
+        png = folder / "ensemble_sweep.png"
+        if png.is_file():
+            fig = b.figure((inst.name, "ensemble"), f"Figure 4: correlation against ensemble size ({inst.name})",
+                           png, sec.notes, [inst.name])
+            if fig:
+                sec.figures.append(fig)
+        else:
+            sec.notes.append(f"missing ensemble_sweep.png (Figure 4): {folder}")
     if isinstance(report, dict):
         t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
         if t:
