@@ -112,6 +112,7 @@ def correlations_markdown(long: pd.DataFrame, order: list[str], labels: dict[str
     """One lower-triangle table per (dataset, over): Kendall tau-b, * for p < 0.05, – for
     undefined (the note under the table says why)."""
     out = ["## Metric agreement (Kendall τ-b between metrics)", "",
+           "Seed 000's research questions on how far the metrics agree when they rank systems. "
            "Kendall τ-b between every pair of metrics: over systems (each system's mean, or its corpus-level "
            "value) and over examples (every (system, example) row; pairs with a NaN left out). "
            f"* p < {SIGNIFICANT}; – undefined. Full table: {NAME}.csv.", ""]

@@ -354,13 +354,13 @@ def read_study(directory: Path) -> tuple[dict, list[Instance], list[str]]:
 _SKIP_SUBTREES = {"trials", "examples", "histogram", "overall", "targets", "inputs", "win_rates", "win_rates_disc",
                   "win_rates_per_criterion", "win_rates_per_criterion_disc", "accuracy", "family_counts",
                   "sensitivity", "levels", "heads", "methods", "counts", "position_bias", "factor_correlations",
-                  "neighbours", "timings", "quality", "reports", "stats", "summary", "tables", "test"}
+                  "neighbours", "timings", "quality", "reports", "stats", "summary", "tables", "test", "runs"}
 MODEL_KEYS = {"model", "models", "encoders", "reward_model", "judges", "generator", "embedder", "quality_embedder",
               "cross_encoder", "judge", "llm", "statement_encoder", "nli", "judge_llm"}
 PROMPT_KEYS = {"prompt", "prompts", "prompt_version", "prompt_versions", "original_prompt_version",
                "inferior_prompt_version", "rubric", "criteria"}
 SAMPLING_KEYS = {"sampling", "temperature", "top_p", "top_k", "max_tokens", "max_new_tokens", "do_sample",
-                 "num_beams", "seed", "shots", "both_orders"}
+                 "num_beams", "seed", "seeds", "shots", "both_orders"}
 
 
 def _walk(obj: Any, path: tuple = (), depth: int = 0) -> Iterator[tuple[tuple, Any]]:

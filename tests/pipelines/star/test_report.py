@@ -16,16 +16,20 @@ from rexeval.pipelines.star.report import (
 )
 
 
-def write(run, method, values_by_level):
+def write(run, method, values_by_level, runs=None):
+    """results/<method>/per_interaction.parquet; `runs` (seed -> values at global level)
+    writes it as `star train --seeds N` does: every run's rows, with a `run` column."""
     folder = run / "results" / method
     folder.mkdir(parents=True)
-    parts = []
-    for level, vals in values_by_level.items():
+    parts = [(level, vals, None) for level, vals in values_by_level.items()]
+    parts += [("global", vals, seed) for seed, vals in (runs or {}).items()]
+    tables = []
+    for level, vals, seed in parts:
         n = len(vals)
-        parts.append(pa.table({"method": [method] * n, "level": [level] * n, "interaction": np.arange(n),
-                               "review_id": [str(i) for i in range(n)], "precision@10": vals,
-                               "recall@10": vals, "ndcg@10": vals}))
-    pq.write_table(pa.concat_tables(parts), folder / "per_interaction.parquet")
+        cols = {"method": [method] * n, "level": [level] * n, "interaction": np.arange(n),
+                "review_id": [str(i) for i in range(n)], "precision@10": vals, "recall@10": vals, "ndcg@10": vals}
+        tables.append(pa.table(cols if seed is None else {**cols, "run": [seed] * n}))
+    pq.write_table(pa.concat_tables(tables), folder / "per_interaction.parquet")
 
 
 @pytest.fixture
@@ -100,15 +104,7 @@ EXPGCN_RUNS = {0: [0.2, 0.3, 0.1, 0.4],  # mean 0.25
 
 def write_runs(run, method, runs_values):
     """results/<method>/ as `star train --seeds N` writes it: every run's rows, a `run` column."""
-    folder = run / "results" / method
-    folder.mkdir(parents=True)
-    parts = []
-    for seed, vals in runs_values.items():
-        n = len(vals)
-        parts.append(pa.table({"method": [method] * n, "level": ["global"] * n, "interaction": np.arange(n),
-                               "review_id": [str(i) for i in range(n)], "precision@10": vals,
-                               "recall@10": vals, "ndcg@10": vals, "run": [seed] * n}))
-    pq.write_table(pa.concat_tables(parts), folder / "per_interaction.parquet")
+    write(run, method, {}, runs=runs_values)
 
 
 @pytest.fixture
