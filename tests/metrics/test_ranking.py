@@ -312,3 +312,101 @@ def test_top_k_with_narrow_tie_windows_matches_reference(monkeypatch, windows):
     got = top_k(scores, 20)
     for row, out in zip(scores.tolist(), got.tolist()):
         assert out == sorted(range(len(row)), key=lambda j: (-row[j], j))[:20]
+
+
+# ------------------------------------------ which normaliser reproduces seed 002 Table 1
+
+Z10 = 4.543559338088346  # sum_{j=1..10} 1/log2(j+1), added up by hand below
+Z5 = 1 + 1 / math.log2(3) + 1 / 2 + 1 / math.log2(5) + 1 / math.log2(6)
+
+
+def test_z10_and_the_literal_bound_by_hand():
+    from rexeval.metrics.ranking import dcg_normaliser, literal_ndcg_bound
+
+    assert sum(1 / math.log2(j + 1) for j in range(1, 11)) == pytest.approx(Z10)
+    assert dcg_normaliser(10) == pytest.approx(Z10)
+    assert list(dcg_normaliser(10, np.array([1, 2, 12]))) == pytest.approx([1, 1 + 1 / math.log2(3), Z10])
+    assert literal_ndcg_bound(10) == pytest.approx(10 / Z10) == pytest.approx(2.2009177)
+
+
+def test_literal_normaliser_caps_ndcg_over_precision():
+    """Under the "k" normaliser N@10 <= (10 / Z_10) P@10 row by row, so for any mean; the
+    "ideal" one has no such cap. Random relevance patterns and every n_pos."""
+    from rexeval.metrics.ranking import literal_ndcg_bound
+
+    gen = torch.Generator().manual_seed(0)
+    rel = torch.rand(4000, 10, generator=gen) < torch.rand(4000, 1, generator=gen) * 0.5
+    n_pos = rel.sum(1) + torch.randint(0, 4, (4000,), generator=gen)
+    keep = n_pos > 0
+    rel, n_pos = rel[keep], n_pos[keep]
+    lit = ranking_metrics(rel, n_pos, ks=(10,), ndcg_norm="k")
+    ideal = ranking_metrics(rel, n_pos, ks=(10,))
+    p = lit["precision@10"]
+    assert bool((lit["ndcg@10"] <= literal_ndcg_bound(10) * p + 1e-12).all())
+    assert float(ideal["ndcg@10"].max() / p[ideal["ndcg@10"].argmax()]) > literal_ndcg_bound(10)
+
+
+def test_seed002_table1_breaks_the_literal_bound():
+    """Cells of seed 002 Table 1 (transcribed by hand): N@10 / P@10 above 10 / Z_10 even at
+    the rounding's most favourable end, so the literal normaliser cannot have made them."""
+    cells = {("Clothes", "ITEMPOP", "global"): (0.04646, 0.12000),
+             ("Clothes", "ITEMPOP", "item"): (0.05376, 0.12947),
+             ("Toys", "EXPGCN", "global"): (0.04509, 0.10054),
+             ("Beauty", "USERPOP", "global"): (0.01885, 0.04358)}
+    for p, n in cells.values():
+        assert (n - 5e-6) / (p + 5e-6) > 10 / Z10
+    from benchmarks.bench_ndcg_norm import bound_check
+
+    above = {(c["dataset"], c["method"], c["level"]) for c in bound_check() if c["above_bound"]}
+    assert set(cells) <= above and len(above) == 9
+
+
+def test_random_ranking_expectation_by_hand():
+    from rexeval.metrics.ranking import random_ranking_expectation
+
+    # 2 relevant among 20 candidates: every rank is relevant with probability 0.1.
+    e = random_ranking_expectation([2], [20], 10, "k")
+    assert (e["precision@10"][0], e["recall@10"][0], e["ndcg@10"][0]) == pytest.approx((0.1, 0.5, 0.1))
+    e = random_ranking_expectation([2], [20], 10, "ideal")
+    assert e["ndcg@10"][0] == pytest.approx(0.1 * Z10 / (1 + 1 / math.log2(3)))
+    assert e["ndcg@10"][0] == pytest.approx(0.278587, abs=1e-6)
+    # Fewer candidates than k: 3 relevant among 5, all five ranked.
+    e = random_ranking_expectation([3], [5], 10, "k")
+    assert (e["precision@10"][0], e["recall@10"][0]) == pytest.approx((0.3, 1.0))
+    assert e["ndcg@10"][0] == pytest.approx(0.6 * Z5 / Z10)
+    with pytest.raises(ValueError):
+        random_ranking_expectation([3], [2], 10)
+
+
+def test_random_ranking_expectation_matches_enumeration():
+    """Independent check: average our per-row metrics over every placement of 2 relevant
+    statements among 5 ranked candidates (all C(5, 2) = 10 equally likely)."""
+    from itertools import combinations
+
+    from rexeval.metrics.ranking import random_ranking_expectation
+
+    rows = [[j in pos for j in range(5)] for pos in combinations(range(5), 2)]
+    rel = torch.tensor(rows)
+    for k in (3, 10):
+        for norm in ("ideal", "k"):
+            got = ranking_metrics(rel, torch.full((10,), 2), ks=(k,), ndcg_norm=norm)
+            want = random_ranking_expectation([2], [5], k, norm)
+            for name, v in want.items():
+                assert float(got[name].mean()) == pytest.approx(float(v[0])), (k, norm, name)
+
+
+def test_default_normaliser_is_the_one_table1_supports():
+    """One statement found first among ten: P@10 = 0.1, NDCG@10 = 1 by default (ideal),
+    1 / Z_10 = 0.22 only when asked for the literal equation 1."""
+    import inspect
+
+    from rexeval.pipelines.star.config import EvalSettings
+    from rexeval.pipelines.star.evaluate import evaluate
+
+    rel = torch.tensor([[True] + [False] * 9])
+    m = ranking_metrics(rel, torch.tensor([1]), ks=(10,))
+    assert (_row(m, "precision@10"), _row(m, "ndcg@10")) == pytest.approx((0.1, 1.0))
+    lit = ranking_metrics(rel, torch.tensor([1]), ks=(10,), ndcg_norm="k")
+    assert _row(lit, "ndcg@10") == pytest.approx(1 / Z10)
+    assert EvalSettings.model_fields["ndcg_norm"].default == "ideal"
+    assert inspect.signature(evaluate).parameters["ndcg_norm"].default == "ideal"
