@@ -2,10 +2,13 @@
 token F1 only (Scialom et al., 2021; seed 000, section IV.A.3, Table V).
 
 Why the name: the published QuestEval score averages three terms per question (token
-F1, BERTScore of the answers, and answerability); ours keeps the first. Scores of a
-simplified variant must not be reported as "QuestEval", so every output, table and
-option calls this metric `questeval_f1` ("QuestEval-F1"); `--metrics questeval` is refused
-with a message pointing here. The differences are listed under "Where we differ" below.
+F1, BERTScore of the answers, and answerability); this variant keeps the first. Scores of
+a simplified variant must not be reported as "QuestEval", so every output, table and
+option calls this metric `questeval_f1` ("QuestEval-F1"). The published scoring is
+`metrics.questeval_published` (metric `questeval`); it shares this module's answer
+selection, question generation and question answering (`ask_questions`,
+`SpacyAnswerSelector`, `Seq2SeqGenerator`). The differences are listed under "Where we
+differ" below.
 
 Our reading of the method, for one generated explanation h and its reference r:
 
@@ -43,6 +46,8 @@ Where we differ from the public implementation (QuestEval 0.2.x), on purpose:
 - it combines precision and recall with an arithmetic mean; the seed reports the
   harmonic mean, which is what `questeval_f1` holds here;
 - it does not deduplicate answers across entities and noun chunks; we do;
+- it generates at most what the checkpoints' own settings allow (19 tokens under
+  transformers' default length); we allow `max_new_tokens` (32);
 - its optional question weighter and round-trip consistency filter are not implemented.
 
 Model input formats (options, defaults matching the public T5 checkpoints
@@ -66,7 +71,8 @@ loaded once per (location, device) and kept (`get_seq2seq_generator`).
 Injectable parts (tests, or other models): `questeval_from_components` takes three
 callables instead of model locations: `select_answers(texts) -> [answers per text]`,
 `generate_questions([(answer, context)]) -> [question]` and
-`answer_questions([(question, context)]) -> [answer]`.
+`answer_questions([(question, context)]) -> [answer]`. `ask_questions` is the shared
+pass that calls them.
 
 Registered names (per example, higher is better): "questeval_f1", "questeval_f1_p",
 "questeval_f1_r". `questeval_f1_scores` computes all three at once.
@@ -78,6 +84,7 @@ import string
 import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -160,6 +167,54 @@ def _call_checked(fn: Callable, inputs: list, what: str) -> list:
     return out
 
 
+@dataclass(frozen=True)
+class AskedQuestions:
+    """What the QG / QA pass of one call produced: each distinct non-empty text's answers
+    (as `select_answers` gave them, deduplicated or not), one question per distinct
+    (answer, text), and one QA output per distinct (question, other text)."""
+
+    answers: dict[str, list[str]]
+    questions: dict[tuple[str, str], str]
+    predicted: dict[tuple[str, str], Any]
+
+    def asked(self, source: str, target: str) -> list[tuple[str, str]]:
+        """(gold answer, question) pairs of `source`, to be answered on `target`, one per
+        answer of `source` (so duplicated answers are asked twice)."""
+        return [(a, self.questions[(a, source)]) for a in self.answers.get(source, [])]
+
+
+def ask_questions(cands: list[str], refs: list[str], *, select_answers: SelectAnswers,
+                  generate_questions: GenerateQuestions, answer_questions: Callable,
+                  dedupe_answers: bool = True) -> AskedQuestions:
+    """Answer selection, QG and QA for every pair, both ways, each in one call.
+
+    Answers are selected in every distinct non-empty text (`dedupe_answers`: stripped,
+    empty ones dropped, repeats dropped, first kept; else kept exactly as given); a
+    question is generated once per distinct (answer, text); each question of one side is
+    answered on the other side, once per distinct (question, text), never on an empty text.
+    `answer_questions` may return any value per input (QuestEval-F1: the answer;
+    published QuestEval: (answer, answerability)).
+    """
+    # 1. answers of every distinct non-empty text
+    texts = list(dict.fromkeys(t for t in (*cands, *refs) if t.strip()))
+    found = _call_checked(select_answers, texts, "select_answers")
+    answers = {t: _dedupe_answers(a) if dedupe_answers else list(a) for t, a in zip(texts, found)}
+
+    # 2. one question per distinct (answer, text)
+    qg_inputs = list(dict.fromkeys((a, t) for t in texts for a in answers[t]))
+    questions = dict(zip(qg_inputs, _call_checked(generate_questions, qg_inputs,
+                                                   "generate_questions")))
+    unanswered = AskedQuestions(answers, questions, {})
+
+    # 3. one answer per distinct (question, other text)
+    directions = [(c, r) for c, r in zip(cands, refs)] + [(r, c) for c, r in zip(cands, refs)]
+    qa_inputs = list(dict.fromkeys(
+        (q, target) for source, target in directions if target.strip()
+        for _, q in unanswered.asked(source, target)))
+    predicted = dict(zip(qa_inputs, _call_checked(answer_questions, qa_inputs, "answer_questions")))
+    return AskedQuestions(answers, questions, predicted)
+
+
 def questeval_from_components(candidates: Sequence[str], references: Sequence[str], *,
                               select_answers: SelectAnswers,
                               generate_questions: GenerateQuestions,
@@ -178,39 +233,20 @@ def questeval_from_components(candidates: Sequence[str], references: Sequence[st
     if no_questions not in NO_QUESTIONS:
         raise ValueError(f"no_questions must be one of {NO_QUESTIONS}, got {no_questions!r}")
     n = len(cands)
-
-    # 1. answers of every distinct non-empty text
-    texts = list(dict.fromkeys(t for t in (*cands, *refs) if t.strip()))
-    found = _call_checked(select_answers, texts, "select_answers")
-    answers = {t: _dedupe_answers(a) for t, a in zip(texts, found)}
-
-    # 2. one question per distinct (answer, text)
-    qg_inputs = [(a, t) for t in texts for a in answers[t]]
-    questions = dict(zip(qg_inputs, _call_checked(generate_questions, qg_inputs,
-                                                   "generate_questions")))
-
-    # 3. one answer per distinct (question, other text)
-    def asked(source: str, target: str) -> list[tuple[str, str]]:
-        """(gold answer, question) pairs of `source`, to be answered on `target`."""
-        return [(a, questions[(a, source)]) for a in answers.get(source, [])]
-
-    directions = [(c, r) for c, r in zip(cands, refs)] + [(r, c) for c, r in zip(cands, refs)]
-    qa_inputs = list(dict.fromkeys(
-        (q, target) for source, target in directions if target.strip()
-        for _, q in asked(source, target)))
-    predicted = dict(zip(qa_inputs, _call_checked(answer_questions, qa_inputs,
-                                                  "answer_questions")))
+    asked = ask_questions(cands, refs, select_answers=select_answers,
+                          generate_questions=generate_questions,
+                          answer_questions=answer_questions)
 
     # 4. per-direction means
     empty = np.nan if no_questions == "nan" else 0.0
 
     def mean_score(source: str, target: str) -> float:
-        pairs = asked(source, target)
+        pairs = asked.asked(source, target)
         if not pairs:
             return empty
         if not target.strip():
             return 0.0
-        return float(np.mean([answer_score(predicted[(q, target)], gold, unanswerable)
+        return float(np.mean([answer_score(asked.predicted[(q, target)], gold, unanswerable)
                               for gold, q in pairs]))
 
     precision = np.array([mean_score(c, r) for c, r in zip(cands, refs)], dtype=np.float64)
@@ -256,11 +292,9 @@ def load_spacy(spacy_model: str = "en_core_web_sm"):
     return nlp
 
 
-def leading_sentences(doc, limit: int | None) -> str:
-    """The text of the first `limit` sentences of a spaCy doc, a sentence ending after
-    ".", "!" or "?" once a non-punctuation token follows (None: the whole text)."""
-    if limit is None:
-        return doc.text
+def _sentence_starts(doc) -> list[int]:
+    """Token index where each sentence starts: a sentence ends after ".", "!" or "?" once
+    a non-punctuation token follows (the public implementation's rule)."""
     starts = [0]
     ended = False
     for token in doc:
@@ -269,25 +303,55 @@ def leading_sentences(doc, limit: int | None) -> str:
             ended = False
         elif token.text in (".", "!", "?"):
             ended = True
+    return starts
+
+
+def leading_sentences(doc, limit: int | None) -> str:
+    """The text of the first `limit` sentences of a spaCy doc, a sentence ending after
+    ".", "!" or "?" once a non-punctuation token follows (None: the whole text)."""
+    if limit is None:
+        return doc.text
+    starts = _sentence_starts(doc)
     if len(starts) <= limit:
         return doc.text
     return doc[0:starts[limit]].text
 
 
+def sentence_texts(doc) -> list[str]:
+    """Each sentence's text (cut as `leading_sentences` cuts), without the whitespace
+    that follows it; none for an empty doc."""
+    if not len(doc):
+        return []
+    starts = _sentence_starts(doc)
+    return [doc[a:b].text for a, b in zip(starts, [*starts[1:], len(doc)])]
+
+
 class SpacyAnswerSelector:
     """`select_answers` from a spaCy pipeline: entities, then noun chunks, of the first
-    `limit_sent` sentences (deduplicated by the caller)."""
+    `limit_sent` sentences (deduplicated, or not, by the caller).
 
-    def __init__(self, nlp, limit_sent: int | None = 5):
+    The first sentences are the original text up to the cut (`join_sentences=False`,
+    QuestEval-F1) or, as the published QuestEval does, the sentence texts joined by one
+    space, which is also re-parsed when the text has no more than `limit_sent` sentences
+    (`join_sentences=True`); the two differ only where sentences are separated by other
+    whitespace than one space."""
+
+    def __init__(self, nlp, limit_sent: int | None = 5, *, join_sentences: bool = False):
         if limit_sent is not None and int(limit_sent) < 1:
             raise ValueError(f"limit_sent must be >= 1 or None, got {limit_sent}")
         self.nlp = nlp
         self.limit_sent = None if limit_sent is None else int(limit_sent)
+        self.join_sentences = bool(join_sentences)
+
+    def _first_sentences(self, doc) -> str:
+        if self.join_sentences:
+            return " ".join(sentence_texts(doc)[:self.limit_sent])
+        return leading_sentences(doc, self.limit_sent)
 
     def __call__(self, texts: list[str]) -> list[list[str]]:
         docs = list(self.nlp.pipe(texts))
         if self.limit_sent is not None:
-            cut = [leading_sentences(d, self.limit_sent) for d in docs]
+            cut = [self._first_sentences(d) for d in docs]
             redo = [i for i, (d, c) in enumerate(zip(docs, cut)) if c != d.text]
             for i, doc in zip(redo, self.nlp.pipe([cut[i] for i in redo])):
                 docs[i] = doc
@@ -325,9 +389,48 @@ class Seq2SeqGenerator:
         if self.special["decoder_start_token_id"] is None:
             raise ValueError(f"{self.location}: the model config has no decoder_start_token_id")
 
+    @property
+    def default_max_new_tokens(self) -> int:
+        """The length limit `generate` falls back to: what the checkpoint's own generation
+        settings allow (`max_length`, transformers' default 20), less the decoder start
+        token that `max_length` counted in the transformers the public QuestEval used."""
+        limit = getattr(getattr(self.model, "generation_config", None), "max_length", None)
+        return max(int(limit or 20) - 1, 1)
+
+    def first_token_id(self, text: str) -> int:
+        """The id of the first token of `text` (no special tokens added)."""
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        if not ids:
+            raise ValueError(f"{self.model_ref}: {text!r} has no tokens")
+        return int(ids[0])
+
     def generate(self, prompts: Sequence[str], *, batch_size: int = 16,
-                 max_source_length: int = 512, max_new_tokens: int = 32) -> list[str]:
-        """Greedy output text (special tokens removed, stripped) for each prompt."""
+                 max_source_length: int = 512, max_new_tokens: int | None = 32,
+                 clean_up_spaces: bool | None = None) -> list[str]:
+        """Greedy output text (special tokens removed, stripped) for each prompt.
+        `max_new_tokens=None`: `default_max_new_tokens`; `clean_up_spaces`: the
+        tokenizer's decoding clean-up (" ?" -> "?"...), None for its own default."""
+        texts, _ = self._generate(prompts, None, batch_size, max_source_length,
+                                  max_new_tokens, clean_up_spaces)
+        return texts
+
+    def generate_scored(self, prompts: Sequence[str], token_id: int, *, batch_size: int = 16,
+                        max_source_length: int = 512, max_new_tokens: int | None = 32,
+                        clean_up_spaces: bool | None = None) -> list[tuple[str, float]]:
+        """`generate`, each text with the probability (softmax of the first decoding
+        step's scores) that the model gave `token_id` as its first output token, read
+        from the same greedy pass."""
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        if not 0 <= int(token_id) < vocab:
+            raise ValueError(f"{self.model_ref}: token id {token_id} outside the vocabulary "
+                             f"(0..{vocab - 1})")
+        texts, probs = self._generate(prompts, int(token_id), batch_size, max_source_length,
+                                      max_new_tokens, clean_up_spaces)
+        return list(zip(texts, probs))
+
+    def _generate(self, prompts: Sequence[str], token_id: int | None, batch_size: int,
+                  max_source_length: int, max_new_tokens: int | None,
+                  clean_up_spaces: bool | None) -> tuple[list[str], list[float]]:
         import torch
         from transformers import GenerationConfig
 
@@ -335,12 +438,17 @@ class Seq2SeqGenerator:
 
         prompts = list(prompts)
         if not prompts:
-            return []
+            return [], []
         unique, inverse = dedupe(prompts)
         ids = self.tokenizer(unique, truncation=True, max_length=int(max_source_length))["input_ids"]
-        config = GenerationConfig(num_beams=1, do_sample=False,
-                                  max_new_tokens=int(max_new_tokens), **self.special)
+        scored = token_id is not None
+        limit = self.default_max_new_tokens if max_new_tokens is None else int(max_new_tokens)
+        config = GenerationConfig(num_beams=1, do_sample=False, max_new_tokens=limit,
+                                  output_scores=scored, return_dict_in_generate=scored,
+                                  **self.special)
+        decode = {} if clean_up_spaces is None else {"clean_up_tokenization_spaces": clean_up_spaces}
         out: list[str] = [""] * len(unique)
+        probs: list[float] = [float("nan")] * len(unique)
         for chunk in length_batches([len(x) for x in ids], int(batch_size)):
             batch = self.tokenizer.pad([{"input_ids": ids[i]} for i in chunk], padding=True,
                                        return_tensors="pt")
@@ -349,10 +457,15 @@ class Seq2SeqGenerator:
                     input_ids=batch["input_ids"].to(self.device),
                     attention_mask=batch["attention_mask"].to(self.device),
                     generation_config=config)
-            texts = self.tokenizer.batch_decode(generated, skip_special_tokens=True)
+            sequences = generated.sequences if scored else generated
+            texts = self.tokenizer.batch_decode(sequences, skip_special_tokens=True, **decode)
             for i, text in zip(chunk, texts):
                 out[i] = text.strip()
-        return [out[i] for i in inverse]
+            if scored:
+                first = torch.softmax(generated.scores[0].float(), dim=-1)[:, token_id]
+                for i, prob in zip(chunk, first.cpu().tolist()):
+                    probs[i] = float(prob)
+        return [out[i] for i in inverse], [probs[i] for i in inverse]
 
 
 def get_seq2seq_generator(location: str, device: str = "cpu") -> Seq2SeqGenerator:
@@ -387,6 +500,29 @@ def clear_questeval_cache() -> None:
         _SEQ2SEQ.clear()
 
 
+def check_seq2seq_options(batch_size: int, qg_template: str, qa_template: str) -> None:
+    """ValueError for a batch size below 1 or a template without its fields."""
+    if int(batch_size) < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    for name, template, fields in (("qg_template", qg_template, ("{answer}", "{context}")),
+                                   ("qa_template", qa_template, ("{question}", "{context}"))):
+        missing = [f for f in fields if f not in template]
+        if missing:
+            raise ValueError(f"{name} must contain {missing}: {template!r}")
+
+
+def model_question_generator(qg_location: str, device: str, qg_template: str,
+                             **options) -> GenerateQuestions:
+    """`generate_questions` from the T5 at `qg_location` (loaded on first call);
+    `options` go to `Seq2SeqGenerator.generate`."""
+    def generate_questions(pairs: list[tuple[str, str]]) -> list[str]:
+        model = get_seq2seq_generator(qg_location, device)
+        return model.generate([qg_template.format(answer=a, context=c) for a, c in pairs],
+                              **options)
+
+    return generate_questions
+
+
 def questeval_f1_scores(candidates: Sequence[str], references: Sequence[str], qg_location: str,
                      qa_location: str, *, spacy_model: str = "en_core_web_sm",
                      device: str = "cpu", batch_size: int = 16,
@@ -402,32 +538,21 @@ def questeval_f1_scores(candidates: Sequence[str], references: Sequence[str], qg
     `select_answers` replaces the spaCy answer selection when given.
     """
     cands, refs = _check_pairs(candidates, references)
-    if int(batch_size) < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    for name, template, fields in (("qg_template", qg_template, ("{answer}", "{context}")),
-                                   ("qa_template", qa_template, ("{question}", "{context}"))):
-        missing = [f for f in fields if f not in template]
-        if missing:
-            raise ValueError(f"{name} must contain {missing}: {template!r}")
+    check_seq2seq_options(batch_size, qg_template, qa_template)
     options = dict(batch_size=int(batch_size), max_source_length=max_source_length,
                    max_new_tokens=max_new_tokens)
     if select_answers is None:
         select_answers = SpacyAnswerSelector(load_spacy(spacy_model), limit_sent)
-
-    def generate_questions(pairs: list[tuple[str, str]]) -> list[str]:
-        model = get_seq2seq_generator(qg_location, device)
-        return model.generate([qg_template.format(answer=a, context=c) for a, c in pairs],
-                              **options)
 
     def answer_questions(pairs: list[tuple[str, str]]) -> list[str]:
         model = get_seq2seq_generator(qa_location, device)
         return model.generate([qa_template.format(question=q, context=c) for q, c in pairs],
                               **options)
 
-    return questeval_from_components(cands, refs, select_answers=select_answers,
-                                     generate_questions=generate_questions,
-                                     answer_questions=answer_questions,
-                                     unanswerable=unanswerable, no_questions=no_questions)
+    return questeval_from_components(
+        cands, refs, select_answers=select_answers,
+        generate_questions=model_question_generator(qg_location, device, qg_template, **options),
+        answer_questions=answer_questions, unanswerable=unanswerable, no_questions=no_questions)
 
 
 @register_metric(

@@ -24,7 +24,7 @@ METRIC_MODULES = (
     "rexeval.metrics.statement_level", "rexeval.metrics.st2exp", "rexeval.metrics.text_overlap",
     "rexeval.metrics.features", "rexeval.metrics.similarity", "rexeval.metrics.summac",
     "rexeval.metrics.alignment", "rexeval.metrics.learned", "rexeval.metrics.questeval",
-    "rexeval.metrics.ranking",
+    "rexeval.metrics.questeval_published", "rexeval.metrics.ranking",
 )
 """The modules whose import registers the built-in metrics (loaded when names are listed)."""
 

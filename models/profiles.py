@@ -49,6 +49,8 @@ class ModelSet(BaseModel):
     bleurt: str | None = Field(description="BLEURT regression model (Hugging Face format)")
     questeval_qg: str | None = Field(description="T5 question generator for QuestEval")
     questeval_qa: str | None = Field(description="T5 question answerer for QuestEval")
+    questeval_bertscore: str | None = Field(
+        description="encoder behind the published QuestEval's answer BERTScore")
     generator_lm: str | None = Field(description="pretrained causal LM behind PEPLER (GPT-2 in the paper)")
     generator_llm: str | None = Field(description="frozen LLM behind XRec (Llama-2-7b-chat in seed 000)")
 

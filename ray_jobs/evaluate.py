@@ -25,8 +25,9 @@ from rexeval.ray_jobs.common import config_option, llm_options, load_config, sum
 @click.option("--domain", help="Topic table used by --extract (default: none).")
 @click.option("--metrics", "metrics_", multiple=True,
               help="Families or metric names to run (default all): overlap, meteor, bertscore, sts, "
-                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval_f1, "
-                   "st2exp, corpus; or e.g. stent_p.")
+                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval "
+                   "(the published score), questeval_f1 (token-F1 variant), st2exp, corpus; "
+                   "or e.g. stent_p.")
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")

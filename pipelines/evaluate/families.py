@@ -273,8 +273,30 @@ class QuestEvalF1(Family):
         from rexeval.metrics.questeval import questeval_f1_scores
 
         got = questeval_f1_scores(*_texts(batch), self.ctx.locations["questeval_qg"],
-                                  self.ctx.locations["questeval_qa"], device=self.ctx.device)
+                                  self.ctx.locations["questeval_qa"], device=self.ctx.device,
+                                  spacy_model=self.ctx.refs.get("spacy") or "en_core_web_sm")
         return {m: got[m] for m in self.metrics()}, {}
+
+
+@register_family("questeval")
+class QuestEval(Family):
+    """The published QuestEval score (answerability, token F1 and BERTScore of the
+    answers, both directions averaged: see metrics/questeval_published.py)."""
+
+    roles = ("questeval_qg", "questeval_qa", "questeval_bertscore", "spacy")
+    batch_size = 64
+
+    def score(self, batch):
+        from rexeval.metrics.questeval_published import questeval, questeval_bertscore_layers
+
+        where = self.ctx.locations
+        layers = questeval_bertscore_layers(self.ctx.refs.get("questeval_bertscore"),
+                                            where["questeval_bertscore"])
+        got = questeval(*_texts(batch), where["questeval_qg"], where["questeval_qa"],
+                        where["questeval_bertscore"], bertscore_num_layers=layers,
+                        spacy_model=self.ctx.refs.get("spacy") or "en_core_web_sm",
+                        device=self.ctx.device)
+        return {"questeval": got}, {}
 
 
 @register_family("st2exp")

@@ -52,10 +52,11 @@ JOB = "evaluate"
 # ------------------------------------------------------------------ selection
 
 
-RENAMED = {"questeval": "questeval_f1", "questeval_p": "questeval_f1_p", "questeval_r": "questeval_f1_r"}
-RENAMED_WHY = ("rexeval's QuestEval scores answers by token F1 only, while the published QuestEval "
-               "also averages BERTScore and answerability, so it is not reported under the "
-               "published name (see metrics/questeval.py)")
+RENAMED = {"questeval_p": "questeval_f1_p", "questeval_r": "questeval_f1_r"}
+RENAMED_WHY = ("the published QuestEval (`questeval`) has no precision or recall: it averages its "
+               "two directions into one score. Precision and recall exist only in rexeval's "
+               "variant that scores answers by token F1 only (QuestEval-F1, see "
+               "metrics/questeval.py and metrics/questeval_published.py)")
 
 
 def select_families(names: list[str], skip: list[str]) -> list[str]:

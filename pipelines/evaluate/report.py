@@ -18,7 +18,7 @@ TABLES: list[tuple[str, list[tuple[str, str]]]] = [
       ("stcoh_p", "StCoh-P"), ("stcoh_r", "StCoh-R")]),
     ("Table V: standard NLI and QG-QA metrics",
      [("alignscore", "AlignScore"), ("summac_zs", "SummaC-ZS"), ("summac_conv", "SummaC-Conv"),
-      ("questeval_f1", "QuestEval-F1")]),
+      ("questeval", "QuestEval"), ("questeval_f1", "QuestEval-F1")]),
     ("Table VI: text similarity metrics",
      [("bertscore-p", "BERT-P"), ("bertscore-r", "BERT-R"), ("bertscore-f1", "BERT-F1"), ("sts", "STS"),
       ("bartscore", "BART"), ("bleurt", "BLEURT")]),

@@ -194,8 +194,10 @@ T5_CORPUS = [
 ] * 5
 
 
-def build_tiny_t5(folder: Path, *, seed: int) -> Path:
-    """Word-level tokenizer ($A </s>) + 2-layer T5, saved as an HF folder."""
+def build_tiny_t5(folder: Path, *, seed: int, initializer_factor: float = 5.0) -> Path:
+    """Word-level tokenizer ($A </s>) + 2-layer T5, saved as an HF folder. The large
+    default `initializer_factor` gives peaked outputs (distinct greedy texts); a small one
+    gives flat next-token distributions (probabilities far from 0 and 1)."""
     import torch
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration
@@ -213,7 +215,8 @@ def build_tiny_t5(folder: Path, *, seed: int) -> Path:
     torch.manual_seed(seed)
     config = T5Config(vocab_size=len(hf_tok), d_model=32, d_kv=8, d_ff=64, num_layers=2,
                       num_decoder_layers=2, num_heads=4, pad_token_id=0, eos_token_id=1,
-                      decoder_start_token_id=0, dropout_rate=0.0, initializer_factor=5.0)
+                      decoder_start_token_id=0, dropout_rate=0.0,
+                      initializer_factor=initializer_factor)
     model = T5ForConditionalGeneration(config)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
@@ -287,3 +290,257 @@ def test_end_to_end_tiny_t5(tiny_t5s, nlp):
     assert p[0] == out["questeval_f1_p"][0]
     with pytest.raises(ValueError, match="qa_template"):
         questeval_f1_scores(cands, refs, qg, qa, qa_template="{question}")
+
+
+# ------------------------------------------------- published QuestEval (metric `questeval`)
+
+H = "the strings sound bright and the case is cheap"
+R = "the cable is noisy"
+R_DUP = "the strings sound bright and the cable is noisy"
+NO_ANSWERS = "no nouns here"
+HUMS = "it hums"
+PUB_ANSWERS = {
+    H: ["the strings", "the case"],
+    R: ["the cable"],
+    R_DUP: ["the strings", "the cable", "the strings"],  # a duplicate, kept as published
+    NO_ANSWERS: [],
+    HUMS: [],
+}
+PUB_QA = {  # (question, context) -> (predicted answer, answerability)
+    ("Q[the strings]", R): ("strings", 0.9),
+    ("Q[the case]", R): ("unanswerable", 0.2),
+    ("Q[the cable]", H): ("the cable case", 0.6),
+    ("Q[the cable]", NO_ANSWERS): ("unanswerable", 0.1),
+    ("Q[the strings]", HUMS): ("bright strings", 0.8),
+    ("Q[the cable]", HUMS): ("the cable case", 0.6),
+}
+PUB_SIM = {  # (predicted, gold) -> BERTScore F1
+    ("strings", "the strings"): 1.02,       # a little above 1: clipped to 1
+    ("unanswerable", "the case"): -0.1,     # below 0: clipped to 0
+    ("the cable case", "the cable"): 0.7,
+    ("unanswerable", "the cable"): 0.3,
+    ("bright strings", "the strings"): 0.9,
+}
+
+
+class PublishedScript(Script):
+    """Scripted components for the published scoring; records every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.sim: list[list[tuple[str, str]]] = []
+
+    def select_answers(self, texts):
+        self.texts.append(list(texts))
+        return [PUB_ANSWERS[t] for t in texts]
+
+    def answer_questions(self, pairs):
+        self.qa.append(list(pairs))
+        return [PUB_QA[p] for p in pairs]
+
+    def answer_similarity(self, pairs):
+        self.sim.append(list(pairs))
+        return [PUB_SIM[p] for p in pairs]
+
+    def run(self, cands, refs, **kw):
+        from rexeval.metrics.questeval_published import questeval_published_from_components
+
+        return questeval_published_from_components(
+            cands, refs, select_answers=self.select_answers,
+            generate_questions=self.generate_questions,
+            answer_questions=self.answer_questions,
+            answer_similarity=self.answer_similarity, **kw)
+
+
+def test_published_golden_value_by_hand():
+    """Explanation H has two questions, reference R one.
+    R questioned with H's questions (2 questions, 6 values):
+      answerability 0.9, 0.2; BERTScore 1.02 -> 1, -0.1 -> 0; token F1 "strings" vs
+      "the strings" = 1, "unanswerable" vs "the case" = 0; mean = 3.1 / 6 = 31/60.
+    H questioned with R's question (1 question, 3 values):
+      answerability 0.6; BERTScore 0.7; token F1 "cable case" vs "cable" = P 1/2, R 1 ->
+      2/3; mean = (0.6 + 0.7 + 2/3) / 3 = 59/90.
+    questeval = arithmetic mean = (31/60 + 59/90) / 2 = (93 + 118) / 360 = 211/360."""
+    s = PublishedScript()
+    out = s.run([H, H], [R, R])  # the same pair twice
+    assert out.dtype == np.float64 and out.shape == (2,)
+    assert np.allclose(out, [211 / 360] * 2)
+    assert out[0] == pytest.approx(0.5861111)
+    # not the harmonic mean of the two directions (QuestEval-F1's combination)
+    p, r = 31 / 60, 59 / 90
+    assert out[0] != pytest.approx(2 * p * r / (p + r))
+    # every distinct text, question, QA input and answer pair computed once, in one call
+    assert s.texts == [[H, R]]
+    assert len(s.qa) == 1 and sorted(s.qa[0]) == sorted(
+        [("Q[the strings]", R), ("Q[the case]", R), ("Q[the cable]", H)])
+    assert len(s.sim) == 1 and sorted(s.sim[0]) == sorted(
+        [("strings", "the strings"), ("unanswerable", "the case"), ("the cable case", "the cable")])
+    # symmetric: swapping explanation and reference gives the same score
+    assert PublishedScript().run([R], [H])[0] == pytest.approx(211 / 360)
+
+
+def test_published_keeps_duplicate_answers():
+    """R_DUP has "the strings" twice: its question is asked (answered once) and counted
+    twice. HUMS has no answers, so that direction scores 0.
+    HUMS questioned with R_DUP's questions: answerability 0.8, 0.6, 0.8; BERTScore 0.9,
+    0.7, 0.9; token F1 "bright strings" vs "strings" 2/3 (twice), "cable case" vs "cable"
+    2/3; sum = 2.2 + 2.5 + 2 = 6.7 over 9 values. questeval = (6.7/9 + 0) / 2 = 67/180.
+    (Deduplicated it would be (0.8 + 0.6 + 0.9 + 0.7 + 4/3) / 6 / 2 = 13/36.)"""
+    s = PublishedScript()
+    out = s.run([HUMS], [R_DUP])
+    assert out[0] == pytest.approx(67 / 180)
+    assert sorted(s.qg[0]) == sorted([("the strings", R_DUP), ("the cable", R_DUP)])
+    assert sorted(s.qa[0]) == sorted([("Q[the strings]", HUMS), ("Q[the cable]", HUMS)])
+
+
+def test_published_empty_texts_and_no_questions():
+    """An empty (or blank) text on either side: 0 with no model call for that pair.
+    NO_ANSWERS has no questions: its direction scores 0; R's one question asked on it
+    gives answerability 0.1, BERTScore 0.3, token F1 0 -> 0.4 / 3; questeval = 0.4/3/2
+    = 1/15."""
+    s = PublishedScript()
+    out = s.run(["", "  ", NO_ANSWERS, H], [R, R, R, "\n"])
+    assert np.allclose(out, [0.0, 0.0, 1 / 15, 0.0])
+    assert s.texts == [[NO_ANSWERS, R]]  # the pairs with an empty side are not analysed
+    assert s.qa == [[("Q[the cable]", NO_ANSWERS)]]
+    assert PublishedScript().run([], []).shape == (0,)
+    assert np.array_equal(PublishedScript().run([NO_ANSWERS], [HUMS]), [0.0])
+
+
+def test_published_component_contract_checked():
+    from rexeval.metrics.questeval_published import questeval_published_from_components
+
+    s = PublishedScript()
+    with pytest.raises(TypeError, match=r"\(answer, answerability\) pairs"):
+        questeval_published_from_components(
+            [H], [R], select_answers=s.select_answers, generate_questions=s.generate_questions,
+            answer_questions=lambda pairs: ["strings"] * len(pairs),
+            answer_similarity=s.answer_similarity)
+    with pytest.raises(ValueError, match="answer_similarity returned 1 results for 3"):
+        questeval_published_from_components(
+            [H], [R], select_answers=s.select_answers, generate_questions=s.generate_questions,
+            answer_questions=s.answer_questions, answer_similarity=lambda pairs: [0.5])
+
+
+def test_published_registered_and_layer_lookup():
+    from rexeval.metrics.questeval_published import questeval_bertscore_layers
+
+    info = get_metric("questeval")
+    assert info.group == "questeval" and info.higher_is_better and info.kind == "per_example"
+    assert info.inputs == ("generated_explanations", "reference_explanations")
+    assert "published" in info.description
+    # bert-score's own table: layer 9 for the public encoder, looked up by name or folder
+    assert questeval_bertscore_layers(None, "bert-base-multilingual-cased") == 9
+    assert questeval_bertscore_layers("/models/x", "/cache/bert-base-multilingual-cased") == 9
+    with pytest.raises(ValueError, match="bertscore_num_layers"):
+        questeval_bertscore_layers("/models/unknown-encoder")
+
+
+def test_spacy_sentences_joined_as_published(nlp):
+    doc = nlp("One amp. Two cables! Three pedals? Four strings.")
+    assert qe.sentence_texts(doc) == ["One amp.", "Two cables!", "Three pedals?", "Four strings."]
+    assert qe.sentence_texts(nlp("")) == []
+    select = qe.SpacyAnswerSelector(nlp, limit_sent=1, join_sentences=True)
+    [answers] = select(["The strings from Fender sound bright. The case is cheap."])
+    assert "Fender" in answers and "the case" not in [a.lower() for a in answers]
+
+
+@pytest.fixture(scope="module")
+def flat_qa(tmp_path_factory) -> str:
+    """A tiny T5 whose first-step probabilities are neither ~0 nor ~1."""
+    return str(build_tiny_t5(tmp_path_factory.mktemp("flat-t5") / "qa", seed=3,
+                             initializer_factor=0.3))
+
+
+def test_answerability_is_one_minus_first_step_probability(flat_qa):
+    """generate_scored's probability = softmax of the logits of a direct forward pass with
+    only the decoder start token, at the token asked for; texts as `generate` gives."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    qa = flat_qa
+    gen = qe.get_seq2seq_generator(qa)
+    tok = AutoTokenizer.from_pretrained(qa)
+    model = AutoModelForSeq2SeqLM.from_pretrained(qa).eval()
+    token = gen.first_token_id("unanswerable")
+    assert token == tok.convert_tokens_to_ids("unanswerable") != tok.unk_token_id
+    prompts = [qe.QA_TEMPLATE.format(question="what sounds bright ?", context=T5_CORPUS[0]),
+               "the pedal",
+               qe.QA_TEMPLATE.format(question="the cable", context=T5_CORPUS[1] + " " + T5_CORPUS[3])]
+    one = gen.generate_scored(prompts, token, batch_size=1, max_new_tokens=4)
+    many = gen.generate_scored(prompts, token, batch_size=3, max_new_tokens=4)
+    assert [t for t, _ in one] == gen.generate(prompts, batch_size=2, max_new_tokens=4)
+    for prompt, (_, p_one), (_, p_many) in zip(prompts, one, many):
+        enc = tok(prompt, return_tensors="pt")
+        with torch.no_grad():
+            logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                           decoder_input_ids=torch.tensor([[model.config.decoder_start_token_id]])
+                           ).logits[0, -1]
+        expected = float(torch.softmax(logits.double(), dim=-1)[token])
+        assert 1e-3 < expected < 0.5  # a probability that tells something
+        assert p_one == pytest.approx(expected, rel=1e-4)
+        assert p_many == pytest.approx(expected, rel=1e-4)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        gen.generate_scored(prompts, 10 ** 6)
+    # max_new_tokens=None: the checkpoint sets no length, so transformers' 20 less the start
+    assert gen.default_max_new_tokens == 19
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory) -> str:
+    pytest.importorskip("bert_score")
+    from tests.doubles.tiny_encoders import build_tiny_bert
+
+    return str(build_tiny_bert(tmp_path_factory.mktemp("tiny-bert") / "model", 2))
+
+
+@pytest.mark.slow
+def test_published_end_to_end_tiny_models(tiny_t5s, tiny_bert, nlp):
+    """The full metric on tiny random models equals the scoring recomputed from parts
+    computed independently: greedy decoding by hand, answerability by a direct forward
+    pass, BERTScore through `metrics.similarity.bertscore`."""
+    import torch
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    from rexeval.metrics.questeval_published import questeval, questeval_published_from_components
+    from rexeval.metrics.similarity import bertscore
+
+    qg, qa = tiny_t5s  # a peaked QA model: its answers are words, so BERTScore has work
+    cands = ["The strings sound bright and the case is cheap.", "",
+             "The strings sound bright and the case is cheap."]
+    refs = ["The user would appreciate this product because the strings sound bright.",
+            "The cable is noisy.",
+            "The user would appreciate this product because the strings sound bright."]
+    kw = dict(bertscore_num_layers=2, batch_size=4, max_new_tokens=4)
+    out = questeval(cands, refs, qg, qa, tiny_bert, **kw)
+    assert out.shape == (3,) and out.dtype == np.float64
+    assert out[1] == 0.0 and out[0] == out[2] and 0.0 < out[0] <= 1.0
+    again = questeval(cands, refs, qg, qa, tiny_bert, **{**kw, "batch_size": 1})
+    assert np.allclose(out, again, atol=1e-6)
+
+    tok = AutoTokenizer.from_pretrained(qa)
+    model = AutoModelForSeq2SeqLM.from_pretrained(qa).eval()
+    token = tok.convert_tokens_to_ids("unanswerable")
+
+    def answer_by_hand(pairs):
+        got = []
+        for q, c in pairs:
+            prompt = qe.QA_TEMPLATE.format(question=q, context=c)
+            enc = tok(prompt, return_tensors="pt")
+            with torch.no_grad():
+                logits = model(**enc, decoder_input_ids=torch.tensor(
+                    [[model.config.decoder_start_token_id]])).logits[0, -1]
+            got.append((manual_greedy(qa, prompt, 4),
+                        1.0 - float(torch.softmax(logits.double(), -1)[token])))
+        return got
+
+    expected = questeval_published_from_components(
+        cands[:1], refs[:1],
+        select_answers=qe.SpacyAnswerSelector(nlp, 5, join_sentences=True),
+        generate_questions=lambda pairs: [manual_greedy(qg, qe.QG_TEMPLATE.format(
+            answer=a, context=c), 4) for a, c in pairs],
+        answer_questions=answer_by_hand,
+        answer_similarity=lambda pairs: bertscore([p for p, _ in pairs], [g for _, g in pairs],
+                                                  tiny_bert, 2)["bertscore_f1"])
+    assert out[0] == pytest.approx(expected[0], abs=1e-5)
+    assert 0.0 < expected[0] < 1.0

@@ -134,19 +134,28 @@ def test_select_families():
         select_families(["bleu5"], [])
 
 
-def test_questeval_is_only_available_under_its_f1_name():
-    """Our QuestEval scores answers by token F1 only, so the published metric's name is
-    refused with the reason, and the variant runs under questeval_f1."""
+def test_questeval_published_and_f1_variant_are_both_selectable():
+    """`questeval` is the published score (one value, no P/R); the token-F1 variant runs
+    under questeval_f1 with its P/R; questeval_p / questeval_r are refused with the reason."""
+    assert select_families(["questeval"], []) == ["questeval"]
     assert select_families(["questeval_f1"], []) == ["questeval_f1"]
     assert select_families(["questeval_f1_r"], []) == ["questeval_f1"]
-    for old in ("questeval", "questeval_p"):
-        with pytest.raises(ValueError, match=f"'{old}' is now 'questeval_f1.*token F1 only"):
+    assert {"questeval", "questeval_f1"} <= set(select_families(["all"], []))
+    assert select_families(["all"], ["questeval"]).count("questeval_f1") == 1
+    for old, new in (("questeval_p", "questeval_f1_p"), ("questeval_r", "questeval_f1_r")):
+        with pytest.raises(ValueError, match=f"'{old}' is now '{new}'.*no precision or recall"):
             select_families([old], [])
-    from rexeval.metrics.registry import METRICS
+    from rexeval.metrics.registry import METRICS, get_metric
+    from rexeval.pipelines.evaluate.families import FAMILIES
 
-    assert {"questeval_f1", "questeval_f1_p", "questeval_f1_r"} <= set(METRICS)
-    assert not {"questeval", "questeval_p", "questeval_r"} & set(METRICS)
+    assert {"questeval", "questeval_f1", "questeval_f1_p", "questeval_f1_r"} <= set(METRICS)
+    assert not {"questeval_p", "questeval_r"} & set(METRICS)
+    assert get_metric("questeval").group == "questeval" and get_metric("questeval").higher_is_better
+    assert FAMILIES["questeval"].metrics() == ("questeval",)
+    assert FAMILIES["questeval"].roles == ("questeval_qg", "questeval_qa", "questeval_bertscore",
+                                           "spacy")
+    assert FAMILIES["questeval_f1"].metrics() == ("questeval_f1", "questeval_f1_p", "questeval_f1_r")
     from rexeval.pipelines.evaluate.report import TABLES
 
     labels = dict(row for _, rows in TABLES for row in rows)
-    assert labels["questeval_f1"] == "QuestEval-F1" and "questeval" not in labels
+    assert labels["questeval"] == "QuestEval" and labels["questeval_f1"] == "QuestEval-F1"
