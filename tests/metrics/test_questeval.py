@@ -544,3 +544,29 @@ def test_published_end_to_end_tiny_models(tiny_t5s, tiny_bert, nlp):
                                                   tiny_bert, 2)["bertscore_f1"])
     assert out[0] == pytest.approx(expected[0], abs=1e-5)
     assert 0.0 < expected[0] < 1.0
+
+
+@pytest.mark.slow
+def test_evaluate_families_call_both_scores_with_the_profile_roles(tiny_t5s, tiny_bert, nlp, monkeypatch):
+    """The `questeval` and `questeval_f1` families of `rexeval evaluate` score a batch as the
+    metric functions do, with the roles' locations and the profile's spaCy reference."""
+    from rexeval.metrics import questeval_published as qp
+    from rexeval.pipelines.evaluate.families import FAMILIES, EvalContext
+
+    qg, qa = tiny_t5s
+    # bert-score knows layers by model name; the tiny BERT has two.
+    monkeypatch.setattr(qp, "questeval_bertscore_layers", lambda *names: 2)
+    ctx = EvalContext(locations={"questeval_qg": qg, "questeval_qa": qa, "questeval_bertscore": tiny_bert,
+                                 "spacy": "unused"},
+                      refs={"spacy": "en_core_web_sm", "questeval_bertscore": "tiny"})
+    batch = {"explanation": ["The strings sound bright.", ""],
+             "reference": ["The strings sound bright and the case is cheap.", "The cable is noisy."]}
+    got, counts = FAMILIES["questeval"](ctx).score(batch)
+    want = qp.questeval(batch["explanation"], batch["reference"], qg, qa, tiny_bert, bertscore_num_layers=2)
+    assert set(got) == {"questeval"} and counts == {}
+    assert np.allclose(got["questeval"], want, atol=1e-6) and got["questeval"][1] == 0.0
+    got_f1, _ = FAMILIES["questeval_f1"](ctx).score(batch)
+    want_f1 = questeval_f1_scores(batch["explanation"], batch["reference"], qg, qa)
+    assert set(got_f1) == {"questeval_f1", "questeval_f1_p", "questeval_f1_r"}
+    for key, values in want_f1.items():
+        assert np.allclose(got_f1[key], values, equal_nan=True)
