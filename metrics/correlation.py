@@ -28,21 +28,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from rexeval.metrics.registry import higher_is_better as registry_direction
+
 LEVELS = ("systems", "examples")
 ID_COLUMNS = ("dataset", "system", "example_id")
 COLUMNS = ("dataset", "over", "metric_a", "metric_b", "tau", "p", "n", "note")
 MIN_N = 3
 NAN = float("nan")
-
-
-def registry_direction(metric: str) -> bool:
-    """True when higher is better (the registry's word; True for unknown metrics)."""
-    from rexeval.metrics.registry import get_metric
-
-    try:
-        return get_metric(metric).higher_is_better
-    except KeyError:
-        return True
 
 
 def kendall_pair(x, y, min_n: int = MIN_N, unit: str = "rows") -> tuple[float, float, int, str | None]:

@@ -86,6 +86,15 @@ def get_metric(name: str) -> MetricInfo:
         raise KeyError(str(exc)) from None
 
 
+def higher_is_better(name: str) -> bool:
+    """The registry's direction for `name`; True for a metric it does not know (a user's
+    own column), as the results tables and the agreement tables both assume."""
+    try:
+        return get_metric(name).higher_is_better
+    except KeyError:
+        return True
+
+
 def list_metrics(kind: str | None = None) -> list[str]:
     """Sorted registered names, optionally only those of one kind."""
     if kind is not None and kind not in KINDS:

@@ -23,7 +23,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from rexeval.metrics.correlation import LEVELS, correlation_matrix, metric_correlations, registry_direction
+from rexeval.metrics.correlation import (
+    LEVELS,
+    correlation_matrix,
+    metric_correlations,
+    ordered_metrics,
+    registry_direction,
+)
 from rexeval.pipelines.core.io import read_table, write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES, SCORES
 
@@ -88,8 +94,7 @@ def write_metric_correlations(root: str | Path, dataset: str = "",
         old.unlink()
     drawn = 0
     for (ds, over), part in long.groupby(["dataset", "over"], sort=True):
-        metrics = list(dict.fromkeys([*part["metric_a"], *part["metric_b"]]))
-        metrics = [m for m in order if m in metrics] + [m for m in metrics if m not in order]
+        metrics = ordered_metrics([*part["metric_a"], *part["metric_b"]], order)
         drawn += plot_heatmap(part, metrics, root / f"{NAME}_{slug(ds)}_{over}.png", labels, ds, over)
     md = correlations_markdown(long, order, labels)
     write_bytes_atomic(root / f"{NAME}.md", md.encode())
@@ -122,8 +127,7 @@ def correlations_markdown(long: pd.DataFrame, order: list[str], labels: dict[str
         part = long[(long["dataset"] == ds) & (long["over"] == over)]
         if part.empty:
             continue
-        metrics = list(dict.fromkeys([*part["metric_a"], *part["metric_b"]]))
-        metrics = [m for m in order if m in metrics] + [m for m in metrics if m not in order]
+        metrics = ordered_metrics([*part["metric_a"], *part["metric_b"]], order)
         ns = part["n"]
         count = (f"{ns.max()} systems" if over == "systems" else
                  f"n = {ns.min()}–{ns.max()} (system, example) rows per pair" if ns.min() != ns.max()

@@ -7,6 +7,7 @@ import io
 import pandas as pd
 
 from rexeval.metrics.aggregate import format_results_table
+from rexeval.metrics.registry import higher_is_better
 
 # (title, [(metric, label)]): the seed's tables, in its order and naming.
 TABLES: list[tuple[str, list[tuple[str, str]]]] = [
@@ -30,15 +31,6 @@ TABLES: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-def _higher_is_better(metric: str) -> bool:
-    from rexeval.metrics.registry import get_metric
-
-    try:
-        return get_metric(metric).higher_is_better
-    except KeyError:  # a metric of the user's own, not registered: assume higher is better
-        return True
-
-
 def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None) -> str:
     """Every table that has at least one computed metric; best system per metric in
     bold, worst in italics (direction from the metric registry)."""
@@ -50,7 +42,7 @@ def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | 
         if not present:
             continue
         table = format_results_table(agg, dataset=dataset, metrics=present, systems=systems,
-                                     higher_is_better=_higher_is_better)
+                                     higher_is_better=higher_is_better)
         for m in present:
             table = table.replace(f"| {m} |", f"| {labels[m]} |", 1)
         out.append(f"### {title}\n\n{table}")

@@ -24,7 +24,8 @@ def reward_usage(run, model_id: str, prices: PriceTable | None = None, source: s
     `cost_usd` (None when the model has no gpu_hour price). On CPU the GPU-hours are 0
     and `cost_note` says the CPU seconds are not priced."""
     gpus = run.gpus
-    hours, _ = gpu_cost(run.seconds, gpus, None)
+    rate = None if prices is None else prices.gpu_hour_price(model_id)
+    hours, cost = gpu_cost(run.seconds, gpus, rate)
     out = {"kind": "GPU-hours", "model": model_id, "pairs": int(run.pairs), "scored": int(run.scored),
            "seconds": round(run.seconds, 3), "devices": run.devices, "gpus": gpus,
            "gpu_hours": None if hours is None else round(hours, 6)}
@@ -34,8 +35,6 @@ def reward_usage(run, model_id: str, prices: PriceTable | None = None, source: s
     elif gpus is None:
         notes.append("the scorer did not say which device it ran on: GPU-hours unknown")
     if prices is not None:
-        rate = prices.gpu_hour_price(model_id)
-        _, cost = gpu_cost(run.seconds, gpus, rate)
         out["gpu_hour_price"] = rate
         out["cost_usd"] = None if cost is None else round(cost, 6)
         if rate is None:
