@@ -34,6 +34,12 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def is_atomic_leftover(path: Path) -> bool:
+    """A temporary file of `write_bytes_atomic`/`write_parquet_atomic` that a killed run
+    never renamed into place (`.NAME.XXXX.tmp`): it holds no committed output."""
+    return path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp")
+
+
 def write_bytes_atomic(path: str | Path, data: bytes) -> None:
     """Write `data` to a temporary file beside `path`, fsync it, then rename it into place."""
     path = Path(path)
@@ -150,7 +156,9 @@ class ShardedOutput:
                     "folder or --overwrite to replace it")
             shutil.rmtree(self.root)
         elif manifest is None and self.root.exists() and any(self.root.iterdir()):
-            if not overwrite:
+            # Only a killed run's unrenamed temporary files (it died writing its first
+            # manifest) hold nothing committed: clear them without asking.
+            if not overwrite and not all(is_atomic_leftover(f) for f in self.root.iterdir()):
                 raise FileExistsError(f"{self.root} is not empty and has no rexeval manifest; "
                                       "use another output folder or --overwrite")
             shutil.rmtree(self.root)

@@ -1,5 +1,8 @@
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -90,3 +93,31 @@ def test_refuses_foreign_folder(tmp_path):
     with pytest.raises(FileExistsError, match="no rexeval manifest"):
         ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
     assert os.path.exists(tmp_path / "o" / "precious.txt")
+
+
+def test_a_run_killed_writing_its_first_manifest_resumes(tmp_path):
+    """SIGKILL between the manifest's temporary file and its rename (CI caught a study
+    killed there): the folder holds only `.manifest.json.XXXX.tmp`, and a re-run must
+    start, not call it a foreign folder."""
+    folder = tmp_path / "o"
+    killed = subprocess.run([sys.executable, "-c", (
+        "import os, signal\n"
+        "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from rexeval.pipelines.core.io import ShardedOutput\n"
+        f"ShardedOutput({str(folder)!r}, 'job', {{'a': 1}}, ['reviews']).open()\n")])
+    assert killed.returncode == -signal.SIGKILL
+    left = [p.name for p in folder.iterdir()]
+    assert len(left) == 1 and left[0].startswith(".manifest.json.") and left[0].endswith(".tmp")
+
+    out = ShardedOutput(folder, "job", {"a": 1}, ["reviews"]).open()
+    assert sorted(p.name for p in folder.iterdir()) == ["manifest.json"]
+    assert out.read_manifest()["status"] == "running"
+
+
+def test_a_leftover_beside_foreign_files_is_still_refused(tmp_path):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / ".manifest.json.ab12.tmp").write_text("{")
+    (tmp_path / "o" / "precious.txt").write_text("x")
+    with pytest.raises(FileExistsError, match="no rexeval manifest"):
+        ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
+    assert (tmp_path / "o" / "precious.txt").read_text() == "x"

@@ -264,6 +264,26 @@ def test_output_folder_guards_and_stale_errors(tmp_path):
         run_meta_evaluate(MetaEvaluateConfig(scores=str(clean), out=str(other)))
 
 
+def test_a_run_killed_before_its_report_is_taken_over(tmp_path):
+    """Killed between its tables and report.json (a study resumes such a stage): the
+    folder holds only this job's own files, so the re-run writes into it; one foreign
+    file beside them still stops it."""
+    src = write(tmp_path / "one.csv", ONE_TABLE)
+    first, table = run(tmp_path, scores=str(src), methods=["pearson"], bootstrap=0)
+    out = tmp_path / "out"
+    (out / "report.json").unlink()
+    (out / ".meta_evaluation.parquet.x1y2.tmp").write_bytes(b"PAR")
+    again, table2 = run(tmp_path, scores=str(src), methods=["pearson"], bootstrap=0)
+    pd.testing.assert_frame_equal(table, table2)
+    assert again["counts"] == first["counts"] and (out / "report.json").is_file()
+    assert not list(out.glob(".*.tmp"))
+    (out / "report.json").unlink()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not empty"):
+        run(tmp_path, scores=str(src), methods=["pearson"], bootstrap=0)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
 def test_random_baseline_is_seeded(tmp_path):
     src = write(tmp_path / "one.csv", ONE_TABLE)
     _, a = run(tmp_path, scores=str(src), random_baseline=True, methods=["pearson"], bootstrap=0)
