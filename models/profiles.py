@@ -58,7 +58,11 @@ class ModelSet(BaseModel):
 ROLES: dict[str, str] = {name: f.description or "" for name, f in ModelSet.model_fields.items()}
 """Every role a profile names, with what it is used for."""
 
-SETTINGS = ("llm_backend", "bertscore_num_layers")
+LAYER_SETTINGS = {"bertscore_num_layers": "bertscore_model",
+                  "questeval_bertscore_num_layers": "questeval_bertscore"}
+"""BERTScore layer settings and the role whose checkpoint each belongs to."""
+
+SETTINGS = ("llm_backend", *LAYER_SETTINGS)
 """Non-model profile values that can be overridden like roles."""
 
 
@@ -71,6 +75,7 @@ class Profile(BaseModel):
     description: str = ""
     llm_backend: Backend
     bertscore_num_layers: int | None = None
+    questeval_bertscore_num_layers: int | None = None
     models: ModelSet
     notes: dict[str, str] = Field(default_factory=dict)
     overridden: tuple[str, ...] = ()
@@ -133,9 +138,10 @@ def load_profile(name: str = "local", overrides: Mapping[str, str | None] | None
                  *, path: str | os.PathLike = PROFILES_FILE) -> Profile:
     """Load profile ``name`` and apply ``overrides`` ({role or setting: ref or None}).
 
-    Overriding ``bertscore_model`` without ``bertscore_num_layers`` resets the layer
-    count to None (bert-score's own default), since the profile's count belonged to its
-    own model.
+    Overriding ``bertscore_model`` without ``bertscore_num_layers`` (or
+    ``questeval_bertscore`` without ``questeval_bertscore_num_layers``) resets that layer
+    count to None (bert-score's own default for the new checkpoint), since the profile's
+    count belonged to its own model.
     """
     data = _read_profiles(str(path))
     if name not in data:
@@ -149,19 +155,20 @@ def load_profile(name: str = "local", overrides: Mapping[str, str | None] | None
             raw["models"][key] = _null(value)
         elif key == "llm_backend":
             raw["llm_backend"] = _null(value)
-        elif key == "bertscore_num_layers":
+        elif key in LAYER_SETTINGS:
             value = _null(value)
             try:
-                raw["bertscore_num_layers"] = None if value is None else int(value)
+                raw[key] = None if value is None else int(value)
             except ValueError:
-                raise ProfileError(f"bertscore_num_layers must be an integer, got {value!r}") from None
+                raise ProfileError(f"{key} must be an integer, got {value!r}") from None
         else:
             raise ProfileError(
                 f"unknown model role {key!r}; valid roles: {', '.join(ROLES)} "
                 f"(settings: {', '.join(SETTINGS)})"
             )
-    if "bertscore_model" in overrides and "bertscore_num_layers" not in overrides:
-        raw["bertscore_num_layers"] = None
+    for setting, role in LAYER_SETTINGS.items():
+        if role in overrides and setting not in overrides:
+            raw[setting] = None
 
     try:
         return Profile(name=name, overridden=tuple(overrides), **raw)

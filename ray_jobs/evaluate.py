@@ -69,6 +69,8 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
     (metric_correlations.parquet/.csv/.md and one heat map PNG per level). Metrics whose model
     the profile lacks are skipped, never replaced: the local profile has no NLI model,
     so pass one with --model nli=/path/to/nli-checkpoint for StEnt/StCoh/SummaC.
+    The BERTScore layers are profile settings that --model overrides too, e.g.
+    --model bertscore_num_layers=17 or --model questeval_bertscore_num_layers=9.
     Re-running the same command resumes where it stopped.
 
     Examples:

@@ -59,7 +59,8 @@ def list_cmd(profiles: tuple[str, ...], overrides: tuple[str, ...], cache_dir: s
     for name in profiles or tuple(available_profiles()):
         prof = _load(name, overrides)
         click.echo(f"profile {prof.name}  (llm backend: {prof.llm_backend}, "
-                   f"bertscore layers: {prof.bertscore_num_layers})")
+                   f"bertscore layers: {prof.bertscore_num_layers}, "
+                   f"questeval bertscore layers: {prof.questeval_bertscore_num_layers})")
         if prof.description:
             click.echo(f"  {prof.description}")
         for role, ref in prof.roles().items():

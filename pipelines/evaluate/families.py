@@ -30,6 +30,7 @@ class EvalContext:
     locations: dict[str, str] = field(default_factory=dict)  # role -> resolved location
     refs: dict[str, str] = field(default_factory=dict)  # role -> reference as given
     bertscore_num_layers: int | None = None
+    questeval_bertscore_num_layers: int | None = None  # None: bert-score's default for the checkpoint's name
     device: str = "cpu"
     empty: str = "skip"
     unparseable: str = "zero"
@@ -290,8 +291,8 @@ class QuestEval(Family):
         from rexeval.metrics.questeval_published import questeval, questeval_bertscore_layers
 
         where = self.ctx.locations
-        layers = questeval_bertscore_layers(self.ctx.refs.get("questeval_bertscore"),
-                                            where["questeval_bertscore"])
+        layers = self.ctx.questeval_bertscore_num_layers or questeval_bertscore_layers(
+            self.ctx.refs.get("questeval_bertscore"), where["questeval_bertscore"])
         got = questeval(*_texts(batch), where["questeval_qg"], where["questeval_qa"],
                         where["questeval_bertscore"], bertscore_num_layers=layers,
                         spacy_model=self.ctx.refs.get("spacy") or "en_core_web_sm",

@@ -290,6 +290,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     from rexeval.models.encoders.embedder import resolve_device
 
     ctx = EvalContext(locations=locations, refs=refs, bertscore_num_layers=profile.bertscore_num_layers,
+                      questeval_bertscore_num_layers=profile.questeval_bertscore_num_layers,
                       device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
                       nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm)
     service = NLIService(cfg, profile, progress)
@@ -356,7 +357,8 @@ def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows
             "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
             "models": {r: ctx.refs.get(r) for r in cls.roles},
             "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,
-            "bertscore_num_layers": ctx.bertscore_num_layers if cls.name == "bertscore" else None,
+            "bertscore_num_layers": {"bertscore": ctx.bertscore_num_layers,
+                                     "questeval": ctx.questeval_bertscore_num_layers}.get(cls.name),
             "nli_scorer": cfg.nli_scorer if cls.uses_nli else None,
             "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
 

@@ -570,3 +570,19 @@ def test_evaluate_families_call_both_scores_with_the_profile_roles(tiny_t5s, tin
     assert set(got_f1) == {"questeval_f1", "questeval_f1_p", "questeval_f1_r"}
     for key, values in want_f1.items():
         assert np.allclose(got_f1[key], values, equal_nan=True)
+
+
+def test_the_evaluate_family_takes_the_profile_layer_before_the_name_lookup(monkeypatch):
+    """`questeval_bertscore_num_layers` (a profile setting) decides the answer BERTScore's
+    layer; unset, bert-score's default for the checkpoint's name does."""
+    from rexeval.metrics import questeval_published as qp
+    from rexeval.pipelines.evaluate.families import FAMILIES, EvalContext
+
+    seen = []
+    monkeypatch.setattr(qp, "questeval", lambda *a, bertscore_num_layers, **kw: seen.append(
+        bertscore_num_layers) or [0.5] * len(a[0]))
+    where = {"questeval_qg": "/qg", "questeval_qa": "/qa", "questeval_bertscore": "/m/bert-base-multilingual-cased"}
+    batch = {"explanation": ["a"], "reference": ["b"]}
+    FAMILIES["questeval"](EvalContext(locations=where, questeval_bertscore_num_layers=4)).score(batch)
+    FAMILIES["questeval"](EvalContext(locations=where)).score(batch)
+    assert seen == [4, 9]

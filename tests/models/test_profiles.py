@@ -99,3 +99,16 @@ def test_parse_overrides():
 def test_parse_overrides_errors(bad, match):
     with pytest.raises(ProfileError, match=match):
         parse_overrides(bad)
+
+
+def test_questeval_bertscore_layer_is_a_setting_reset_with_its_checkpoint():
+    assert load_profile("paper").questeval_bertscore_num_layers == 9  # published QuestEval's layer
+    assert load_profile("local").questeval_bertscore_num_layers is None
+    p = load_profile("paper", {"questeval_bertscore": "/ckpt/other-bert"})
+    assert p.questeval_bertscore_num_layers is None  # layer 9 belonged to the paper's checkpoint
+    assert p.bertscore_num_layers == 17  # the other layer setting is untouched
+    p = load_profile("local", {"questeval_bertscore": "/ckpt/bert", "questeval_bertscore_num_layers": "4"})
+    assert p.questeval_bertscore_num_layers == 4
+    assert load_profile("paper", {"questeval_bertscore_num_layers": "none"}).questeval_bertscore_num_layers is None
+    with pytest.raises(ProfileError, match="questeval_bertscore_num_layers must be an integer"):
+        load_profile("paper", {"questeval_bertscore_num_layers": "nine"})
