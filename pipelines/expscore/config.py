@@ -30,10 +30,18 @@ class ExpScoreInputs(BaseModel):
     max_reviews_per_item: int = Field(50, ge=1)
     profile: str = "local"
     embedder: str | None = Field(None, description=f"sentence encoder (default: the profile's {ENCODER_ROLE})")
+    models: dict[str, str | None] = Field(default_factory=dict,
+                                          description="profile role overrides (a study's `models:`)")
     device: str = "auto"
     ray: Literal["auto", "always", "never"] = "auto"
     ray_min_rows: int = Field(20000, ge=1)
     batch_size: int = Field(512, ge=1)
+
+
+    def recorded(self) -> dict:
+        """The settings a job folder is keyed by; `models` only when given, so folders
+        written before the field existed keep their hash."""
+        return self.model_dump(exclude=set() if self.models else {"models"})
 
 
 class ExpScoreTrainConfig(ExpScoreInputs):

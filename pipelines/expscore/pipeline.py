@@ -214,7 +214,7 @@ def _encoder_ref(cfg: ExpScoreInputs) -> str:
         return cfg.embedder
     from rexeval.models.profiles import load_profile
 
-    return load_profile(cfg.profile).require(ENCODER_ROLE)
+    return load_profile(cfg.profile, cfg.models).require(ENCODER_ROLE)
 
 
 def _factor_rows(rows: list[dict], values: pd.DataFrame, keep: list[int]) -> tuple[list[dict], pd.DataFrame]:
@@ -242,7 +242,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         first = "; ".join(f"{e['source']} row {e['line']}: {e['message']}" for e in errors[:3])
         raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations"
                          + (f" (first problems: {first})" if first else ""))
-    job = ShardedOutput(out, "expscore-train", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
+    job = ShardedOutput(out, "expscore-train", cfg.recorded(), tables=[]).open(overwrite=overwrite)
     unavailable: dict[str, str] = {}
     close: Callable[[], None] = _nothing_to_close
     if grammar is None:
@@ -348,7 +348,7 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
     if "FA" in needed and not has_features:
         raise ValueError(f"the model uses feature appearance (FA) but the inputs have no "
                          f"{cfg.features_column!r} column")
-    job = ShardedOutput(out, "expscore-score", cfg.model_dump(), tables=[]).open(overwrite=overwrite)
+    job = ShardedOutput(out, "expscore-score", cfg.recorded(), tables=[]).open(overwrite=overwrite)
     close: Callable[[], None] = _nothing_to_close
     if "GC" in needed and grammar is None:
         grammar, _, close = open_grammar_checker(cfg.languagetool, cfg.language)

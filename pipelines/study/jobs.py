@@ -82,10 +82,17 @@ from rexeval.pipelines.evaluate.config import EvaluateConfig  # noqa: E402
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig  # noqa: E402
 from rexeval.pipelines.judge.winrate import WinrateConfig  # noqa: E402
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig  # noqa: E402
+from rexeval.pipelines.expscore.config import ENCODER_ROLE, ExpScoreScoreConfig, ExpScoreTrainConfig  # noqa: E402
 
 
 def _llm(role: str) -> Callable[[Any], list[str]]:
     return lambda cfg: [] if getattr(cfg, "backend", None) == "openai" else [role]
+
+
+def _expscore_roles(cfg) -> list[str]:
+    """ExpScore's relevance factor encodes with the profile's sentence encoder unless the
+    settings name one (`embedder`)."""
+    return [] if cfg.embedder else [ENCODER_ROLE]
 
 
 # Jobs whose run function takes (cfg, [overwrite,] progress): name, settings, function,
@@ -122,6 +129,10 @@ for _name, _config, _target, _roles, _what in [
      "win rates, Table 4, Figure 5 (`rexeval judge winrate`)"),
     ("meta_evaluate", MetaEvaluateConfig, "meta_evaluate.pipeline:run_meta_evaluate", None,
      "agreement with humans (`rexeval meta-evaluate`)"),
+    ("expscore_train", ExpScoreTrainConfig, "expscore.pipeline:run_train", _expscore_roles,
+     "seed 003's ExpScore heads trained on human ratings (`rexeval expscore train`)"),
+    ("expscore_score", ExpScoreScoreConfig, "expscore.pipeline:run_score", _expscore_roles,
+     "explanations scored with a trained ExpScore model (`rexeval expscore score`)"),
 ]:
     add_study_job(_name, _config, P + _target, roles=_roles, description=_what)
 

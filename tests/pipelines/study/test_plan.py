@@ -150,11 +150,12 @@ def test_shipped_studies_are_valid(tmp_path, monkeypatch):
     monkeypatch.setenv("REXEVAL_DATA", str(tmp_path / "data"))
     monkeypatch.setenv("REXEVAL_SHARED", str(tmp_path / "shared"))
     shipped = sorted((REPO / "studies").glob("*.yaml"))
-    assert {f.name for f in shipped} >= {"local.yaml", "seed000.yaml", "seed002.yaml", "seed004.yaml"}
+    assert {f.name for f in shipped} >= {"local.yaml", "seed000.yaml", "seed002.yaml", "seed003.yaml", "seed004.yaml"}
     for f in shipped:
         study = load_study(f)
         for ds in study.datasets.values():
-            for p in ds.inputs + ds.meta:
+            paths = [v for v in ds.vars.values() if isinstance(v, str) and v.startswith(str(tmp_path))]
+            for p in ds.inputs + ds.meta + paths:
                 if Path(p).is_relative_to(tmp_path):
                     Path(p).parent.mkdir(parents=True, exist_ok=True)
                     Path(p).touch()
@@ -178,3 +179,37 @@ def test_vars_set_and_when_turn_stages_and_their_readers_off(tmp_path):
         load_study(f, {"lmm": False})
     data["stages"]["split"]["with"]["min_interactions"] = "{vars.nope}"
     assert "{vars.nope}: no var 'nope'" in problems(tmp_path, data)
+
+
+def test_expscore_stages_get_the_study_models_and_need_an_encoder(tmp_path):
+    """ExpScore's relevance factor needs the `sts` encoder: a study's `models:` reaches the
+    job (so its override is the encoder used), and a profile without one is refused
+    before anything runs unless `embedder:` names one."""
+    from rexeval.pipelines.expscore.pipeline import _encoder_ref
+    from rexeval.pipelines.study.jobs import build_config
+
+    rated = {"inputs": [str(SAMPLE / "reviews.jsonl")], "reviews": "{ingest}"}
+    data = study_dict(expscore={"job": "expscore_train", "datasets": ["a"], "with": rated})
+    data["models"] = {"sts": "/models/my-encoder"}
+    plan = plan_of(tmp_path, data)
+    inst = plan.instances["expscore@a"]
+    assert inst.settings["models"] == {"sts": "/models/my-encoder"} and inst.deps == {"ingest@a"}
+    assert _encoder_ref(build_config(inst.job, inst.settings)) == "/models/my-encoder"
+    data["models"] = {"sts": None}
+    assert "job expscore_train needs a 'sts' model" in problems(tmp_path, data)
+    data["stages"]["expscore"]["with"] = {**rated, "embedder": "/models/other"}
+    assert plan_of(tmp_path, data).instances["expscore@a"].job.name == "expscore_train"
+
+
+def test_expscore_folder_key_is_unchanged_without_models():
+    """`models` joined ExpScore's settings later: without it, a job folder's settings (and
+    so its hash) are what they were, so existing outputs are not refused."""
+    from rexeval.pipelines.expscore.config import ExpScoreTrainConfig
+
+    cfg = ExpScoreTrainConfig(inputs=["r.jsonl"], out="o", reviews="rev")
+    before = {"batch_size", "device", "embedder", "features_column", "head", "id_column", "inputs", "item_column",
+              "l2", "language", "languagetool", "lr", "max_epochs", "max_reviews_per_item", "out", "patience",
+              "profile", "rating_column", "rating_max", "rating_min", "ray", "ray_min_rows", "repetition_n",
+              "reviews", "reviews_column", "seed", "test_fraction", "text_column"}  # the fields of 0bb0a88
+    assert set(cfg.recorded()) == before
+    assert ExpScoreTrainConfig(inputs=["r.jsonl"], out="o", models={"sts": "/e"}).recorded()["models"] == {"sts": "/e"}

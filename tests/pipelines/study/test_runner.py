@@ -224,3 +224,38 @@ def test_the_shipped_local_study_runs_then_has_nothing_to_do(tmp_path, shared_cs
     paths = write_report(report, tmp_path / "local" / "report")
     md = paths["md"].read_text()
     assert "Table II" in md and "Table 3" in md and "| mi |" in md
+
+
+@pytest.mark.slow
+def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
+    """Seed 003 in a study: ExpScore trained on rated explanations (the sample reviews'
+    summary lines, rated with their stars), then a second stage scores the review texts
+    with the trained model through `{train}/model`; the study report shows both."""
+    from rexeval.pipelines.study.report import build_report, write_report
+
+    data = tiny_study()
+    del data["stages"]["extract"], data["stages"]["stats"], data["stages"]["split"]
+    common = {"inputs": [str(SAMPLE / "reviews.jsonl")], "reviews": "{ingest}", "item_column": "asin",
+              "rating_column": "overall", "max_reviews_per_item": 5, "ray": "never"}
+    data["stages"]["train"] = {"job": "expscore_train", "with": {
+        **common, "text_column": "summary", "head": "linear", "max_epochs": 300}}
+    data["stages"]["score"] = {"job": "expscore_score", "with": {
+        **common, "text_column": "reviewText", "model": "{train}/model"}}
+    plan = plan_of(tmp_path, data)
+    assert plan.instances["score@sample"].deps == {"train@sample", "ingest@sample"}
+    got = run_study(plan, progress=lambda _: None)
+    assert got["failed"] == {} and sorted(got["ran"]) == ["ingest@sample", "score@sample", "train@sample"]
+
+    out = tmp_path / "out" / "sample"
+    trained = json.loads((out / "train" / "report.json").read_text())
+    assert trained["counts"]["rows_in"] == 305 and list(trained["heads"]) == ["linear"]
+    assert "GC" in trained["unavailable"]  # no LanguageTool here: trained without it, and said so
+    scored = pq.read_table(out / "score" / "scores.parquet").to_pandas()
+    assert len(scored) + json.loads((out / "score" / "report.json").read_text())["counts"]["errors"] == 305
+    assert scored["expscore_linear"].notna().all()
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    assert state["train@sample"]["summary"]["train"] == trained["counts"]["train"]
+
+    md = write_report(build_report(tmp_path / "out"), tmp_path / "out" / "report")["md"].read_text()
+    assert "ExpScore training (seed 003)" in md and "ExpScore scores (seed 003)" in md
+    assert "ExpScore against human ratings" in md
