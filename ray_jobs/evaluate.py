@@ -51,13 +51,17 @@ from rexeval.ray_jobs.common import config_option, llm_options, load_config, sum
 @click.option("--chunk-size", type=int, help="Examples per shard, the unit of resume (default 512).")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95%% interval (0: none).")
 @click.option("--dataset", help="Dataset name shown in the tables.")
+@click.option("--task", type=click.Choice(["auto", "explanation", "review"]),
+              help="What the references are: explanations (seed 000 Tables III-VI) or the reviews (review "
+                   "generation: its Table VII). Default auto: review when every `generate run` folder given was "
+                   "trained with --target review and no --references are given.")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made from other inputs.")
 @llm_options
 @config_option
 @user_errors
 def evaluate_cmd(explanations, out, references, statements, extract, domain, metrics_, skip, systems, limit,
                  empty, unparseable, nli_service, nli_scorer, nli_replicas, nli_gpus, serve_port, device, chunk_size,
-                 bootstrap, dataset, overwrite, config_file, llm):
+                 bootstrap, dataset, task, overwrite, config_file, llm):
     """Score generated explanations against ground truth with seed 000's metrics.
 
     EXPLANATIONS are tables of explanations (example_id, system, user_id, item_id,
@@ -80,6 +84,8 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
 
       rexeval evaluate runs/gen --references runs/gt --extract --model nli=/models/deberta-large-mnli
       --skip st2exp --out runs/eval
+
+      rexeval evaluate runs/nrt-review-test --metrics bertscore --metrics sts --out runs/eval-review
     """
     started = time.time()
     cfg = load_config(EvaluateConfig, config_file, explanations=list(explanations) or None, out=out,
@@ -88,7 +94,7 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
                       unparseable=unparseable, nli_service=nli_service, nli_scorer=nli_scorer,
                       nli_replicas=nli_replicas,
                       nli_gpus=nli_gpus, serve_port=serve_port, device=device, chunk_size=chunk_size,
-                      bootstrap=bootstrap, dataset=dataset, **llm)
+                      bootstrap=bootstrap, dataset=dataset, task=task, **llm)
     init_ray()
     report = run_evaluate(cfg, overwrite=overwrite, progress=click.echo)
     print_report(report)

@@ -39,3 +39,8 @@ class EvaluateConfig(LLMJobSettings):
     confidence: float = Field(0.95, gt=0, lt=1)
     seed: int = 0
     dataset: str = ""
+    task: Literal["auto", "explanation", "review"] = Field(
+        "auto", description="what the references are: ground-truth explanations (seed 000 Tables III-VI) or "
+                            "the reviews themselves (review generation, Table VII); auto: review when every "
+                            "`generate run` folder among the explanations was trained on the review text and "
+                            "no --references are given")

@@ -61,6 +61,25 @@ def read_explanations(paths: Sequence[str | Path]) -> pa.Table:
     return pa.concat_tables(parts)
 
 
+def reference_kind(paths: Sequence[str | Path]) -> str | None:
+    """What the explanations' own `reference` column holds, from the manifests of the
+    `rexeval generate run` folders among `paths`: "review" (generators trained on the
+    review text, seed 000 Table VII), "explanation", or None when no input says. Inputs
+    that say different things are refused: their systems would be scored against
+    different kinds of reference in one table."""
+    said: dict[str, list[str]] = {}
+    for p in paths:
+        manifest = Path(p) / "manifest.json"
+        if Path(p).is_dir() and manifest.is_file():
+            target = json.loads(manifest.read_text()).get("target")
+            if target:
+                said.setdefault(str(target), []).append(str(p))
+    if len(said) > 1:
+        raise ValueError("the explanations were generated for different targets (" + "; ".join(
+            f"{t}: {', '.join(ps)}" for t, ps in sorted(said.items())) + "); evaluate each target in its own run")
+    return next(iter(said), None)
+
+
 def read_references(path: str | Path) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[str]]]:
     """(reference text, reference sentences, reference topics) by example id, from a
     ground-truth job folder."""

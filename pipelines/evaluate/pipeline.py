@@ -39,6 +39,7 @@ from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
     read_explanations,
+    reference_kind,
     systems_of,
 )
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
@@ -216,6 +217,16 @@ class NLIService:
         self.lease.release()
 
 
+def evaluation_task(cfg: EvaluateConfig) -> str:
+    """"review" (seed 000's Table VII: generators trained on the reviews, scored against
+    them) or "explanation" (Tables III-VI); see `EvaluateConfig.task`."""
+    if cfg.task != "auto":
+        return cfg.task
+    if cfg.references:  # a ground truth: the references are explanations
+        return "explanation"
+    return reference_kind(cfg.explanations) or "explanation"
+
+
 def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
                  progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (resuming) and return its report."""
@@ -226,6 +237,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     profile = load_profile(cfg.profile, cfg.models)
     root = Path(cfg.out)
     explanations = read_explanations(cfg.explanations)
+    task = evaluation_task(cfg)
     conf = {"explanations": _file_info(cfg.explanations),
             "references": _file_info([cfg.references]) if cfg.references else None,
             "statements": _file_info(cfg.statements), "extract": cfg.extract, "domain": cfg.domain,
@@ -252,6 +264,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     systems = systems_of(examples)
     progress(f"evaluate: {examples.num_rows} example(s) of {len(systems)} system(s) "
              f"({', '.join(systems)}); {errors.num_rows} error row(s) -> {root}")
+    if task == "review":
+        progress("  references: the reviews themselves (review generation): text similarity is seed 000's Table VII")
 
     families = select_families(cfg.metrics, cfg.skip)
     gaps = statement_gaps(examples)
@@ -331,11 +345,11 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     write_parquet_atomic(root / "aggregates.parquet", agg_table)
     from rexeval.pipelines.evaluate.report import plot_stent_bin, results_csv, results_markdown
 
-    md = results_markdown(agg, dataset=cfg.dataset, systems=systems)
+    md = results_markdown(agg, dataset=cfg.dataset, systems=systems, task=task)
     (root / "tables.md").write_text(md)
-    (root / "tables.csv").write_text(results_csv(agg))
+    (root / "tables.csv").write_text(results_csv(agg, task=task))
     plot_stent_bin(agg, root / "figure2.png", dataset=cfg.dataset, systems=systems)
-    report = {"counts": {**counts, "scores": scores.num_rows},
+    report = {"counts": {**counts, "scores": scores.num_rows}, "task": task,
               "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
               "family_counts": family_counts, "nli_service": ctx.nli_service,
               "models": refs, "elapsed_s": round(time.time() - t0, 2)}

@@ -1,5 +1,6 @@
-"""Seed 000's results tables (III-VI, plus the n-gram and feature metrics) from the
-aggregates of `rexeval evaluate`, as Markdown and CSV, and its Figure 2 (StEnt-bin)."""
+"""Seed 000's results tables (III-VI, plus the n-gram and feature metrics; VII when the
+references are the reviews) from the aggregates of `rexeval evaluate`, as Markdown and
+CSV, and its Figure 2 (StEnt-bin)."""
 from __future__ import annotations
 
 import io
@@ -31,13 +32,26 @@ TABLES: list[tuple[str, list[tuple[str, str]]]] = [
 ]
 
 
-def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None) -> str:
+SIMILARITY_TABLE = "Table VI: text similarity metrics"
+REVIEW_TABLE = "Table VII: text similarity metrics on review generation"
+
+
+def tables_for(task: str = "explanation") -> list[tuple[str, list[tuple[str, str]]]]:
+    """The seed's tables for `task`: on review generation (references = the reviews) the
+    text similarity metrics are its Table VII, not Table VI."""
+    if task != "review":
+        return TABLES
+    return [(REVIEW_TABLE if title == SIMILARITY_TABLE else title, rows) for title, rows in TABLES]
+
+
+def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None,
+                     task: str = "explanation") -> str:
     """Every table that has at least one computed metric; best system per metric in
     bold, worst in italics (direction from the metric registry)."""
     systems = systems or sorted(agg["system"].unique())
     labels = {m: lab for _, rows in TABLES for m, lab in rows}
     out = []
-    for title, rows in TABLES:
+    for title, rows in tables_for(task):
         present = [m for m, _ in rows if m in set(agg["metric"])]
         if not present:
             continue
@@ -49,9 +63,10 @@ def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | 
     return "\n".join(out)
 
 
-def results_csv(agg: pd.DataFrame) -> str:
+def results_csv(agg: pd.DataFrame, task: str = "explanation") -> str:
     """One row per (table, metric, system) with mean, std, n, n_missing and the interval."""
-    order = {m: (i, j, lab, title) for i, (title, rows) in enumerate(TABLES) for j, (m, lab) in enumerate(rows)}
+    order = {m: (i, j, lab, title) for i, (title, rows) in enumerate(tables_for(task))
+             for j, (m, lab) in enumerate(rows)}
     rows = []
     for r in agg.to_dict("records"):
         i, j, label, title = order.get(r["metric"], (len(TABLES), 0, r["metric"], "other"))

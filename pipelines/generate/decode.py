@@ -178,7 +178,9 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     if cfg.limit is None:
         write_parquet_atomic(Path(cfg.out) / "errors" / "no-target.parquet", missing)
     ratings = read_ratings(cfg.out)
-    extra = {"system": system, "split": cfg.split, "seconds": round(time.time() - t0, 2)}
+    # `target` tells `rexeval evaluate` what the references are (review: seed 000 Table VII).
+    extra = {"system": system, "split": cfg.split, "target": data.index.get("target"),
+             "seconds": round(time.time() - t0, 2)}
     if ratings.num_rows:
         diff = pc.subtract(ratings.column("predicted_rating").cast(pa.float64()),
                            ratings.column("rating").cast(pa.float64()))

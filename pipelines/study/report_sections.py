@@ -126,7 +126,7 @@ def _evaluate_correlations(b: Builder, inst: Instance, sec: Section) -> None:
 
 
 def section_evaluate(b: Builder, inst: Instance) -> Section:
-    from rexeval.pipelines.evaluate.report import TABLES
+    from rexeval.pipelines.evaluate.report import tables_for
 
     sec = Section(b.key("sec", inst.name), f"Evaluation metrics (seed 000, Tables III–VI): {inst.name}",
                   inst.job, [inst.name],
@@ -136,9 +136,13 @@ def section_evaluate(b: Builder, inst: Instance) -> Section:
         return sec
     folder = inst.out
     report = b.reader.json(folder / "report.json", sec.notes, "counts, skipped metrics")
-    text = b.reader.text(folder / "tables.md", sec.notes, "Tables III–VI")
+    task = report.get("task") if isinstance(report, dict) else None
+    if task == "review":  # generators trained on the reviews, scored against them
+        sec.title = f"Review generation (seed 000, Table VII): {inst.name}"
+        sec.intro += " The references are the reviews themselves, not ground-truth explanations."
+    text = b.reader.text(folder / "tables.md", sec.notes, "Table VII" if task == "review" else "Tables III–VI")
     intervals = _evaluate_intervals(folder, sec.notes) if text else None
-    keys_by_title = {title: {label: m for m, label in rows} for title, rows in TABLES}
+    keys_by_title = {title: {label: m for m, label in rows} for title, rows in tables_for(task or "explanation")}
     for md in markdown_tables(text or ""):
         title = md.heading or "results"
         labels = keys_by_title.get(title, {})

@@ -159,3 +159,35 @@ def test_questeval_published_and_f1_variant_are_both_selectable():
 
     labels = dict(row for _, rows in TABLES for row in rows)
     assert labels["questeval"] == "QuestEval" and labels["questeval_f1"] == "QuestEval-F1"
+
+
+def test_review_generation_is_read_from_the_generate_run_manifests(tmp_path):
+    """`generate run` records its target; evaluate calls the run review generation (Table
+    VII) when every such folder says review and no ground truth is given, refuses a mix,
+    and lets --task decide."""
+    from rexeval.pipelines.evaluate.config import EvaluateConfig
+    from rexeval.pipelines.evaluate.inputs import reference_kind
+    from rexeval.pipelines.evaluate.pipeline import evaluation_task
+
+    def run_folder(name, target):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "manifest.json").write_text(json.dumps({"job": "generate-run", "target": target}))
+        return str(d)
+
+    nrt, peter, gt = run_folder("nrt", "review"), run_folder("peter", "review"), run_folder("gt", "explanation")
+    old = run_folder("old", None)  # written before the manifest said (it counts as not saying)
+    plain = tmp_path / "x.parquet"
+    plain.write_bytes(b"")
+    assert reference_kind([nrt, peter, old, str(plain)]) == "review"
+    assert reference_kind([gt]) == "explanation" and reference_kind([old, str(plain)]) is None
+    with pytest.raises(ValueError, match=r"different targets \(explanation: .*gt; review: .*nrt, .*peter\)"):
+        reference_kind([nrt, peter, gt])
+
+    def task(**kw):
+        return evaluation_task(EvaluateConfig(out="o", **kw))
+
+    assert task(explanations=[nrt, peter]) == "review"
+    assert task(explanations=[nrt], references="gt-folder") == "explanation"  # a ground truth is given
+    assert task(explanations=[str(plain)]) == "explanation"
+    assert task(explanations=[gt], task="review") == "review"

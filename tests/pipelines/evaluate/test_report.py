@@ -29,3 +29,23 @@ def test_figure2_is_drawn_from_the_stent_bin_means_and_intervals(tmp_path):
 def test_no_figure_without_stent_bin(tmp_path):
     assert not plot_stent_bin(_agg(["bleu-1", "stent_p"]), tmp_path / "figure2.png")
     assert not list(tmp_path.iterdir())
+
+
+def test_review_generation_names_the_similarity_table_table_vii():
+    """Seed 000 reports the same text similarity metrics twice: against ground-truth
+    explanations (Table VI) and, for generators trained on the reviews, against the
+    reviews (Table VII). Only that table's title changes; values and other tables do not."""
+    from rexeval.pipelines.evaluate.report import results_csv, results_markdown
+
+    agg = _agg(["bertscore-f1", "sts", "bleu-1"])
+    agg["std"], agg["n"], agg["n_missing"], agg["kind"] = 0.0, 10, 0, "mean"
+    review = results_markdown(agg, task="review")
+    plain = results_markdown(agg)
+    assert "### Table VII: text similarity metrics on review generation" in review and "Table VI:" not in review
+    assert "### Table VI: text similarity metrics" in plain and "Table VII" not in plain
+    assert "### n-gram and feature metrics" in review
+    assert review.replace("Table VII: text similarity metrics on review generation",
+                          "Table VI: text similarity metrics") == plain
+    csv = pd.read_csv(__import__("io").StringIO(results_csv(agg, task="review")))
+    assert set(csv.loc[csv.key == "sts", "table"]) == {"Table VII: text similarity metrics on review generation"}
+    assert set(csv.loc[csv.key == "bleu-1", "table"]) == {"n-gram and feature metrics"}

@@ -39,6 +39,7 @@ def test_decoded_test_split_reproduces_the_planted_sentences(trained, tmp_path):
     n_test = len(held) // 2
     # Every test review is an explanation or an error row (the one without ground truth).
     assert m["counts"]["in"] == n_test and expl.num_rows + errors.num_rows == n_test + 1
+    assert m["target"] == "explanation"  # evaluate reads it: the references are ground-truth explanations
     assert NO_TRUTH in errors.column("row_id").to_pylist()
     assert set(expl.column("system").to_pylist()) == {"peter"}
     rows = expl.to_pylist()

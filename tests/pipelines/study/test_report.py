@@ -53,7 +53,7 @@ def plant_stats(folder: Path) -> dict:
     return stats
 
 
-def plant_evaluate(folder: Path, dataset: str) -> pd.DataFrame:
+def plant_evaluate(folder: Path, dataset: str, task: str = "explanation") -> pd.DataFrame:
     """`rexeval evaluate`'s outputs from per-example scores: aggregates.parquet,
     tables.md, tables.csv, report.json and manifest.json, as run_evaluate writes them."""
     from rexeval.metrics.aggregate import aggregate_scores
@@ -74,11 +74,11 @@ def plant_evaluate(folder: Path, dataset: str) -> pd.DataFrame:
     top = ShardedOutput(folder, "evaluate", conf, []).open()
     write_parquet_atomic(folder / "aggregates.parquet",
                          validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES))
-    (folder / "tables.md").write_text(results_markdown(agg, dataset=dataset, systems=["nrt", "peter"]))
-    (folder / "tables.csv").write_text(results_csv(agg))
+    (folder / "tables.md").write_text(results_markdown(agg, dataset=dataset, systems=["nrt", "peter"], task=task))
+    (folder / "tables.csv").write_text(results_csv(agg, task=task))
     counts = {"examples": 24, "errors": 0, "scores": len(scores)}
     write_json_atomic(folder / "report.json", {
-        "counts": counts, "families_run": ["bertscore", "overlap", "st2exp"],
+        "counts": counts, "task": task, "families_run": ["bertscore", "overlap", "st2exp"],
         "skipped": {"statement_nli": "profile 'local' has no model for nli: not set (pass --model nli=PATH)"},
         "skipped_for_systems": {"st2exp": {"nrt": "no statements for system 'nrt' (pass --statements FILE)"}},
         "family_counts": {}, "nli_service": "none",
@@ -429,6 +429,28 @@ def test_evaluate_cells_are_the_aggregates_with_their_intervals(study):
     csv_text = (study["dir"] / "report" / "tables" / f"{key}.csv").read_text()
     r = agg.loc[("bertscore-f1", "peter")]
     assert f"{r['mean']:.4f}±{r['std']:.4f} [{r['ci_low']:.4f}, {r['ci_high']:.4f}]" in csv_text
+
+
+def test_review_generation_is_its_own_section_titled_table_vii(tmp_path):
+    """An evaluate stage of generators trained on the reviews (report.json task "review")
+    is seed 000's Table VII, with the same cells and intervals as Table VI would have."""
+    from rexeval.pipelines.study.report import build_report, render_markdown
+
+    d = tmp_path / "study"
+    agg = plant_evaluate(d / "eval_review", "mi", task="review").set_index(["metric", "system"])
+    write_json_atomic(d / "study.json", {
+        "name": "planted", "file": "/x/s.yaml", "profile": "local", "out": str(d), "stages": {
+            "eval_review@mi": {"stage": "eval_review", "job": "evaluate", "dataset": "mi",
+                               "out": str(d / "eval_review"), "status": "complete", "fingerprint": "f",
+                               "settings": {}, "finished": "2025-11-25T10:00:00+00:00"}}})
+    report = build_report(d)
+    md = render_markdown(report)
+    assert "Review generation (seed 000, Table VII): eval_review@mi" in md and "Tables III–VI" not in md
+    title = next(t.title for t in report.tables() if "Table VII" in t.title)
+    assert title == "Table VII: text similarity metrics on review generation (eval_review@mi)"
+    assert not any(t.title.startswith("Table VI:") for t in report.tables())
+    r = agg.loc[("bertscore-f1", "peter")]
+    assert f"{r['mean']:.4f}±{r['std']:.4f}" in md and f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]" in md
 
 
 def test_other_tables_hold_the_source_numbers(study):
