@@ -111,7 +111,8 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     report = {"model": s["model"], "target": job.target, "experiment": str(out / "tune" / name),
               "settings": state["settings"], "best": best, "trials": trials, "trial_errors": len(errors),
               "data": data.index["counts"], "plan": {k: plan[k] for k in ("resources", "device", "scheduler")},
-              "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
+              "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
+              "config_hash": config_hash(job.model_dump(exclude={"out", "overwrite"}))}
     write_json_atomic(out / "train.json", report)
     return report
 

@@ -38,7 +38,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.metrics.preference import win_tie_loss
-from rexeval.pipelines.core.io import write_json_atomic
+from rexeval.pipelines.core.io import config_hash, write_json_atomic
 
 GEN_FILE = "verdicts.parquet"
 DISC_FILE = "verdicts_disc.parquet"
@@ -340,7 +340,8 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
     counts = {"folders": len(inputs), "judges": len(judges), "systems": int(overall["system"].nunique()),
               "criteria": int(long["criterion"].nunique()) - 1, "verdicts": len(overall),
               "unreadable": int(overall["verdict"].isna().sum())}
-    report = {"job": "judge winrate", "baseline": baseline, "baseline_label": label, "judges": judges,
+    report = {"job": "judge winrate", "config_hash": config_hash(cfg.model_dump(exclude={"out"})),
+              "baseline": baseline, "baseline_label": label, "judges": judges,
               "systems": system_order(stats), "criteria": _order(long["criterion"]), "counts": counts,
               "inputs": inputs,
               "settings": {"confidence": cfg.confidence, "resamples": cfg.resamples, "seed": cfg.seed,

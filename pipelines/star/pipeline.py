@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
-from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
+from rexeval.pipelines.core.io import ShardedOutput, config_hash, read_table, table_files, write_json_atomic
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, write_results
@@ -114,7 +114,9 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
         summaries[method.upper()] = {lv: r.summary for lv, r in res.items()}
         line = ", ".join(f"{lv} N@10 {r.summary.get('ndcg@10', float('nan')):.4f}" for lv, r in res.items())
         progress(f"  {method.upper():9s} {line} ({time.time() - t:.1f} s)")
-    write_json_atomic(Path(cfg.out) / "baselines.json", {"methods": summaries, "config": cfg.model_dump()})
+    write_json_atomic(Path(cfg.out) / "baselines.json", {
+        "methods": summaries, "config": cfg.model_dump(),
+        "config_hash": config_hash({**cfg.model_dump(exclude={"out"}), "methods": [m.upper() for m in methods]})})
     return summaries
 
 
@@ -248,7 +250,8 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     top = max(runs, key=lambda run: run["best"][metric])  # one run: that one
     report = {"experiment": str(Path(job.out) / "tune" / name), "best": top["best"], "trials": trials,
               "trial_errors": len(errors), "test": tests[0] if len(runs) == 1 else mean_summary(tests),
-              "sensitivity": sensitivity, "seconds": round(time.time() - t0, 2), "job": job.model_dump()}
+              "sensitivity": sensitivity, "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
+              "config_hash": config_hash(job.model_dump(exclude={"out"}))}
     if len(runs) > 1:
         report["seeds"] = seeds
         report["runs"] = [{"seed": run["seed"], "best": run["best"], "test": test} for run, test in zip(runs, tests)]

@@ -141,9 +141,10 @@ def _finish(cfg, job: str, counts: dict[str, Any], file: str = "manifest.json", 
     """The manifest of a job the study runs itself (JSON-safe), written to OUT/`file`."""
     import json
 
-    from rexeval.pipelines.core.io import write_json_atomic
+    from rexeval.pipelines.core.io import config_hash, write_json_atomic
 
-    manifest = {"job": job, "status": "complete", "config": cfg.model_dump(), "counts": counts, **extra}
+    manifest = {"job": job, "status": "complete", "config": cfg.model_dump(),
+                "config_hash": config_hash(cfg.model_dump(exclude={"out"})), "counts": counts, **extra}
     manifest = json.loads(json.dumps(manifest, default=float))
     write_json_atomic(Path(cfg.out) / file, manifest)
     return manifest

@@ -467,6 +467,8 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
         report = Reader.quiet_json(inst.out / "report.json")
         if inst.job in ("star_train",):
             report = {"train": [Reader.quiet_json(p) for p in sorted(inst.out.glob("train-*.json"))][:4]}
+        elif inst.job == "generate_train":
+            report = Reader.quiet_json(inst.out / "train.json")
         elif inst.job == "star_baselines":
             report = Reader.quiet_json(inst.out / "baselines.json")
         elif inst.job == "stats":
@@ -475,8 +477,9 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
     manifest = manifest if isinstance(manifest, dict) else {}
     report = report if isinstance(report, dict) else {}
     hashes = []
-    for src in (manifest, report):
-        if src.get("config_hash"):
+    runs = report.get("train") if isinstance(report.get("train"), list) else []  # star_train: one per model
+    for src in (manifest, report, *runs):
+        if isinstance(src, dict) and src.get("config_hash"):
             hashes.append(str(src["config_hash"]))
     prov_block = report.get("provenance") if isinstance(report.get("provenance"), dict) else {}
     if prov_block.get("settings_hash"):

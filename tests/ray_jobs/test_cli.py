@@ -105,6 +105,13 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert "Win rates against the baseline `review_extract`" in text
     assert "not which generator is better" in text
     assert (out / "report" / "index.html").is_file()
+    # Every complete stage's job recorded the hash of its settings (the report's provenance).
+    from rexeval.pipelines.study.report_model import instance_provenance, read_study
+
+    _, instances, _ = read_study(out)
+    unrecorded = [i.name for i in instances
+                  if i.status == "complete" and instance_provenance(i)["settings hash"].startswith("not recorded")]
+    assert unrecorded == []
     # Run again: the study is complete, nothing runs.
     again = CliRunner().invoke(cli, ["demo", "--out", str(out)])
     assert again.exit_code == 0 and "nothing to do" in again.output

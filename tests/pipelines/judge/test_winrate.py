@@ -150,3 +150,17 @@ def test_clear_errors(tmp_path):
                                                        "item_id", "verdict")}).to_parquet(none / "verdicts.parquet")
     with pytest.raises(ValueError, match="hold no pair"):
         run_winrate(WinrateConfig(runs=[str(none)], out=str(tmp_path / "w")))
+
+
+def test_winrate_records_a_settings_hash_for_provenance(tmp_path):
+    """The study report shows it under Figure 5: the same settings give the same hash
+    wherever the output goes, another interval setting another one."""
+    run = write_run(tmp_path / "run")
+
+    def digest(out, **kw):
+        return run_winrate(WinrateConfig(runs=[str(run)], out=str(tmp_path / out), resamples=50, **kw),
+                           progress=lambda m: None)["config_hash"]
+
+    a = digest("a")
+    assert len(a) == 16 and a == digest("b") and a != digest("c", seed=1)
+    assert json.loads((tmp_path / "a" / "report.json").read_text())["config_hash"] == a

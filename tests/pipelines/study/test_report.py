@@ -530,8 +530,10 @@ def test_provenance_under_every_table(study):
     assert "calls: " in pair and "alert_criteria" in pair and "scripted-judge" in pair
     det = table_html(html, "Table 1: detection accuracy (detect)")
     assert "inferior_prompt_version: explain/v2+jargon/v1, explain/v2+style/v1" in det
-    # none anywhere: said so, with the study's fingerprint
-    assert "not recorded by the job; study fingerprint fp-winrate" in table_html(html, "Figure 5 as a table")
+    wr_hash = json.loads((study["dir"] / "winrate" / "report.json").read_text())["config_hash"]
+    assert wr_hash in table_html(html, "Figure 5 as a table")
+    # none anywhere (a job folder with neither manifest nor hash): said so, with the study's fingerprint
+    assert "not recorded by the job; study fingerprint fp-evaluate@toys" in table_html(html, "evaluate@toys")
     assert ev_hash in study["md"]
 
 
