@@ -13,14 +13,15 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.metrics.agreement import Target
-from rexeval.metrics.ensemble import SWEEP_COLUMNS, ensemble_sweep
+from rexeval.metrics.ensemble import SUBSET_COLUMNS, SWEEP_COLUMNS, ensemble_sweep
 from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.report import ensemble_markdown
 
-SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE = (
-    "ensemble_sweep.parquet", "ensemble_sweep.csv", "ensemble_sweep.md", "ensemble_sweep.png")
-SWEEP_OUTPUTS = (SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE)
+SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE, SUBSETS_FILE = (
+    "ensemble_sweep.parquet", "ensemble_sweep.csv", "ensemble_sweep.md", "ensemble_sweep.png",
+    "ensemble_subsets.parquet")
+SWEEP_OUTPUTS = (SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE, SUBSETS_FILE)
 
 SWEEP_RESULTS = pa.schema([
     pa.field("aspect", pa.string()), pa.field("method", pa.string()), pa.field("level", pa.string()),
@@ -30,6 +31,13 @@ SWEEP_RESULTS = pa.schema([
     pa.field("best", pa.string()), pa.field("worst", pa.string()),
 ])
 assert tuple(SWEEP_RESULTS.names) == SWEEP_COLUMNS
+
+SUBSET_RESULTS = pa.schema([
+    pa.field("aspect", pa.string()), pa.field("n", pa.int64()), pa.field("subset", pa.string()),
+    pa.field("method", pa.string()), pa.field("level", pa.string()), pa.field("value", pa.float64()),
+    pa.field("n_rows", pa.int64()), pa.field("n_groups_used", pa.int64()), pa.field("n_groups_total", pa.int64()),
+])
+assert tuple(SUBSET_RESULTS.names) == SUBSET_COLUMNS
 
 
 def ensemble_groups(targets: list[Target]) -> tuple[dict[str, list[Target]], list[str]]:
@@ -64,7 +72,7 @@ def run_ensemble_sweep(cfg: MetaEvaluateConfig, joined: pd.DataFrame, groups: di
     """Sweep every aspect of `groups`, write the outputs into `root`; returns the
     report's entry (the evaluators per aspect, the subsets scored, notes, files).
     `column(side, name)` is the job's reader: (values, unreadable mask) per joined row."""
-    summaries, n_subsets = [], 0
+    summaries, subsets, n_subsets = [], [], 0
     for aspect, ts in groups.items():
         read = [column("judge", t.judge_col) for t in ts]
         scores = np.column_stack([np.asarray(values, np.float64) for values, _ in read])
@@ -81,7 +89,12 @@ def run_ensemble_sweep(cfg: MetaEvaluateConfig, joined: pd.DataFrame, groups: di
         n_subsets += count
         progress(f"ensemble sweep, {aspect}: {count} subset(s) of {len(ts)} evaluators")
         summaries.append(summary)
+        subsets.append(per_subset)
     summary = pd.concat(summaries, ignore_index=True)
+    # Every subset's own correlation, for statistics beyond Figure 4's mean and range.
+    every = pd.concat(subsets, ignore_index=True)
+    write_parquet_atomic(root / SUBSETS_FILE, pa.Table.from_pandas(every.astype({"n": "int64"}), schema=SUBSET_RESULTS,
+                                                                   preserve_index=False))
     write_parquet_atomic(root / SWEEP_FILE, pa.Table.from_pandas(summary, schema=SWEEP_RESULTS, preserve_index=False))
     write_bytes_atomic(root / SWEEP_CSV, summary.to_csv(index=False).encode())
     markdown = ensemble_markdown(summary, cfg.shown_method, cfg.levels, notes)

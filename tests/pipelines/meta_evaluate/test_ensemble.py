@@ -155,3 +155,17 @@ def test_a_study_stage_reaches_the_settings():
     cfg = build_config(STUDY_JOBS["meta_evaluate"], {"scores": "s.parquet", "out": "o", "ensemble_sweep": True,
                                                       "ensemble_cap": 50, "seed": 3})
     assert (cfg.ensemble_sweep, cfg.ensemble_cap, cfg.seed) == (True, 50, 3)
+
+
+def test_every_subset_value_is_kept(tmp_path):
+    """ensemble_subsets.parquet: one row per (subset, method, level), the dataset-level
+    Pearson of each of the seven subsets of a, b, c being the hand-worked value."""
+    report, _ = run(tmp_path, wide(tmp_path / "wide.csv"), judge_prefixes=["a_", "b_", "c_"])
+    every = pd.read_parquet(tmp_path / "out" / "ensemble_subsets.parquet")
+    assert len(every) == 7 * 3 and set(every["level"]) == {"dataset", "user", "pair"}
+    ds = every[every.level == "dataset"].set_index("subset")
+    for n, by_subset in PEARSON.items():
+        for subset, value in by_subset.items():
+            got = ds.loc[subset.lower()]  # the prefixes a_, b_, c_ name the evaluators a, b, c
+            assert got["n"] == n and got["value"] == pytest.approx(value)
+    assert "ensemble_subsets.parquet" in report["outputs"]
