@@ -179,6 +179,33 @@ def _files_read(settings: Any, inside: Path) -> list[str]:
     return sorted(set(found))
 
 
+# Job settings that name files or folders a job reads (across the study jobs' configs).
+READ_SETTINGS = frozenset({"input", "inputs", "meta", "data", "truth", "checkpoint", "statements", "clusters",
+                           "reviews", "explanations", "references", "contexts", "interactions", "runs", "scores",
+                           "human"})
+NOT_A_PATH = ("none", "null", "")
+
+
+def _missing_reads(instances: dict[str, Instance], root: Path) -> list[str]:
+    """A file or folder a stage reads, named outside the study's folder, that does not
+    exist: found now rather than when the stage's turn comes, hours into a study. Paths
+    inside the study's folder are stages' outputs (they appear as it runs); URLs,
+    patterns and `none` are left to the job."""
+    problems = []
+    for inst in instances.values():
+        for name in sorted(READ_SETTINGS & set(inst.settings)):
+            value = inst.settings[name]
+            for v in value if isinstance(value, list) else [value]:
+                if (not isinstance(v, str) or v.strip().lower() in NOT_A_PATH or "://" in v
+                        or any(c in v for c in "*?[")):
+                    continue
+                p = Path(v)
+                if not p.resolve().is_relative_to(root) and not p.exists():
+                    where = f" (dataset {inst.dataset})" if inst.dataset else ""
+                    problems.append(f"stages.{inst.stage}.with.{name}{where}: {v} does not exist")
+    return problems
+
+
 def _file_stamp(path: str) -> list:
     st = Path(path).stat()
     return [path, st.st_size, int(st.st_mtime)]
@@ -306,6 +333,7 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None
                 problems.append(f"{where}.{loc}: " + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]))
     if problems:
         raise StudyError(file, problems)
+    problems.extend(_missing_reads(instances, root))
     problems.extend(_model_problems(study, instances, configs))
     if problems:
         raise StudyError(file, problems)

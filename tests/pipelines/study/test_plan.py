@@ -213,3 +213,23 @@ def test_expscore_folder_key_is_unchanged_without_models():
               "reviews", "reviews_column", "seed", "test_fraction", "text_column"}  # the fields of 0bb0a88
     assert set(cfg.recorded()) == before
     assert ExpScoreTrainConfig(inputs=["r.jsonl"], out="o", models={"sts": "/e"}).recorded()["models"] == {"sts": "/e"}
+
+
+def test_missing_files_a_stage_reads_are_found_before_anything_runs(tmp_path):
+    """A ratings file or a ground truth named outside the study's folder that is not there
+    is a problem of the plan (named by stage, setting and dataset), not a failure hours
+    into the run; stages' own outputs, `none` and URLs are not checked."""
+    rated = tmp_path / "rated.jsonl"
+    data = study_dict(
+        expscore={"job": "expscore_train", "datasets": ["a"],
+                  "with": {"inputs": [str(rated)], "reviews": "{ingest}", "languagetool": "http://127.0.0.1:1"}},
+        star={"job": "star_build", "datasets": ["a"],
+              "with": {"statements": "{ingest}", "clusters": "none", "reviews": str(tmp_path / "gone")}})
+    msg = problems(tmp_path, data)
+    assert "2 problems" in msg
+    assert f"stages.expscore.with.inputs (dataset a): {rated} does not exist" in msg
+    assert f"stages.star.with.reviews (dataset a): {tmp_path / 'gone'} does not exist" in msg
+    rated.write_text("")
+    (tmp_path / "gone").mkdir()
+    plan = plan_of(tmp_path, data)
+    assert {"expscore@a", "star@a"} <= set(plan.order)
