@@ -140,12 +140,15 @@ def test_evaluate_run_writes_correlations(ray_session, tmp_path):
     for over in ("systems", "examples"):
         assert (out / f"metric_correlations_planted_{over}.png").read_bytes().startswith(PNG)
     assert (out / "metric_correlations.csv").is_file() and "Kendall τ over examples" in rep["correlations_md"]
-    # The existing outputs are as before: report.json keys, tables.md without correlations.
+    # The existing outputs are as before: report.json keys (and `task`, which says whether the
+    # references were explanations or reviews), tables.md without correlations.
     import json
 
-    assert set(json.loads((out / "report.json").read_text())) == {
+    report = json.loads((out / "report.json").read_text())
+    assert set(report) == {
         "counts", "families_run", "skipped", "skipped_for_systems", "family_counts", "nli_service", "models",
-        "elapsed_s"}
+        "elapsed_s", "task"}
+    assert report["task"] == "explanation"  # a plain explanations file with its own reference column
     assert "Kendall" not in (out / "tables.md").read_text()
     # A re-run (every family done) rebuilds the files from scores/aggregates alone.
     for p in out.glob("metric_correlations*"):
