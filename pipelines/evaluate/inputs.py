@@ -71,7 +71,10 @@ def reference_kind(paths: Sequence[str | Path]) -> str | None:
     for p in paths:
         manifest = Path(p) / "manifest.json"
         if Path(p).is_dir() and manifest.is_file():
-            target = json.loads(manifest.read_text()).get("target")
+            try:
+                target = json.loads(manifest.read_text()).get("target")
+            except (json.JSONDecodeError, AttributeError):
+                raise ValueError(f"{manifest}: not a readable job manifest (a JSON object)") from None
             if target:
                 said.setdefault(str(target), []).append(str(p))
     if len(said) > 1:

@@ -37,7 +37,6 @@ class ExpScoreInputs(BaseModel):
     ray_min_rows: int = Field(20000, ge=1)
     batch_size: int = Field(512, ge=1)
 
-
     def recorded(self) -> dict:
         """The settings a job folder is keyed by; `models` only when given, so folders
         written before the field existed keep their hash."""

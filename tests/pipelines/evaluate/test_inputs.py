@@ -191,3 +191,12 @@ def test_review_generation_is_read_from_the_generate_run_manifests(tmp_path):
     assert task(explanations=[nrt], references="gt-folder") == "explanation"  # a ground truth is given
     assert task(explanations=[str(plain)]) == "explanation"
     assert task(explanations=[gt], task="review") == "review"
+
+
+def test_a_damaged_run_manifest_is_named(tmp_path):
+    from rexeval.pipelines.evaluate.inputs import reference_kind
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"run/manifest.json: not a readable job manifest"):
+        reference_kind([str(tmp_path / "run")])
