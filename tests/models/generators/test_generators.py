@@ -102,7 +102,7 @@ def test_stepwise_decoding_scores_match_teacher_forcing(name):
     losses()["text"]: training and decoding compute the same distribution."""
     model, batch = tiny(name).eval(), tiny_batch()
     with torch.no_grad():
-        assert stepwise_nll(model, batch) == pytest.approx(float(model.losses(batch)["text"]), abs=1e-5)
+        assert stepwise_nll(model, batch) == pytest.approx(float(model.losses(batch)["text"]), rel=1e-5, abs=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -168,7 +168,7 @@ def test_cer_adds_coherence_and_reduces_to_peter_without_it():
             assert float(c[key]) == pytest.approx(float(p[key]), abs=1e-6), key
         cer.coherence_reg = 2.0
         c2 = cer.losses(batch)
-        assert float(c2["loss"]) == pytest.approx(float(p["loss"]) + 2.0 * float(c2["coherence"]), abs=1e-5)
+        assert float(c2["loss"]) == pytest.approx(float(p["loss"]) + 2.0 * float(c2["coherence"]), rel=1e-5, abs=1e-5)
 
 
 def test_cer_coherence_reads_only_the_explanation_positions():
@@ -180,7 +180,7 @@ def test_cer_coherence_reads_only_the_explanation_positions():
         for r in range(B):
             n = int((batch.tokens[r, 1:] != PAD).sum())  # words + EOS targets
             want = cer.rate(hidden[r, 2:2 + n].mean(0))
-            assert float(got[r]) == pytest.approx(float(want), abs=1e-5)
+            assert float(got[r]) == pytest.approx(float(want), rel=1e-5, abs=1e-5)
     assert issubclass(CER, PETER) and CER.DEFAULTS["coherence_reg"] == 1.0
 
 
