@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rexeval.models.profiles import ModelOverrides
+from rexeval.pipelines.core.read_paths import ReadPath
 
 
 
@@ -14,8 +15,8 @@ class ClusterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(description="`rexeval extract` folder or statements Parquet; for "
-                       "--method extra also an `rexeval ingest` folder / reviews Parquet")
+    input: ReadPath = Field(description="`rexeval extract` folder or statements Parquet; for "
+                            "--method extra also an `rexeval ingest` folder / reviews Parquet")
     out: str = Field(description="output folder")
     method: Literal["star", "extra"] = "star"
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import Field
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
 
 
 ALL = "all"
@@ -15,10 +16,10 @@ ALL = "all"
 class EvaluateConfig(LLMJobSettings):
     """Settings of `rexeval evaluate` (YAML or flags)."""
 
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
     out: str
-    references: str | None = Field(None, description="ground-truth job folder (texts + statement sentences)")
-    statements: list[str] = Field(default_factory=list,
+    references: OptionalReadPath = Field(None, description="ground-truth job folder (texts + statement sentences)")
+    statements: ReadPaths = Field(default_factory=list,
                                   description="statements of the generated explanations (Parquet or JSONL)")
     extract: bool = Field(False, description="extract statements for systems that came without them")
     domain: str | None = Field(None, description="topic table for --extract (default: generic)")

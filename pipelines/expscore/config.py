@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.expscore import TrainSettings
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath, ReadPaths
 
 
 ENCODER_ROLE = "sts"  # sentence similarity role: all-MiniLM-L6-v2 (sentence-BERT) in both profiles
@@ -16,16 +17,16 @@ class ExpScoreInputs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: list[str] = Field(description="explanation tables: Parquet, CSV or JSON lines")
+    inputs: ReadPaths = Field(description="explanation tables: Parquet, CSV or JSON lines")
     out: str
-    reviews: str | None = Field(None, description="REVIEWS table or `rexeval ingest` folder")
+    reviews: OptionalReadPath = Field(None, description="REVIEWS table or `rexeval ingest` folder")
     reviews_column: str | None = Field(None, description="input column with the item's reviews")
     text_column: str = "explanation"
     item_column: str = "item_id"
     rating_column: str = "rating"
     id_column: str = "example_id"
     features_column: str = "features"
-    languagetool: str | None = Field(None, description="LanguageTool server URL or folder")
+    languagetool: OptionalReadPath = Field(None, description="LanguageTool server URL or folder")
     language: str = "en-US"
     max_reviews_per_item: int = Field(50, ge=1)
     profile: str = "local"
@@ -65,5 +66,5 @@ class ExpScoreTrainConfig(ExpScoreInputs):
 class ExpScoreScoreConfig(ExpScoreInputs):
     """Settings of `rexeval expscore score`."""
 
-    model: str = Field(description="model folder written by `rexeval expscore train`")
+    model: ReadPath = Field(description="model folder written by `rexeval expscore train`")
     head: Literal["linear", "logistic", "nn", "all"] = "all"

@@ -7,13 +7,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.llm.base import SamplingParams
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.read_paths import ReadPath
 
 
 
 class ExtractConfig(LLMJobSettings):
     """Settings of `rexeval extract`; every field can come from YAML or a flag."""
 
-    input: str = Field(description="ingest output folder, or a reviews Parquet file/folder")
+    input: ReadPath = Field(description="ingest output folder, or a reviews Parquet file/folder")
     out: str
     method: Literal["triplets", "star"] = "triplets"
     verify_model: str | None = Field(None, description="star: verifier model (default: llm)")
@@ -36,7 +37,7 @@ class ExtractConfig(LLMJobSettings):
 class QualityConfig(LLMJobSettings):
     """Settings of `rexeval extract-quality`."""
 
-    input: str = Field(description="an `rexeval extract` output folder")
+    input: ReadPath = Field(description="an `rexeval extract` output folder")
     out: str
     sample: int = Field(200, ge=1, description="interactions (reviews) to judge")
     seed: int = 0
@@ -52,7 +53,7 @@ class GroundTruthConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(description="an `rexeval extract` output folder, or a statements Parquet file")
+    input: ReadPath = Field(description="an `rexeval extract` output folder, or a statements Parquet file")
     out: str = Field(description="output folder")
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
         "auto", description="statements to use; auto: verified if any exist, else triplet")

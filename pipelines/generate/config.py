@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 
 Target = Literal["explanation", "review"]
 
@@ -18,12 +19,12 @@ class TrainJob(LLMJobSettings):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: str = Field(description="`rexeval split` output (train/, valid/, test/)")
+    data: ReadPath = Field(description="`rexeval split` output (train/, valid/, test/)")
     out: str
     model: str = Field("peter", description="nrt, att2seq, peter, cer, pepler or xrec")
     target: Target = Field("explanation", description="explanation: the ground-truth explanations "
                                                       "(seed 000 Tables III-VI); review: the review text (Table VII)")
-    truth: str | None = Field(None, description="`rexeval ground-truth` output (needed for --target explanation)")
+    truth: OptionalReadPath = Field(None, description="`rexeval ground-truth` output (needed for --target explanation)")
     settings: dict = Field(default_factory=dict, description="hyperparameters over the model's defaults")
     grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
     num_samples: int = Field(1, ge=1)
@@ -43,7 +44,7 @@ class RunConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    checkpoint: str = Field(description="a `generate train` output folder, or one epoch checkpoint folder in it")
+    checkpoint: ReadPath = Field(description="a `generate train` output folder, or one epoch checkpoint folder in it")
     out: str
     split: Literal["train", "valid", "test"] = "test"
     system: str | None = Field(None, description="system name in the explanations table (default: the model)")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rexeval.pipelines.core.inputs import reviews_path
+from rexeval.pipelines.core.read_paths import ReadPath, ReadPaths
 from rexeval.pipelines.ingest.formats import FORMATS, parse_columns
 
 
@@ -16,11 +17,11 @@ class IngestConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: list[str] = Field(min_length=1, description="review files")
+    inputs: ReadPaths = Field(min_length=1, description="review files")
     out: str = Field(description="output folder")
     format: str = "auto"
     columns: dict[str, str] = Field(default_factory=dict, description="our field -> source column")
-    meta: list[str] = Field(default_factory=list, description="item metadata files (titles)")
+    meta: ReadPaths = Field(default_factory=list, description="item metadata files (titles)")
     category: str | None = Field(None, description="domain name for rows that carry none")
     min_rating: float = 1.0
     max_rating: float = 5.0
@@ -57,7 +58,7 @@ class SplitConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: str = Field(description="an ingest output folder, or a reviews Parquet file/folder")
+    input: ReadPath = Field(description="an ingest output folder, or a reviews Parquet file/folder")
     out: str
     method: Literal["temporal", "leave-last-two"] = "temporal"
     kcore_user: int = Field(0, ge=0, description="k-core: minimum reviews per user (0: off)")

@@ -6,20 +6,21 @@ from typing import Literal
 from pydantic import Field
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
 
 
 class JudgeJobSettings(ChunkedLLMSettings):
     """What every judge job shares: the inputs' context, and (from ChunkedLLMSettings)
     the judge service, cost and chunks."""
 
-    contexts: str | None = Field(None, description="file with user_id, item_id, user_profile, item_description")
-    reviews: list[str] = Field(default_factory=list, description="ingested reviews to build contexts from")
+    contexts: OptionalReadPath = Field(None, description="file with user_id, item_id, user_profile, item_description")
+    reviews: ReadPaths = Field(default_factory=list, description="ingested reviews to build contexts from")
     max_history: int = Field(10, ge=0)
 
 
 
 class LikertJobConfig(JudgeJobSettings):
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files or folders)")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N examples of each system")
     judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
@@ -35,7 +36,7 @@ class LikertJobConfig(JudgeJobSettings):
 
 
 class PairwiseJobConfig(JudgeJobSettings):
-    explanations: list[str] = Field(description="EXPLANATIONS tables (files or folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files or folders)")
     baseline: str = Field(description="the system every other system is compared with")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1)
@@ -56,8 +57,8 @@ class PairwiseJobConfig(JudgeJobSettings):
 
 
 class DetectJobConfig(JudgeJobSettings):
-    interactions: str | None = Field(None, description="file of user_id, item_id to explain (default: "
-                                     "each context row)")
+    interactions: OptionalReadPath = Field(None, description="file of user_id, item_id to explain (default: "
+                                           "each context row)")
     limit: int | None = Field(None, ge=1, description="first N interactions")
     conditions: list[str] | None = None
     generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.metrics.preference import win_tie_loss
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
+from rexeval.pipelines.core.read_paths import ReadPaths
 
 GEN_FILE = "verdicts.parquet"
 DISC_FILE = "verdicts_disc.parquet"
@@ -56,7 +57,7 @@ class WinrateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    runs: list[str] = Field(min_length=1, description="`rexeval judge pairwise` output folders")
+    runs: ReadPaths = Field(min_length=1, description="`rexeval judge pairwise` output folders")
     out: str = Field(description="output folder")
     confidence: float = Field(0.95, gt=0, lt=1, description="level of the bootstrap intervals")
     resamples: int = Field(2000, ge=0, description="bootstrap resamples (0: no intervals)")

@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.metrics.agreement import LEVELS, METHODS
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 
 
 Method = Literal["pearson", "spearman", "kendall"]
@@ -20,8 +21,8 @@ class MetaEvaluateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    scores: str = Field(description="evaluator table, or the one table with both sides")
-    human: str | None = Field(None, description="human table joined to `scores` on the keys")
+    scores: ReadPath = Field(description="evaluator table, or the one table with both sides")
+    human: OptionalReadPath = Field(None, description="human table joined to `scores` on the keys")
     out: str
     mode: Literal["scores", "pairwise"] = "scores"
     aspects: list[str] = Field(default_factory=list, description="default: every aspect found")

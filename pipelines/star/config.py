@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 from rexeval.pipelines.star.evaluate import KS
 
 
@@ -12,11 +13,11 @@ from rexeval.pipelines.star.evaluate import KS
 class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    statements: str = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
-                                        "hand-written statements per review")
+    statements: ReadPath = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
+                                             "hand-written statements per review")
     out: str
-    clusters: str | None = Field(None, description="`rexeval cluster` output; none: no clustering")
-    reviews: str | None = Field(None, description="reviews (ingest output); default: the extract's input")
+    clusters: OptionalReadPath = Field(None, description="`rexeval cluster` output; none: no clustering")
+    reviews: OptionalReadPath = Field(None, description="reviews (ingest output); default: the extract's input")
     stage: str = Field("auto", description="statement stage: auto (verified, else triplet), verified, ...")
     min_user_interactions: int = Field(3, ge=3)
     name: str = Field("STAR", description="dataset name in the statistics table")
@@ -26,7 +27,7 @@ class BuildConfig(BaseModel):
 class EvalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    data: str = Field(description="`rexeval star build` output")
+    data: ReadPath = Field(description="`rexeval star build` output")
     out: str = Field(description="run folder: results/<method>/ are written here")
     levels: list[Literal["global", "item", "user"]] = ["global", "item"]
     split: Literal["valid", "test"] = "test"
@@ -43,7 +44,7 @@ class TrainJob(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    data: str
+    data: ReadPath
     out: str
     settings: dict = Field(default_factory=dict, description="TrainSettings values (model, dim, mu, ...)")
     grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")

@@ -4,7 +4,9 @@ stage), and the model roles it cannot run without.
 
 `STUDY_JOBS` is a registry (name -> StudyJob); adding a job to studies is one
 `@register_study_job` here. A job's settings are its config class's fields (the YAML
-keys of `--config FILE` for that command), with `out` filled in by the study.
+keys of `--config FILE` for that command), with `out` filled in by the study; fields typed
+`ReadPath`/`OptionalReadPath`/`ReadPaths` (`pipelines/core/read_paths.py`) are the files
+and folders it reads, checked for existence when the plan is built.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rexeval.pipelines.core.read_paths import ReadPath  # noqa: E402
 from rexeval.registry import Registry, load_object
 
 STUDY_JOBS: Registry[StudyJob] = Registry("study job", name_attr=None)
@@ -153,7 +156,7 @@ def _finish(cfg, job: str, counts: dict[str, Any], file: str = "manifest.json", 
 class StatsConfig(BaseModel):
     """Seed 000's Table II of a split (what `rexeval info` prints), written to `out`."""
 
-    input: str
+    input: ReadPath
     out: str
     name: str = "all"
 
@@ -181,7 +184,7 @@ class AnnotationsConfig(BaseModel):
     """Hand-written statements (JSON lines, pipelines/sample/statements.jsonl's format) as
     a statements folder, for the jobs that read `rexeval extract` output."""
 
-    input: str
+    input: ReadPath
     out: str
     stage: str = "verified"
 
@@ -203,7 +206,7 @@ class FlipConfig(BaseModel):
     and a copy with every sentiment flipped (`evaluate.inputs.write_flip_benchmark`):
     OUT/ground_truth (references), OUT/explanations.parquet, OUT/statements.parquet."""
 
-    input: str
+    input: ReadPath
     out: str
     system: str = "flipped"
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rexeval.pipelines.core.read_paths import read_settings
 from rexeval.pipelines.study.config import StudyError, StudyFile
 from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
 
@@ -179,10 +180,6 @@ def _files_read(settings: Any, inside: Path) -> list[str]:
     return sorted(set(found))
 
 
-# Job settings that name files or folders a job reads (across the study jobs' configs).
-READ_SETTINGS = frozenset({"input", "inputs", "meta", "data", "truth", "checkpoint", "statements", "clusters",
-                           "reviews", "explanations", "references", "contexts", "interactions", "runs", "scores",
-                           "human"})
 NOT_A_PATH = ("none", "null", "")
 
 
@@ -190,10 +187,11 @@ def _missing_reads(instances: dict[str, Instance], root: Path) -> list[str]:
     """A file or folder a stage reads, named outside the study's folder, that does not
     exist: found now rather than when the stage's turn comes, hours into a study. Paths
     inside the study's folder are stages' outputs (they appear as it runs); URLs,
-    patterns and `none` are left to the job."""
+    patterns and `none` are left to the job. Which settings are paths the job reads, each
+    job's config declares (`ReadPath` & co., `pipelines/core/read_paths.py`)."""
     problems = []
     for inst in instances.values():
-        for name in sorted(READ_SETTINGS & set(inst.settings)):
+        for name in [n for n in read_settings(inst.job.config) if n in inst.settings]:
             value = inst.settings[name]
             for v in value if isinstance(value, list) else [value]:
                 if (not isinstance(v, str) or v.strip().lower() in NOT_A_PATH or "://" in v

@@ -4,11 +4,12 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.read_paths import ReadPath
 from rexeval.pipelines.generate.prompted.methods import PromptedSettings
 
 
 class PromptedJob(ChunkedLLMSettings):
-    input: str = Field(description="`rexeval ingest` or `rexeval split` output folder")
+    input: ReadPath = Field(description="`rexeval ingest` or `rexeval split` output folder")
     methods: list[str] = Field(description="user_based | item_based | review_extract | review_summary | "
                                "preference_logic (one or more)")
     split: str = Field("test", description="split to explain (split folders only)")

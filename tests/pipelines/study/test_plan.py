@@ -223,13 +223,22 @@ def test_missing_files_a_stage_reads_are_found_before_anything_runs(tmp_path):
     data = study_dict(
         expscore={"job": "expscore_train", "datasets": ["a"],
                   "with": {"inputs": [str(rated)], "reviews": "{ingest}", "languagetool": "http://127.0.0.1:1"}},
+        scored={"job": "expscore_score", "datasets": ["a"],
+                "with": {"inputs": ["{ingest}"], "model": str(tmp_path / "scorer"),
+                         "languagetool": str(tmp_path / "lt")}},
         star={"job": "star_build", "datasets": ["a"],
-              "with": {"statements": "{ingest}", "clusters": "none", "reviews": str(tmp_path / "gone")}})
+              "with": {"statements": "{ingest}", "clusters": "none", "reviews": str(tmp_path / "gone")}},
+        # `model` names a method here, not a folder: this job's config does not declare it read
+        generator={"job": "generate_train", "datasets": ["a"], "with": {"data": "{split}", "model": "nrt",
+                                                                         "target": "review"}})
     msg = problems(tmp_path, data)
-    assert "2 problems" in msg
+    assert "4 problems" in msg
     assert f"stages.expscore.with.inputs (dataset a): {rated} does not exist" in msg
     assert f"stages.star.with.reviews (dataset a): {tmp_path / 'gone'} does not exist" in msg
+    assert f"stages.scored.with.model (dataset a): {tmp_path / 'scorer'} does not exist" in msg
+    assert f"stages.scored.with.languagetool (dataset a): {tmp_path / 'lt'} does not exist" in msg
     rated.write_text("")
-    (tmp_path / "gone").mkdir()
+    for folder in ("gone", "scorer", "lt"):
+        (tmp_path / folder).mkdir()
     plan = plan_of(tmp_path, data)
-    assert {"expscore@a", "star@a"} <= set(plan.order)
+    assert {"expscore@a", "scored@a", "star@a", "generator@a"} <= set(plan.order)
