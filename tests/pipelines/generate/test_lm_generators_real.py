@@ -84,7 +84,10 @@ def test_pepler_learns_the_planted_explanations_on_smollm2(backbone):
     model = generator_class("pepler")(6, 6, len(voc), MAX_TOKENS, lm=backbone)
     untrained = _held_out_nll(model, held)
     model.enter_phase(1)
-    _fit(model, train, epochs=6, lr=5e-4, batch_size=4)
+    # 10 epochs: at 6 the LM has learnt the template but whether it has begun to read the
+    # prompt vectors depends on the CPU's float rounding (seed 0 on one CI machine: swapped
+    # 1.035 vs trained 1.076, no margin). At 10, seeds 0-3 here: margins 0.77-1.15.
+    _fit(model, train, epochs=10, lr=5e-4, batch_size=4)
     trained = _held_out_nll(model, held)
     swapped = _held_out_nll(model, Batch((held.user + 1) % 6, (held.item + 1) % 6, held.rating, held.tokens))
     assert trained < untrained - 3.0, (trained, untrained)
