@@ -74,11 +74,28 @@ class JudgeService:
                                      num_gpus=cfg.judge_gpus)
         self.service = Service(serve_cfg, service=cfg.judge_service, port=cfg.serve_port, progress=progress)
         self.model_id = spec["model"]
+        self.wanted = None if explicit else spec["model"]
+
+    def app(self) -> tuple[str, str] | None:
+        """(Serve application, hash of what it would serve) when the job starts or joins
+        the judge application itself (judge_service auto); None when it calls a given one
+        or runs the LLM in-process."""
+        from rexeval.pipelines.core.io import config_hash
+
+        if self.service.service != "auto":
+            return None
+        return self.service.app_name, config_hash(self.service.cfg.model_dump())
 
     def address(self) -> str:
         address = self.service.address()
         if address != "none":
             self.model_id = self.service.check()
+            if self.wanted is not None and not self.service.started and self.model_id != self.wanted:
+                self.service.stop()
+                raise ValueError(f"the running Serve application {self.service.app_name!r} serves "
+                                 f"{self.model_id!r}, not {self.wanted!r} which this job asks for: stop it "
+                                 f"(serve delete {self.service.app_name}) or pass judge_service "
+                                 f"serve:{self.service.app_name} to use it as it is")
         return address
 
     def stop(self) -> None:

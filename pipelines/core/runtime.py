@@ -18,8 +18,11 @@ from rexeval.pipelines.core.stage import Stage, actor_count
 FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True):
-    """Start a local Ray or join a cluster; a no-op when Ray is already up."""
+def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True,
+             runtime_env: dict | None = None):
+    """Start a local Ray or join a cluster; a no-op when Ray is already up. A driver that
+    joins with `runtime_env` (a study's stage joining the study's cluster) uses that
+    environment as its own: the same code and variables on the workers as its parent's."""
     import ray
 
     if ray.is_initialized():
@@ -31,8 +34,11 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     # Settings that change what a worker computes travel with the job.
     forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV}
     if address:
+        env = dict(runtime_env or {})
         if forwarded:
-            kwargs["runtime_env"] = {"env_vars": forwarded}
+            env["env_vars"] = {**forwarded, **(env.get("env_vars") or {})}
+        if env:
+            kwargs["runtime_env"] = env
         ray.init(address=address, **kwargs)
     else:
         # Local Ray: no token auth (a laptop run does not need it) and workers import

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -25,12 +25,31 @@ STUDY_JOBS: Registry[StudyJob] = Registry("study job", name_attr=None)
 
 
 @dataclass(frozen=True)
+class ServeNeed:
+    """A Serve application a stage's job would start for itself (and stop at its end).
+
+    mode "shared": the study starts it once, before the first stage that needs it, and
+    keeps it for every stage that needs the same one (`key`, a hash of what it serves);
+    the jobs find it running and use it. `open(progress)` starts it (or joins one that
+    runs) and returns its release. Mode "own": the job starts and stops it itself (the
+    NLI service, which the evaluate job brings up only for its last families; several
+    judges in one job); no other stage that needs the application runs meanwhile, since
+    the first to finish would stop it under the other."""
+
+    app: str
+    key: str = ""
+    mode: Literal["shared", "own"] = "shared"
+    open: Callable[[Callable[[str], None]], Callable[[], None]] | None = None
+
+
+@dataclass(frozen=True)
 class StudyJob:
     """One kind of stage. `config` builds the job's config from the settings; `target` is
     the job's run function (or "module:function", imported when it runs), called with the
     config, `overwrite` where it takes it, and `progress`; `roles(cfg)` are
-    the model roles it needs from the profile; `keeps_changed_settings`: the job itself
-    recomputes only what a changed setting touches (so the study never wipes its folder)."""
+    the model roles it needs from the profile; `serves(cfg)` the Serve applications it
+    would start (see ServeNeed); `keeps_changed_settings`: the job itself recomputes only
+    what a changed setting touches (so the study never wipes its folder)."""
 
     name: str
     config: type[BaseModel]
@@ -38,6 +57,7 @@ class StudyJob:
     roles: Callable[[Any], list[str]] = field(default=lambda cfg: [])
     keeps_changed_settings: bool = False
     description: str = ""
+    serves: Callable[[Any], list[ServeNeed]] = field(default=lambda cfg: [])
 
     def run(self, cfg, overwrite: bool, progress: Callable[[str], None]) -> dict:
         fn = load_object(self.target) if isinstance(self.target, str) else self.target
@@ -49,17 +69,22 @@ class StudyJob:
 
 
 def add_study_job(name: str, config: type[BaseModel], target: str, *,
-                  roles: Callable[[Any], list[str]] | None = None, description: str = "") -> None:
+                  roles: Callable[[Any], list[str]] | None = None, description: str = "",
+                  serves: Callable[[Any], list[ServeNeed]] | None = None) -> None:
     """Make the job whose run function is `target` ("module:function") a study job."""
-    STUDY_JOBS.add(name, StudyJob(name, config, target, roles or (lambda cfg: []), False, description))
+    STUDY_JOBS.add(name, StudyJob(name, config, target, roles or (lambda cfg: []), False, description,
+                                  serves or (lambda cfg: [])))
 
 
 def register_study_job(name: str, config: type[BaseModel], *, roles: Callable[[Any], list[str]] | None = None,
-                       keeps_changed_settings: bool = False, description: str = ""):
-    """Register `fn(cfg, [overwrite,] progress) -> dict` as the study job `name`."""
+                       keeps_changed_settings: bool = False, description: str = "",
+                       serves: Callable[[Any], list[ServeNeed]] | None = None):
+    """Register `fn(cfg, [overwrite,] progress) -> dict` as the study job `name`. The
+    function must be importable by name (module level): each stage runs in a process of
+    its own (`pipelines.study.stage_process`)."""
     def wrap(fn):
         STUDY_JOBS.add(name, StudyJob(name, config, fn, roles or (lambda cfg: []), keeps_changed_settings,
-                                      description))
+                                      description, serves or (lambda cfg: [])))
         return fn
     return wrap
 
@@ -92,6 +117,50 @@ def _llm(role: str) -> Callable[[Any], list[str]]:
     return lambda cfg: [] if getattr(cfg, "backend", None) == "openai" else [role]
 
 
+def _served_llms(models: Callable[[Any], list[tuple[str, str | None]]]) -> Callable[[Any], list[ServeNeed]]:
+    """The judge application(s) of a job whose LLM calls go through it: one per (role,
+    model) in `models(cfg)`, exactly as the job builds them (`llm_chunks.JudgeService`).
+    None when the job calls a given service or runs its LLM in-process; one shared
+    application when every call wants the same; the job's own otherwise."""
+    def serves(cfg) -> list[ServeNeed]:
+        if cfg.judge_service != "auto":
+            return []
+        from rexeval.models.profiles import load_profile
+        from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec
+
+        profile = load_profile(cfg.profile, cfg.models)
+        needs: dict[tuple[str, str], ServeNeed] = {}
+        for role, model in models(cfg):
+            spec = llm_spec(cfg, profile, role=role, model=model)
+            app, key = JudgeService(cfg, spec, lambda _: None).app()
+
+            def open_app(progress, spec=spec):
+                service = JudgeService(cfg, spec, progress)
+                service.address()
+                return service.stop
+            needs[(app, key)] = ServeNeed(app, key, "shared", open_app)
+        if len({app for app, _ in needs}) < len(needs):  # several models under one name
+            return [ServeNeed(app, mode="own") for app in sorted({app for app, _ in needs})]
+        return list(needs.values())
+    return serves
+
+
+def _evaluate_serves(cfg) -> list[ServeNeed]:
+    """The NLI application an evaluate job starts for its last families (its own)."""
+    if cfg.nli_service != "auto":
+        return []
+    from rexeval.models.profiles import load_profile
+    from rexeval.serve.nli import APP_NAME
+
+    return [ServeNeed(APP_NAME, mode="own")] if load_profile(cfg.profile, cfg.models).ref("nli") else []
+
+
+def _prompted_llm_methods(cfg) -> list[tuple[str, str | None]]:
+    from rexeval.pipelines.generate.prompted.methods import METHODS
+
+    return [("llm", None)] if any(METHODS.lookup(m).uses_llm for m in cfg.methods) else []
+
+
 def _expscore_roles(cfg) -> list[str]:
     """ExpScore's relevance factor encodes with the profile's sentence encoder unless the
     settings name one (`embedder`)."""
@@ -101,6 +170,13 @@ def _expscore_roles(cfg) -> list[str]:
 # Jobs whose run function takes (cfg, [overwrite,] progress): name, settings, function,
 # the model roles they need, what they do.
 P = "rexeval.pipelines."
+SERVES = {
+    "generate_llm": _served_llms(_prompted_llm_methods),
+    "judge_likert": _served_llms(lambda cfg: [("judge_llm", m) for m in cfg.judges or [None]]),
+    "judge_pairwise": _served_llms(lambda cfg: [("judge_llm", None)] if "gen" in cfg.evaluators else []),
+    "judge_detect": _served_llms(lambda cfg: [("llm", cfg.generator)]
+                                 + ([("judge_llm", None)] if "gen" in cfg.evaluators else [])),
+}
 for _name, _config, _target, _roles, _what in [
     ("ingest", IngestConfig, "ingest.pipeline:run_ingest", None,
      "review files -> reviews/ + errors/ (`rexeval ingest`)"),
@@ -137,7 +213,7 @@ for _name, _config, _target, _roles, _what in [
     ("expscore_score", ExpScoreScoreConfig, "expscore.pipeline:run_score", _expscore_roles,
      "explanations scored with a trained ExpScore model (`rexeval expscore score`)"),
 ]:
-    add_study_job(_name, _config, P + _target, roles=_roles, description=_what)
+    add_study_job(_name, _config, P + _target, roles=_roles, description=_what, serves=SERVES.get(_name))
 
 
 def _finish(cfg, job: str, counts: dict[str, Any], file: str = "manifest.json", **extra: Any) -> dict:
@@ -245,7 +321,7 @@ def _generate_train(cfg, overwrite, progress):
     return run_train(cfg.model_copy(update={"overwrite": True}) if overwrite else cfg, progress=progress)
 
 
-@register_study_job("evaluate", EvaluateConfig, keeps_changed_settings=True,
+@register_study_job("evaluate", EvaluateConfig, keeps_changed_settings=True, serves=_evaluate_serves,
                     description="seed 000's metrics (`rexeval evaluate`)")
 def _evaluate(cfg, progress):
     from rexeval.pipelines.evaluate.pipeline import run_evaluate

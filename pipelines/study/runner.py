@@ -1,6 +1,10 @@
 """Running a study's plan: what is missing, in dependency order, independent instances
-at once, each through its existing job; the state file records each outcome.
+at once, each through its existing job in a driver process of its own
+(`stage_process`: Tune, Serve and Ray Data keep per-process state that two stages in
+one process would share); the state file records each outcome.
 
+- The judge Serve application is started once for all the stages that call the same
+  judge (`StudyApps`), not once per stage.
 - An instance whose fingerprint is unchanged since it completed is skipped (a second
   run does nothing and says so).
 - An instance whose settings changed since its folder was written is re-run with the
@@ -22,7 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from rexeval.pipelines.core.io import write_json_atomic
-from rexeval.pipelines.study.jobs import build_config, counts_of
+from rexeval.pipelines.study.jobs import ServeNeed, build_config
 from rexeval.pipelines.study.plan import STATE_FILE, Plan, read_state, status_of
 
 
@@ -96,10 +100,95 @@ def selected(plan: Plan, only: list[str] | None) -> set[str] | None:
     return keys
 
 
+class StudyApps:
+    """The Serve applications the study holds for its stages (`jobs.ServeNeed`).
+
+    A "shared" application (the judge) is started before the first stage that needs it
+    and kept while any running or waiting stage needs the same one, so every judge stage
+    of a run uses one deployment; a stage that needs another under the same name waits
+    until no running stage uses it, then it is replaced. An application a job starts
+    itself ("own") is used by one running stage at a time."""
+
+    def __init__(self, say: Callable[[str], None]):
+        self.say = say
+        self.held: dict[str, dict[str, Any]] = {}  # app -> {"key", "release", "lock"}
+        self.users: dict[str, set[str]] = {}  # app -> running instances that use it
+        self.own: dict[str, str] = {}  # app -> the running instance that starts it itself
+
+    def can_start(self, needs: list[ServeNeed]) -> bool:
+        for n in needs:
+            users = self.users.get(n.app)
+            if n.mode == "own" and users:
+                return False
+            if n.mode == "shared" and (n.app in self.own or users and self.held.get(n.app, {}).get("key") != n.key):
+                return False
+        return True
+
+    def claim(self, key: str, needs: list[ServeNeed]) -> None:
+        """Reserve what `key` needs (it starts now); an idle application of another kind
+        under the same name is stopped first."""
+        for n in needs:
+            held = self.held.get(n.app)
+            if held is not None and (n.mode == "own" or held["key"] != n.key):
+                self._release(n.app)
+            if n.mode == "own":
+                self.own[n.app] = key
+            elif n.app not in self.held:
+                self.held[n.app] = {"key": n.key, "release": None, "lock": threading.Lock()}
+            self.users.setdefault(n.app, set()).add(key)
+
+    def open(self, needs: list[ServeNeed]) -> None:
+        """In the stage's thread, before its process starts: bring the shared applications
+        up (the first stage that needs one starts it; the others find it up)."""
+        for n in needs:
+            if n.mode != "shared":
+                continue
+            held = self.held[n.app]
+            with held["lock"]:
+                if held["release"] is None:
+                    held["release"] = n.open(lambda line: self.say(f"[serve] {line.strip()}"))
+
+    def done(self, key: str, needs: list[ServeNeed], still_needed: set[tuple[str, str]]) -> None:
+        """`key` finished; stop what no running or waiting stage needs any more."""
+        for n in needs:
+            self.users.get(n.app, set()).discard(key)
+            if self.own.get(n.app) == key:
+                del self.own[n.app]
+            if n.mode == "shared" and not self.users.get(n.app) and (n.app, n.key) not in still_needed:
+                self._release(n.app)
+
+    def _release(self, app: str) -> None:
+        held = self.held.pop(app, None)
+        if held and held["release"] is not None:
+            held["release"]()
+
+    def close(self) -> None:
+        for app in list(self.held):
+            try:
+                self._release(app)
+            except Exception as exc:  # noqa: BLE001  (stopping must not hide the study's result)
+                self.say(f"[serve] could not stop {app!r}: {type(exc).__name__}: {exc}")
+
+
+def _needs(plan: Plan, key: str) -> list[ServeNeed]:
+    inst = plan.instances[key]
+    try:
+        return inst.job.serves(build_config(inst.job, inst.settings))
+    except Exception:  # noqa: BLE001  (the job itself reports what is wrong with its settings)
+        return []
+
+
 def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = False,
-              max_parallel: int | None = None, progress: Callable[[str], None] = print) -> dict[str, Any]:
+              max_parallel: int | None = None, progress: Callable[[str], None] = print,
+              job_lines: Callable[[str], None] | None = None, verbose: bool = False) -> dict[str, Any]:
     """Run what is missing; returns {"ran": [...], "done": [...], "failed": {key: reason},
-    "skipped": {key: reason}}."""
+    "skipped": {key: reason}}.
+
+    Each instance runs in a driver process of its own (`stage_process`), its log in
+    OUT/logs/<instance>.log. `progress` gets the study's lines (the plan, each stage's
+    start and end); `job_lines` each job's own progress lines, prefixed with the
+    instance (default: `progress`). `verbose`: the stages' processes print Ray's and the
+    libraries' own output too."""
     picked = selected(plan, only)
     status = status_of(plan, read_state(plan.out))
     for line in plan_lines(plan, status, picked):
@@ -120,60 +209,79 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         return result
 
     from rexeval.pipelines.core.runtime import init_ray
+    from rexeval.pipelines.study.stage_process import StageCall, StageFailed, ray_connection, run_stage
 
-    init_ray()
+    init_ray(quiet=not verbose)
+    address, runtime_env = ray_connection()
+    lines = job_lines or progress
     state = StudyState(plan)
     previous = {k: dict(v) for k, v in state.data["stages"].items()}
     waiting = set(todo)
     running: dict[Future, str] = {}
     finished = set(result["done"])
+    needs = {k: _needs(plan, k) for k in todo}
+    apps = StudyApps(progress)
+    logs = plan.out / "logs"
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
-        say = (lambda line: progress(f"[{key}] {line}"))
         old = previous.get(key) or {}
         # Settings or upstream outputs changed since this folder was written: the study
         # owns the folder, so the job starts it over (unless it recomputes only what
         # changed itself). An interrupted run (same fingerprint) resumes instead.
         changed = bool(old) and old.get("fingerprint") != inst.fingerprint and inst.out.exists()
         overwrite = changed and not inst.job.keeps_changed_settings
-        say(f"{inst.job.name} -> {inst.out}" + (" (re-running: settings or inputs changed)" if changed else ""))
+        progress(f"[{key}] {inst.job.name} -> {inst.out}" + (" (re-running: settings or inputs changed)"
+                                                             if changed else ""))
         state.record(key, status="running", started=_now(), reason=None)
         t0 = time.time()
-        cfg = build_config(inst.job, inst.settings)
-        res = inst.job.run(cfg, overwrite, say)
-        state.record(key, status="complete", finished=_now(), seconds=round(time.time() - t0, 2),
-                     summary=counts_of(res if isinstance(res, dict) else {}), reason=None)
-        return res
+        apps.open(needs[key])
+        call = StageCall(key, inst.job.target, inst.job.config, inst.settings, overwrite,
+                         str(logs / f"{key}.log"), address, runtime_env, verbose)
+        counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+        seconds = round(time.time() - t0, 2)
+        state.record(key, status="complete", finished=_now(), seconds=seconds, summary=counts, reason=None)
+        shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in list(counts.items())[:4])
+        progress(f"[{key}] done in {seconds:.1f}s" + (f": {shown}" if shown else ""))
+        return counts
 
-    with ThreadPoolExecutor(max_parallel or plan.study.max_parallel, thread_name_prefix="rexeval-study") as pool:
-        while waiting or running:
-            for key in sorted(waiting, key=plan.order.index):
-                deps = plan.instances[key].deps
-                blocked = [d for d in deps if d in result["failed"] or d in result["skipped"]]
-                if blocked:
-                    waiting.discard(key)
-                    why = f"upstream {', '.join(sorted(blocked))} did not complete"
-                    result["skipped"][key] = why
-                    state.record(key, status="skipped", reason=why, finished=_now())
-                    progress(f"[{key}] skipped: {why}")
-                elif deps <= finished:
-                    waiting.discard(key)
-                    running[pool.submit(run_one, key)] = key
-            if not running:
-                break
-            done, _ = wait(list(running), return_when=FIRST_COMPLETED)
-            for fut in done:
-                key = running.pop(fut)
-                exc = fut.exception()
-                if exc is None:
-                    finished.add(key)
-                    result["ran"].append(key)
-                else:
-                    reason = f"{type(exc).__name__}: {exc}"
-                    result["failed"][key] = reason
-                    state.record(key, status="failed", reason=reason, finished=_now(),
-                                 traceback="".join(traceback.format_exception(exc))[-4000:])
-                    optional = plan.study.stages[plan.instances[key].stage].optional
-                    progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}: {reason}")
+    try:
+        with ThreadPoolExecutor(max_parallel or plan.study.max_parallel, thread_name_prefix="rexeval-study") as pool:
+            while waiting or running:
+                for key in sorted(waiting, key=plan.order.index):
+                    deps = plan.instances[key].deps
+                    blocked = [d for d in deps if d in result["failed"] or d in result["skipped"]]
+                    if blocked:
+                        waiting.discard(key)
+                        why = f"upstream {', '.join(sorted(blocked))} did not complete"
+                        result["skipped"][key] = why
+                        state.record(key, status="skipped", reason=why, finished=_now())
+                        progress(f"[{key}] skipped: {why}")
+                    elif deps <= finished and apps.can_start(needs[key]):
+                        waiting.discard(key)
+                        apps.claim(key, needs[key])
+                        running[pool.submit(run_one, key)] = key
+                if not running:
+                    break
+                done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                for fut in done:
+                    key = running.pop(fut)
+                    exc = fut.exception()
+                    if exc is None:
+                        finished.add(key)
+                        result["ran"].append(key)
+                    else:
+                        reason = exc.reason if isinstance(exc, StageFailed) else f"{type(exc).__name__}: {exc}"
+                        details = (exc.details if isinstance(exc, StageFailed)
+                                   else "".join(traceback.format_exception(exc)))
+                        result["failed"][key] = reason
+                        state.record(key, status="failed", reason=reason, finished=_now(),
+                                     traceback=details[-4000:], log=str(logs / f"{key}.log"))
+                        optional = plan.study.stages[plan.instances[key].stage].optional
+                        progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}: "
+                                 f"{reason}")
+                    still = {(n.app, n.key) for k in waiting for n in needs[k]}
+                    apps.done(key, needs[key], still)
+    finally:
+        apps.close()
     return result

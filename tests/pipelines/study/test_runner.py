@@ -83,10 +83,8 @@ def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_
 
 
 def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
-    def boom(cfg, overwrite, progress):
-        raise RuntimeError("the model server is down")
-
     from rexeval.pipelines.study.jobs import StatsConfig
+    from tests.doubles.study_jobs import boom
 
     STUDY_JOBS.add("test_boom", StudyJob("test_boom", StatsConfig, boom))
     try:
@@ -105,6 +103,60 @@ def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
     state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
     assert state["fails@sample"]["status"] == "failed" and "model server" in state["fails@sample"]["reason"]
     assert state["after_fail@sample"]["status"] == "skipped"
+
+
+def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
+    """Two independent stages at once: each in a process and a Ray job of its own, never
+    in the study driver's (threads of one driver share Tune's, Serve's and Ray Data's
+    per-process state); each keeps a log file."""
+    import ray
+
+    from rexeval.pipelines.study.jobs import StatsConfig
+    from tests.doubles.study_jobs import whoami
+
+    STUDY_JOBS.add("test_whoami", StudyJob("test_whoami", StatsConfig, whoami))
+    try:
+        data = tiny_study()
+        del data["stages"]["extract"], data["stages"]["stats"]
+        data["stages"]["a"] = {"job": "test_whoami", "with": {"input": "{split}"}}
+        data["stages"]["b"] = {"job": "test_whoami", "with": {"input": "{split}"}}
+        study_lines: list[str] = []
+        job_lines: list[str] = []
+        res = run_study(plan_of(tmp_path, data), progress=study_lines.append, job_lines=job_lines.append)
+    finally:
+        STUDY_JOBS.pop("test_whoami")
+    assert res["failed"] == {} and sorted(res["ran"]) == ["a@sample", "b@sample", "ingest@sample", "split@sample"]
+    a, b = (json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in "ab")
+    assert len({a["pid"], b["pid"], os.getpid()}) == 3
+    assert len({a["ray_job"], b["ray_job"], ray.get_runtime_context().get_job_id()}) == 3
+    # The job's own lines reach job_lines, the study's lines progress; both are logged.
+    assert any(line.startswith("[a@sample] whoami: pid") for line in job_lines)
+    assert any(line.startswith("[a@sample] done in") for line in study_lines)
+    assert not any("whoami: pid" in line for line in study_lines)
+    assert f"whoami: pid {a['pid']}" in (tmp_path / "out" / "logs" / "a@sample.log").read_text()
+
+
+@pytest.mark.slow
+def test_two_tune_stages_at_once(tmp_path, ray_session):
+    """Two generators trained on Ray Tune by two stages at the same time (as seed000.yaml
+    does): both finish (as threads of one driver, the second could die in Tune's registry
+    of trainables, "dictionary changed size during iteration")."""
+    data = tiny_study()
+    del data["stages"]["extract"], data["stages"]["stats"]
+    settings = {"epochs": 2, "batch_size": 64, "max_words": 12}
+    data["stages"]["nrt"] = {"job": "generate_train", "with": {
+        "data": "{split}", "target": "review", "model": "nrt",
+        "settings": {**settings, "dim": 16, "hidden": 32}}}
+    data["stages"]["peter"] = {"job": "generate_train", "with": {
+        "data": "{split}", "target": "review", "model": "peter",
+        "settings": {**settings, "emsize": 32, "nhid": 64, "nlayers": 1}}}
+    res = run(tmp_path, data)
+    assert res["failed"] == {} and {"nrt@sample", "peter@sample"} <= set(res["ran"])
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    nrt, peter = state["nrt@sample"], state["peter@sample"]
+    assert nrt["started"] <= peter["finished"] and peter["started"] <= nrt["finished"]  # they overlapped
+    for name in ("nrt", "peter"):
+        assert json.loads((tmp_path / "out" / "sample" / name / "train.json").read_text())["best"]["epoch"] >= 1
 
 
 def test_changing_one_metric_setting_recomputes_that_metric_alone(tmp_path, ray_session):

@@ -1,0 +1,168 @@
+"""One stage instance of a study in a driver process of its own.
+
+Why: Ray Tune keeps a process-wide registry of trainables, Serve a client per process
+and Ray Data a context per process. Two stages run as threads of one driver share them
+by accident (two Tune experiments at once raced in Tune's registry: "dictionary changed
+size during iteration"). So every instance runs in a fresh process that joins the
+study driver's Ray cluster as a driver of its own (its own Ray job), runs the job's own
+run function, and sends its progress lines and its counts back through a pipe.
+
+The processes are forked from a template process (multiprocessing's `forkserver`) that
+imported rexeval's jobs, torch and Ray once and never connected to Ray, so a stage
+starts in milliseconds instead of re-importing for seconds. What a stage's process
+prints itself (Ray's own log lines, library warnings, Tune's tables) goes to its log
+file, OUT/logs/<instance>.log, beside every progress line; with `verbose` it goes to
+the terminal as well.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# Imported once by the template process: what nearly every stage needs.
+PRELOAD = ["rexeval.pipelines.study.jobs", "ray", "ray.data", "ray.tune", "ray.serve", "pandas"]
+
+_CONTEXT: list[Any] = []
+_CONTEXT_LOCK = threading.Lock()
+
+
+class StageFailed(RuntimeError):
+    """A stage's job raised, or its process died; `reason` is the one line a user reads
+    ("TypeName: message"), `details` the traceback or where to look."""
+
+    def __init__(self, reason: str, details: str = ""):
+        super().__init__(reason)
+        self.reason, self.details = reason, details
+
+
+@dataclass
+class StageCall:
+    """Everything the stage's process needs (picklable: the job's run function and config
+    class travel by reference, so they must be importable, as registered jobs are)."""
+
+    key: str
+    target: Any  # the job's run function, or "module:function"
+    config: type
+    settings: dict[str, Any]
+    overwrite: bool
+    log_path: str
+    ray_address: str | None = None
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    verbose: bool = False
+
+
+def _context():
+    """The forkserver context with rexeval preloaded (spawn where fork is unavailable)."""
+    with _CONTEXT_LOCK:
+        if not _CONTEXT:
+            methods = multiprocessing.get_all_start_methods()
+            ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+            if ctx.get_start_method() == "forkserver":
+                ctx.set_forkserver_preload(PRELOAD)
+            _CONTEXT.append(ctx)
+        return _CONTEXT[0]
+
+
+def ray_connection() -> tuple[str | None, dict[str, Any]]:
+    """The running Ray cluster's address and this driver's runtime environment, which a
+    stage's process reuses (the same code and environment variables on the workers)."""
+    import ray
+
+    ctx = ray.get_runtime_context()
+    return ctx.gcs_address, dict(ctx.runtime_env or {})
+
+
+def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Run `call` in its own process; progress lines reach `progress` as they come; the
+    job's counts are returned. Raises StageFailed (the job raised, or the process died)."""
+    ctx = _context()
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_stage_main, args=(call, send, os.getpid()), name=f"rexeval-stage-{call.key}",
+                       daemon=False)
+    proc.start()
+    send.close()
+    outcome: tuple | None = None
+    try:
+        while True:
+            try:
+                msg = receive.recv()
+            except EOFError:
+                break
+            if msg[0] == "line":
+                progress(msg[1])
+            else:
+                outcome = msg
+    finally:
+        receive.close()
+        proc.join()
+    if outcome is None:
+        code = proc.exitcode
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
+                          f"(out of memory? killed?); its log: {call.log_path}", "")
+    if outcome[0] == "error":
+        raise StageFailed(outcome[1], outcome[2])
+    return outcome[1]
+
+
+# -- inside the stage's process ---------------------------------------------------------
+
+
+def _watch_parent(pid: int) -> None:
+    """End this process when the study driver is gone (killed without its process group)."""
+    def watch():
+        while True:
+            time.sleep(2)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:
+                pass
+    threading.Thread(target=watch, name="rexeval-parent-watch", daemon=True).start()
+
+
+def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
+    from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
+
+    os.makedirs(os.path.dirname(call.log_path) or ".", exist_ok=True)
+    log = os.open(call.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if not call.verbose:  # the process's own output (Ray, libraries) goes to the log only
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+    _watch_parent(parent_pid)
+
+    def say(line: str) -> None:
+        os.write(log, (line + "\n").encode("utf-8", "replace"))
+        conn.send(("line", line))
+
+    try:
+        from rexeval.pipelines.core.runtime import init_ray
+
+        say(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: stage {call.key}")
+        init_ray(address=call.ray_address, runtime_env=call.runtime_env, quiet=not call.verbose)
+        job = StudyJob(call.key, call.config, call.target)
+        result = job.run(build_config(job, call.settings), call.overwrite, say)
+        conn.send(("done", counts_of(result if isinstance(result, dict) else {})))
+    except BaseException as exc:  # noqa: BLE001  (every failure is reported to the study driver)
+        tb = traceback.format_exc()
+        os.write(log, tb.encode("utf-8", "replace"))
+        conn.send(("error", f"{type(exc).__name__}: {exc}", tb))
+    finally:
+        conn.close()
+        try:
+            import ray
+
+            if ray.is_initialized():
+                ray.shutdown()
+        finally:
+            os.close(log)
