@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
@@ -45,3 +45,28 @@ class EvaluateConfig(LLMJobSettings):
                             "the reviews themselves (review generation, Table VII); auto: review when every "
                             "`generate run` folder among the explanations was trained on the review text and "
                             "no --references are given")
+
+    @field_validator("metrics", "skip")
+    @classmethod
+    def _known_names(cls, names: list[str]) -> list[str]:
+        """Family and metric names the job knows (the job's own expansion of them)."""
+        from rexeval.pipelines.evaluate.pipeline import select_families
+
+        select_families(names, [])
+        return names
+
+    @field_validator("nli_service")
+    @classmethod
+    def _service(cls, s: str) -> str:
+        if not (s in ("auto", "none") or s.startswith(("http://", "https://", "serve:"))):
+            raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
+        return s
+
+    @model_validator(mode="after")
+    def _extract_needs_domain(self):
+        from rexeval.prompts import list_domains
+
+        if self.extract and not self.domain:
+            raise ValueError("extract needs a domain (--domain): the topic table the extraction prompt uses for "
+                             f"the explanations (one of {', '.join(list_domains())})")
+        return self

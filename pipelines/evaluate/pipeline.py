@@ -77,7 +77,12 @@ def select_families(names: list[str], skip: list[str]) -> list[str]:
             elif x in RENAMED:
                 raise ValueError(f"{x!r} is now {RENAMED[x]!r}: {RENAMED_WHY}")
             else:
-                raise ValueError(f"unknown metric or family {x!r}; families: {', '.join([*FAMILIES, 'corpus'])}")
+                import difflib
+
+                close = [m for m in by_metric if m.startswith(x)] or difflib.get_close_matches(x, list(by_metric), 4)
+                hint = f"; did you mean {', '.join(close[:6])}?" if close else ""
+                raise ValueError(f"unknown metric or family {x!r}{hint} (families: "
+                                 f"{', '.join([*FAMILIES, 'corpus'])})")
         return list(dict.fromkeys(out))
 
     drop = set(expand(skip))
@@ -202,8 +207,6 @@ class NLIService:
         s = self.cfg.nli_service
         if s == "none" or s.startswith(("http://", "https://", "serve:")):
             return s
-        if s != "auto":
-            raise ValueError(f"nli_service must be auto, none, serve:APP or an http(s) URL, got {s!r}")
         from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
         ref = self.profile.require("nli")
@@ -245,11 +248,6 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     top = ShardedOutput(root, JOB, conf, []).open(overwrite=overwrite)
     statement_files = list(cfg.statements)
     extract_errors, extracted = None, []
-    if cfg.extract and not cfg.domain:
-        from rexeval.prompts import list_domains
-
-        raise ValueError("--extract needs --domain: the topic table the extraction prompt uses for the "
-                         f"explanations (one of {', '.join(list_domains())})")
     if cfg.extract:
         path, extract_errors, extracted = extract_statements(cfg, explanations, statement_files,
                                                              root / "extract", progress)

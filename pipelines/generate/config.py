@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
@@ -34,6 +34,14 @@ class TrainJob(LLMJobSettings):
     gpus_per_trial: float = Field(0, ge=0)
     max_concurrent: int | None = Field(None, ge=1)
     overwrite: bool = False
+
+    @model_validator(mode="after")
+    def _known_settings(self):
+        """The model, its settings and the grid, as the job resolves them."""
+        from rexeval.pipelines.generate.train import check_grid, resolve_settings
+
+        check_grid(resolve_settings(self.model, self.settings)["model"], self.grid)
+        return self
 
     def experiment_name(self) -> str:
         return f"{self.model}-{self.target}"

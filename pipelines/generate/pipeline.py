@@ -37,7 +37,7 @@ from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import TrainJob
 from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare
-from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings, sweepable
+from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings
 
 NO_PROFILE = "(no profile: no training review)"
 
@@ -57,12 +57,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     out = Path(job.out)
     if job.overwrite and out.exists():
         shutil.rmtree(out)
-    s = resolve_settings(job.model, job.settings)
-    allowed = sweepable(s["model"])
-    for key in job.grid:
-        if key not in allowed:
-            raise ValueError(f"cannot search {key!r}: not a {s['model']} training setting "
-                             f"(sweepable: {', '.join(allowed)}; vocab_size and max_words fix the data)")
+    s = resolve_settings(job.model, job.settings)  # the config checked the settings and the grid
     # Review targets keep the original models' length; long explanation targets get one
     # from their own lengths unless --set max_words says otherwise.
     max_words = job.settings.get("max_words", s["max_words"] if job.target == "review" else None)

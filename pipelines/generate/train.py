@@ -55,6 +55,15 @@ def resolve_settings(model: str, given: dict[str, Any]) -> dict[str, Any]:
     return {**known, **{k: v for k, v in given.items() if k != "model"}, "model": cls.name}
 
 
+def check_grid(model: str, grid: dict[str, list]) -> None:
+    """A grid may vary only `sweepable` settings of the model."""
+    allowed = sweepable(model)
+    for key in grid:
+        if key not in allowed:
+            raise ValueError(f"cannot search {key!r}: not a {model} training setting "
+                             f"(sweepable: {', '.join(allowed)}; vocab_size and max_words fix the data)")
+
+
 def build_model(s: dict[str, Any], data: GenData, device: str = "cpu"):
     """The generator of a resolved settings dict, sized for `data`, on `device`."""
     cls = generator_class(s["model"])

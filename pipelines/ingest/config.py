@@ -38,7 +38,7 @@ class IngestConfig(BaseModel):
     @field_validator("columns", mode="before")
     @classmethod
     def _cols(cls, v):
-        return parse_columns(v) if isinstance(v, str) else v
+        return parse_columns(v) if isinstance(v, (str, dict)) else v
 
     def output_config(self) -> dict:
         """What decides the output (not where it goes, nor how many workers)."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
@@ -33,6 +33,12 @@ class LikertJobConfig(JudgeJobSettings):
     max_tokens: int = Field(64, ge=4)
     constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")
 
+    @model_validator(mode="after")
+    def _shots_need_examples(self):
+        if self.shots != "zero" and not self.examples:
+            raise ValueError(f"shots {self.shots!r} needs examples: a file of human-rated explanations "
+                             "(--examples)")
+        return self
 
 
 class PairwiseJobConfig(JudgeJobSettings):
@@ -54,6 +60,9 @@ class PairwiseJobConfig(JudgeJobSettings):
                     "(ALERT-Disc, verdicts_disc.parquet)")
     reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
 
+    @model_validator(mode="after")
+    def _disc_needs_a_reward_model(self):
+        return _check_disc(self)
 
 
 class DetectJobConfig(JudgeJobSettings):
@@ -71,3 +80,20 @@ class DetectJobConfig(JudgeJobSettings):
     max_tokens: int = Field(512, ge=8)
     constrained: bool = True
     generation_max_tokens: int = Field(96, ge=8)
+
+    @model_validator(mode="after")
+    def _checked(self):
+        from rexeval.pipelines.judge.detect import ALL_CONDITIONS, DetectSuiteConfig, check_conditions
+
+        if not (self.contexts or self.reviews):
+            raise ValueError("detect needs contexts (--contexts FILE) or reviews (--reviews PATH): where the "
+                             "interactions come from")
+        check_conditions(DetectSuiteConfig(conditions=self.conditions or list(ALL_CONDITIONS)))
+        return _check_disc(self)
+
+
+def _check_disc(cfg):
+    if "disc" in cfg.evaluators and not cfg.reward_model:
+        raise ValueError("the disc evaluator needs a reward model (--reward-model PATH: a sequence-classification "
+                         "reward model)")
+    return cfg

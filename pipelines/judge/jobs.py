@@ -78,9 +78,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
                         seed=cfg.seed, max_retries=cfg.max_retries, max_tokens=cfg.max_tokens,
                         constrained=cfg.constrained)
     examples_path = None
-    if cfg.shots != "zero":
-        if not cfg.examples:
-            raise ValueError(f"--shots {cfg.shots} needs --examples: a file of human-rated explanations")
+    if cfg.shots != "zero":  # the config checked that examples are given
         examples_path = str(Path(cfg.examples).resolve())
     progress(f"judge likert: {len(rows)} explanation(s) of {rows['system'].nunique()} system(s), "
              f"{len(judges)} judge(s), aspects {', '.join(lcfg.aspects)} ({cfg.mode}, {cfg.shots}-shot)")
@@ -161,8 +159,6 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     t0 = time.time()
     root = Path(cfg.out)
     evaluators = list(dict.fromkeys(cfg.evaluators))
-    if "disc" in evaluators and not cfg.reward_model:
-        raise ValueError("the disc evaluator needs --reward-model PATH (a sequence-classification reward model)")
     profile = _profile(cfg)
     systems = None if not cfg.systems else sorted(set(cfg.systems) | {cfg.baseline})
     expl = explanations_frame(cfg.explanations, systems, cfg.limit)
@@ -242,8 +238,6 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     explains the most recent purchase); sorted, then the first --limit."""
     from rexeval.pipelines.judge.inputs import load_contexts, read_contexts, read_frame, reviews_table
 
-    if not (cfg.contexts or cfg.reviews):
-        raise ValueError("detect needs --contexts FILE or --reviews PATH (where the interactions come from)")
     if cfg.interactions:
         p = Path(cfg.interactions)
         inter = read_frame(p)
@@ -266,7 +260,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
 
 
 def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) -> dict:
-    from rexeval.pipelines.judge.detect import (ALL_CONDITIONS, DetectSuiteConfig, check_conditions, detection_accuracy,
+    from rexeval.pipelines.judge.detect import (ALL_CONDITIONS, DetectSuiteConfig, detection_accuracy,
                                         judge_layout, plan_conditions)
 
     t0 = time.time()
@@ -274,9 +268,6 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     profile = _profile(cfg)
     suite = DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
                               max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens)
-    check_conditions(suite)
-    if "disc" in cfg.evaluators and not cfg.reward_model:
-        raise ValueError("the disc evaluator needs --reward-model PATH (a sequence-classification reward model)")
     contexts = detect_contexts(cfg)
     # Planned once over every interaction, so replacement items and users are drawn from
     # the whole set; the chunks only generate.

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 from rexeval.pipelines.star.evaluate import KS
@@ -61,6 +61,23 @@ class TrainJob(BaseModel):
     models: dict[str, str] = Field(default_factory=dict)
     levels: list[Literal["global", "item", "user"]] = ["global", "item"]
     ndcg_norm: Literal["ideal", "k"] = "ideal"
+
+    @model_validator(mode="after")
+    def _checked(self):
+        """The training settings, the grid, the sweep and the seeds, as the job reads them."""
+        from rexeval.pipelines.star.train import TrainSettings
+
+        settings = TrainSettings(**self.settings)
+        if self.sweep and self.sweep not in self.grid:
+            raise ValueError(f"sweep {self.sweep}: give its values with grid {self.sweep}=v1,v2,...")
+        for key in self.grid:
+            if key not in TrainSettings.model_fields:
+                raise ValueError(f"cannot search {key!r}: not a training setting "
+                                 f"({', '.join(TrainSettings.model_fields)})")
+        if self.seeds > 1 and "seed" in self.grid:
+            raise ValueError(f"seeds {self.seeds} trains seeds {self.seed_list(settings.seed)}; give either "
+                             "seeds or a grid of seed")
+        return self
 
     def seed_list(self, base: int) -> list[int]:
         """The runs' seeds: `base` alone for one run, else base, base+1, ..."""

@@ -174,18 +174,10 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     from rexeval.pipelines.star.train import TrainSettings, run_tune, statement_features
 
     t0 = time.time()
-    settings = TrainSettings(**job.settings)
-    if job.sweep and job.sweep not in job.grid:
-        raise ValueError(f"--sweep {job.sweep}: give its values with --grid {job.sweep}=v1,v2,...")
-    for key in job.grid:
-        if key not in TrainSettings.model_fields:
-            raise ValueError(f"cannot search {key!r}: not a training setting "
-                             f"({', '.join(TrainSettings.model_fields)})")
+    settings = TrainSettings(**job.settings)  # the config checked the settings, grid, sweep and seeds
     seeds = job.seed_list(settings.seed)
     grid = dict(job.grid)
     if len(seeds) > 1:
-        if "seed" in grid:
-            raise ValueError(f"--seeds {job.seeds} trains seeds {seeds}; give either --seeds or --grid seed=...")
         grid["seed"] = seeds
     data = StarData.load(job.data)
     if len(data.rows("valid")) == 0:

@@ -327,8 +327,9 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None
             configs[key] = build_config(inst.job, inst.settings)
         except ValidationError as exc:
             for e in exc.errors():
-                loc = ".".join(str(p) for p in e["loc"])
-                problems.append(f"{where}.{loc}: " + ("unknown key" if e["type"] == "extra_forbidden" else e["msg"]))
+                loc = "".join(f".{p}" for p in e["loc"])
+                msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+                problems.append(f"{where}{loc}: {msg}")
     if problems:
         raise StudyError(file, problems)
     problems.extend(_missing_reads(instances, root))

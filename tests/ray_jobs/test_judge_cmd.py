@@ -39,9 +39,10 @@ def test_clear_errors(tmp_path, ray_session):
     assert res.exit_code == 1 and "baseline system 'nobody' is not in the explanations" in res.output
     res = CliRunner().invoke(cli, ["judge", "likert", expl, "--shots", "personalised", "--out",
                                    str(tmp_path / "o2")] + SCRIPTED)
-    assert res.exit_code == 1 and "--examples" in res.output
+    # Settings the job's config refuses are usage errors, before anything runs.
+    assert res.exit_code == 2 and "--examples" in res.output, res.output
     res = CliRunner().invoke(cli, ["judge", "detect", "--out", str(tmp_path / "o3")] + SCRIPTED)
-    assert res.exit_code == 1 and "--contexts" in res.output
+    assert res.exit_code == 2 and "--contexts" in res.output, res.output
 
 
 def test_likert_with_a_personalised_example_through_the_cli(tmp_path, ray_session):

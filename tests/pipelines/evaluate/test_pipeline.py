@@ -124,7 +124,7 @@ def test_st2exp_with_scripted_verifier(ray_session, bench, tmp_path):
 def test_extract_runs_the_extraction_stage_for_systems_without_statements(ray_session, bench, tmp_path):
     out = tmp_path / "eval"
     triplets = json.dumps([{"statement": "the strings are bright", "topic": "sound", "sentiment": "positive"}])
-    with pytest.raises(ValueError, match="--extract needs --domain"):
+    with pytest.raises(ValueError, match="extract needs a domain"):
         run_evaluate(_cfg(bench, tmp_path / "x", statements=[], extract=True), progress=lambda s: None)
     cfg = _cfg(bench, out, statements=[], extract=True, domain="instruments", limit=3, metrics=["statement_nli"],
                systems=["flipped"], backend=LLM, backend_options={"default": triplets},

@@ -242,3 +242,42 @@ def test_missing_files_a_stage_reads_are_found_before_anything_runs(tmp_path):
         (tmp_path / folder).mkdir()
     plan = plan_of(tmp_path, data)
     assert {"expscore@a", "scored@a", "star@a", "generator@a"} <= set(plan.order)
+
+
+@pytest.mark.parametrize("stage, expected", [
+    ({"job": "evaluate", "with": {"explanations": ["{ingest}"], "metrics": ["bertscore", "sts", "bleu", "rouge"]}},
+     "stages.x.with (dataset a).metrics: unknown metric or family 'bleu'; did you mean"),
+    ({"job": "evaluate", "with": {"explanations": ["{ingest}"], "skip": ["questeval_p"]}},
+     "stages.x.with (dataset a).skip: 'questeval_p' is now 'questeval_f1_p'"),
+    ({"job": "evaluate", "with": {"explanations": ["{ingest}"], "extract": True}},
+     "stages.x.with (dataset a): extract needs a domain"),
+    ({"job": "evaluate", "with": {"explanations": ["{ingest}"], "nli_service": "localhost:8000"}},
+     "nli_service must be auto, none, serve:APP or an http(s) URL"),
+    ({"job": "judge_likert", "with": {"explanations": ["{ingest}"], "shots": "one"}},
+     "shots 'one' needs examples"),
+    ({"job": "judge_pairwise", "with": {"explanations": ["{ingest}"], "baseline": "b", "evaluators": ["disc"]}},
+     "the disc evaluator needs a reward model"),
+    ({"job": "judge_detect", "with": {"reviews": ["{ingest}"], "conditions": ["item_replace", "typo"]}},
+     "unknown condition(s) ['typo']"),
+    ({"job": "judge_detect", "with": {}}, "detect needs contexts (--contexts FILE) or reviews"),
+    ({"job": "generate_llm", "with": {"input": "{ingest}", "methods": ["preference_logics"]}},
+     "unknown method(s) ['preference_logics']"),
+    ({"job": "generate_train", "with": {"data": "{split}", "target": "review", "model": "nrt",
+                                        "settings": {"hiden": 64}}},
+     "unknown nrt setting(s) hiden"),
+    ({"job": "generate_train", "with": {"data": "{split}", "target": "review", "model": "peter",
+                                        "grid": {"vocab_size": [100, 200]}}},
+     "cannot search 'vocab_size'"),
+    ({"job": "generate_train", "with": {"data": "{split}", "model": "gpt"}}, "gpt"),
+    ({"job": "star_train", "with": {"data": "{split}", "grid": {"lr": [0.1]}, "sweep": "mu"}},
+     "sweep mu: give its values with grid mu=v1,v2"),
+    ({"job": "star_train", "with": {"data": "{split}", "grid": {"seed": [1, 2]}, "seeds": 3}},
+     "give either seeds or a grid of seed"),
+])
+def test_a_plan_refuses_every_setting_its_job_would_refuse(tmp_path, stage, expected):
+    """The plan builds each stage's settings with the job's own config class, whose
+    validators are the job's checks: a dry run that passes cannot fail later on a
+    setting (the failure the issue saw: `metrics: [bleu]` passed the dry run, then the
+    evaluate stage failed hours into the study)."""
+    msg = problems(tmp_path, study_dict(x={**stage, "datasets": ["a"]}))
+    assert expected in msg, msg
