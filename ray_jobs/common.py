@@ -12,6 +12,7 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from rexeval.failures import ServeStartFailed, WorkerFailed
 from rexeval.models.refs import ModelUnavailable
 from rexeval.pipelines.core.schema import SchemaError
 
@@ -127,7 +128,8 @@ def llm_options(fn: Callable | None = None, *, model_help: str | None = None) ->
 
 
 def user_errors(fn: Callable) -> Callable:
-    """Turn the errors a user can fix into a one-line message and exit code 2."""
+    """Turn the errors a user can fix, and a Ray worker's or replica's failure, into a
+    one-line message (exit code 1)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -135,6 +137,9 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except (SchemaError, FileNotFoundError, FileExistsError, ValueError, ModelUnavailable) as exc:
             raise click.ClickException(str(exc)) from None
+        except (ServeStartFailed, WorkerFailed) as exc:  # a replica or actor died: its reason, one line
+            raise click.ClickException(f"{exc} (the whole traceback is in Ray's logs: "
+                                       "/tmp/ray/session_latest/logs on the node that ran it)") from None
 
     return wrapper
 

@@ -84,6 +84,11 @@ def _serve(kind: str, flags: dict, start: Callable[[], object], info_lines: list
                    f"(--host/--port {flags['host']}:{flags['port']} apply only to a new Serve)", err=True)
     try:
         start()
+    except BaseException:
+        if started_serve and serve_running():  # a failed start leaves nothing behind
+            serve.shutdown()
+        raise
+    try:
         base = f"http://{flags['host']}:{flags['port']}{flags['route']}"
         token = flags.get("token_sha256") is not None
         click.echo(f"rexeval {kind} endpoint {flags['name']!r} is up at {base}")
@@ -98,7 +103,7 @@ def _serve(kind: str, flags: dict, start: Callable[[], object], info_lines: list
         while not stop.wait(3600):
             pass
     except BaseException:
-        detach = False  # a failed start or a crash leaves nothing behind
+        detach = False  # a crash leaves nothing behind
         raise
     finally:
         if not detach:
@@ -148,7 +153,10 @@ def serve_nli_cmd(model, profile, scorer, device, max_batch_pairs, **flags):
     from rexeval.models.profiles import load_profile
     from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
+    from rexeval.models.refs import resolve
+
     model = model or load_profile(profile).require("nli")
+    resolve(model, prepare=False)  # in the driver first: a missing model package is named here
     settings = _replica_settings(flags)
     extra = {k: v for k, v in {"scorer": scorer, "max_batch_pairs": max_batch_pairs}.items() if v is not None}
     cfg = NLIServeConfig(model=model, device=device, **extra, **settings)
@@ -187,7 +195,7 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
 
       rexeval judge likert runs/mi/explanations --out runs/mi/likert --judge-service http://127.0.0.1:8000/judge
     """
-    from rexeval.models.llm.base import BackendSpec
+    from rexeval.models.llm.base import BackendSpec, check_model_here
     from rexeval.models.profiles import load_profile
     from rexeval.pipelines.core.llm_job import LLMJobSettings
     from rexeval.serve.judge import JudgeServeConfig, start_judge_service
@@ -197,6 +205,7 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     job = LLMJobSettings(profile=profile, cache=cache, use_cache=not no_cache).with_resolved_cache()
     spec = BackendSpec(backend=backend or prof.llm_backend, model=model,
                        options=parse_backend_options(backend_options))
+    check_model_here(spec.backend, spec.model)  # in the driver first: a missing model package is named here
     settings = _replica_settings(flags)
     extra = {"max_batch_requests": max_batch_requests} if max_batch_requests else {}
     cfg = JudgeServeConfig(backend=spec, cache=job.cache_path(), **extra, **settings)

@@ -154,6 +154,44 @@ def error_response(exc: RequestError, body: dict | None = None):
     return JSONResponse(body or {"error": str(exc)}, status_code=exc.status, headers=headers)
 
 
+def startup_failure(app: str) -> str | None:
+    """Why the application's replicas failed to start, in one line (the last exception
+    of the first failed deployment's message), or None when none failed."""
+    from rexeval.failures import last_exception_line
+
+    try:
+        status = serve.status().applications.get(app)
+    except Exception:  # noqa: BLE001  (Serve itself is gone: nothing more to say)
+        return None
+    if status is None:
+        return None
+    for name, dep in status.deployments.items():
+        if "FAILED" in str(dep.status) or "UNHEALTHY" in str(dep.status):
+            text = dep.message or ""
+            found = last_exception_line(text)
+            return f"{name}: {found or (text.strip().splitlines() or ['no message'])[-1]}"
+    return None
+
+
+def run_app(application, name: str, route: str):
+    """`serve.run` of one application; when its replicas cannot start, ServeStartFailed
+    with the replica's own error in one line (Serve says only "Failed to update the
+    deployments"), and the failed application is deleted."""
+    from rexeval.failures import ServeStartFailed
+
+    try:
+        return serve.run(application, name=name, route_prefix=route)
+    except RuntimeError as exc:
+        reason = startup_failure(name)
+        if reason is None:
+            raise
+        try:
+            serve.delete(name)
+        except Exception:  # noqa: BLE001  (the reason matters more than the clean-up)
+            pass
+        raise ServeStartFailed(f"the Serve application {name!r} could not start its replicas: {reason}") from exc
+
+
 def serve_running() -> bool:
     """Whether Serve (its controller) is up on the connected Ray cluster."""
     import ray
@@ -218,7 +256,12 @@ class AppLease:
             else:
                 self.progress(f"  {self.label}: starting the Serve deployment {self.name!r} ({what}) on {where}")
                 self.started_serve = not serve_running()
-                start()
+                try:
+                    start()
+                except BaseException:
+                    if self.started_serve and not _HELD:  # leave the cluster as found
+                        serve.shutdown()
+                    raise
                 self.started = True
                 _SERVE_STARTED_HERE[0] = _SERVE_STARTED_HERE[0] or self.started_serve
                 _HELD[self.name] = {"count": 1, "started": True}

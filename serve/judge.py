@@ -41,13 +41,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 
-from rexeval.models.llm.base import (
-    BackendSpec,
-    ChatRequest,
-    LLMResult,
-)
+from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMResult, check_model_here
 from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, check_bearer,
-                                  error_response, sub_path, validation_summary)
+                                  error_response, run_app, sub_path, validation_summary)
 from rexeval.serve.openai_compat import (CHAT_PATH, MODELS_PATH, OpenAIError, chat_completion, models_list,
                                          parse_chat_completion)
 
@@ -297,8 +293,9 @@ def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: in
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the judge app; its handle.
     The route defaults to /judge for the default app name, else /<name> (routes must
     differ between apps). If Serve already runs, its proxy keeps its host and port."""
+    check_model_here(cfg.backend.backend, cfg.backend.model)
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(judge_app(cfg), name=name, route_prefix=route or _route_for(name))
+    return run_app(judge_app(cfg), name, route or _route_for(name))
 
 
 def _route_for(name: str) -> str:

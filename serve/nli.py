@@ -33,8 +33,8 @@ from ray import serve
 
 from rexeval.registry import load_object
 from rexeval.serve.common import (HEALTH_PATH, TOKEN_ENV, AppAuth, ReplicaSettings, RequestError, auth_headers,
-                                  check_bearer, error_response, running_apps, serve_running,  # noqa: F401
-                                  sub_path)
+                                  check_bearer, error_response, run_app, running_apps,  # noqa: F401
+                                  serve_running, sub_path)
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
@@ -207,8 +207,11 @@ def nli_app(cfg: NLIServeConfig):
 def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 8000,
                       route: str = DEFAULT_ROUTE, name: str = APP_NAME):
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the NLI app; its handle."""
+    from rexeval.models.refs import resolve
+
+    resolve(cfg.model, prepare=False)  # a missing model package fails here, not in a replica's log
     serve.start(http_options={"host": host, "port": port})
-    return serve.run(nli_app(cfg), name=name, route_prefix=route)
+    return run_app(nli_app(cfg), name, route)
 
 
 class ServeNLIClient:

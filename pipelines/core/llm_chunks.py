@@ -41,9 +41,13 @@ USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_ca
 
 def llm_spec(cfg: ChunkedLLMSettings, profile, role: str = "judge_llm", model: str | None = None) -> dict:
     """Backend, model and options of the judge, resolved in the driver."""
+    from rexeval.models.llm.base import check_model_here
+
     c = cfg.with_resolved_cache()
-    return {"backend": cfg.backend or profile.llm_backend, "model": model or profile.require(role),
+    spec = {"backend": cfg.backend or profile.llm_backend, "model": model or profile.require(role),
             "options": dict(cfg.backend_options), "cache": c.cache_path()}
+    check_model_here(spec["backend"], spec["model"])
+    return spec
 
 
 def build_llm(spec: dict, address: str):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from typing import Iterable
 
 import pyarrow as pa
@@ -97,6 +98,21 @@ def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None
     )
 
 
+@contextmanager
+def actor_failures(stage: Stage):
+    """An actor of `stage` that died (its `setup()` raised: a model that cannot load, a
+    missing package) becomes WorkerFailed with the actor's own error in one line; Ray
+    gives it as the whole remote traceback inside an ActorDiedError."""
+    import ray
+
+    try:
+        yield
+    except ray.exceptions.RayActorError as exc:
+        from rexeval.failures import WorkerFailed, reason_of
+
+        raise WorkerFailed(f"{stage.name}: an actor failed: {reason_of(exc)}") from exc
+
+
 def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | None = None):
     """Run `stage` over task descriptors (one per batch), yielding its result rows.
 
@@ -110,4 +126,5 @@ def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | None = Non
         return
     ds = ray.data.from_items(tasks, override_num_blocks=len(tasks))
     ds = map_stage(ds, stage, concurrency)
-    yield from ds.iter_rows()
+    with actor_failures(stage):
+        yield from ds.iter_rows()

@@ -7,9 +7,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
-
-
-ALL = "all"
+from rexeval.pipelines.evaluate.families import ALL, select_families
 
 
 
@@ -50,8 +48,6 @@ class EvaluateConfig(LLMJobSettings):
     @classmethod
     def _known_names(cls, names: list[str]) -> list[str]:
         """Family and metric names the job knows (the job's own expansion of them)."""
-        from rexeval.pipelines.evaluate.pipeline import select_families
-
         select_families(names, [])
         return names
 

@@ -341,3 +341,43 @@ def corpus_scores(explanations: list[str], references: list[str], vocabulary: tu
     return {"bleu-1": bleu_1(explanations, references), "bleu-4": bleu_4(explanations, references),
             "usr": unique_sentence_ratio(explanations),
             "fcr": feature_coverage_ratio(feats, vocabulary), "div": feature_diversity(feats)}
+
+
+# ------------------------------------------------------------------ selection by name
+
+ALL = "all"
+
+RENAMED = {"questeval_p": "questeval_f1_p", "questeval_r": "questeval_f1_r"}
+RENAMED_WHY = ("the published QuestEval (`questeval`) has no precision or recall: it averages its "
+               "two directions into one score. Precision and recall exist only in rexeval's "
+               "variant that scores answers by token F1 only (QuestEval-F1, see "
+               "metrics/questeval.py and metrics/questeval_published.py)")
+
+
+def select_families(names: list[str], skip: list[str]) -> list[str]:
+    """Family names from family or metric names ("all" = every family)."""
+    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics()}
+    by_metric.update({m: "corpus" for m in corpus_metrics()})
+
+    def expand(items: list[str]) -> list[str]:
+        out = []
+        for x in items:
+            if x == ALL:
+                out += [*FAMILIES, "corpus"]
+            elif x in FAMILIES or x == "corpus":
+                out.append(x)
+            elif x in by_metric:
+                out.append(by_metric[x])
+            elif x in RENAMED:
+                raise ValueError(f"{x!r} is now {RENAMED[x]!r}: {RENAMED_WHY}")
+            else:
+                import difflib
+
+                close = [m for m in by_metric if m.startswith(x)] or difflib.get_close_matches(x, list(by_metric), 4)
+                hint = f"; did you mean {', '.join(close[:6])}?" if close else ""
+                raise ValueError(f"unknown metric or family {x!r}{hint} (families: "
+                                 f"{', '.join([*FAMILIES, 'corpus'])})")
+        return list(dict.fromkeys(out))
+
+    drop = set(expand(skip))
+    return [f for f in expand(names) if f not in drop]

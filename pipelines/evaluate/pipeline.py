@@ -33,8 +33,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.evaluate.config import ALL, EvaluateConfig
-from rexeval.pipelines.evaluate.families import FAMILIES, EvalContext, Family, corpus_metrics, corpus_scores
+from rexeval.pipelines.evaluate.config import EvaluateConfig
+from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_metrics, corpus_scores,
+                                                 select_families)
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
@@ -51,42 +52,6 @@ JOB = "evaluate"
 
 
 # ------------------------------------------------------------------ selection
-
-
-RENAMED = {"questeval_p": "questeval_f1_p", "questeval_r": "questeval_f1_r"}
-RENAMED_WHY = ("the published QuestEval (`questeval`) has no precision or recall: it averages its "
-               "two directions into one score. Precision and recall exist only in rexeval's "
-               "variant that scores answers by token F1 only (QuestEval-F1, see "
-               "metrics/questeval.py and metrics/questeval_published.py)")
-
-
-def select_families(names: list[str], skip: list[str]) -> list[str]:
-    """Family names from family or metric names ("all" = every family)."""
-    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics()}
-    by_metric.update({m: "corpus" for m in corpus_metrics()})
-
-    def expand(items: list[str]) -> list[str]:
-        out = []
-        for x in items:
-            if x == ALL:
-                out += [*FAMILIES, "corpus"]
-            elif x in FAMILIES or x == "corpus":
-                out.append(x)
-            elif x in by_metric:
-                out.append(by_metric[x])
-            elif x in RENAMED:
-                raise ValueError(f"{x!r} is now {RENAMED[x]!r}: {RENAMED_WHY}")
-            else:
-                import difflib
-
-                close = [m for m in by_metric if m.startswith(x)] or difflib.get_close_matches(x, list(by_metric), 4)
-                hint = f"; did you mean {', '.join(close[:6])}?" if close else ""
-                raise ValueError(f"unknown metric or family {x!r}{hint} (families: "
-                                 f"{', '.join([*FAMILIES, 'corpus'])})")
-        return list(dict.fromkeys(out))
-
-    drop = set(expand(skip))
-    return [f for f in expand(names) if f not in drop]
 
 
 def missing_roles(cls: type[Family], profile, nli_remote: bool) -> list[str]:
@@ -298,6 +263,9 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         c = cfg.with_resolved_cache()
         llm = {"backend": cfg.backend or profile.llm_backend, "model": refs["judge_llm"],
                "options": dict(cfg.backend_options), "cache": c.cache_path(), "max_retries": cfg.max_retries}
+        from rexeval.models.llm.base import check_model_here
+
+        check_model_here(llm["backend"], llm["model"])
     vocab = tuple(sorted({t for ts in examples.column("ref_topics").to_pylist() for t in (ts or [])}))
     from rexeval.models.encoders.embedder import resolve_device
 

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
 from rexeval.pipelines.core.io import ShardedOutput, read_table
+from rexeval.models.llm.base import check_model_here
 from rexeval.models.llm.cache import build_cached_backend
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.inputs import reviews_path
@@ -38,6 +39,8 @@ def resolve_models(cfg: ExtractConfig) -> dict[str, Any]:
     profile = load_profile(cfg.profile, cfg.models)
     backend = cfg.backend or profile.llm_backend
     llm = profile.require("llm")
+    for model in {llm, cfg.verify_model or llm}:  # in the driver, before any actor loads it
+        check_model_here(backend, model)
     return {"backend": backend, "llm": llm, "verify": cfg.verify_model or llm,
             "embedder": profile.ref("embedder") if cfg.method == "triplets" else None}
 

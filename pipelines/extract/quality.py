@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.models.llm.base import SamplingParams
+from rexeval.models.llm.base import SamplingParams, check_model_here
 from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
 from rexeval.models.llm.cache import build_cached_backend
@@ -162,6 +162,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     statements = read_table(st_path, "statements")
     profile = load_profile(cfg.profile, cfg.models)
     model = {"backend": cfg.backend or profile.llm_backend, "judge": profile.require("judge_llm")}
+    check_model_here(model["backend"], model["judge"])
     sample = sample_statements(statements, cfg.sample, cfg.seed)
     n_shards = max(1, -(-sample.num_rows // cfg.shard_size))
     conf = {"input": str(st_path.resolve()), "sample": cfg.sample, "seed": cfg.seed,

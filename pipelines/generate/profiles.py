@@ -176,8 +176,12 @@ def resolve_models(llm: LLMJobSettings) -> dict[str, str]:
     """The profile's `llm` role and backend, as the extract and judge jobs resolve them."""
     from rexeval.models.profiles import load_profile
 
+    from rexeval.models.llm.base import check_model_here
+
     profile = load_profile(llm.profile, llm.models)
-    return {"backend": llm.backend or profile.llm_backend, "llm": profile.require("llm")}
+    models = {"backend": llm.backend or profile.llm_backend, "llm": profile.require("llm")}
+    check_model_here(models["backend"], models["llm"])
+    return models
 
 
 def write_profiles(split: str | Path, out: str | Path, llm: LLMJobSettings, *,

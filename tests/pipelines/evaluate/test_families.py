@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from rexeval.metrics import registry
 from rexeval.pipelines.evaluate.families import FAMILIES, corpus_metrics
-from rexeval.pipelines.evaluate.pipeline import select_families
+from rexeval.pipelines.evaluate.families import select_families
 
 
 def test_every_family_writes_the_metrics_registered_in_its_group():

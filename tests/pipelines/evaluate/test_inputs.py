@@ -13,7 +13,8 @@ from rexeval.pipelines.evaluate.inputs import (
     sentiment_flipped,
     write_flip_benchmark,
 )
-from rexeval.pipelines.evaluate.pipeline import select_families, statement_gaps
+from rexeval.pipelines.evaluate.families import select_families
+from rexeval.pipelines.evaluate.pipeline import statement_gaps
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, SchemaError
 from rexeval.pipelines.core.inputs import statements_from_annotations
