@@ -8,7 +8,8 @@ sample's hand-written statements with the baselines and a short ExpGCN (Tables 6
 -> a small PETER trained and decoded -> seed 000's metrics on PETER, the ground truth and
 a sentiment-flipped copy (Tables III-VI) -> the Likert and pairwise judges -> seed 004's
 win-rate study in small (Figure 5). This command sets the study's vars from its flags,
-runs it (resuming what an earlier run finished), writes the study report and prints it.
+runs it (resuming what an earlier run finished), writes the study report, and prints a
+short summary: the headline results and where the report is.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import click
 
 from rexeval.pipelines.study.config import load_study
 from rexeval.pipelines.study.plan import STATE_FILE, build_plan
-from rexeval.pipelines.study.report import build_report, render_markdown, write_report
+from rexeval.pipelines.study.report import build_report, write_report
 from rexeval.pipelines.study.runner import hard_failures, run_study
 from rexeval.ray_jobs.common import summary, user_errors
 
@@ -53,6 +54,36 @@ def _start_over(out: Path) -> None:
     shutil.rmtree(out)
 
 
+def headline(plan, root: Path) -> list[str]:
+    """The demo's result in a screen: seed 000's headline metrics per system, then what
+    the judges said (the full tables are in the report)."""
+    import pandas as pd
+
+    from rexeval.pipelines.evaluate.report import headline_markdown
+
+    lines: list[str] = []
+    evaluate = root / "sample" / "evaluate" / "aggregates.parquet"
+    if evaluate.is_file():
+        agg = pd.read_parquet(evaluate)
+        n = int(agg.loc[agg["kind"] == "per_example", "n"].max()) if (agg["kind"] == "per_example").any() else 0
+        lines += ["", f"Seed 000's metrics on the demo's systems (evaluate@sample, means over up to {n} examples "
+                  "each; ↑ higher is better):", "", *headline_markdown(agg).splitlines()]
+    likert = root / "sample" / "likert" / "likert_scores.parquet"
+    if likert.is_file():
+        scores = pd.read_parquet(likert)
+        means = scores.groupby("system")["score"].mean().dropna()
+        lines += ["", "Likert judge (seed 001; 1-5, mean of the four aspects): "
+                  + ", ".join(f"{s} {v:.2f}" for s, v in means.items())]
+    for stage in ("pairwise", "seed004_pairwise"):
+        rep = root / "sample" / stage / "report.json"
+        if rep.is_file():
+            data = json.loads(rep.read_text())
+            wins = ", ".join(f"{w['system']} {w['win_rate']:.0%} of {w['n']}" for w in data.get("win_rates", []))
+            base = plan.instances[f"{stage}@sample"].settings.get("baseline")
+            lines.append(f"Pairwise judge (seed 004) against {base}: {wins or 'no pair judged'}")
+    return lines
+
+
 @click.command("demo")
 @click.option("--out", "-o", default="runs/demo", show_default=True, help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Start over instead of resuming.")
@@ -68,12 +99,17 @@ def _start_over(out: Path) -> None:
 @click.option("--judge-examples", default=2, show_default=True, type=int,
               help="Examples per system the Likert and pairwise judges rate, and users in the seed 004 "
                    "step (each costs the local LLM a few seconds per call).")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Print every job's progress lines and Ray's own output too (they are always in "
+                   "OUT/logs/<stage>.log).")
 @user_errors
-def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_examples):
+def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_examples, verbose):
     """Run the demo study (studies/demo.yaml) on the embedded review sample, offline.
 
     The same as `rexeval study run studies/demo.yaml` with the vars these flags set,
-    followed by `rexeval study report` (OUT/report/index.html), whose tables are printed.
+    followed by `rexeval study report` (OUT/report/index.html). The terminal shows each
+    stage as it starts and ends, then the headline results and where the report is;
+    every job's own lines are in OUT/logs/.
 
     Example: rexeval demo --out runs/demo
     """
@@ -85,11 +121,14 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     sets = {"llm": llm, "extract_reviews": max(1, extract_reviews), "evaluate_examples": evaluate_examples,
             "judge_examples": judge_examples, "nli": nli, "evaluate_skip": [] if llm else ["st2exp"]}
     plan = build_plan(load_study(DEMO_STUDY, sets), DEMO_STUDY, root)
-    res = run_study(plan, progress=click.echo)
+    click.echo(f"rexeval demo: {DEMO_STUDY.name} on the embedded sample -> {root} (each stage's log in "
+               f"{root / 'logs'}{'' if verbose else '; --verbose prints them here'})")
+    res = run_study(plan, progress=click.echo, job_lines=click.echo if verbose else (lambda _: None),
+                    verbose=verbose, show_plan=verbose)
     report = build_report(root)
     paths = write_report(report, root / "report")
-    click.echo("")
-    click.echo(render_markdown(report))
+    for line in headline(plan, root):
+        click.echo(line)
     notes = list(NOTES)
     if not nli:
         notes.append("NLI metrics were skipped: no PyPI package ships an NLI model; pass --nli "
@@ -97,9 +136,12 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     hard = hard_failures(plan, res)
     notes += [f"{k} failed{'' if k in hard else ' (optional)'}: {why}" for k, why in res["failed"].items()]
     notes += [f"{k} skipped: {why}" for k, why in res["skipped"].items()]
+    html = paths["html"].resolve()
     summary("demo", {"stage instances": len(plan.order), "ran": len(res["ran"]),
                      "already complete": len(res["done"]), "off": len(plan.off), "failed": len(res["failed"])},
-            started, {"study state": str(root / STATE_FILE), "report": str(paths["html"])}, notes)
+            started, {"report": str(html), "open it": f"in a browser, file://{html} (or: xdg-open {html})",
+                      "markdown": str(paths["md"].resolve()), "state": str(root / STATE_FILE),
+                      "logs": str(root / "logs")}, notes)
     if hard:
         raise SystemExit(1)
 

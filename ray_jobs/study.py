@@ -33,13 +33,17 @@ def study_group():
 @click.option("--max-parallel", type=int, help="Independent stage instances at once (default: the file's, 2).")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
               help="Override one of the study's vars (VALUE read as YAML: 3, true, null, [a, b]); repeatable.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Also print Ray's and the libraries' own output of every stage (always in OUT/logs/).")
 @user_errors
-def study_run_cmd(file, out, only, dry_run, max_parallel, sets):
+def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose):
     """Check the study file, then run the stages that are missing or changed.
 
     Everything a user can fix is reported before anything runs: unknown keys, unknown
     jobs, references to no stage, a cycle, missing input files, settings a job refuses,
-    a model role the profile lacks. The state of each stage instance is kept in
+    a model role the profile lacks. Each stage instance runs in a driver process of its
+    own (its log in OUT/logs/<instance>.log); stages that call the same judge share one
+    judge deployment, started once. The state of each stage instance is kept in
     OUT/study.json; `rexeval study report OUT` turns the results into one HTML page.
 
     Examples:
@@ -54,7 +58,8 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets):
     """
     started = time.time()
     plan = build_plan(load_study(file, parse_sets(sets)), file, out)
-    res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo)
+    res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo,
+                    verbose=verbose)
     if dry_run:
         return res
     hard = set(hard_failures(plan, res))
@@ -64,7 +69,7 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets):
     summary(f"study {plan.study.name}", {"stage instances": len(plan.order), "ran": len(res["ran"]),
                                          "already complete": len(res["done"]), "failed": len(res["failed"]),
                                          "skipped": len(res["skipped"])},
-            started, {"state": str(plan.out / "study.json")}, notes=notes)
+            started, {"state": str(plan.out / "study.json"), "logs": str(plan.out / "logs")}, notes=notes)
     if hard:
         raise SystemExit(1)
     return res

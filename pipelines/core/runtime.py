@@ -53,6 +53,8 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         for name in ("ray.data", "ray.data._internal.progress",
                      "ray.data._internal.execution.streaming_executor"):
             logging.getLogger(name).setLevel(logging.ERROR)
+        # Serve's INFO lines ("Started Serve in namespace ...") say what our jobs say.
+        logging.getLogger("ray.serve").setLevel(logging.WARNING)
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False

@@ -120,3 +120,23 @@ def plot_stent_bin(agg: pd.DataFrame, path, dataset: str = "", systems: list[str
     fig.savefig(path.with_suffix(".svg"))
     plt.close(fig)
     return True
+
+
+HEADLINE = ["st2exp_f1", "stent_f1", "alignscore", "questeval", "bertscore-f1", "sts", "bleu-4", "rouge-l-f", "usr"]
+"""One metric per family of seed 000's tables, for a one-screen summary."""
+
+
+def headline_markdown(agg: pd.DataFrame, systems: list[str] | None = None) -> str:
+    """The headline metrics that were computed, one row each, the mean per system
+    (a short summary: the full tables, with spreads and intervals, are in tables.md)."""
+    labels = {m: lab for _, rows in TABLES for m, lab in rows}
+    systems = systems or sorted(agg["system"].unique())
+    means = agg.pivot_table(index="metric", columns="system", values="mean", aggfunc="first")
+    present = [m for m in HEADLINE if m in means.index]
+    lines = ["| metric | " + " | ".join(systems) + " |", "|---|" + "---:|" * len(systems)]
+    for m in present:
+        cells = [f"{means.at[m, s]:.3f}" if s in means.columns and pd.notna(means.at[m, s]) else "–"
+                 for s in systems]
+        arrow = "↑" if higher_is_better(m) else "↓"
+        lines.append(f"| {labels.get(m, m)} {arrow} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ and folders it reads, checked for existence when the plan is built.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,9 @@ class ServeNeed:
     mode "shared": the study starts it once, before the first stage that needs it, and
     keeps it for every stage that needs the same one (`key`, a hash of what it serves);
     the jobs find it running and use it. `open(progress)` starts it (or joins one that
-    runs) and returns its release. Mode "own": the job starts and stops it itself (the
+    runs) and returns its release; it must pickle (a partial of a module-level function):
+    the study runs it in a process that holds the application. Mode "own": the job
+    starts and stops it itself (the
     NLI service, which the evaluate job brings up only for its last families; several
     judges in one job); no other stage that needs the application runs meanwhile, since
     the first to finish would stop it under the other."""
@@ -133,16 +136,21 @@ def _served_llms(models: Callable[[Any], list[tuple[str, str | None]]]) -> Calla
         for role, model in models(cfg):
             spec = llm_spec(cfg, profile, role=role, model=model)
             app, key = JudgeService(cfg, spec, lambda _: None).app()
-
-            def open_app(progress, spec=spec):
-                service = JudgeService(cfg, spec, progress)
-                service.address()
-                return service.stop
-            needs[(app, key)] = ServeNeed(app, key, "shared", open_app)
+            needs[(app, key)] = ServeNeed(app, key, "shared", functools.partial(open_judge, cfg, spec))
         if len({app for app, _ in needs}) < len(needs):  # several models under one name
             return [ServeNeed(app, mode="own") for app in sorted({app for app, _ in needs})]
         return list(needs.values())
     return serves
+
+
+def open_judge(cfg, spec: dict, progress: Callable[[str], None]) -> Callable[[], None]:
+    """Start (or join) the judge application a job with `cfg` would call for `spec`;
+    its release. Module-level: the study holds it in a process of its own."""
+    from rexeval.pipelines.core.llm_chunks import JudgeService
+
+    service = JudgeService(cfg, spec, progress)
+    service.address()
+    return service.stop
 
 
 def _evaluate_serves(cfg) -> list[ServeNeed]:

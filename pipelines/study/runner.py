@@ -109,8 +109,8 @@ class StudyApps:
     until no running stage uses it, then it is replaced. An application a job starts
     itself ("own") is used by one running stage at a time."""
 
-    def __init__(self, say: Callable[[str], None]):
-        self.say = say
+    def __init__(self, say: Callable[[str], None], hold: Callable[..., Callable[[], None]]):
+        self.say, self.hold = say, hold  # hold(opener, app, progress) -> release
         self.held: dict[str, dict[str, Any]] = {}  # app -> {"key", "release", "lock"}
         self.users: dict[str, set[str]] = {}  # app -> running instances that use it
         self.own: dict[str, str] = {}  # app -> the running instance that starts it itself
@@ -123,6 +123,10 @@ class StudyApps:
             if n.mode == "shared" and (n.app in self.own or users and self.held.get(n.app, {}).get("key") != n.key):
                 return False
         return True
+
+    def cost(self, needs: list[ServeNeed]) -> int:
+        """0: every application it needs is up (or it needs none); 1: it would start one."""
+        return int(any(n.mode == "own" or self.held.get(n.app, {}).get("key") != n.key for n in needs))
 
     def claim(self, key: str, needs: list[ServeNeed]) -> None:
         """Reserve what `key` needs (it starts now); an idle application of another kind
@@ -146,7 +150,7 @@ class StudyApps:
             held = self.held[n.app]
             with held["lock"]:
                 if held["release"] is None:
-                    held["release"] = n.open(lambda line: self.say(f"[serve] {line.strip()}"))
+                    held["release"] = self.hold(n.open, n.app, lambda line: self.say(f"[serve] {line.strip()}"))
 
     def done(self, key: str, needs: list[ServeNeed], still_needed: set[tuple[str, str]]) -> None:
         """`key` finished; stop what no running or waiting stage needs any more."""
@@ -170,6 +174,17 @@ class StudyApps:
                 self.say(f"[serve] could not stop {app!r}: {type(exc).__name__}: {exc}")
 
 
+FIRST_COUNTS = ("in", "reviews_in", "statements_in", "interactions", "out", "explanations", "statements",
+                "clusters", "examples", "errors", "error_rows")
+
+
+def counts_line(counts: dict[str, Any], most: int = 4) -> str:
+    """A stage's main counts for its "done" line: what went in, came out, failed."""
+    keys = [k for k in FIRST_COUNTS if k in counts]
+    keys += [k for k in counts if k not in keys and not any(w in k for w in ("token", "cached", "seconds", "calls"))]
+    return ", ".join(f"{k} {counts[k]:,}" if isinstance(counts[k], int) else f"{k} {counts[k]}" for k in keys[:most])
+
+
 def _needs(plan: Plan, key: str) -> list[ServeNeed]:
     inst = plan.instances[key]
     try:
@@ -180,7 +195,8 @@ def _needs(plan: Plan, key: str) -> list[ServeNeed]:
 
 def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = False,
               max_parallel: int | None = None, progress: Callable[[str], None] = print,
-              job_lines: Callable[[str], None] | None = None, verbose: bool = False) -> dict[str, Any]:
+              job_lines: Callable[[str], None] | None = None, verbose: bool = False,
+              show_plan: bool = True) -> dict[str, Any]:
     """Run what is missing; returns {"ran": [...], "done": [...], "failed": {key: reason},
     "skipped": {key: reason}}.
 
@@ -188,10 +204,12 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     OUT/logs/<instance>.log. `progress` gets the study's lines (the plan, each stage's
     start and end); `job_lines` each job's own progress lines, prefixed with the
     instance (default: `progress`). `verbose`: the stages' processes print Ray's and the
-    libraries' own output too."""
+    libraries' own output too. `show_plan` False: the plan in two lines, not one per
+    instance."""
     picked = selected(plan, only)
     status = status_of(plan, read_state(plan.out))
-    for line in plan_lines(plan, status, picked):
+    shown = plan_lines(plan, status, picked)
+    for line in shown if show_plan else [shown[0], "  " + shown[-1]]:
         progress(line)
     todo = [k for k in plan.order if status[k][0] == "run" and (picked is None or k in picked)]
     result: dict[str, Any] = {"ran": [], "done": [k for k in plan.order if status[k][0] == "done"],
@@ -209,7 +227,8 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         return result
 
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.study.stage_process import StageCall, StageFailed, ray_connection, run_stage
+    from rexeval.pipelines.study.stage_process import (StageCall, StageFailed, hold_service, ray_connection,
+                                                        run_stage)
 
     init_ray(quiet=not verbose)
     address, runtime_env = ray_connection()
@@ -220,8 +239,9 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     running: dict[Future, str] = {}
     finished = set(result["done"])
     needs = {k: _needs(plan, k) for k in todo}
-    apps = StudyApps(progress)
     logs = plan.out / "logs"
+    apps = StudyApps(progress, lambda opener, app, say: hold_service(
+        opener, str(logs / f"serve-{app}.log"), say, address, runtime_env, verbose))
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -241,26 +261,33 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
         seconds = round(time.time() - t0, 2)
         state.record(key, status="complete", finished=_now(), seconds=seconds, summary=counts, reason=None)
-        shown = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in list(counts.items())[:4])
+        shown = counts_line(counts)
         progress(f"[{key}] done in {seconds:.1f}s" + (f": {shown}" if shown else ""))
         return counts
 
     try:
-        with ThreadPoolExecutor(max_parallel or plan.study.max_parallel, thread_name_prefix="rexeval-study") as pool:
+        slots = max_parallel or plan.study.max_parallel
+        with ThreadPoolExecutor(slots, thread_name_prefix="rexeval-study") as pool:
             while waiting or running:
                 for key in sorted(waiting, key=plan.order.index):
-                    deps = plan.instances[key].deps
-                    blocked = [d for d in deps if d in result["failed"] or d in result["skipped"]]
+                    blocked = [d for d in plan.instances[key].deps if d in result["failed"] or d in result["skipped"]]
                     if blocked:
                         waiting.discard(key)
                         why = f"upstream {', '.join(sorted(blocked))} did not complete"
                         result["skipped"][key] = why
                         state.record(key, status="skipped", reason=why, finished=_now())
                         progress(f"[{key}] skipped: {why}")
-                    elif deps <= finished and apps.can_start(needs[key]):
-                        waiting.discard(key)
-                        apps.claim(key, needs[key])
-                        running[pool.submit(run_one, key)] = key
+                ready = [k for k in waiting if plan.instances[k].deps <= finished and apps.can_start(needs[k])]
+                # Stages that use an application already up first, stages that would start
+                # one last: a Serve replica holds its CPUs (or GPUs) only while it is needed.
+                for key in sorted(ready, key=lambda k: (apps.cost(needs[k]), plan.order.index(k))):
+                    if len(running) >= slots:
+                        break
+                    if not apps.can_start(needs[key]):  # another just claimed the application
+                        continue
+                    waiting.discard(key)
+                    apps.claim(key, needs[key])
+                    running[pool.submit(run_one, key)] = key
                 if not running:
                     break
                 done, _ = wait(list(running), return_when=FIRST_COMPLETED)

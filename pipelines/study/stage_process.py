@@ -112,6 +112,56 @@ def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any
     return outcome[1]
 
 
+def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None],
+                 ray_address: str | None = None, runtime_env: dict[str, Any] | None = None,
+                 verbose: bool = False) -> Callable[[], None]:
+    """Start a Serve application in a process of its own, which holds it until the
+    returned release is called (or the study driver is gone) and then stops it.
+
+    Why a process: the driver that starts an application keeps long polls open on Serve's
+    controller, and when Serve shuts down Ray prints those tasks' failures to that
+    driver's terminal; in the holder's process they go to its log. `opener(progress)`
+    starts (or joins) the application and returns its release; it must be picklable
+    (a module-level function or a partial of one). Raises StageFailed when it cannot start."""
+    ctx = _context()
+    conn, child = ctx.Pipe(duplex=True)
+    proc = ctx.Process(target=_hold_main, args=(opener, child, os.getpid(), log_path, ray_address,
+                                                dict(runtime_env or {}), verbose), name="rexeval-serve-holder")
+    proc.start()
+    child.close()
+
+    def pump(until: str) -> tuple | None:
+        while True:
+            try:
+                msg = conn.recv()
+            except EOFError:
+                return None
+            if msg[0] == "line":
+                progress(msg[1])
+            elif msg[0] in (until, "error"):
+                return msg
+
+    got = pump("up")
+    if got is None or got[0] == "error":
+        conn.close()
+        proc.join()
+        if got is None:
+            raise StageFailed(f"ServiceDied: the process holding the Serve application ended (exit code "
+                              f"{proc.exitcode}) before it was up; its log: {log_path}")
+        raise StageFailed(got[1], got[2])
+
+    def release() -> None:
+        try:
+            conn.send("stop")
+            pump("stopped")
+        except (BrokenPipeError, EOFError, OSError):
+            pass
+        finally:
+            conn.close()
+            proc.join(timeout=120)
+    return release
+
+
 # -- inside the stage's process ---------------------------------------------------------
 
 
@@ -165,4 +215,51 @@ def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
             if ray.is_initialized():
                 ray.shutdown()
         finally:
+            os.close(log)
+
+
+def _hold_main(opener, conn, parent_pid: int, log_path: str, ray_address, runtime_env, verbose: bool) -> None:
+    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if not verbose:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+    _watch_parent(parent_pid)
+
+    def say(line: str) -> None:
+        os.write(log, (line + "\n").encode("utf-8", "replace"))
+        try:
+            conn.send(("line", line))
+        except (BrokenPipeError, OSError):
+            pass
+
+    release = None
+    try:
+        from rexeval.pipelines.core.runtime import init_ray
+
+        init_ray(address=ray_address, runtime_env=runtime_env, quiet=not verbose)
+        release = opener(say)
+        conn.send(("up",))
+        try:
+            conn.recv()  # "stop", or EOF: the study driver is gone
+        except EOFError:
+            pass
+    except BaseException as exc:  # noqa: BLE001  (reported to the study driver)
+        tb = traceback.format_exc()
+        os.write(log, tb.encode("utf-8", "replace"))
+        try:
+            conn.send(("error", f"{type(exc).__name__}: {exc}", tb))
+        except (BrokenPipeError, OSError):
+            pass
+    finally:
+        try:
+            if release is not None:
+                release()
+            conn.send(("stopped",))
+        except (BrokenPipeError, OSError):
+            pass
+        finally:
+            conn.close()
             os.close(log)
