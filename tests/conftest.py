@@ -1,7 +1,16 @@
-"""Shared fixtures: one local Ray per test session, and the shared real data."""
+"""Shared fixtures: one local Ray per test session, the shared real data, and what the
+real local LLM extracts from it (once per session: SmolLM2 on two CPU cores is slow).
+
+The session's rexeval cache (LLM calls) is a folder of its own, so that no test passes
+or fails on answers an earlier run left in the user's cache; converted models (the
+SmolLM2 GGUF, ~16 s to convert) are shared with the user's cache.
+"""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -9,6 +18,34 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+def _session_cache() -> None:
+    from rexeval.models.gguf_cache import models_cache_dir
+
+    models = models_cache_dir()
+    models.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="rexeval-test-cache-"))
+    (root / "models").symlink_to(models.resolve(), target_is_directory=True)
+    os.environ["REXEVAL_CACHE"] = str(root)
+    atexit.register(shutil.rmtree, root, True)
+
+
+if "REXEVAL_TEST_KEEP_CACHE" not in os.environ:
+    _session_cache()
+
+
+def _threads() -> None:
+    """REXEVAL_TEST_THREADS: torch's CPU threads for the session (learning robustness)."""
+    from tests.doubles.seeds import THREADS
+
+    if THREADS:
+        import torch
+
+        torch.set_num_threads(THREADS)
+
+
+_threads()
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REXEVAL_SHARED", REPO.parent / "shared"))
@@ -29,3 +66,26 @@ def shared_csv() -> Path:
     if not SHARED_CSV.exists():
         pytest.skip(f"shared data not found at {SHARED_CSV}")
     return SHARED_CSV
+
+
+SMOLLM2_REVIEWS = 2  # the first shared reviews SmolLM2 extracts statements from
+
+
+@pytest.fixture(scope="session")
+def smollm2_extraction(ray_session, shared_csv, tmp_path_factory) -> dict:
+    """The shared reviews ingested, and triplets (statement, topic, sentiment) that the
+    real local LLM extracts from the first of them: {"ingest", "out", "cache", "manifest"}.
+    Built once; tests read it and write elsewhere."""
+    from rexeval.pipelines.extract.config import ExtractConfig
+    from rexeval.pipelines.extract.pipeline import run_extract
+    from rexeval.pipelines.ingest.config import IngestConfig
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+
+    root = tmp_path_factory.mktemp("smollm2-extraction")
+    run_ingest(IngestConfig(inputs=[str(shared_csv)], out=str(root / "ingest"), category="instruments"),
+               progress=lambda s: None)
+    cfg = ExtractConfig(input=str(root / "ingest"), out=str(root / "triplets"), limit=SMOLLM2_REVIEWS,
+                        max_tokens=160, shard_size=SMOLLM2_REVIEWS, cache=str(root / "cache.sqlite"))
+    manifest = run_extract(cfg, progress=lambda s: None)
+    return {"ingest": root / "ingest", "out": root / "triplets", "cache": root / "cache.sqlite",
+            "manifest": manifest, "config": cfg}

@@ -9,8 +9,8 @@ from rexeval.models.recommenders.base import TrainGraph
 
 
 def train_steps(model: torch.nn.Module, graph: TrainGraph, steps: int = 50,
-                lr: float = 0.05) -> list[float]:
-    gen = torch.Generator().manual_seed(0)
+                lr: float = 0.05, seed: int = 0) -> list[float]:
+    gen = torch.Generator().manual_seed(seed)
     t = torch.as_tensor(graph.triplets)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()

@@ -17,6 +17,7 @@ from rexeval.models.expscore import (
     label_classes,
     train_head,
 )
+from tests.doubles.seeds import SEED, seeded
 
 FACTORS = ("REL", "LEN", "POL")
 
@@ -37,9 +38,10 @@ def ordinal_data(n=500, seed=2):
     return x, y
 
 
+@pytest.mark.learning
 def test_linear_head_recovers_the_weights():
-    x, y = linear_data()
-    model = train_head(x, y, "linear", FACTORS)
+    x, y = linear_data(seed=seeded(1))
+    model = train_head(x, y, "linear", FACTORS, TrainSettings(seed=SEED))
     w = model.weights()
     # z-scored factors: weights are the coefficients, shrunk a little by the 0.01 L2 penalty
     assert w["REL"] == pytest.approx(0.6, abs=0.02)
@@ -50,9 +52,10 @@ def test_linear_head_recovers_the_weights():
     assert model.history["stopped"] == "no_improvement"
 
 
+@pytest.mark.learning
 def test_logistic_head_learns_an_ordinal_relation_and_scores_expected_class():
-    x, y = ordinal_data()
-    model = train_head(x, y, "logistic", FACTORS)
+    x, y = ordinal_data(seed=seeded(2))
+    model = train_head(x, y, "logistic", FACTORS, TrainSettings(seed=SEED))
     p = model.predict_proba(x)
     assert p.shape == (len(x), 5) and np.allclose(p.sum(1), 1)
     pred = model.predict(x)
@@ -62,9 +65,10 @@ def test_logistic_head_learns_an_ordinal_relation_and_scores_expected_class():
     assert model.loss(x, y) < 1.0  # mean cross-entropy (uniform guess: log 5 = 1.61)
 
 
+@pytest.mark.learning
 def test_nn_head_has_6_and_3_hidden_units_and_fits():
-    x, y = linear_data(n=200)
-    model = train_head(x, y, "nn", FACTORS, TrainSettings(max_epochs=1500))
+    x, y = linear_data(n=200, seed=seeded(1))
+    model = train_head(x, y, "nn", FACTORS, TrainSettings(max_epochs=1500, seed=SEED))
     assert model.n_hidden() == (6, 3)
     linears = [m for m in model.net if isinstance(m, torch.nn.Linear)]
     assert [(m.in_features, m.out_features) for m in linears] == [(3, 6), (6, 3), (3, 1)]

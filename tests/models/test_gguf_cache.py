@@ -80,11 +80,12 @@ def test_cache_dir_defaults_to_env(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def smollm2_folder(tmp_path_factory):
-    cache = tmp_path_factory.mktemp("rexeval-cache")
+def smollm2_folder():
+    """The session's conversion (the cache every test's SmolLM2 resolves to): converted
+    here when no test has needed it yet, else found."""
     t0 = time.perf_counter()
-    r = resolve("SmolLM2-135M-Instruct", cache_dir=cache)
-    return Path(r.location), time.perf_counter() - t0, cache
+    r = resolve("SmolLM2-135M-Instruct")
+    return Path(r.location), time.perf_counter() - t0, None
 
 
 @pytest.mark.slow

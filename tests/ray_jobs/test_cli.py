@@ -66,11 +66,33 @@ def test_ingest_split_info_from_a_yaml_config(tmp_path, ray_session, monkeypatch
 
 @pytest.mark.slow
 def test_demo_runs_offline(tmp_path, ray_session):
-    """`rexeval demo` = the demo study (studies/demo.yaml) and its report, printed."""
+    """`rexeval demo` = the demo study (studies/demo.yaml) and its report. The terminal
+    gets a short summary (progress per stage, the headline results, where the report
+    is); the full report is in the files. Smaller than the default run (fewer LLM calls:
+    two reviews to extract, eight examples to evaluate, one to judge), every stage runs."""
     out = tmp_path / "demo"
-    res = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    res = CliRunner().invoke(cli, ["demo", "--out", str(out), "--extract-reviews", "2", "--evaluate-examples", "8",
+                                   "--judge-examples", "1"])
     assert res.exit_code == 0, res.output
-    text = res.output
+    screen = res.output
+    assert len(screen.splitlines()) < 120, screen
+    # Progress per stage, the headline table, the judges, where the report is.
+    assert "[evaluate@sample] done in" in screen and "[peter@sample] done in" in screen
+    assert "| metric | flipped | ground_truth | peter |" in screen and "| BERT-F1 ↑ |" in screen
+    assert "Likert judge (seed 001" in screen and "Pairwise judge (seed 004) against ground_truth" in screen
+    html = (out / "report" / "index.html").resolve()
+    assert f"file://{html}" in screen and html.is_file()
+    # One judge deployment for all the judge stages, started and stopped by the study.
+    assert screen.count("starting the Serve deployment 'rexeval-judge'") == 1
+    assert screen.count("stopped the Serve application 'rexeval-judge'") == 1
+    # No Ray internals on the terminal: they are in the stages' logs.
+    for noise in ("core_worker.cc", "(raylet)", "graceful_shutdown", "Traceback"):
+        assert noise not in screen, noise
+    assert (out / "logs" / "evaluate@sample.log").is_file()
+    likert_log = (out / "logs" / "likert@sample.log").read_text()
+    assert "using the running Serve application 'rexeval-judge'" in likert_log
+
+    text = (out / "report" / "report.md").read_text()
     state = json.loads((out / "study.json").read_text())["stages"]
     assert len(state) == 22
     # Every stage completed; only the optional win-rate chart may lack a pair to draw.
@@ -80,7 +102,7 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert domain in text
     assert "| Interactions | 282 |" in text and state["ingest@sample"]["summary"]["errors"] == 5
     # The LLM stages ran on part of the sample and ended in rows, not crashes.
-    assert state["triplets@sample"]["summary"]["in"] == 4 and state["ground_truth@sample"]["status"] == "complete"
+    assert state["triplets@sample"]["summary"]["in"] == 2 and state["ground_truth@sample"]["status"] == "complete"
     # Clustering of the verified statements and EXTRA, as Table 3; ranking as Tables 6 and 1.
     assert "| sample | STAR |" in text and "| EXTRA |" in text
     assert "| Total triplets | 853 |" in text
@@ -90,21 +112,19 @@ def test_demo_runs_offline(tmp_path, ray_session):
     assert "| Dataset | Metric | flipped | ground_truth | peter |" in text
     assert "| BERT-F1 |" in text and "| sample | St2Exp-P |" in text
     # What the local profile lacks is skipped, with the reason; nothing stands in for it.
-    assert "statement\\_nli" in text and "no PyPI package ships an NLI model" in text
+    assert "statement\\_nli" in text and "no PyPI package ships an NLI model" in screen
     assert "| sample | StEnt-P |" not in text
     # Judges through the judge Serve deployment, with the local LLM.
     assert "| judge | system | persuasiveness |" in text
     assert "Win rates against the baseline `ground_truth`" in text and "Position bias" in text
-    assert "starting the Serve deployment 'rexeval-judge'" in text
     # Seed 004 in small: two prompted generators, the pairwise judge, the win-rate chart.
-    assert "| review_extract | 2 | 2 | 0 | – |" in text
-    assert "| preference_logic | 2 |" in text and "| item_based | 2 |" in text
+    assert "| review_extract | 1 | 1 | 0 | – |" in text
+    assert "| preference_logic | 1 |" in text and "| item_based | 1 |" in text
     figure = out / "sample" / "seed004_winrate" / "figure5.svg"
-    assert figure.exists() or "seed004_winrate@sample failed (optional)" in text
+    assert figure.exists() or "seed004_winrate@sample failed (optional)" in screen
     if figure.exists():
         assert "Win rates against the baseline `review_extract`" in text
-    assert "not which generator is better" in text
-    assert (out / "report" / "index.html").is_file()
+    assert "not which generator is better" in screen
     # Every complete stage's job recorded the hash of its settings (the report's provenance).
     from rexeval.pipelines.study.report_model import instance_provenance, read_study
 
@@ -113,5 +133,6 @@ def test_demo_runs_offline(tmp_path, ray_session):
                   if i.status == "complete" and instance_provenance(i)["settings hash"].startswith("not recorded")]
     assert unrecorded == []
     # Run again: the study is complete, nothing runs.
-    again = CliRunner().invoke(cli, ["demo", "--out", str(out)])
+    again = CliRunner().invoke(cli, ["demo", "--out", str(out), "--extract-reviews", "2", "--evaluate-examples", "8",
+                                     "--judge-examples", "1"])
     assert again.exit_code == 0 and "nothing to do" in again.output

@@ -22,6 +22,7 @@ from rexeval.models.generators.base import (
 from rexeval.models.generators.cer import CER
 from rexeval.models.generators.peter import PETER, peter_mask
 from tests.doubles import planted_text as pt
+from tests.doubles.seeds import SEED, seeded
 from tests.doubles.stepwise import stepwise_nll
 
 NAMES = ["nrt", "att2seq", "peter", "cer"]
@@ -114,12 +115,13 @@ def test_dropout_only_in_training(name):
         assert float(model.losses(batch)["loss"]) == float(model.losses(batch)["loss"])
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("name", NAMES)
 def test_loss_decreases_on_a_fixed_batch(name):
-    model, batch = tiny(name, dropout=0.0), tiny_batch()
+    model, batch = tiny(name, seed=seeded(), dropout=0.0), tiny_batch(seeded())
     with torch.no_grad():
         text_before = float(model.losses(batch)["text"])
-    history = pt.train(model, batch, steps=30, lr=2e-2)
+    history = pt.train(model, batch, steps=30, lr=2e-2, seed=seeded())
     with torch.no_grad():
         text_after = float(model.losses(batch)["text"])
     assert history[-1] < 0.7 * history[0], history
@@ -221,6 +223,7 @@ def held_out_report(name: str) -> tuple[float, float, float]:
 BLIND_PPL = math.exp((math.log(4) + math.log(3)) / 7)
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("name", NAMES)
 def test_planted_pairs_are_written_for_unseen_pairs(name):
     ppl, unigram, exact = held_out_report(name)
@@ -229,6 +232,7 @@ def test_planted_pairs_are_written_for_unseen_pairs(name):
     assert exact >= 0.7, exact
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("name", ["nrt", "peter", "cer"])
 def test_planted_ratings_are_predicted_for_unseen_pairs(name):
     model, _, _, valid, _ = pt.trained_planted(name)
@@ -238,15 +242,16 @@ def test_planted_ratings_are_predicted_for_unseen_pairs(name):
     assert rmse < 0.5 * spread, (rmse, spread)
 
 
+@pytest.mark.learning
 def test_a_model_blind_to_the_user_fails_the_planted_check():
     """The planted check has teeth: the same training with every user id replaced by 0."""
-    rows = [{**r, "user": 0} for r in pt.planted_rows()]
+    rows = [{**r, "user": 0} for r in pt.planted_rows(seed=SEED)]
     train_rows, held = pt.split(rows)
     vocab = pt.Vocabulary.build([r["text"] for r in train_rows], size=100)
     kwargs, steps, lr = pt.SMALL["nrt"]
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     model = generator_class("nrt")(12, 12, len(vocab), pt.MAX_WORDS, **kwargs)
-    pt.train(model, pt.make_batch(train_rows, vocab, pt.MAX_WORDS), steps, lr)
+    pt.train(model, pt.make_batch(train_rows, vocab, pt.MAX_WORDS), steps, lr, SEED)
     valid = pt.make_batch(held, vocab, pt.MAX_WORDS)
     out = greedy(model, valid.user, valid.item, valid.rating, pt.MAX_WORDS)
     exact = sum(o == pt.words_of(vocab, r["text"]) for o, r in zip(out, held)) / len(held)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rexeval.models.recommenders.biased_mf import BiasedMF, nearest, nearest_batch
+from tests.doubles.seeds import SEED, seeded
 
 
 def planted_ratings(n_users: int = 60, n_items: int = 40, density: float = 0.4, noise: float = 0.2,
@@ -28,9 +29,9 @@ def planted_ratings(n_users: int = 60, n_items: int = 40, density: float = 0.4, 
 
 
 def _fit(users, items, ratings, n_users, n_items, epochs=100) -> BiasedMF:
-    model = BiasedMF(n_users, n_items, dim=8, global_mean=float(ratings.mean()), seed=0)
+    model = BiasedMF(n_users, n_items, dim=8, global_mean=float(ratings.mean()), seed=SEED)
     opt = torch.optim.Adam(model.parameters(), lr=0.05)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(SEED)
     u, i, r = torch.as_tensor(users), torch.as_tensor(items), torch.as_tensor(ratings, dtype=torch.float32)
     for _ in range(epochs):
         order = torch.randperm(len(u), generator=gen)
@@ -43,9 +44,10 @@ def _fit(users, items, ratings, n_users, n_items, epochs=100) -> BiasedMF:
     return model
 
 
+@pytest.mark.learning
 def test_the_planted_ratings_and_groups_are_learned() -> None:
-    p = planted_ratings()
-    held = np.random.default_rng(1).random(len(p["user"])) < 0.2
+    p = planted_ratings(seed=seeded(0))
+    held = np.random.default_rng(seeded(1)).random(len(p["user"])) < 0.2
     tr = ~held
     model = _fit(p["user"][tr], p["item"][tr], p["rating"][tr], 60, 40)
     with torch.no_grad():

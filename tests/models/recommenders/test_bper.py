@@ -7,6 +7,7 @@ import torch
 
 from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from rexeval.models.recommenders.bper import BPERPlus
+from tests.doubles.seeds import SEED, seeded
 from tests.doubles.planted_graph import (
     check_eval_cache,
     planted_graph,
@@ -116,11 +117,13 @@ def test_features_accept_torch_and_float64() -> None:
     assert model.features.dtype == torch.float32 and model.features.shape == (6, 7)
 
 
+@pytest.mark.learning
 def test_training_learns_planted_signal() -> None:
-    graph = planted_graph()
+    graph = planted_graph(seed=SEED)
     model = BPERPlus(graph.n_users, graph.n_items, graph.n_statements, dim=8, mu=0.7,
-                     reg=1e-5, statement_features=features(graph.n_statements), graph=graph)
-    losses = train_steps(model, graph)
+                     reg=1e-5, statement_features=features(graph.n_statements, seed=seeded(1)), graph=graph,
+                     seed=SEED)
+    losses = train_steps(model, graph, seed=SEED)
     assert all(np.isfinite(losses))
     assert losses[-1] < 0.5 * losses[0]
     n = graph.n_statements

@@ -7,6 +7,7 @@ import torch
 
 from rexeval.models.recommenders.base import RANKERS, TrainGraph, ranker_class
 from rexeval.models.recommenders.expgcn import ExpGCN
+from tests.doubles.seeds import SEED
 from tests.doubles.planted_graph import (
     check_eval_cache,
     planted_graph,
@@ -126,11 +127,12 @@ def test_sparse_and_lgconv_paths_agree_in_training() -> None:
                                rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.learning
 @pytest.mark.parametrize("rec_weight", [0.0, 1.0])
 def test_training_learns_planted_signal(rec_weight: float) -> None:
-    graph = planted_graph()
-    model = build(graph, dim=16, reg=1e-3, rec_weight=rec_weight)
-    losses = train_steps(model, graph)
+    graph = planted_graph(seed=SEED)
+    model = build(graph, dim=16, reg=1e-3, rec_weight=rec_weight, seed=SEED)
+    losses = train_steps(model, graph, seed=SEED)
     assert all(np.isfinite(losses))
     assert losses[-1] < 0.6 * losses[0]
     t = torch.as_tensor(graph.triplets)

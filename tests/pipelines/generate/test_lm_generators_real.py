@@ -1,10 +1,10 @@
 """PEPLER and XRec on the packaged SmolLM2-135M backbone, on the CPU (slow):
 
-- planted data (`tests/doubles/planted_text.py`): after a short training run each model
-  must beat the same model with an untrained prompt (PEPLER: fresh user and item vectors;
-  XRec: a fresh adapter) on the held-out pairs' text by a margin that a model whose
-  user/item inputs do not reach the LM (a broken one) cannot reach, since for it the
-  untrained and the trained inputs would score the same;
+- planted data (`tests/doubles/planted_text.py`): after a short training run the parts
+  that carry the user and the item (PEPLER: the prompt vectors, trained alone first;
+  XRec: the adapter) must have lowered the NLL with the LM frozen, which a model whose
+  user/item inputs do not reach the LM (a broken one) cannot do; margins measured over
+  seeds and thread counts (`benchmarks/learning_robustness.py`);
 - the shared real reviews end to end: XRec's profiles written by the local LLM, LightGCN,
   one epoch of training, generation, and `rexeval evaluate` reading the result as is.
 """
@@ -23,6 +23,7 @@ from rexeval.models.generators.base import PAD, Batch, build_optimizer, generato
 from rexeval.models.generators.lm import LMTokens
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES
+from tests.doubles.seeds import SEED, THREADS
 
 pytestmark = pytest.mark.slow
 MAX_TOKENS = 12
@@ -45,10 +46,10 @@ def _batch(rows: list[dict], voc: LMTokens) -> Batch:
 
 
 def _fit(model, train: Batch, epochs: int, lr: float, batch_size: int = 16) -> None:
-    torch.manual_seed(0)
-    torch.set_num_threads(2)
+    torch.manual_seed(SEED)
+    torch.set_num_threads(THREADS or 2)
     opt = build_optimizer("adam", [p for p in model.parameters() if p.requires_grad], lr)
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(SEED)
     for _ in range(epochs):
         model.train()
         order = torch.randperm(len(train), generator=gen)
@@ -68,33 +69,41 @@ def _held_out_nll(model, held: Batch) -> float:
 
 
 def _planted(voc: LMTokens) -> tuple[Batch, Batch]:
-    train_rows, held = pt.split(pt.planted_rows(6, 6))
+    train_rows, held = pt.split(pt.planted_rows(6, 6, seed=SEED))
     return _batch(train_rows, voc), _batch(held, voc)
 
 
-def test_pepler_learns_the_planted_explanations_on_smollm2(backbone):
-    """The second phase of sequential tuning (everything trains; the phases themselves
-    are tested in tests/models/generators/test_lm_generators.py). The sentence template
-    is learnt by any model; the user's and item's words only through the prompt vectors,
-    so giving every held-out pair another user's and item's trained vectors must cost a
-    margin (a model whose vectors do not reach the LM would score both the same)."""
+@pytest.mark.learning
+def test_pepler_sequential_tuning_on_smollm2_reads_the_prompt_vectors_then_learns_the_text(backbone):
+    """PEPLER as its paper trains it, on the real backbone: phase 1 trains the user and
+    item vectors alone, the LM frozen; phase 2 trains everything.
+
+    - Phase 1 lowers the training pairs' NLL: only through the prompt vectors, so they
+      reach and steer the LM (a model whose vectors do not reach it cannot move at all).
+      Measured on seeds 0-2 with 1 and 2 threads: drops of 0.69-1.30 nats, asked >= 0.3.
+    - Phase 2 learns the held-out pairs' text: 6.1-7.6 nats lower, asked >= 3.
+    Whether the short run also learns *which* user and item the vectors name (swapping
+    them costs 0.36-0.94 nats in those runs) is too small a margin to assert on every
+    CPU: `benchmarks/bench_pepler_planted.py` measures it over seeds."""
     voc = LMTokens(backbone)
     train, held = _planted(voc)
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     model = generator_class("pepler")(6, 6, len(voc), MAX_TOKENS, lm=backbone)
     untrained = _held_out_nll(model, held)
+    before = _held_out_nll(model, train)
+    model.enter_phase(0)
+    lm_before = {k: v.clone() for k, v in model.lm.state_dict().items()}
+    _fit(model, train, epochs=5, lr=0.1, batch_size=4)
+    after = _held_out_nll(model, train)
+    assert all(torch.equal(v, lm_before[k]) for k, v in model.lm.state_dict().items())
+    assert after < before - 0.3, (before, after)
     model.enter_phase(1)
-    # 10 epochs: at 6 the LM has learnt the template, but whether it has begun to read the
-    # prompt vectors is chance: seed 0 passed on earlier CI machines and failed on a fresh
-    # clone on another (swapped 1.035 vs trained 1.076); seeds 1 and 2 there gave margins
-    # of -0.50 and -0.83. At 10 epochs, seeds 0-3 there gave margins of 0.77-1.15.
-    _fit(model, train, epochs=10, lr=5e-4, batch_size=4)
+    _fit(model, train, epochs=3, lr=5e-4, batch_size=4)
     trained = _held_out_nll(model, held)
-    swapped = _held_out_nll(model, Batch((held.user + 1) % 6, (held.item + 1) % 6, held.rating, held.tokens))
     assert trained < untrained - 3.0, (trained, untrained)
-    assert swapped > trained + 0.2, (trained, swapped)
 
 
+@pytest.mark.learning
 def test_xrec_learns_the_planted_explanations_through_its_adapter_on_smollm2(backbone):
     """The LLM stays frozen: only the adapter can carry who the user and the item are.
     Collaborative embeddings are fixed random vectors per user and item here (on the
@@ -102,11 +111,11 @@ def test_xrec_learns_the_planted_explanations_through_its_adapter_on_smollm2(bac
     apart); what is tested is that the adapter's output reaches and steers the LM."""
     voc = LMTokens(backbone)
     train, held = _planted(voc)
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(SEED)
     kwargs = dict(lm=backbone, collab_user=torch.randn(6, 64, generator=g).numpy(),
                   collab_item=torch.randn(6, 64, generator=g).numpy(), user_text=[[]] * 6, item_text=[[]] * 6,
                   adapter_dropout=0.0)
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     model = generator_class("xrec")(6, 6, len(voc), MAX_TOKENS, **kwargs)
     model.enter_phase(0)
     lm_before = {k: v.clone() for k, v in model.lm.state_dict().items()}
@@ -131,7 +140,7 @@ def small_split(ray_session, shared_csv, tmp_path_factory) -> Path:
     run_ingest(IngestConfig(inputs=[str(shared_csv)], out=str(root / "ingest")), progress=lambda m: None)
     run_split(SplitConfig(input=str(root / "ingest"), out=str(root / "split")), progress=lambda m: None)
     tables = {n: read_table(root / "split" / n, "reviews") for n in SPLIT_NAMES}
-    users = set(sorted(set(tables["test"].column("user_id").to_pylist()))[:6])
+    users = set(sorted(set(tables["test"].column("user_id").to_pylist()))[:3])
     for name, t in tables.items():
         keep = t.filter(pc.is_in(t.column("user_id"), value_set=pa.array(sorted(users))))
         write_parquet_atomic(root / "small" / name / "part-00000.parquet", keep)

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 ALL = ["user_based", "item_based", "review_extract", "review_summary", "preference_logic"]
 BASELINE = "preference_logic"
-LIMIT = 4
+LIMIT = 2
 
 
 def _job(root: Path, cache: Path):
