@@ -68,7 +68,7 @@ def shared_csv() -> Path:
     return SHARED_CSV
 
 
-SMOLLM2_REVIEWS = 2  # the first shared reviews SmolLM2 extracts statements from
+SMOLLM2_REVIEWS = 1  # the first shared reviews SmolLM2 extracts statements from
 
 
 @pytest.fixture(scope="session")

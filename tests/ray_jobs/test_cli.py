@@ -65,14 +65,16 @@ def test_ingest_split_info_from_a_yaml_config(tmp_path, ray_session, monkeypatch
 
 
 @pytest.mark.slow
+SMALL_DEMO = ["--extract-reviews", "1", "--evaluate-examples", "4", "--judge-examples", "1"]
+
+
 def test_demo_runs_offline(tmp_path, ray_session):
     """`rexeval demo` = the demo study (studies/demo.yaml) and its report. The terminal
     gets a short summary (progress per stage, the headline results, where the report
     is); the full report is in the files. Smaller than the default run (fewer LLM calls:
-    two reviews to extract, eight examples to evaluate, one to judge), every stage runs."""
+    one review to extract, four examples to evaluate, one to judge), every stage runs."""
     out = tmp_path / "demo"
-    res = CliRunner().invoke(cli, ["demo", "--out", str(out), "--extract-reviews", "2", "--evaluate-examples", "8",
-                                   "--judge-examples", "1"])
+    res = CliRunner().invoke(cli, ["demo", "--out", str(out), *SMALL_DEMO])
     assert res.exit_code == 0, res.output
     screen = res.output
     assert len(screen.splitlines()) < 120, screen
@@ -102,7 +104,7 @@ def test_demo_runs_offline(tmp_path, ray_session):
         assert domain in text
     assert "| Interactions | 282 |" in text and state["ingest@sample"]["summary"]["errors"] == 5
     # The LLM stages ran on part of the sample and ended in rows, not crashes.
-    assert state["triplets@sample"]["summary"]["in"] == 2 and state["ground_truth@sample"]["status"] == "complete"
+    assert state["triplets@sample"]["summary"]["in"] == 1 and state["ground_truth@sample"]["status"] == "complete"
     # Clustering of the verified statements and EXTRA, as Table 3; ranking as Tables 6 and 1.
     assert "| sample | STAR |" in text and "| EXTRA |" in text
     assert "| Total triplets | 853 |" in text
@@ -133,6 +135,5 @@ def test_demo_runs_offline(tmp_path, ray_session):
                   if i.status == "complete" and instance_provenance(i)["settings hash"].startswith("not recorded")]
     assert unrecorded == []
     # Run again: the study is complete, nothing runs.
-    again = CliRunner().invoke(cli, ["demo", "--out", str(out), "--extract-reviews", "2", "--evaluate-examples", "8",
-                                     "--judge-examples", "1"])
+    again = CliRunner().invoke(cli, ["demo", "--out", str(out), *SMALL_DEMO])
     assert again.exit_code == 0 and "nothing to do" in again.output

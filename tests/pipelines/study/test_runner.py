@@ -137,6 +137,40 @@ def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
 
 
 @pytest.mark.slow
+def test_one_judge_deployment_serves_every_judge_stage(tmp_path, ray_session):
+    """Two judge stages (Likert, pairwise) calling the same judge: the study starts the
+    judge deployment once, both stages use it, the study stops it at the end; nothing is
+    left running. (Each stage used to start and stop its own.)"""
+    from rexeval.serve.common import running_apps
+    from tests.serve.test_judge_serve import free_port
+
+    judge = {"backend": "tests.doubles.llm:ScriptedLLM", "models": {"judge_llm": "scripted-judge"},
+             "use_cache": False, "serve_port": free_port(),
+             "backend_options": {"default": "persuasiveness: 4\ntransparency: 3\naccuracy: 5\nsatisfaction: 2\n"
+                                            "The first is better.\n[[A]]"}}
+    data = tiny_study()
+    del data["stages"]["extract"], data["stages"]["stats"], data["stages"]["split"]
+    data["stages"]["flip"] = {"job": "flip_benchmark", "with": {"input": str(SAMPLE / "statements.jsonl")}}
+    common = {"explanations": ["{flip}/explanations.parquet"], "reviews": ["{ingest}"], "limit": 2, **judge}
+    data["stages"]["likert"] = {"job": "judge_likert", "with": common}
+    data["stages"]["pairwise"] = {"job": "judge_pairwise", "with": {**common, "baseline": "ground_truth",
+                                                                    "divide": False, "both_orders": False}}
+    lines: list[str] = []
+    res = run(tmp_path, data, lines)
+    assert res["failed"] == {} and {"likert@sample", "pairwise@sample"} <= set(res["ran"]), res
+    assert sum("starting the Serve deployment 'rexeval-judge'" in line for line in lines) == 1, lines
+    assert sum("stopped the Serve application 'rexeval-judge'" in line for line in lines) == 1, lines
+    for stage in ("likert", "pairwise"):
+        log = (tmp_path / "out" / "logs" / f"{stage}@sample.log").read_text()
+        assert "using the running Serve application 'rexeval-judge'" in log, log
+    assert "rexeval-judge" not in running_apps()
+    scores = pd.read_parquet(tmp_path / "out" / "sample" / "likert" / "likert_scores.parquet")
+    assert scores["score"].notna().all() and len(scores) == 2 * 2 * 4
+    verdicts = pd.read_parquet(tmp_path / "out" / "sample" / "pairwise" / "verdicts.parquet")
+    assert set(verdicts["verdict"]) == {"A"}
+
+
+@pytest.mark.slow
 def test_two_tune_stages_at_once(tmp_path, ray_session):
     """Two generators trained on Ray Tune by two stages at the same time (as seed000.yaml
     does): both finish (as threads of one driver, the second could die in Tune's registry
@@ -203,24 +237,24 @@ def tables(root: Path) -> dict[str, pd.DataFrame]:
 
 
 @pytest.mark.slow
-def test_a_killed_driver_resumes_to_the_same_results(tmp_path):
+def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
+    """`rexeval study run` killed (SIGKILL to its process group: the driver, its Ray and
+    its stages' processes) while a stage runs, then run again, ends with the tables of a
+    run that was never interrupted."""
     data = tiny_study()
     data["stages"]["clusters"] = {"job": "cluster", "with": {"input": "{ingest}", "method": "extra",
                                                              "extra_min_count": 1}}
     f = tmp_path / "study.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
+    whole = run_study(build_plan(load_study(f), f, tmp_path / "whole"), progress=lambda _: None)
+    assert whole["failed"] == {}
+
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "rexeval.ray_jobs.cli", "study", "run", str(f)]
-
-    whole = subprocess.run([*cmd, "--out", str(tmp_path / "whole")], env=env, cwd=REPO, capture_output=True,
-                           text=True, timeout=600)
-    assert whole.returncode == 0, whole.stdout[-3000:] + whole.stderr[-3000:]
-
     out = tmp_path / "cut"
     log = open(tmp_path / "cut.log", "w")
-    proc = subprocess.Popen([*cmd, "--out", str(out)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rexeval.ray_jobs.cli", "study", "run", str(f), "--out", str(out)],
+                            env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
         while True:  # kill once the cluster stage is running: some stages done, some not
@@ -239,10 +273,11 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path):
     stages = json.loads((out / "study.json").read_text())["stages"]
     assert stages["ingest@sample"]["status"] == "complete" and stages["clusters@sample"]["status"] == "running"
 
-    again = subprocess.run([*cmd, "--out", str(out)], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
-    assert "[done] ingest@sample" in again.stdout  # finished work is not redone
-    assert "[run ] clusters@sample" in again.stdout
+    lines: list[str] = []
+    again = run_study(build_plan(load_study(f), f, out), progress=lines.append)
+    assert again["failed"] == {}
+    assert any("[done] ingest@sample" in line for line in lines)  # finished work is not redone
+    assert any("[run ] clusters@sample" in line for line in lines)
 
     a, b = tables(tmp_path / "whole"), tables(out)
     for name in a:
@@ -258,19 +293,20 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path):
 @pytest.mark.slow
 def test_the_shipped_local_study_runs_then_has_nothing_to_do(tmp_path, shared_csv, monkeypatch, ray_session):
     """studies/local.yaml as a user runs it on a laptop (the sample and the shared
-    reviews, the local profile); a second run does nothing; the report has its tables."""
+    reviews, the local profile), with one review for the local LLM instead of four; a
+    second run does nothing; the report has its tables."""
     from rexeval.pipelines.study.report import build_report, write_report
 
     monkeypatch.setenv("REXEVAL_SHARED", str(shared_csv.parents[1]))
     f = REPO / "studies" / "local.yaml"
-    plan = build_plan(load_study(f), f, tmp_path / "local")
+    plan = build_plan(load_study(f, {"llm_reviews": 1}), f, tmp_path / "local")
     first = run_study(plan, progress=lambda _: None)
     assert first["failed"] == {} and first["skipped"] == {}
     assert sorted(first["ran"]) == sorted(plan.order) and len(plan.order) == 12
     state = json.loads((tmp_path / "local" / "study.json").read_text())["stages"]
     assert state["ingest@mi"]["summary"]["in"] == 5050 and state["truth@sample"]["summary"]["out"] > 0
     lines: list[str] = []
-    again = run_study(build_plan(load_study(f), f, tmp_path / "local"), progress=lines.append)
+    again = run_study(build_plan(load_study(f, {"llm_reviews": 1}), f, tmp_path / "local"), progress=lines.append)
     assert again["ran"] == [] and any("nothing to do" in line for line in lines)
     report = build_report(tmp_path / "local")
     paths = write_report(report, tmp_path / "local" / "report")
