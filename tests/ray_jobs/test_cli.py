@@ -64,10 +64,10 @@ def test_ingest_split_info_from_a_yaml_config(tmp_path, ray_session, monkeypatch
     assert res.exit_code == 1 and "different" in res.output
 
 
-@pytest.mark.slow
 SMALL_DEMO = ["--extract-reviews", "1", "--evaluate-examples", "4", "--judge-examples", "1"]
 
 
+@pytest.mark.slow
 def test_demo_runs_offline(tmp_path, ray_session):
     """`rexeval demo` = the demo study (studies/demo.yaml) and its report. The terminal
     gets a short summary (progress per stage, the headline results, where the report
