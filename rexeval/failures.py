@@ -15,6 +15,7 @@ _FRAME = re.compile(r"^\s+File \"")
 _EXCEPTION = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)(?:\([\w.]+\))?: (.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 MAX_CHARS = 400
+_CHAIN_STARTS = ("Traceback (most recent call last)", "During handling", "The above exception", "ray::")
 
 
 class WorkerFailed(RuntimeError):
@@ -35,7 +36,7 @@ def last_exception_line(text: str) -> str | None:
         if m and not lines[i].startswith(" "):
             rest = [m.group(2).strip()]
             for more in lines[i + 1:]:
-                if more.startswith("Traceback (most recent call last)") or more.startswith("During handling"):
+                if more.startswith(_CHAIN_STARTS):  # the next exception of a chain
                     break
                 rest.append(more.strip())
             message = " ".join(p for p in rest if p)

@@ -32,8 +32,22 @@ class Overloaded(Exception):
 
 
 
+def forget_a_dead_controller() -> None:
+    """Drop this process's cached handle on a Serve controller that has since died.
+
+    Serve caches its controller's handle per worker process and trusts it for the whole
+    Ray session; a pooled worker (a Ray task's) that talked to a Serve instance which was
+    shut down and started again would otherwise find no applications at all. Serve has
+    no public call for this; `_check_cached_client_alive` is what its own API uses.
+    """
+    from ray.serve import context
+
+    context._check_cached_client_alive()
+
+
 class _HandleTransport:
     def __init__(self, app: str, deployment: str, timeout_s: float):
+        forget_a_dead_controller()
         try:
             known = set(serve.status().applications)
         except Exception:  # noqa: BLE001  (Serve not started on this cluster)

@@ -155,14 +155,14 @@ def compute_factors(rows: list[dict], stage: FactorStage, mode: str, min_rows: i
     if use_ray:
         import ray
 
-        from rexeval.pipelines.core.runtime import actor_failures, init_ray, map_stage
+        from rexeval.pipelines.core.runtime import init_ray, map_stage, worker_failures
 
         init_ray()
         progress(f"factors: {len(rows):,} rows on Ray Data (batches of {stage.batch_size})")
         # One block per batch (rows are sorted by item, so a block holds few items).
         blocks = [table.slice(s, stage.batch_size) for s in range(0, len(rows), stage.batch_size)]
         ds = map_stage(ray.data.from_arrow(blocks), stage)
-        with actor_failures(stage):
+        with worker_failures(stage):
             out = pa.concat_tables(ray.get(ds.to_arrow_refs()))
     else:
         progress(f"factors: {len(rows):,} rows in process")

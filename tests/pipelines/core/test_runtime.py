@@ -1,7 +1,9 @@
 """A stage runs the same on a plain table and inside a Ray Data actor pool."""
 import pyarrow as pa
+import pytest
 import pyarrow.compute as pc
 
+from rexeval.failures import WorkerFailed
 from rexeval.pipelines.core.runtime import map_stage, run_tasks
 from rexeval.pipelines.core.stage import Resources, Stage
 
@@ -45,3 +47,37 @@ def test_run_tasks_yields_one_row_per_task(ray_session):
     rows = list(run_tasks([{"shard": i} for i in range(5)], Count(), concurrency=2))
     assert sorted((r["shard"], r["double"]) for r in rows) == [(i, 2 * i) for i in range(5)]
     assert list(run_tasks([], Count())) == []
+
+
+class Setups(Stage):
+    """Each shard row says how many times its worker's copy of the stage was set up."""
+    batch_size = 1
+
+    def setup(self):
+        self.setups = getattr(self, "setups", 0) + 1
+
+    def process(self, batch):
+        return pa.table({"shard": batch.column("shard"), "setups": pa.array([self.setups] * batch.num_rows)})
+
+
+class CannotLoad(Setups):
+    def setup(self):
+        raise FileNotFoundError("no model at /nowhere/model.bin")
+
+
+def test_run_tasks_sets_the_stage_up_once_per_shard_as_tasks_or_actors(ray_session):
+    # two shards, two workers: Ray tasks, one set-up each
+    rows = list(run_tasks([{"shard": i} for i in range(2)], Setups(), concurrency=2))
+    assert sorted(r["shard"] for r in rows) == [0, 1] and {r["setups"] for r in rows} == {1}
+    # four shards, one worker: one actor, set up once for all four
+    rows = list(run_tasks([{"shard": i} for i in range(4)], Setups(), concurrency=1))
+    assert sorted(r["shard"] for r in rows) == [0, 1, 2, 3] and {r["setups"] for r in rows} == {1}
+
+
+@pytest.mark.parametrize("shards, workers", [(2, 2), (3, 1)], ids=["tasks", "actors"])
+def test_a_worker_that_cannot_set_up_is_one_line(ray_session, shards, workers):
+    with pytest.raises(WorkerFailed) as caught:
+        list(run_tasks([{"shard": i} for i in range(shards)], CannotLoad(), concurrency=workers))
+    message = str(caught.value)
+    assert "\n" not in message and "Traceback" not in message
+    assert message.endswith("FileNotFoundError: no model at /nowhere/model.bin"), message
