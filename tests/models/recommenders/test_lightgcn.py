@@ -58,7 +58,9 @@ def test_the_recommender_learns_planted_preferences() -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert float(loss.detach()) < 0.5 * first
+    # Half the sampled negatives are items the user likes too (loss log 2 on those), so
+    # the loss cannot fall much below half its start: ask for a drop of 30%.
+    assert float(loss.detach()) < 0.7 * first
     with torch.no_grad():
         for u in range(n_users):
             others = [i for i in range(n_items) if i not in liked[u]]

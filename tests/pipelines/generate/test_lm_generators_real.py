@@ -108,7 +108,10 @@ def test_xrec_learns_the_planted_explanations_through_its_adapter_on_smollm2(bac
     """The LLM stays frozen: only the adapter can carry who the user and the item are.
     Collaborative embeddings are fixed random vectors per user and item here (on the
     planted pairs every user interacts with most items, so LightGCN would not tell them
-    apart); what is tested is that the adapter's output reaches and steers the LM."""
+    apart); what is tested is that the adapter's output reaches and steers the LM.
+    Measured on seeds 0-4 with 1 and 2 threads: the held-out NLL falls by 1.29-2.07
+    nats, asked >= 0.5 (at lr 1e-2 the adapter overshot on seeds 1 and 2 and the
+    held-out NLL rose: benchmarks/learning_robustness.py found it)."""
     voc = LMTokens(backbone)
     train, held = _planted(voc)
     g = torch.Generator().manual_seed(SEED)
@@ -120,7 +123,7 @@ def test_xrec_learns_the_planted_explanations_through_its_adapter_on_smollm2(bac
     model.enter_phase(0)
     lm_before = {k: v.clone() for k, v in model.lm.state_dict().items()}
     untrained = _held_out_nll(model, held)
-    _fit(model, train, epochs=2, lr=1e-2, batch_size=4)
+    _fit(model, train, epochs=2, lr=3e-3, batch_size=4)
     trained = _held_out_nll(model, held)
     assert trained < untrained - 0.5, (trained, untrained)
     assert all(torch.equal(v, lm_before[k]) for k, v in model.lm.state_dict().items())

@@ -105,12 +105,8 @@ def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
     assert state["after_fail@sample"]["status"] == "skipped"
 
 
-def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
-    """Two independent stages at once: each in a process and a Ray job of its own, never
-    in the study driver's (threads of one driver share Tune's, Serve's and Ray Data's
-    per-process state); each keeps a log file."""
-    import ray
-
+def _whoami_study(tmp_path, stages: str, **run_kwargs) -> dict:
+    """The tiny study with one `test_whoami` stage per letter of `stages`, run."""
     from rexeval.pipelines.study.jobs import StatsConfig
     from tests.doubles.study_jobs import whoami
 
@@ -118,18 +114,34 @@ def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
     try:
         data = tiny_study()
         del data["stages"]["extract"], data["stages"]["stats"]
-        data["stages"]["a"] = {"job": "test_whoami", "with": {"input": "{split}"}}
-        data["stages"]["b"] = {"job": "test_whoami", "with": {"input": "{split}"}}
-        study_lines: list[str] = []
-        job_lines: list[str] = []
-        res = run_study(plan_of(tmp_path, data), progress=study_lines.append, job_lines=job_lines.append)
+        for name in stages:
+            data["stages"][name] = {"job": "test_whoami", "with": {"input": "{split}"}}
+        res = run_study(plan_of(tmp_path, data), **run_kwargs)
     finally:
         STUDY_JOBS.pop("test_whoami")
-    assert res["failed"] == {} and sorted(res["ran"]) == ["a@sample", "b@sample", "ingest@sample", "split@sample"]
-    a, b = (json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in "ab")
+    assert res["failed"] == {} and sorted(res["ran"]) == sorted([f"{s}@sample" for s in stages]
+                                                                + ["ingest@sample", "split@sample"])
+    return {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in stages}
+
+
+def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
+    """Two independent stages at once: each in a process and a Ray job of its own, never
+    in the study driver's (threads of one driver share Tune's, Serve's and Ray Data's
+    per-process state). Before the fix both ran as threads of the driver's process."""
+    import ray
+
+    got = _whoami_study(tmp_path, "ab", progress=lambda _: None)
+    a, b = got["a"], got["b"]
     assert len({a["pid"], b["pid"], os.getpid()}) == 3
     assert len({a["ray_job"], b["ray_job"], ray.get_runtime_context().get_job_id()}) == 3
-    # The job's own lines reach job_lines, the study's lines progress; both are logged.
+
+
+def test_a_stages_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
+    """A stage's own lines reach `job_lines` (the terminal under --verbose), the study's
+    lines `progress`; both are in the stage's log file."""
+    study_lines: list[str] = []
+    job_lines: list[str] = []
+    a = _whoami_study(tmp_path, "a", progress=study_lines.append, job_lines=job_lines.append)["a"]
     assert any(line.startswith("[a@sample] whoami: pid") for line in job_lines)
     assert any(line.startswith("[a@sample] done in") for line in study_lines)
     assert not any("whoami: pid" in line for line in study_lines)
