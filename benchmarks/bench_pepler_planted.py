@@ -36,7 +36,7 @@ N, MAX_TOKENS = 6, 12
 
 def main() -> None:
     import tests.doubles.planted_text as pt
-    from rexeval.models.generators.base import PAD, Batch, build_optimizer, generator_class
+    from rexeval.models.generators.base import Batch, build_optimizer, generator_class
     from rexeval.models.generators.lm import LMTokens
     from rexeval.models.profiles import load_profile
 
@@ -44,12 +44,7 @@ def main() -> None:
     voc = LMTokens(backbone)
 
     def batch(rows):
-        seqs = [voc.encode(r["text"], MAX_TOKENS) for r in rows]
-        tokens = torch.full((len(rows), max(map(len, seqs))), PAD, dtype=torch.long)
-        for k, s in enumerate(seqs):
-            tokens[k, :len(s)] = torch.tensor(s)
-        return Batch(torch.tensor([r["user"] for r in rows]), torch.tensor([r["item"] for r in rows]),
-                     torch.tensor([r["rating"] for r in rows], dtype=torch.float32), tokens)
+        return pt.make_batch(rows, voc, MAX_TOKENS)  # LMTokens encodes as a Vocabulary does
 
     @torch.no_grad()
     def nll(model, b):

@@ -79,16 +79,42 @@ def ray_connection() -> tuple[str | None, dict[str, Any]]:
     return ctx.gcs_address, dict(ctx.runtime_env or {})
 
 
+JOIN_TRIES = 3  # a stage process that dies while joining the cluster is started again
+
+
 def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any]:
     """Run `call` in its own process; progress lines reach `progress` as they come; the
-    job's counts are returned. Raises StageFailed (the job raised, or the process died)."""
+    job's counts are returned. Raises StageFailed (the job raised, or the process died).
+
+    A process that dies before it has joined the Ray cluster ran nothing of its job (seen
+    on a busy 2-core machine: Ray's core worker aborting in its object-store warm-up as
+    two stages joined at once); that is a transport failure, so the stage is started
+    again, up to JOIN_TRIES times in all."""
+    for attempt in range(1, JOIN_TRIES + 1):
+        joined, outcome, code = _run_stage_once(call, progress)
+        if outcome is not None or joined or attempt == JOIN_TRIES:
+            break
+        progress(f"[{call.key}] the stage's process ended (exit code {code}) while joining the Ray "
+                 f"cluster; starting it again ({attempt + 1}/{JOIN_TRIES})")
+    if outcome is None:
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
+                          f"(out of memory? killed?); its log: {call.log_path}", "")
+    if outcome[0] == "error":
+        raise StageFailed(outcome[1], outcome[2])
+    return outcome[1]
+
+
+def _run_stage_once(call: StageCall, progress: Callable[[str], None]) -> tuple[bool, tuple | None, int | None]:
+    """One process for `call`: (whether it joined the cluster, its outcome message or
+    None when it died first, its exit code)."""
     ctx = _context()
     receive, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_stage_main, args=(call, send, os.getpid()), name=f"rexeval-stage-{call.key}",
                        daemon=False)
     proc.start()
     send.close()
-    outcome: tuple | None = None
+    joined, outcome = False, None
     try:
         while True:
             try:
@@ -97,19 +123,14 @@ def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any
                 break
             if msg[0] == "line":
                 progress(msg[1])
+            elif msg[0] == "joined":
+                joined = True
             else:
                 outcome = msg
     finally:
         receive.close()
         proc.join()
-    if outcome is None:
-        code = proc.exitcode
-        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
-                          f"(out of memory? killed?); its log: {call.log_path}", "")
-    if outcome[0] == "error":
-        raise StageFailed(outcome[1], outcome[2])
-    return outcome[1]
+    return joined, outcome, proc.exitcode
 
 
 def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None],
@@ -179,16 +200,23 @@ def _watch_parent(pid: int) -> None:
     threading.Thread(target=watch, name="rexeval-parent-watch", daemon=True).start()
 
 
-def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
-    from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
-
-    os.makedirs(os.path.dirname(call.log_path) or ".", exist_ok=True)
-    log = os.open(call.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    if not call.verbose:  # the process's own output (Ray, libraries) goes to the log only
+def _open_log(path: str, verbose: bool) -> int:
+    """The process's log file (appended to); unless `verbose`, the process's own output
+    (Ray's, libraries') goes there too instead of the terminal."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    if not verbose:
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(log, 1)
         os.dup2(log, 2)
+    return log
+
+
+def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
+    from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
+
+    log = _open_log(call.log_path, call.verbose)
     _watch_parent(parent_pid)
 
     def say(line: str) -> None:
@@ -200,6 +228,7 @@ def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
 
         say(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: stage {call.key}")
         init_ray(address=call.ray_address, runtime_env=call.runtime_env, quiet=not call.verbose)
+        conn.send(("joined",))
         job = StudyJob(call.key, call.config, call.target)
         result = job.run(build_config(job, call.settings), call.overwrite, say)
         conn.send(("done", counts_of(result if isinstance(result, dict) else {})))
@@ -219,13 +248,7 @@ def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
 
 
 def _hold_main(opener, conn, parent_pid: int, log_path: str, ray_address, runtime_env, verbose: bool) -> None:
-    os.makedirs(os.path.dirname(log_path) or ".", exist_ok=True)
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    if not verbose:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+    log = _open_log(log_path, verbose)
     _watch_parent(parent_pid)
 
     def say(line: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import tests.doubles.planted_text as pt
-from rexeval.models.generators.base import PAD, Batch, build_optimizer, generator_class
+from rexeval.models.generators.base import Batch, build_optimizer, generator_class
 from rexeval.models.generators.lm import LMTokens
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES
@@ -37,12 +37,7 @@ def backbone() -> str:
 
 
 def _batch(rows: list[dict], voc: LMTokens) -> Batch:
-    seqs = [voc.encode(r["text"], MAX_TOKENS) for r in rows]
-    tokens = torch.full((len(rows), max(map(len, seqs))), PAD, dtype=torch.long)
-    for k, s in enumerate(seqs):
-        tokens[k, :len(s)] = torch.tensor(s)
-    return Batch(torch.tensor([r["user"] for r in rows]), torch.tensor([r["item"] for r in rows]),
-                 torch.tensor([r["rating"] for r in rows], dtype=torch.float32), tokens)
+    return pt.make_batch(rows, voc, MAX_TOKENS)  # LMTokens encodes as a Vocabulary does
 
 
 def _fit(model, train: Batch, epochs: int, lr: float, batch_size: int = 16) -> None:
