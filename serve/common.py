@@ -287,3 +287,17 @@ class AppLease:
             else:
                 serve.delete(self.name)
             self.progress(f"  {self.label}: stopped the Serve application {self.name!r} this driver started")
+
+
+def forget_a_dead_controller() -> None:
+    """Drop this process's cached handle on a Serve controller that has since died.
+
+    Serve caches its controller's handle per worker process and trusts it for the whole
+    Ray session; a pooled worker (a Ray task's) that talked to a Serve instance which was
+    shut down and started again would otherwise find no applications, or hold handles
+    on a dead controller. Called wherever a job's worker looks up a deployment. Serve has
+    no public call for this; `_check_cached_client_alive` is what its own API uses.
+    """
+    from ray.serve import context
+
+    context._check_cached_client_alive()

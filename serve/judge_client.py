@@ -22,7 +22,7 @@ from typing import Any, Self
 from ray import serve
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
-from rexeval.serve.common import AppLease, auth_headers
+from rexeval.serve.common import AppLease, auth_headers, forget_a_dead_controller
 from rexeval.serve.judge import (APP_NAME, DEPLOYMENT, JudgeLimits, JudgeServeConfig, limit_problem,
                                  start_judge_service)
 
@@ -30,19 +30,6 @@ from rexeval.serve.judge import (APP_NAME, DEPLOYMENT, JudgeLimits, JudgeServeCo
 class Overloaded(Exception):
     """The service said 503 / back-pressure: worth another try after a pause."""
 
-
-
-def forget_a_dead_controller() -> None:
-    """Drop this process's cached handle on a Serve controller that has since died.
-
-    Serve caches its controller's handle per worker process and trusts it for the whole
-    Ray session; a pooled worker (a Ray task's) that talked to a Serve instance which was
-    shut down and started again would otherwise find no applications at all. Serve has
-    no public call for this; `_check_cached_client_alive` is what its own API uses.
-    """
-    from ray.serve import context
-
-    context._check_cached_client_alive()
 
 
 class _HandleTransport:

@@ -33,8 +33,8 @@ from ray import serve
 
 from rexeval.registry import load_object
 from rexeval.serve.common import (HEALTH_PATH, TOKEN_ENV, AppAuth, ReplicaSettings, RequestError, auth_headers,
-                                  check_bearer, error_response, run_app, running_apps,  # noqa: F401
-                                  serve_running, sub_path)
+                                  check_bearer, error_response, forget_a_dead_controller, run_app,
+                                  running_apps, serve_running, sub_path)  # noqa: F401
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
@@ -228,6 +228,7 @@ class ServeNLIClient:
     @classmethod
     def connect(cls, app_name: str = APP_NAME, deployment: str = "NLIServer", **kw) -> ServeNLIClient:
         """A client for a deployment already running on this Ray cluster."""
+        forget_a_dead_controller()
         return cls(serve.get_deployment_handle(deployment, app_name=app_name), **kw)
 
     def score(self, premises, hypotheses, batch_size=None):

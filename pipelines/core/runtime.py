@@ -82,6 +82,12 @@ class _StageActor:
         return self.stage.process(batch)
 
 
+def _batch_args(stage: Stage) -> dict:
+    """What `map_batches` needs from a stage, whether it runs on actors or tasks."""
+    return {"batch_format": "pyarrow", "batch_size": stage.batch_size,
+            "num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus or None}
+
+
 def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None):
     """Append `stage` to a Ray Dataset as an actor pool sized by `concurrency`."""
     import ray
@@ -91,10 +97,7 @@ def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None
     return ds.map_batches(
         _StageActor,
         fn_constructor_args=(stage,),
-        batch_format="pyarrow",
-        batch_size=stage.batch_size,
-        num_cpus=stage.resources.cpus,
-        num_gpus=stage.resources.gpus or None,
+        **_batch_args(stage),
         compute=ray.data.ActorPoolStrategy(size=concurrency) if isinstance(concurrency, int)
         else ray.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1]),
     )
@@ -121,10 +124,7 @@ def map_stage_tasks(ds, stage: Stage, concurrency: int):
     return ds.map_batches(
         _stage_task,
         fn_kwargs={"stage": stage},
-        batch_format="pyarrow",
-        batch_size=stage.batch_size,
-        num_cpus=stage.resources.cpus,
-        num_gpus=stage.resources.gpus or None,
+        **_batch_args(stage),
         concurrency=concurrency,
     )
 
