@@ -48,6 +48,8 @@ def generate_group():
 
       rexeval generate train runs/mi/split --truth runs/mi/truth --model peter --out runs/mi/peter
 
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model cer --preset seed000 --out runs/mi/cer
+
       rexeval generate run runs/mi/peter --split test --out runs/mi/peter-test
 
       rexeval evaluate runs/mi/peter-test --references runs/mi/truth --out runs/mi/eval-peter
@@ -61,8 +63,12 @@ def generate_group():
                    "(default; needs --truth) or the review text itself (seed 000 Table VII).")
 @click.option("--truth", type=click.Path(exists=True, file_okay=False),
               help="`rexeval ground-truth` output folder (the explanation targets).")
+@click.option("--preset", type=click.Choice(["paper", "seed000"]),
+              help="The settings table to start from: paper (default: each original paper) or seed000 "
+                   "(what seed 000 ran: its released main.sh/main.py, 128-word targets). Every value and its "
+                   "source: --show-settings, or the README's presets tables.")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
-              help="A setting over the model's defaults, e.g. --set epochs=20 --set emsize=256.")
+              help="A setting over the preset's, e.g. --set epochs=20 --set emsize=256.")
 @tune_options
 @click.option("--cpus-per-trial", type=float, help="CPUs per trial (default: all for a single trial, else 1).")
 @click.option("--out", "-o", help="Output folder (data/, tune/, best/, train.json).")
@@ -78,21 +84,27 @@ def generate_group():
 def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     """Train a generator with Ray Tune on a `rexeval split` output.
 
-    Word-level vocabulary (the most frequent training words) and a fixed maximum length,
-    saved with the checkpoint; a checkpoint every epoch; the best epoch by validation
-    loss (--set select=ppl: perplexity); early stopping after `patience` epochs without
-    improvement. Run the same command again after a crash: the experiment is restored
+    Word-level vocabulary (the most frequent training words, case kept) and a fixed
+    maximum length, saved with the checkpoint; a checkpoint every epoch; the best epoch
+    by the validation value `select` names (loss: the objective; ppl: perplexity;
+    text_rating: text NLL + rating MSE, the originals' for NRT, PETER, CER); early
+    stopping after `patience` epochs without improvement. Run the same command again after a crash: the experiment is restored
     and an interrupted trial resumes from its last checkpoint. Other settings into the
     same --out folder are refused.
 
-    Settings (--set / --grid): each model's own (its paper's best by default; list them
-    with --show-settings, sources in the README's models table) and epochs (default
-    100, as seed 000), patience (5), seed (0), select (loss or ppl). max_words: review targets keep the model's; explanation targets default to the 95th
-    percentile of the training explanations' lengths.
+    Settings come from a preset (--preset paper, the default, or seed000), then --set /
+    --grid override single ones: each model's own and epochs, patience, seed, select
+    (list them with their sources: --show-settings). max_words: with `paper`, review
+    targets keep the model's and explanation targets default to the 95th percentile of
+    the training explanations' lengths; with `seed000` every target is cut at 128 words
+    (PEPLER, XRec: tokens). Att2Seq writes without the rating unless --set
+    rating_input=true (its system is then named att2seq+rating: it reads the test label).
 
     Examples:
 
       rexeval generate train runs/mi/split --truth runs/mi/truth --model peter --out runs/mi/peter
+
+      rexeval generate train runs/mi/split --truth runs/mi/truth --model cer --preset seed000 --out runs/mi/cer
 
       rexeval generate train runs/mi/split --target review --model nrt --set epochs=20 --out runs/mi/nrt-review
 
@@ -121,10 +133,14 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
         from rexeval.models.generators.base import generator_class
         from rexeval.pipelines.generate.train import resolve_settings
 
-        model = model or "peter"
-        for k, v in resolve_settings(model, settings).items():
-            click.echo(f"{k} = {v}")
-        click.echo(f"source: {generator_class(model).SOURCE}")
+        from rexeval.models.generators.presets import DEFAULT_PRESET, table
+
+        model = generator_class(model or "peter").name
+        preset = flags.get("preset") or DEFAULT_PRESET
+        sources = table(preset, model)
+        for k, v in resolve_settings(model, settings, preset).items():
+            src = "--set" if k in settings else sources[k][1] if k in sources else ""
+            click.echo(f"{k} = {v!r}" + (f"    # {src}" if src else ""))
         return
     job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
                       **flags, **llm)

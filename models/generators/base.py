@@ -1,8 +1,9 @@
 """What every trained explanation generator is, the registry that builds one by name,
 and the decoding both search strategies share.
 
-A generator is a `torch.nn.Module` conditioned on a user and an item (Att2Seq also on
-the rating) that writes a word sequence, and maybe predicts a rating:
+A generator is a `torch.nn.Module` conditioned on a user and an item (Att2Seq's
+rating-conditioned variant also on the true rating) that writes a word sequence, and
+maybe predicts a rating:
 
 - `losses(batch)` returns the training objective (`loss`, what is back-propagated) and
   its parts (`text`: mean next-word negative log-likelihood over the target's tokens,
@@ -15,10 +16,11 @@ the rating) that writes a word sequence, and maybe predicts a rating:
 - `predict_rating(user, item)` (None for models that do not predict one).
 
 Sequences are word ids `[BOS, w1 .. wn, EOS, PAD ..]` (see `models.generators.vocab`).
-A model's `DEFAULTS` hold its original paper's best hyperparameters (with `SOURCE`
-saying where they come from); the ones named in `TRAIN_KEYS` are the trainer's
-(optimizer, learning rate, clipping, batch size, vocabulary and length), the rest go to
-the constructor. No Ray here: the trainer is `pipelines/generate/train.py`.
+A model's `DEFAULTS` hold its original paper's best hyperparameters (the `paper`
+preset; `models/generators/presets.py` gives the source of each and the `seed000`
+preset); the ones named in `TRAIN_KEYS` are the trainer's (optimizer, learning rate,
+clipping, batch size, vocabulary and length; Att2Seq's `rmsprop_alpha` too), the rest
+go to the constructor. No Ray here: the trainer is `pipelines/generate/train.py`.
 """
 from __future__ import annotations
 
@@ -79,7 +81,7 @@ class Generator(nn.Module, abc.ABC):
 
     name: ClassVar[str] = "generator"
     predicts_rating: ClassVar[bool] = False
-    uses_rating: ClassVar[bool] = False  # conditions on the example's true rating (Att2Seq)
+    uses_rating: bool = False  # conditions on the example's true rating (Att2Seq with rating_input)
     DEFAULTS: ClassVar[dict[str, Any]] = {}
     SOURCE: ClassVar[str] = ""
     ROLE: ClassVar[str | None] = None  # profile role of a pretrained backbone (PEPLER, XRec)
@@ -89,6 +91,11 @@ class Generator(nn.Module, abc.ABC):
     def __init__(self, n_users: int, n_items: int, vocab_size: int, max_words: int):
         super().__init__()
         self.n_users, self.n_items, self.vocab_size, self.max_words = n_users, n_items, vocab_size, max_words
+
+    @classmethod
+    def system_name(cls, settings: dict[str, Any]) -> str:
+        """The system name of its explanations (a variant that reads a label says so)."""
+        return cls.name
 
     @classmethod
     def model_kwargs(cls, settings: dict[str, Any]) -> dict[str, Any]:
@@ -230,8 +237,10 @@ def _words(ids: list[int]) -> list[int]:
     return out
 
 
-def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-    """The optimizer a model's DEFAULTS name (each original paper's choice)."""
+def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.0,
+                    rmsprop_alpha: float = 0.99) -> torch.optim.Optimizer:
+    """The optimizer a model's settings name; `rmsprop_alpha` is RMSprop's smoothing
+    constant (torch's default 0.99, Att2Seq's paper 0.95)."""
     name = name.lower()
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr, weight_decay=weight_decay)
@@ -242,5 +251,5 @@ def build_optimizer(name: str, params, lr: float, weight_decay: float = 0.0) -> 
     if name == "adadelta":
         return torch.optim.Adadelta(params, lr=lr, weight_decay=weight_decay)
     if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, alpha=0.95, weight_decay=weight_decay)
+        return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, weight_decay=weight_decay)
     raise ValueError(f"unknown optimizer {name!r}: use sgd, adam, adamw, adadelta or rmsprop")

@@ -16,6 +16,7 @@ from rexeval.models.generators.base import (
 )
 
 N_RATINGS = 5  # rating levels 1..5, the one-hot the decoder's start state reads
+RATING_LEVELS = ("round", "truncate")
 
 
 @register_generator("nrt")
@@ -33,11 +34,16 @@ class NRT(Generator):
     - the review bag-of-words head is left out: our data has one target text per
       example, the explanation, and no separate review to reconstruct (PETER's authors
       re-implement NRT without it too);
-    - the rating one-hot comes from the prediction rounded to the nearest level and
-      clamped to 1..5 (it carries no gradient, as in the original); the original
-      re-implementation truncates instead of rounding;
-    - the L2 penalty is the optimizer's weight decay; dropout (none in the original as
-      far as we know) is applied to the GRU outputs when `dropout` > 0;
+    - the rating one-hot comes from the prediction clamped to 1..5 and then rounded to
+      the nearest level (`rating_level` "round", our choice for `paper`: the paper does
+      not say) or truncated ("truncate", PETER's authors' port and seed 000); it carries
+      no gradient, as in the originals;
+    - the L2 penalty is the optimizer's weight decay (seed 000 adds l2_reg * sum of
+      squared parameters to the loss; its gradient is weight decay 2 * l2_reg, which is
+      what the `seed000` preset sets); dropout (none in the originals) is applied to the
+      GRU outputs when `dropout` > 0;
+    - embeddings and every linear layer's weights start uniform in [-0.1, 0.1], biases
+      at zero (the port's); the GRU keeps torch's initialisation;
     - loss = text NLL + rating_reg * MSE.
     """
 
@@ -46,21 +52,17 @@ class NRT(Generator):
         "optimizer": "adadelta", "lr": 1.0, "lr_decay": 1.0, "weight_decay": 1e-4, "clip": 1.0,
         "batch_size": 200, "vocab_size": 20000, "max_words": 20,
         "dim": 300, "hidden": 400, "layers": 1, "rating_layers": 4, "dropout": 0.0, "rating_reg": 1.0,
+        "rating_level": "round",
     }
-    SOURCE = ("Li et al. SIGIR 2017, experimental settings, as we recall them: latent factors "
-              "300, GRU hidden 400, AdaDelta, L2 1e-4 (PETER's authors' re-implementation "
-              "lileipisces/NRT names AdaDelta and L2 1e-4 as the paper's too). The authors' "
-              "Theano code (lipiji/NRT-theano): batch 200, lr 1.0, tips of at most 20 words; it "
-              "drops lr to 0.1 after two epochs, a schedule our plateau decay cannot express "
-              "(lr_decay 1.0). lileipisces/NRT: vocabulary 20000, 4 sigmoid hidden layers in the "
-              "rating MLP. Our choice: clip 1.0, dropout 0.0, 1 GRU layer, rating_reg 1.0 "
-              "(equal task weights).")
+    SOURCE = "see models/generators/presets.py (PAPER_SOURCES['nrt'], SEED000['nrt'])"
 
     def __init__(self, n_users: int, n_items: int, vocab_size: int = 20000, max_words: int = 20,
                  dim: int = 300, hidden: int = 400, layers: int = 1, rating_layers: int = 4,
-                 dropout: float = 0.0, rating_reg: float = 1.0):
+                 dropout: float = 0.0, rating_reg: float = 1.0, rating_level: str = "round"):
         super().__init__(n_users, n_items, vocab_size, max_words)
-        self.hidden, self.layers, self.rating_reg = hidden, layers, rating_reg
+        if rating_level not in RATING_LEVELS:
+            raise ValueError(f"rating_level must be one of {', '.join(RATING_LEVELS)}, got {rating_level!r}")
+        self.hidden, self.layers, self.rating_reg, self.rating_level = hidden, layers, rating_reg, rating_level
         self.user_emb = nn.Embedding(n_users, dim)
         self.item_emb = nn.Embedding(n_items, dim)
         mlp: list[nn.Module] = [nn.Linear(2 * dim, hidden), nn.Sigmoid()]
@@ -72,14 +74,18 @@ class NRT(Generator):
         self.gru = nn.GRU(dim, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
         self.drop = nn.Dropout(dropout)
         self.out = nn.Linear(hidden, vocab_size)
-        for emb in (self.user_emb, self.item_emb, self.word_emb):
-            nn.init.uniform_(emb.weight, -0.1, 0.1)
+        for module in (self.user_emb, self.item_emb, self.word_emb, self.start, self.out,
+                       *(m for m in self.rating_mlp if isinstance(m, nn.Linear))):
+            nn.init.uniform_(module.weight, -0.1, 0.1)
+            if getattr(module, "bias", None) is not None:
+                nn.init.zeros_(module.bias)
 
     def _encode(self, user: torch.Tensor, item: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predicted ratings [B] and the GRU's start state [B, layers, hidden]."""
         ui = torch.cat([self.user_emb(user), self.item_emb(item)], -1)
         rating = self.rating_mlp(ui).squeeze(-1)
-        level = rating.detach().round().clamp(1, N_RATINGS).long() - 1
+        clamped = rating.detach().clamp(1, N_RATINGS)
+        level = (clamped.round() if self.rating_level == "round" else clamped.trunc()).long() - 1
         onehot = nn.functional.one_hot(level, N_RATINGS).to(ui.dtype)
         h0 = torch.tanh(self.start(torch.cat([ui, onehot], -1)))
         return rating, h0.view(-1, self.layers, self.hidden)

@@ -25,7 +25,9 @@ class PEPLER(LMGenerator):
     with the LM frozen until validation stops improving, reload the best, then train
     everything) and *recommendation as regularisation* (reg.py: train everything at once
     with `rating_reg` x MSE of a rating predicted from the two vectors, by their dot
-    product (MF, rating_reg 0.01) or an MLP (rating_reg 1)).
+    product (MF, rating_reg 0.01) or an MLP (rating_reg 1; two sigmoid layers of 400)).
+    Seed 000 ran the second: everything trained at once with the MLP head and rating_reg
+    0.01, batch 32, 128 tokens (the `seed000` preset).
 
     Here: both are settings of one model. `sequential` (default true, the paper's main
     PEPLER) gives the trainer two phases: phase 1 trains only the prompt vectors (and the
@@ -47,10 +49,7 @@ class PEPLER(LMGenerator):
         "lm": None, "dtype": "auto", "sequential": True, "rating_reg": 0.0, "rating_head": "mf",
         "text_reg": 1.0,
     }
-    SOURCE = ("Li, Zhang & Chen TOIS 2023 and the authors' code (lileipisces/PEPLER main.py, reg.py): "
-              "GPT-2, AdamW lr 0.001, batch 128, 20 tokens, patience 5, prompt vectors uniform in "
-              "[-0.1, 0.1]; sequential tuning (main.py) or rating_reg 0.01 with MF / 1 with an MLP "
-              "(reg.py), text_reg 1.")
+    SOURCE = "see models/generators/presets.py (PAPER_SOURCES['pepler'], SEED000['pepler'])"
     ROLE = "generator_lm"
 
     def __init__(self, n_users: int, n_items: int, vocab_size: int, max_words: int = 20, lm: str | None = None,
@@ -68,8 +67,7 @@ class PEPLER(LMGenerator):
         self.rating_head = rating_head
         if self.predicts_rating and rating_head == "mlp":
             layers: list[nn.Module] = [nn.Linear(2 * self.hidden, 400), nn.Sigmoid()]
-            for _ in range(2):
-                layers += [nn.Linear(400, 400), nn.Sigmoid()]
+            layers += [nn.Linear(400, 400), nn.Sigmoid()]  # the original's MLP: num_layers=2
             self.mlp = nn.Sequential(*layers, nn.Linear(400, 1))
             for m in self.mlp:
                 if isinstance(m, nn.Linear):

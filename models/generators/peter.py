@@ -73,11 +73,7 @@ class PETER(Generator):
         "emsize": 512, "nhead": 2, "nhid": 2048, "nlayers": 2, "dropout": 0.2,
         "rating_reg": 0.1, "context_reg": 1.0, "text_reg": 1.0,
     }
-    SOURCE = ("Li, Zhang & Chen ACL 2021, experimental settings, and the authors' "
-              "code defaults (lileipisces/PETER main.py): emsize 512, 2 heads, feed-forward "
-              "2048, 2 layers, dropout 0.2, SGD lr 1.0 times 0.25 on a validation plateau, "
-              "clip 1.0, batch 128, vocabulary 20000, 15 words, rating_reg 0.1, context_reg "
-              "1.0, text_reg 1.0, no weight decay.")
+    SOURCE = "see models/generators/presets.py (PAPER_SOURCES['peter'], SEED000['peter'])"
 
     def __init__(self, n_users: int, n_items: int, vocab_size: int = 20000, max_words: int = 15,
                  emsize: int = 512, nhead: int = 2, nhid: int = 2048, nlayers: int = 2,

@@ -1,12 +1,18 @@
 """The word-level vocabulary the trained generators read and write, saved with a checkpoint.
 
-As in the original models (NRT, Att2Seq, PETER, CER), text is lower-cased and split
-into words and punctuation marks; the `size` most frequent training words are kept
-(ties broken alphabetically, so the vocabulary is the same on every machine) and the
-rest read as UNK; a target is cut to a fixed number of words. The originals took
-pre-tokenised corpora; we tokenise with one regular expression so any review or
-ground-truth text works, and detokenise the output the same way back (no space before
-punctuation).
+Text is split into words and punctuation marks with case kept; the `size` most frequent
+training words are kept (ties broken alphabetically, so the vocabulary is the same on
+every machine) and the rest read as UNK; a target is cut to a fixed number of words.
+
+Case is kept because the references are cased: a lower-casing vocabulary makes NRT,
+Att2Seq, PETER and CER write lower-case text, which case-sensitive metrics (BERTScore on
+RoBERTa, BLEURT, BARTScore) penalise, while PEPLER and XRec (the backbone's tokenizer)
+keep case; seed 000's code keeps case too. The original PETER-family corpora came
+lower-cased from their preparers; that is a property of their data, not of the models.
+Where we differ from seed 000: it splits on white space only ("great!" is one word
+there); we tokenise with one regular expression so punctuation is a word of its own and
+any review or ground-truth text works, and detokenise the output the same way back (no
+space before punctuation).
 """
 from __future__ import annotations
 
@@ -27,8 +33,8 @@ _NO_SPACE_AFTER = re.compile(r"([(\[$]) ")
 
 
 def tokenize(text: str) -> list[str]:
-    """Lower-cased words and punctuation marks of `text`."""
-    return _WORD.findall((text or "").lower())
+    """The words and punctuation marks of `text`, case kept."""
+    return _WORD.findall(text or "")
 
 
 def detokenize(words: Iterable[str]) -> str:

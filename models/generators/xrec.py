@@ -21,11 +21,12 @@ CONTENT = "User record: {}\nItem record: {}\nUser profile: {}\nItem profile: {}"
 
 
 class MoEAdapter(nn.Module):
-    """XRec's collaborative information adapter: `n_experts` whitening experts
-    (subtract a learned bias, then a linear map without bias) mixed by a softmax gate over
-    the input; in training the gate logits get Gaussian noise whose scale is learned
-    (softplus of a second linear map, + 0.01), as in the original. Gate and noise weights
-    start at zero, expert weights from N(0, 0.02)."""
+    """XRec's collaborative information adapter: `n_experts` whitening experts (dropout,
+    subtract a learned bias, then a linear map without bias) mixed by a softmax gate over
+    the (undropped) input; in training the gate logits get Gaussian noise whose scale is
+    learned (softplus of a second linear map, + 0.01), as in the original. Each expert
+    draws its own dropout mask (the original gives each expert its own Dropout). Gate and
+    noise weights start at zero, expert weights from N(0, 0.02)."""
 
     def __init__(self, in_dim: int, out_dim: int, n_experts: int = 8, dropout: float = 0.2, noisy: bool = True):
         super().__init__()
@@ -43,9 +44,13 @@ class MoEAdapter(nn.Module):
             logits = logits + torch.randn_like(logits) * std
         return logits.softmax(-1)
 
+    def expert_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, in_dim] -> [B, n_experts, in_dim]: dropout(x) - bias_e, one mask per expert."""
+        return self.drop(x[:, None, :].expand(-1, self.bias.shape[0], -1)) - self.bias[None]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """[B, in_dim] -> [B, out_dim]."""
-        experts = torch.einsum("bei,eio->beo", self.drop(x)[:, None, :] - self.bias[None], self.weight)
+        experts = torch.einsum("bei,eio->beo", self.expert_inputs(x), self.weight)
         return (self.gates(x)[..., None] * experts).sum(1)
 
 
@@ -67,29 +72,54 @@ def ragged(flat: np.ndarray, offsets: np.ndarray) -> list[list[int]]:
 class XRec(LMGenerator):
     """XRec's explainer (see the module docstring).
 
-    What the original does: LightGCN (64 dimensions, 4 layers, BPR, Adam 1e-3, batch 1024,
-    weight decay 1e-6) is trained to convergence on the user-item interactions and its
-    user and item embeddings are frozen. Two MoE adapters (8 experts, dropout 0.2, noisy
-    gating) map them to Llama-2-7b-chat's width. The prompt holds reserved tokens
-    `<USER_EMBED>` and `<ITEM_EMBED>`, the item's title, and user and item profiles an LLM
-    wrote from their reviews; the adapter outputs replace the reserved tokens' input
-    embeddings and are also added to the query, key and value projections at those two
-    positions in every attention layer while the prompt is read. The LLM stays frozen;
-    the adapters are trained for one epoch (Adam lr 1e-4, batch 1) on the next-token loss
-    of the explanation after the prompt.
+    The original, as seed 000 ran it (`baselines/XRec` of the authors' repository):
+    LightGCN (64 dimensions, 4 layers summed, Xavier-uniform start; BPR + 1e-6 times the
+    squared L2 norm of the batch's propagated rows; Adam 1e-3, batch 1024, at most 300
+    epochs, stopping after 10 without a better validation Recall@20) is trained on the
+    training interactions and its embeddings are frozen. Two MoE adapters (8 experts,
+    dropout 0.2, noisy gating) map them to the width of Llama-2-7b-chat, loaded in 8-bit,
+    the adapter outputs cast to half. The prompt `<s>[INST] <<SYS>>Explain why the user
+    would interact with the item.<</SYS>>user record: <USER_EMBED> {domain} record:
+    <ITEM_EMBED> {domain} name: {title} user profile: {..} {domain} profile: {..}
+    <EXPLAIN_POS> {explanation}[/INST]` uses three added tokens; the adapter outputs
+    replace the input embeddings at `<USER_EMBED>` and `<ITEM_EMBED>` and are added to
+    the query, key and value projections at those positions in every attention layer
+    while the prompt is read. The LLM stays frozen; the adapters train one epoch (Adam
+    1e-4, batch 1) on the next-token loss from `<EXPLAIN_POS>` to the end (`[/INST]`
+    included, no EOS); generation is greedy, 128 new tokens, cut at the first "[".
 
-    Here: the same, on the profile's `generator_llm` role (the packaged SmolLM2-135M in
-    `local`; a Llama in `paper`) and on rexeval's one LightGCN (`pipelines/generate/
-    collab.py` trains it through the one trainer). Differences: the reserved positions
-    are positions we reserve ourselves (no tokens added to the vocabulary); the
-    explanation is the assistant's turn of the backbone's chat template, not text inside
-    the user's turn; padding is masked out of the loss; on backbones with grouped-query
-    attention the vector added to the (narrower) key and value projections is the mean
-    over the query heads sharing each key/value head (`kv_share`; identical to the
-    original on Llama-2, which has none); `inject_layers=false` keeps only the input
-    replacement (for backbones without q/k/v projections, GPT-2 among them). The data
-    (`collab_*` embeddings and the profile token ids) is given by the pipeline and is
-    not part of the checkpoint.
+    Here the same mechanism on the profile's `generator_llm` role (the packaged
+    SmolLM2-135M in `local`; a Llama in `paper`) and rexeval's one LightGCN
+    (`pipelines/generate/collab.py`; `gcn_combine="sum"`, `gcn_init="xavier"`,
+    `gcn_reg_mode="output_sum"` as the original). What still differs:
+
+    - LightGCN's regulariser is the original's (`gcn_reg_mode="output_sum"`: `gcn_reg`
+      times the batch's propagated rows' squared norms, not divided; "ego_mean" is
+      rexeval's LightGCN default, the ego rows divided by the batch); it trains on
+      the distinct (user, item) pairs with a fresh uniform negative each epoch (the
+      original: every training row, one negative per row drawn once, among the training
+      items the user has none with) and keeps the epoch of best validation AUC.
+    - Profiles come from rexeval's profile step on the `generator_llm` role with our
+      prompts (the original: Llama-3.1-8B-Instruct summaries); an item's title is the
+      first line of its profile.
+    - The prompt: our system text (asks for at most 50 words) and field labels; the
+      explanation is the assistant's turn of the backbone's chat template, ending with
+      EOS (loss on it and EOS only). The reserved positions are our own: no tokens are
+      added to the vocabulary and there is no `<EXPLAIN_POS>`.
+    - Training targets are cut at `max_words` tokens (the original cuts none); decoding
+      is rexeval's (stops at EOS or `max_words`).
+    - Batches are left-padded and the padding is masked out of attention and loss (the
+      original passes no attention mask in training and keeps pads in the loss; at its
+      batch 1, our default too, there are none).
+    - Precision: the LLM and the adapter outputs in `dtype` (bfloat16 on a GPU, float32
+      on CPU), not 8-bit weights and half outputs.
+    - On grouped-query attention the vector added to the narrower key and value
+      projections is the mean over the query heads sharing each key/value head
+      (`kv_share`; the original's Llama-2-7b has none); `inject_layers=false` keeps only
+      the input replacement (backbones without q/k/v projections, GPT-2 among them).
+
+    The data (`collab_*` embeddings and the profile token ids) is given by the pipeline and
+    is not part of the checkpoint.
     """
 
     DEFAULTS: ClassVar[dict[str, Any]] = {
@@ -98,16 +128,15 @@ class XRec(LMGenerator):
         "lm": None, "dtype": "auto", "n_experts": 8, "adapter_dropout": 0.2, "noisy_gating": True,
         "inject_layers": True,
         "gcn_dim": 64, "gcn_layers": 4, "gcn_lr": 1e-3, "gcn_reg": 1e-6, "gcn_batch_size": 1024,
-        "gcn_epochs": 300, "gcn_patience": 10, "profile_reviews": 8, "profile_length": 128, "profile_tokens": 128,
+        "gcn_epochs": 300, "gcn_patience": 10, "gcn_combine": "sum", "gcn_init": "xavier",
+        "gcn_reg_mode": "output_sum",
+        "profile_reviews": 8, "profile_length": 128, "profile_tokens": 128,
     }
-    SOURCE = ("Ma, Ren & Huang EMNLP 2024 and the authors' code (HKUDS/XRec): LightGCN d 64, 4 layers, "
-              "Adam 1e-3, batch 1024, weight decay 1e-6, 300 epochs; MoE adapter 8 experts, dropout 0.2, "
-              "noisy gating; LLM frozen, adapters trained 1 epoch with Adam 1e-4, batch 1, up to 128 new "
-              "tokens; seed 000 trains LightGCN to convergence, then one epoch.")
+    SOURCE = "see models/generators/presets.py (PAPER_SOURCES['xrec'], SEED000['xrec'])"
     ROLE = "generator_llm"
     DATA_KEYS: ClassVar[tuple[str, ...]] = ("gcn_dim", "gcn_layers", "gcn_lr", "gcn_reg", "gcn_batch_size",
-                                            "gcn_epochs", "gcn_patience", "profile_reviews", "profile_length",
-                                            "profile_tokens")
+                                            "gcn_epochs", "gcn_patience", "gcn_combine", "gcn_init", "gcn_reg_mode",
+                                            "profile_reviews", "profile_length", "profile_tokens")
     INPUTS: ClassVar[tuple[str, ...]] = ("collab", "profiles")
 
     def __init__(self, n_users: int, n_items: int, vocab_size: int, max_words: int = 128, lm: str | None = None,

@@ -4,7 +4,8 @@ interactions as a Tune trial of the one trainer, and its embeddings handed to XR
 XRec trains LightGCN to convergence first and freezes it (seed 000 does the same). Here
 one trial trains `models.recommenders.lightgcn.LightGCN` with BPR on the distinct (user,
 item) pairs of the prepared training examples (a uniformly sampled negative item per
-pair, Adam, the paper's 64 dimensions and 4 layers by default); after every epoch it
+pair, Adam, the paper's 64 dimensions and 4 layers by default; XRec's layer sum and
+Xavier-uniform start through `gcn_combine` and `gcn_init`); after every epoch it
 reports the validation AUC (each validation interaction's item against the items the user
 has no interaction with), keeps the best epoch and stops after
 `gcn_patience` epochs without improvement. A split without validation interactions is
@@ -25,7 +26,8 @@ from rexeval.models.recommenders.lightgcn import LightGCN
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
 
-KEYS = ("gcn_dim", "gcn_layers", "gcn_lr", "gcn_reg", "gcn_batch_size", "gcn_epochs", "gcn_patience", "seed")
+KEYS = ("gcn_dim", "gcn_layers", "gcn_lr", "gcn_reg", "gcn_combine", "gcn_init", "gcn_reg_mode", "gcn_batch_size",
+        "gcn_epochs", "gcn_patience", "seed")
 METRIC = "val_auc"
 
 
@@ -34,6 +36,13 @@ def interactions(data: GenData, split: str) -> np.ndarray:
     a = data.arrays[split]
     pairs = np.unique(np.stack([a["user"], a["item"]], 1), axis=0) if len(a["user"]) else np.zeros((0, 2), int)
     return pairs.T.astype(np.int64)
+
+
+def lightgcn(data: GenData, train: np.ndarray, settings: dict[str, Any]) -> LightGCN:
+    """The LightGCN of `settings` (the `KEYS`) on the training pairs."""
+    return LightGCN(data.n_users, data.n_items, train, dim=settings["gcn_dim"], layers=settings["gcn_layers"],
+                    reg=settings["gcn_reg"], seed=settings["seed"], combine=settings["gcn_combine"],
+                    init=settings["gcn_init"], reg_mode=settings["gcn_reg_mode"])
 
 
 @torch.no_grad()
@@ -66,8 +75,7 @@ def lightgcn_trainable(config: dict[str, Any]) -> None:
     data = GenData.load(config["data_path"])
     train, valid = interactions(data, "train"), interactions(data, "valid")
     torch.manual_seed(config["seed"])
-    model = LightGCN(data.n_users, data.n_items, train, dim=config["gcn_dim"], layers=config["gcn_layers"],
-                     reg=config["gcn_reg"], seed=config["seed"]).to(config.get("device", "cpu"))
+    model = lightgcn(data, train, config).to(config.get("device", "cpu"))
     opt = torch.optim.Adam(model.parameters(), lr=config["gcn_lr"])
     gen = torch.Generator().manual_seed(config["seed"])
     dev = model.user_emb.device
@@ -109,8 +117,9 @@ def train_collab(data_path: str | Path, settings: dict[str, Any], storage: str |
     """Train (or restore) LightGCN on the prepared data; the best epoch's propagated
     (user, item) embeddings as float32 arrays."""
     base = {k: settings[k] for k in KEYS} | {"data_path": str(Path(data_path).resolve())}
-    progress(f"  LightGCN (XRec's collaborative backbone): d {base['gcn_dim']}, {base['gcn_layers']} layers, "
-             f"up to {base['gcn_epochs']} epochs, best epoch by validation AUC")
+    progress(f"  LightGCN (XRec's collaborative backbone): d {base['gcn_dim']}, {base['gcn_layers']} layers "
+             f"({base['gcn_combine']}), {base['gcn_init']} init, up to {base['gcn_epochs']} epochs, best epoch by "
+             "validation AUC")
     tuner, _ = build_tuner(lightgcn_trainable, base, storage, "lightgcn", metric=METRIC, mode="max",
                            max_epochs=base["gcn_epochs"], sweepable=(), asha=False, cpus_per_trial=cpus,
                            gpus_per_trial=gpus, progress=progress)
@@ -119,8 +128,7 @@ def train_collab(data_path: str | Path, settings: dict[str, Any], storage: str |
     with ck.as_directory() as d:
         state = read_checkpoint(d)
     data = GenData.load(data_path)
-    model = LightGCN(data.n_users, data.n_items, interactions(data, "train"), dim=base["gcn_dim"],
-                     layers=base["gcn_layers"], reg=base["gcn_reg"], seed=base["seed"])
+    model = lightgcn(data, interactions(data, "train"), base)
     model.load_state_dict(state["model"])
     with torch.no_grad():
         hu, hi = model.embeddings()

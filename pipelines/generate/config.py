@@ -22,10 +22,13 @@ class TrainJob(LLMJobSettings):
     data: ReadPath = Field(description="`rexeval split` output (train/, valid/, test/)")
     out: str
     model: str = Field("peter", description="nrt, att2seq, peter, cer, pepler or xrec")
+    preset: Literal["paper", "seed000"] = Field(
+        "paper", description="settings table the model starts from (models/generators/presets.py): paper "
+                             "(each original paper) or seed000 (what seed 000 ran); `settings` override it")
     target: Target = Field("explanation", description="explanation: the ground-truth explanations "
                                                       "(seed 000 Tables III-VI); review: the review text (Table VII)")
     truth: OptionalReadPath = Field(None, description="`rexeval ground-truth` output (needed for --target explanation)")
-    settings: dict = Field(default_factory=dict, description="hyperparameters over the model's defaults")
+    settings: dict = Field(default_factory=dict, description="hyperparameters over the preset's")
     grid: dict[str, list] = Field(default_factory=dict, description="setting -> values to grid-search")
     num_samples: int = Field(1, ge=1)
     asha: bool = True
@@ -40,7 +43,7 @@ class TrainJob(LLMJobSettings):
         """The model, its settings and the grid, as the job resolves them."""
         from rexeval.pipelines.generate.train import check_grid, resolve_settings
 
-        check_grid(resolve_settings(self.model, self.settings)["model"], self.grid)
+        check_grid(resolve_settings(self.model, self.settings, self.preset)["model"], self.grid)
         return self
 
     def experiment_name(self) -> str:

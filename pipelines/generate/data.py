@@ -90,8 +90,10 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     settings = {"split": str(split_dir.resolve()), "target": target,
                 "truth": str(Path(truth).resolve()) if truth else None, "vocab_size": vocab_size,
                 "max_words": max_words}
-    if tokenizer:  # (absent for word vocabularies, so folders prepared before stay valid)
+    if tokenizer:
         settings["tokenizer"] = tokenizer
+    else:  # word vocabularies keep case since issue 31; a lower-cased folder is not reused
+        settings["case"] = "kept"
     want = config_hash(settings)
     index_path = folder / "index.json"
     if index_path.exists():

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from rexeval.models.generators.base import beam, greedy
+from rexeval.models.generators.base import beam, generator_class, greedy
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
@@ -151,7 +151,7 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     ck = checkpoint_dir(cfg.checkpoint)
     state = read_checkpoint(ck)
     data = GenData.load(state["data"])
-    system = cfg.system or state["settings"]["model"]
+    system = cfg.system or generator_class(state["settings"]["model"]).system_name(state["settings"])
     n = data.size(cfg.split) if cfg.limit is None else min(cfg.limit, data.size(cfg.split))
     shards = max(1, math.ceil(n / cfg.shard_size))
     # What the output depends on (not where it goes or how many actors make it).

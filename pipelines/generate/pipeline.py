@@ -12,8 +12,9 @@ Output folder:
 - `data/` (the prepared arrays, vocabulary and errors; `pipelines/generate/data.py`);
 - `tune/<model>-<target>/` the Tune experiment (a re-run restores it: finished trials are
   kept, an interrupted one resumes from its last epoch checkpoint);
-- `best/` the best checkpoint over all trials and epochs by validation loss (or
-  perplexity, `--set select=ppl`), with everything `generate run` needs to rebuild it;
+- `best/` the best checkpoint over all trials and epochs by the validation value
+  `select` names (loss, ppl or text_rating; the preset's by default), with everything
+  `generate run` needs to rebuild it;
 - `train.json`: settings, the best trial and epoch, its validation numbers, every trial.
 """
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 from rexeval.models.generators.base import generator_class
 from rexeval.models.generators.lm import encode_plain
+from rexeval.models.generators.presets import check_preset
 from rexeval.models.profiles import load_profile
 from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic
 from rexeval.pipelines.core.llm_job import LLMJobSettings
@@ -57,10 +59,12 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     out = Path(job.out)
     if job.overwrite and out.exists():
         shutil.rmtree(out)
-    s = resolve_settings(job.model, job.settings)  # the config checked the settings and the grid
-    # Review targets keep the original models' length; long explanation targets get one
-    # from their own lengths unless --set max_words says otherwise.
-    max_words = job.settings.get("max_words", s["max_words"] if job.target == "review" else None)
+    s = resolve_settings(job.model, job.settings, job.preset)  # the config checked the settings and the grid
+    # Review targets keep the preset's length; with `paper`, long explanation targets get
+    # one from their own lengths unless --set max_words says otherwise (`seed000` cuts
+    # every target at its 128).
+    fixed = job.target == "review" or check_preset(job.preset).fixed_length
+    max_words = job.settings.get("max_words", s["max_words"] if fixed else None)
     cls = generator_class(s["model"])
     if cls.ROLE and not s.get("lm"):
         s["lm"] = backbone(job, cls.ROLE)
@@ -77,7 +81,8 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     name = job.experiment_name()
     cpus = _default_cpus(job)
     metric = METRICS[s["select"]]
-    progress(f"  Tune experiment {name}: {s['model']} ({s['epochs']} epochs at most, patience {s['patience']}), "
+    progress(f"  Tune experiment {name}: {s['model']}, preset {job.preset} ({s['epochs']} epochs at most, "
+             f"patience {s['patience']}), "
              f"grid {job.grid or 'none'}, {cpus:g} CPU / {job.gpus_per_trial:g} GPU per trial, "
              f"best epoch by {metric}")
     tuner, plan = build_tuner(s, folder, out / "tune", name, grid=job.grid, trainable=trainable,
@@ -98,7 +103,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     df = best_result.metrics_dataframe
     row = df[df["epoch"] == state["epoch"]].iloc[-1].to_dict()
     best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": int(state["epoch"]),
-            **{k: float(row[k]) for k in ("val_loss", "val_ppl", "val_rmse") if k in row},
+            **{k: float(row[k]) for k in ("val_loss", "val_ppl", "val_text_rating", "val_rmse") if k in row},
             "checkpoint": str(best_dir)}
     progress(f"  best: {best['config'] or 'the only configuration'} at epoch {best['epoch']} (validation loss "
              f"{best['val_loss']:.4f}, perplexity {best['val_ppl']:.2f}"

@@ -5,13 +5,15 @@ One Tune trial = one model configuration trained on the prepared data
 - every epoch walks the training examples in a seeded random order, in batches of
   `batch_size`, steps the model's own optimizer (its paper's: SGD for PETER and CER,
   RMSprop for Att2Seq, AdaDelta for NRT) with gradient-norm clipping at `clip`;
-- after every epoch the model's objective is averaged over the validation examples
-  (`val_loss`, what selects the best epoch and stops a trial `patience` epochs after its
-  last improvement, as the originals do), with the validation perplexity of the text
-  (`val_ppl`) and the rating RMSE (`val_rmse`) beside it;
-- an epoch that does not improve multiplies the learning rate by `lr_decay` (PETER's and
-  CER's 0.25; 1 = no decay), and the optimizer's state (learning rate included) is in the
-  checkpoint, so a restored trial continues with the same rate;
+- after every epoch the validation examples give the model's objective (`val_loss`),
+  the text perplexity (`val_ppl`), text NLL + rating MSE unweighted (`val_text_rating`,
+  the value PETER's, NRT's and PEPLER-reg's originals stop and select on) and the
+  rating RMSE (`val_rmse`); `select` names the one that chooses the best epoch and stops
+  a trial `patience` epochs after its last improvement;
+- an epoch that does not improve multiplies the learning rate by `lr_decay` once (PETER's
+  and CER's 0.25, as PETER's scheduler steps after every such epoch; 1 = no decay); each
+  epoch reports the rate it trained with (`lr`), and the optimizer's state (learning rate
+  included) is in the checkpoint, so a restored trial continues with the same rate;
 - the optimizer sees only the parameters the model's current phase trains (a frozen
   backbone's are left out); a model with phases (PEPLER's sequential tuning) moves to
   the next when one stops improving (`fit_epochs(phases=...)`), with a new optimizer;
@@ -30,29 +32,31 @@ from typing import Any
 import torch
 
 from rexeval.models.generators.base import PAD, build_optimizer, generator_class
+from rexeval.models.generators.presets import DEFAULT_PRESET, SELECT
+from rexeval.models.generators.presets import values as preset_values
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
 
-COMMON = {"epochs": 100, "patience": 5, "seed": 0, "select": "loss"}
-"""Settings of every model: seed 000 trains all baselines for 100 epochs; 5 epochs
-without a better validation loss stop a trial (PETER's `endure_times`)."""
 DATA_KEYS = ("vocab_size", "max_words")
 """Settings the prepared data depends on (one value per experiment: not sweepable)."""
-METRICS = {"loss": "val_loss", "ppl": "val_ppl"}
+METRICS = {"loss": "val_loss", "ppl": "val_ppl", "text_rating": "val_text_rating"}
+assert set(METRICS) == set(SELECT)
 
 
-def resolve_settings(model: str, given: dict[str, Any]) -> dict[str, Any]:
-    """Every setting of `model`: its paper's defaults, the common ones, then `given`;
-    an unknown key is refused with the list of known ones."""
+def resolve_settings(model: str, given: dict[str, Any], preset: str = DEFAULT_PRESET) -> dict[str, Any]:
+    """Every setting of `model`: the preset's table (`models/generators/presets.py`),
+    then `given`; an unknown key is refused with the list of known ones."""
     cls = generator_class(model)
-    known = {**COMMON, **cls.DEFAULTS}  # a model may change a common default (XRec: 1 epoch)
-    unknown = sorted(set(given) - set(known) - {"model"})
+    known = preset_values(preset, cls.name)
+    unknown = sorted(set(given) - set(known) - {"model", "preset"})
     if unknown:
         raise ValueError(f"unknown {model} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    if given.get("select", "loss") not in METRICS:
-        raise ValueError(f"select must be one of {', '.join(METRICS)}, got {given['select']!r}")
-    return {**known, **{k: v for k, v in given.items() if k != "model"}, "model": cls.name}
+    s = {**known, **{k: v for k, v in given.items() if k not in ("model", "preset")}, "model": cls.name,
+         "preset": preset}
+    if s["select"] not in METRICS:
+        raise ValueError(f"select must be one of {', '.join(METRICS)}, got {s['select']!r}")
+    return s
 
 
 def check_grid(model: str, grid: dict[str, list]) -> None:
@@ -96,24 +100,28 @@ def train_epoch(model, opt, data: GenData, batch_size: int, clip: float, gen: to
 
 @torch.no_grad()
 def validate(model, data: GenData, batch_size: int, split: str = "valid") -> dict[str, float]:
-    """Mean objective, text perplexity (per target token, EOS included) and rating RMSE."""
+    """Mean objective, text perplexity (per target token, EOS included), text NLL +
+    rating MSE (batch means averaged over examples, as the originals do; a coherence term
+    counts in the rating part, as CER's does) and rating RMSE."""
     model.eval()
     dev = next(model.parameters()).device
-    loss = nll = sq = 0.0
+    loss = nll = sq = text_rating = 0.0
     n = tokens = 0
     for b in data.batches(split, batch_size):
         b = b.to(dev)
         parts = model.losses(b)
         k = int((b.tokens[:, 1:] != PAD).sum())
         loss += float(parts["loss"]) * len(b)
+        text_rating += sum(float(parts[p]) for p in ("text", "rating", "coherence") if p in parts) * len(b)
         nll += float(parts["text"]) * k
         tokens += k
         n += len(b)
         if "rating" in parts:
             sq += float(parts["rating"]) * len(b)
     if n == 0:
-        return {"val_loss": float("nan"), "val_ppl": float("nan")}
-    out = {"val_loss": loss / n, "val_ppl": math.exp(min(nll / max(tokens, 1), 50.0))}
+        return {"val_loss": float("nan"), "val_ppl": float("nan"), "val_text_rating": float("nan")}
+    out = {"val_loss": loss / n, "val_ppl": math.exp(min(nll / max(tokens, 1), 50.0)),
+           "val_text_rating": text_rating / n}
     if model.predicts_rating:
         out["val_rmse"] = math.sqrt(sq / n)
     return out
@@ -131,7 +139,8 @@ def _data(path: str) -> GenData:
 def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | None = None) -> None:
     """The Tune function trainable (see the module docstring)."""
     s = resolve_settings(config["model"], {k: v for k, v in config.items()
-                                           if k not in ("model", "data_path", "threads", "device")})
+                                           if k not in ("model", "data_path", "threads", "device", "preset")},
+                         config.get("preset", DEFAULT_PRESET))
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
     device = config.get("device", "cpu")
     data = _data(config["data_path"])
@@ -141,7 +150,8 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
 
     def optimizer_for(phase: int) -> torch.optim.Optimizer:
         model.enter_phase(phase)
-        opts[:] = [build_optimizer(s["optimizer"], trainable_parameters(model), s["lr"], s["weight_decay"])]
+        opts[:] = [build_optimizer(s["optimizer"], trainable_parameters(model), s["lr"], s["weight_decay"],
+                                   s.get("rmsprop_alpha", 0.99))]
         return opts[0]
 
     optimizer_for(0)
@@ -153,7 +163,8 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
 
     fit_epochs(model, opts[0], gen, epochs=s["epochs"], patience=s["patience"], metric_key=METRICS[s["select"]],
                train_epoch=lambda: train_epoch(model, opts[0], data, s["batch_size"], s["clip"], gen),
-               validate=lambda: validate(model, data, s["batch_size"]), mode="min",
+               validate=lambda: {**validate(model, data, s["batch_size"]), "lr": opts[0].param_groups[0]["lr"]},
+               mode="min",
                on_stale=decay if s["lr_decay"] != 1 else None,
                phases=generator_class(s["model"]).n_phases(s), next_phase=optimizer_for,
                extra_state={"settings": s, "data": str(data.folder), "vocab": data.vocab.words,
@@ -179,7 +190,7 @@ def sweepable(model: str) -> list[str]:
     vocabulary, the length, the backbone, XRec's collaborative embeddings and profiles)."""
     cls = generator_class(model)
     fixed = {*DATA_KEYS, *cls.DATA_KEYS, "lm"}
-    return [k for k in {**COMMON, **cls.DEFAULTS} if k not in fixed]
+    return [k for k in preset_values(DEFAULT_PRESET, cls.name) if k not in fixed]
 
 
 def build_tuner(settings: dict[str, Any], data_path: str | Path, storage: str | Path, name: str,

@@ -15,8 +15,9 @@ mutual interactions". `load_inputs` reads either
 no generator can read the review it is explaining (or a second review the user wrote of
 the same item). From a split folder, `known` is the training split (plus validation when
 the test split is explained), and `valid` is the validation split, which the BiasedMF
-uses to pick its best epoch; from an ingest folder `valid` is None (the trainer then
-holds out part of `known`).
+uses to pick its best epoch (and so does not train on: `prompted/mf.py` drops its pairs
+from the training rows); from an ingest folder `valid` is None (the trainer then holds
+out a seeded part of `known`).
 
 The example id of an interaction is its review id, as in every explanations table; the
 review text becomes the `reference` column (never shown to a generator).

@@ -5,8 +5,10 @@ to an explanations table that `rexeval evaluate` and `rexeval judge` read as is.
    left out); `context.build_contexts`: each interaction's purchase history and item
    description from the known reviews.
 2. BiasedMF on the known ratings, a Tune trial of the one trainer (`prompted/mf.py`),
-   when user_based or item_based is asked for; the experiment lives in `<out>/mf` and a
-   re-run restores it.
+   when user_based or item_based is asked for; its best epoch is selected on ratings it
+   did not train on (a split folder's validation reviews, which leave its training rows;
+   from an ingest folder a seeded tenth of the known ratings). The experiment lives in
+   `<out>/mf` and a re-run restores it.
 3. Each method plans its prompts in the driver (`<method>/plan.parquet`: the prompt, or
    the explanation for review extraction, and what it drew on).
 4. The prompts run as resumable chunks on a Ray Data actor pool through the LLM service
@@ -148,7 +150,8 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
     if any(m.needs_mf for m in methods.values()):
         mf = _train_mf(cfg, inputs, progress)
         mf_report = {"users": len(mf.user_ids), "items": len(mf.item_ids), "val_rmse": mf.val_rmse,
-                     "global_mean_rmse": mf.baseline_rmse, "best_epoch": mf.best_epoch}
+                     "global_mean_rmse": mf.baseline_rmse, "best_epoch": mf.best_epoch,
+                     "train_ratings": mf.train_ratings, "selection_ratings": mf.selection_ratings}
     plans = {}
     for name, m in methods.items():
         plan = m.plan(inputs, cfg.settings, contexts, mf)

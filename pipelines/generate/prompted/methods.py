@@ -48,8 +48,15 @@ class PromptedSettings(BaseModel):
     summary_reviews: int = Field(8, ge=1, description="review summarisation: reviews shown at most")
     summary_review_words: int = Field(80, ge=10, description="review summarisation: words kept per review")
     min_words: int = Field(5, ge=1, description="shorter answers are sent back")
-    max_words: int = Field(60, ge=5, description="longer answers are sent back")
-    max_tokens: int = Field(96, ge=8)
+    max_words: int | None = Field(
+        60, ge=5, description="the longest answer kept: a longer one keeps its leading whole sentences that fit, "
+        "or is sent back when none does; null (`--set max_words=null`) keeps every answer whole. The prompts ask "
+        "for 15-30 words (PreferenceLogic 20-30, as seed 004); seed 004 itself caps nothing, so "
+        "studies/seed004.yaml sets null")
+    max_tokens: int = Field(
+        96, ge=8, description="the most tokens the LLM may write per answer. 96 is ample for the 15-30 words the "
+        "prompts ask for and keeps local runs cheap; seed 004 (appendix A) allows 2048, the value "
+        "studies/seed004.yaml sets")
     temperature: float = Field(0.0, ge=0.0, description="0: greedy, reproducible, cacheable")
     max_retries: int = Field(2, ge=0, le=10)
     mf: dict[str, Any] = Field(default_factory=dict, description="BiasedMF settings over its defaults")

@@ -6,7 +6,10 @@ explained with a BiasedMF (Koren et al., 2009) trained on the ratings. One trial
 trains `models.recommenders.biased_mf.BiasedMF` with Adam on shuffled mini-batches of
 the training ratings (squared error + L2, mu fixed at the training mean); after every
 epoch it reports the RMSE on the validation ratings, keeps the best epoch and stops after
-`mf_patience` epochs without a lower one. `train_biased_mf` indexes the users and items,
+`mf_patience` epochs without a lower one. The epoch is selected on ratings it never
+trained on (`selection_rows`): a split folder's validation reviews, which leave its
+training rows, or else a seeded share of the known ratings held out from training.
+`train_biased_mf` indexes the users and items,
 writes the ratings to one .npz under the storage folder, runs (or restores) the
 experiment through `pipelines/core/tune.py` and returns the best epoch's factors with
 the ids they belong to (`MFResult`), whose rows `nearest` ranks by cosine.
@@ -60,6 +63,8 @@ class MFResult:
     user_bias: np.ndarray | None = None  # float32 [n_users]
     item_bias: np.ndarray | None = None  # float32 [n_items]
     validated: bool = True
+    train_ratings: int | None = None  # rows it trained on
+    selection_ratings: int | None = None  # rows that selected the epoch, none of them trained on
     _uidx: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
     _iidx: dict[str, int] | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -205,6 +210,28 @@ def hold_out(train: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame
     return train[~out].reset_index(drop=True), train[out].reset_index(drop=True)
 
 
+def selection_rows(train: pd.DataFrame, valid: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows to train on, rows that select the epoch), never sharing a (user, item) pair.
+
+    - `valid` has rows (a split folder's validation split): they select the epoch, and
+      every row of `train` with the (user, item) pair of a `valid` row leaves training
+      (`generate llm` passes train + valid as the known reviews when it explains test);
+    - no `valid` rows (an ingest folder, or a split folder explained on valid): a seeded
+      HOLDOUT_SHARE of `train` is held out (`hold_out`), and any other row of a held-out
+      pair leaves training too;
+    - fewer than HOLDOUT_MIN_ROWS training rows and no `valid`: nothing is held out and
+      the selection frame is empty (the training RMSE then picks the epoch, and the
+      result says `validated` False).
+    """
+    if not len(valid):
+        train, valid = hold_out(train, seed)
+    if len(valid):
+        pairs = pd.MultiIndex.from_frame(valid[["user_id", "item_id"]])
+        shared = pd.MultiIndex.from_frame(train[["user_id", "item_id"]]).isin(pairs)
+        train = train[~shared].reset_index(drop=True)
+    return train, valid.reset_index(drop=True)
+
+
 def arrays_hash(arrays: dict[str, np.ndarray]) -> str:
     """A content hash of the arrays (names, dtypes, shapes and bytes)."""
     h = hashlib.sha256()
@@ -232,12 +259,14 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: st
                     settings: dict[str, Any] | None = None, *, cpus: float = 1, gpus: float = 0,
                     progress: Callable[[str], None] = print) -> MFResult:
     """Train (or restore) BiasedMF on `train` (user_id, item_id, rating), selecting the
-    epoch by RMSE on `valid`; the best epoch's factors as an `MFResult`.
+    epoch by RMSE on rows it does not train on; the best epoch's factors as an `MFResult`.
 
-    Users and items are indexed by the sorted ids of train and valid together (a user or
-    item seen only in `valid` keeps its initial factors). When `valid` is None or empty,
-    a seeded HOLDOUT_SHARE of the training rows is held out for validation if there are
-    at least HOLDOUT_MIN_ROWS of them; with fewer, training RMSE selects the epoch. The
+    Which rows select (`selection_rows`): `valid` when it has rows, and the rows of
+    `train` that share a (user, item) pair with it are left out of training; when `valid`
+    is None or empty, a seeded HOLDOUT_SHARE of the training rows is held out for
+    selection if there are at least HOLDOUT_MIN_ROWS of them; with fewer, training RMSE
+    selects the epoch. Users and items are indexed by the sorted ids of both sides
+    together (a user or item seen only in the selection rows keeps its initial factors). The
     Tune experiment lives in `<storage>/biased_mf`: a second call with the same data and
     settings restores it and trains nothing; other data or settings in the same folder
     are refused (FileExistsError from `build_tuner`).
@@ -246,14 +275,21 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: st
     tr, va = _frame(train, "train"), _frame(valid, "valid")
     if len(tr) == 0:
         raise ValueError("train has no ratings")
-    if len(va) == 0:
-        tr, va = hold_out(tr, s["seed"])
-        if len(va):
-            progress(f"  BiasedMF: no validation split given; holding out {len(va)} of {len(tr) + len(va)} "
-                     f"training ratings (seed {s['seed']})")
-        else:
-            progress(f"  BiasedMF: no validation split and only {len(tr)} training ratings; "
-                     "the training RMSE selects the epoch")
+    given, known = len(va), len(tr)
+    tr, va = selection_rows(tr, va, s["seed"])
+    if len(tr) == 0:
+        raise ValueError("no training rating is left once the validation ratings' (user, item) pairs leave it")
+    if given:
+        progress(f"  BiasedMF: {len(va)} validation ratings select the epoch; {known - len(tr)} of the {known} "
+                 "known ratings share their (user, item) pairs and are left out of training")
+    elif len(va):
+        progress(f"  BiasedMF: no validation split given; holding out {len(va)} of {known} "
+                 f"training ratings (seed {s['seed']})" + (
+                     f", and {known - len(va) - len(tr)} more of the same (user, item) pairs"
+                     if known - len(va) - len(tr) else ""))
+    else:
+        progress(f"  BiasedMF: no validation split and only {len(tr)} training ratings; "
+                 "the training RMSE selects the epoch")
     user_ids = sorted(set(tr["user_id"]) | set(va["user_id"]))
     item_ids = sorted(set(tr["item_id"]) | set(va["item_id"]))
     uidx, iidx = {u: r for r, u in enumerate(user_ids)}, {i: r for r, i in enumerate(item_ids)}
@@ -290,4 +326,5 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: st
     return MFResult(user_ids=user_ids, item_ids=item_ids, user_factors=w["user_factors.weight"],
                     item_factors=w["item_factors.weight"], global_mean=mu, val_rmse=val, baseline_rmse=baseline,
                     best_epoch=int(state["best_epoch"]), user_bias=w["user_bias.weight"][:, 0].copy(),
-                    item_bias=w["item_bias.weight"][:, 0].copy(), validated=bool(state["validated"]))
+                    item_bias=w["item_bias.weight"][:, 0].copy(), validated=bool(state["validated"]),
+                    train_ratings=len(tr), selection_ratings=len(va))

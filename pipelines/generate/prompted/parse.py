@@ -14,7 +14,7 @@ _QUOTES = "\"'“”‘’`"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
+def parse_explanation(text: str, *, min_words: int = 5, max_words: int | None = 60,
                       asked: str = "20 to 30 words") -> tuple[str | None, str | None]:
     """The explanation text, or why the answer is not one (for the retry message).
 
@@ -28,7 +28,8 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     repeat it until the token limit); with no such sentence of at least `min_words`
     words it is refused, as is an empty or too short answer (`asked` is the length the
     prompt asked for; the bounds are looser so a near miss is kept rather than
-    regenerated).
+    regenerated). `max_words` None caps nothing: every answer of at least `min_words`
+    words is kept whole.
     """
     body = " ".join(_FENCE.sub(" ", _THINK.sub(" ", text or "")).split())
     body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
@@ -41,7 +42,7 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int = 60,
     n = len(body.split())
     if n == 0:
         return None, "it was empty; reply with the explanation itself"
-    if n > max_words:
+    if max_words is not None and n > max_words:
         kept = _leading_sentences(body, max_words)
         if len(kept.split()) >= min_words:
             return kept, None

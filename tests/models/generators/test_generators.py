@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from torch import nn
 
 from rexeval.models.generators.base import (
     BOS,
@@ -158,36 +159,55 @@ def test_peter_hidden_states_respect_the_mask():
         assert torch.allclose(model.predict_rating(batch.user, batch.item), model.rate(h[:, 0]), atol=1e-6)
 
 
-def test_cer_adds_coherence_and_reduces_to_peter_without_it():
+def test_cer_adds_coherence_inside_the_rating_weight_as_the_original():
+    """CER = PETER's objective + rating_reg * MSE(explanation rating, predicted rating)
+    (JMRaczynski/CER, seed 000's baselines/CER): PETER's own parts are unchanged."""
     batch = tiny_batch()
     peter = tiny("peter").eval()
-    cer = generator_class("cer")(4, 3, V, MAXW, **TINY["cer"], coherence_reg=0.0).eval()
-    cer.load_state_dict(peter.state_dict())  # CER adds no parameters
+    cer = tiny("cer").eval()
+    missing, unexpected = cer.load_state_dict(peter.state_dict(), strict=False)
+    assert not unexpected and missing and all(k.startswith("explanation_mlp.") for k in missing)
     with torch.no_grad():
         p, c = peter.losses(batch), cer.losses(batch)
-        assert float(c["coherence"]) > 0
         for key in p:
-            assert float(c[key]) == pytest.approx(float(p[key]), abs=1e-6), key
-        cer.coherence_reg = 2.0
-        c2 = cer.losses(batch)
-        assert float(c2["loss"]) == pytest.approx(float(p["loss"]) + 2.0 * float(c2["coherence"]), rel=1e-5, abs=1e-5)
+            if key != "loss":
+                assert float(c[key]) == pytest.approx(float(p[key]), abs=1e-6), key
+        _, hidden = cer.forward_losses(batch)
+        by_hand = float(((cer.explanation_rating(hidden, batch.tokens) - cer.rate(hidden[:, 0])) ** 2).mean())
+        assert float(c["coherence"]) == pytest.approx(by_hand, rel=1e-5) and by_hand > 0
+        assert float(c["loss"]) == pytest.approx(float(p["loss"]) + cer.rating_reg * by_hand, rel=1e-5, abs=1e-6)
 
 
-def test_cer_coherence_reads_only_the_explanation_positions():
+def test_cer_coherence_max_pools_the_explanation_positions_through_its_own_mlp():
     batch = tiny_batch()
     cer = tiny("cer").eval()
     with torch.no_grad():
         _, hidden = cer.forward_losses(batch)
         got = cer.explanation_rating(hidden, batch.tokens)
         for r in range(B):
-            n = int((batch.tokens[r, 1:] != PAD).sum())  # words + EOS targets
-            want = cer.rate(hidden[r, 2:2 + n].mean(0))
+            n = int((batch.tokens[r, :-1] != PAD).sum())  # positions reading BOS, w1 .. wn
+            want = cer.explanation_mlp(hidden[r, 2:2 + n].max(0).values)
             assert float(got[r]) == pytest.approx(float(want), rel=1e-5, abs=1e-5)
-    assert issubclass(CER, PETER) and CER.DEFAULTS["coherence_reg"] == 1.0
+            assert float(got[r]) != pytest.approx(float(cer.rate(hidden[r, 2:2 + n].max(0).values)), abs=1e-6)
+    assert issubclass(CER, PETER) and "coherence_reg" not in CER.DEFAULTS
 
 
-def test_att2seq_conditions_on_the_rating_level():
-    model, batch = tiny("att2seq").eval(), tiny_batch()
+@pytest.mark.parametrize("variant", [{}, {"attention": False, "cell_start": "zeros"}], ids=["paper", "seed000"])
+def test_att2seq_writes_the_same_whatever_the_test_rating(variant):
+    """No label leak: by default Att2Seq never reads the example's true rating."""
+    model, batch = tiny("att2seq", **variant).eval(), tiny_batch()
+    assert not model.uses_rating and model.rating_emb is None
+    low, high = torch.full((B,), 1.0), torch.full((B,), 5.0)
+    with torch.no_grad():
+        a = model.step(model.begin(batch.user, batch.item, low), batch.tokens[:, :1])[0]
+        b = model.step(model.begin(batch.user, batch.item, high), batch.tokens[:, :1])[0]
+    assert torch.equal(a, b)
+    assert greedy(model, batch.user, batch.item, low, MAXW) == greedy(model, batch.user, batch.item, high, MAXW)
+    assert generator_class("att2seq").system_name({"rating_input": False}) == "att2seq"
+
+
+def test_att2seq_rating_variant_conditions_on_the_rating_level_and_says_so():
+    model, batch = tiny("att2seq", rating_input=True).eval(), tiny_batch()
     prefix = batch.tokens[:, :1]
     with torch.no_grad():
         a = model.step(model.begin(batch.user, batch.item, torch.full((B,), 2.2)), prefix)[0]
@@ -195,6 +215,34 @@ def test_att2seq_conditions_on_the_rating_level():
         c = model.step(model.begin(batch.user, batch.item, torch.full((B,), 4.0)), prefix)[0]
     assert torch.allclose(a, b)  # both round to 2
     assert not torch.allclose(a, c)
+    assert generator_class("att2seq").system_name({"rating_input": True}) == "att2seq+rating"
+
+
+def test_att2seq_seed000_variant_has_no_attention_and_zero_cells():
+    model, batch = tiny("att2seq", attention=False, cell_start="zeros").eval(), tiny_batch()
+    assert not hasattr(model, "attend") and not hasattr(model, "combine")
+    state = model.begin(batch.user, batch.item, batch.rating)
+    assert torch.equal(state["c"], torch.zeros_like(state["c"]))
+    with torch.no_grad():  # the top LSTM state goes straight to the softmax
+        top, _ = model.lstm(model.word_emb(batch.tokens[:, :1]),
+                            (state["h"].transpose(0, 1).contiguous(), state["c"].transpose(0, 1).contiguous()))
+        want = model.out(top[:, -1]).log_softmax(-1)
+        assert torch.allclose(model.step(state, batch.tokens[:, :1])[0], want, atol=1e-6)
+
+
+@pytest.mark.parametrize("level,want", [("round", 3), ("truncate", 2)])
+def test_nrt_rating_level_rounds_or_truncates_the_prediction(level, want):
+    model = tiny("nrt", rating_level=level).eval()
+    last = model.rating_mlp[-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.fill_(2.7)  # every prediction is 2.7
+        onehot = nn.functional.one_hot(torch.tensor([want - 1]), 5).float()
+        user, item = torch.tensor([0]), torch.tensor([0])
+        ui = torch.cat([model.user_emb(user), model.item_emb(item)], -1)
+        h0 = torch.tanh(model.start(torch.cat([ui, onehot], -1)))
+        got = model.begin(user, item, torch.tensor([5.0]))["hidden"]
+        assert torch.allclose(got, h0.view(1, model.layers, model.hidden), atol=1e-6)
 
 
 def test_planted_rows_cover_every_pair_and_keep_everyone_in_training():

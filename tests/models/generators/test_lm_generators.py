@@ -218,7 +218,7 @@ def test_pepler_rating_regulariser_mlp_head(tiny_dir, voc):
     m = pepler(tiny_dir, voc, rating_reg=1.0, rating_head="mlp")
     hidden = m.hidden
     linears = [layer for layer in m.mlp if isinstance(layer, nn.Linear)]
-    assert [tuple(layer.weight.shape) for layer in linears] == [(400, 2 * hidden), (400, 400), (400, 400), (1, 400)]
+    assert [tuple(layer.weight.shape) for layer in linears] == [(400, 2 * hidden), (400, 400), (1, 400)]  # the original MLP, num_layers=2
     with torch.no_grad():
         assert all(float(layer.bias.abs().sum()) == 0 and float(layer.weight.abs().max()) <= 0.1 for layer in linears)
     pred = m.predict_rating(USERS, ITEMS)

@@ -5,10 +5,19 @@ from rexeval.models.generators.base import BOS, EOS, PAD, UNK
 from rexeval.models.generators.vocab import SPECIALS, Vocabulary, detokenize, tokenize
 
 
-def test_tokenize_lowercases_and_splits_off_punctuation():
-    assert tokenize("Great GUITAR, isn't it?!") == ["great", "guitar", ",", "isn't", "it", "?", "!"]
+def test_tokenize_keeps_case_and_splits_off_punctuation():
+    assert tokenize("Great GUITAR, isn't it?!") == ["Great", "GUITAR", ",", "isn't", "it", "?", "!"]
     assert tokenize("The café's strings cost $5 (each).") == [
-        "the", "café's", "strings", "cost", "$", "5", "(", "each", ")", "."]
+        "The", "café's", "strings", "cost", "$", "5", "(", "each", ")", "."]
+
+
+def test_a_cased_reference_round_trips_through_the_vocabulary():
+    """What a case-sensitive metric compares: a generation of the vocabulary's words
+    reads back with the reference's case ("iPhone" and "Sony" stay as written)."""
+    ref = "The Sony headphones pair with my iPhone, and the NFC works."
+    vocab = Vocabulary.build([ref, "the sony case"], size=50)
+    assert {"Sony", "sony", "iPhone", "NFC"} <= set(vocab.words)
+    assert vocab.decode(vocab.encode(ref, 30)) == ref
     assert tokenize("") == [] and tokenize(None) == []
 
 
@@ -32,7 +41,8 @@ def test_encode_marks_unknown_words_and_cuts_to_max_words():
     vocab = Vocabulary.build(["the guitar is great", "the strap is great"], size=3)
     assert vocab.words[len(SPECIALS):] == ["great", "is", "the"]
     g, i, t = (vocab.index[w] for w in ("great", "is", "the"))
-    assert vocab.encode("The guitar is great", 10) == [BOS, t, UNK, i, g, EOS]
+    assert vocab.encode("the guitar is great", 10) == [BOS, t, UNK, i, g, EOS]
+    assert vocab.encode("The guitar is great", 10) == [BOS, UNK, UNK, i, g, EOS]  # case kept: "The" is unknown
     assert vocab.encode("the guitar is great", 2) == [BOS, t, UNK, EOS]
     assert vocab.encode("", 5) == [BOS, EOS]
 
@@ -43,7 +53,7 @@ def test_decode_round_trip():
     ids = vocab.encode(text, 20)
     assert vocab.decode(ids) == text
     assert vocab.decode([PAD, *ids, PAD, PAD]) == text
-    assert vocab.decode(vocab.encode("The Pedal   hums ,really loudly !", 20)) == text
+    assert vocab.decode(vocab.encode("the pedal   hums ,really loudly !", 20)) == text
     assert vocab.decode(vocab.encode("the cable hums", 20)) == "the <unk> hums"
 
 

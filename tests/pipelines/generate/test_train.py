@@ -91,7 +91,7 @@ def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path
 def test_run_train_keeps_the_best_epoch_and_refuses_a_data_setting_grid(ray_session, planted, tmp_path):
     split, truth = planted
     job = TrainJob(data=str(split), truth=str(truth), model="peter", out=str(tmp_path / "run"),
-                   settings={**SMALL, "epochs": 3, "lr": 0.5})
+                   settings={**SMALL, "epochs": 3, "lr": 0.5, "select": "loss"})
     report = run_train(job, progress=lambda m: None)
     best = report["best"]
     saved = json.loads((tmp_path / "run" / "train.json").read_text())
@@ -104,3 +104,35 @@ def test_run_train_keeps_the_best_epoch_and_refuses_a_data_setting_grid(ray_sess
     assert report["settings"]["max_words"] == data.max_words
     with pytest.raises(ValueError, match="cannot search 'vocab_size'"):
         run_train(TrainJob(data=str(split), truth=str(truth), out=str(tmp_path / "x"), grid={"vocab_size": [5, 6]}))
+
+
+def scripted_validation(config):
+    """The real trainable with its validation values scripted (the plateaus are known)."""
+    import rexeval.pipelines.generate.train as T
+
+    values = iter(config["script"])
+    T.validate = lambda *a, **k: {"val_loss": next(values), "val_ppl": 2.0, "val_text_rating": 1.0}
+    T.generator_trainable({k: v for k, v in config.items() if k != "script"})
+
+
+def test_a_plateau_multiplies_the_learning_rate_by_a_quarter_once_per_stale_epoch(ray_session, data_dir, tmp_path):
+    """PETER's schedule: lr x 0.25 after every epoch that does not beat the best so far,
+    never after one that does; each epoch reports the rate it trained with."""
+    script = [3.0, 2.0, 2.5, 2.0, 1.0, 1.5, 0.5]  # stale: epochs 3, 4 (ties do not improve), 6
+    s = resolve_settings("peter", {**SMALL, "epochs": len(script), "patience": 99, "select": "loss"})
+    tuner, _ = build_tuner({**s, "script": script}, data_dir, tmp_path, "exp", trainable=scripted_validation,
+                           asha=False, progress=lambda m: None, cpus_per_trial=1)
+    (r,) = list(tuner.fit())
+    assert r.error is None
+    lrs = r.metrics_dataframe.sort_values("epoch")["lr"].tolist()
+    assert lrs == [1.0, 1.0, 1.0, 0.25, 0.0625, 0.0625, 0.015625]
+
+
+def test_presets_set_every_value_and_settings_override_them():
+    paper, seed = resolve_settings("pepler", {}), resolve_settings("pepler", {"lr": 5e-4}, "seed000")
+    assert paper["preset"] == "paper" and paper["sequential"] and paper["batch_size"] == 128
+    assert seed["preset"] == "seed000" and not seed["sequential"] and seed["rating_head"] == "mlp"
+    assert seed["batch_size"] == 32 and seed["max_words"] == 128 and seed["lr"] == 5e-4
+    assert resolve_settings("peter", {})["select"] == "text_rating"
+    with pytest.raises(ValueError, match="unknown preset"):
+        resolve_settings("peter", {}, "seed001")

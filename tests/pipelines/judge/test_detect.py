@@ -68,7 +68,7 @@ def test_every_interaction_and_condition_ends_in_pairs_or_errors():
     row = pairs.iloc[0]
     assert row["generator"] == "scripted-model"
     assert row["original_prompt_version"].startswith("explain_recommendation/v1-")
-    assert "+explanation_style/v1-" in row["original_prompt_version"]
+    assert "+explanation_style/v2-" in row["original_prompt_version"]
     jargon = pairs[pairs["condition"] == "jargon"].iloc[0]
     assert "+inferior_styles/v1-" in jargon["inferior_prompt_version"]
     # the label and quotes are stripped from the answer
