@@ -214,7 +214,7 @@ SEED000: dict[str, dict[str, tuple[Any, str]]] = {
         "n_experts": (8, "seed 000 baselines/XRec/explainer/models/explainer.py:89"),
         "adapter_dropout": (0.2, "seed 000 baselines/XRec/explainer/models/explainer.py:89"),
         "noisy_gating": (True, "seed 000 baselines/XRec/explainer/models/explainer.py:89"),
-        "inject_layers": (True, "seed 000 baselines/XRec/explainer/models/modeling_explainer.py"),
+        "inject_layers": (True, "seed 000 baselines/XRec/explainer/models/modeling_explainer.py:363 (q, k, v while the prompt is read)"),
         "gcn_dim": (64, "seed 000 baselines/XRec/encoder/train_encoder.sh:8"),
         "gcn_layers": (4, "seed 000 baselines/XRec/encoder/train_encoder.sh:7"),
         "gcn_lr": (1e-3, "seed 000 baselines/XRec/encoder/train_encoder.sh:5"),

@@ -1,11 +1,11 @@
 """Settings of `rexeval generate llm` (seed 004's prompted generators)."""
 from __future__ import annotations
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 from rexeval.pipelines.core.read_paths import ReadPath
-from rexeval.pipelines.generate.prompted.methods import PromptedSettings
+from rexeval.pipelines.generate.prompted.methods import ANSWER_TOKENS, DEFAULT_ANSWER_TOKENS, PromptedSettings
 
 
 class PromptedJob(ChunkedLLMSettings):
@@ -19,6 +19,14 @@ class PromptedJob(ChunkedLLMSettings):
     settings: PromptedSettings = Field(default_factory=PromptedSettings)
     mf_cpus: float = Field(1.0, gt=0, description="CPUs of the BiasedMF Tune trial")
     mf_gpus: float = Field(0.0, ge=0, description="GPUs of the BiasedMF Tune trial")
+
+    @model_validator(mode="after")
+    def _answer_cap(self):
+        """max_tokens unset: the profile's answer cap (seed 004's 2048 with `paper`)."""
+        if self.settings.max_tokens is None:
+            cap = ANSWER_TOKENS.get(self.profile, DEFAULT_ANSWER_TOKENS)
+            self.settings = self.settings.model_copy(update={"max_tokens": cap})
+        return self
 
     @field_validator("methods")
     @classmethod

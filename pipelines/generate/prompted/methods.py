@@ -32,6 +32,11 @@ METHODS: Registry[type] = Registry("prompted generator", lazy={
 register_method = METHODS.register
 
 
+ANSWER_TOKENS = {"paper": 2048}
+"""The answer cap of a profile when the settings give none (others: DEFAULT_ANSWER_TOKENS)."""
+DEFAULT_ANSWER_TOKENS = 96
+
+
 class PromptedSettings(BaseModel):
     """What the prompted generators condition on and how their answers are read."""
 
@@ -53,10 +58,10 @@ class PromptedSettings(BaseModel):
         "or is sent back when none does; null (`--set max_words=null`) keeps every answer whole. The prompts ask "
         "for 15-30 words (PreferenceLogic 20-30, as seed 004); seed 004 itself caps nothing, so "
         "studies/seed004.yaml sets null")
-    max_tokens: int = Field(
-        96, ge=8, description="the most tokens the LLM may write per answer. 96 is ample for the 15-30 words the "
-        "prompts ask for and keeps local runs cheap; seed 004 (appendix A) allows 2048, the value "
-        "studies/seed004.yaml sets")
+    max_tokens: int | None = Field(
+        None, ge=8, description="the most tokens the LLM may write per answer; default by profile "
+        "(ANSWER_TOKENS): 2048 with `paper`, seed 004's (appendix A), 96 elsewhere (ample for the 15-30 words "
+        "the prompts ask for, and cheap on a laptop)")
     temperature: float = Field(0.0, ge=0.0, description="0: greedy, reproducible, cacheable")
     max_retries: int = Field(2, ge=0, le=10)
     mf: dict[str, Any] = Field(default_factory=dict, description="BiasedMF settings over its defaults")

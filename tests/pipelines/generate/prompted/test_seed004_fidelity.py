@@ -53,9 +53,15 @@ def test_a_prompt_interruption_still_swaps_all_six_rules_for_one_flaw():
 
 # --- 2. the answer caps --------------------------------------------------------------------
 
-def test_the_token_and_word_caps_are_settings_with_the_seed004_values_named():
+def test_the_token_and_word_caps_are_settings_with_the_seed004_values_named(tmp_path):
+    from rexeval.pipelines.generate.prompted.config import PromptedJob
+
     s = PromptedSettings()
-    assert (s.max_tokens, s.max_words) == (96, 60)  # cheap local runs keep today's caps
+    assert (s.max_tokens, s.max_words) == (None, 60)  # the token cap comes from the profile
+    job = dict(input=str(tmp_path), methods=["preference_logic"], out=str(tmp_path / "o"))
+    assert PromptedJob(**job).settings.max_tokens == 96  # local: cheap runs
+    assert PromptedJob(**job, profile="paper").settings.max_tokens == 2048  # seed 004's appendix A
+    assert PromptedJob(**job, profile="paper", settings={"max_tokens": 300}).settings.max_tokens == 300
     fields = PromptedSettings.model_fields
     assert "2048" in fields["max_tokens"].description and "seed 004" in fields["max_tokens"].description
     assert "null" in fields["max_words"].description
