@@ -53,16 +53,17 @@ def _seed(model: str, where: str, line: int, note: str = "") -> str:
 
 # --- paper: the source of every default (values: the model's DEFAULTS / COMMON) ---------
 
-_PETER_CODE = "PETER (Li et al. ACL 2021) §5.3 and lileipisces/PETER main.py"
+_PETER_CODE = "PETER (Li et al. ACL 2021) and lileipisces/PETER main.py"
 PAPER_SOURCES: dict[str, dict[str, str]] = {
     "nrt": {
-        "optimizer": "NRT (Li et al. SIGIR 2017) §4: AdaDelta",
+        "optimizer": "NRT (Li et al. SIGIR 2017): AdaDelta (PETER's authors' port warns it can make every "
+                     "sentence the same; seed000 trains with Adam)",
         "lr": "lipiji/NRT-theano: lr 1.0 (its drop to 0.1 after two epochs is not reproduced)",
         "lr_decay": "none (the Theano schedule is not a plateau decay)",
-        "weight_decay": "NRT §4: L2 1e-4, as the optimizer's weight decay",
+        "weight_decay": "NRT paper: L2 1e-4, as the optimizer's weight decay",
         "clip": "our choice", "batch_size": "lipiji/NRT-theano: batch 200",
         "vocab_size": "lileipisces/NRT: 20,000 words", "max_words": "lipiji/NRT-theano: tips of at most 20 words",
-        "dim": "NRT §4: latent factors 300", "hidden": "NRT §4: GRU hidden 400", "layers": "NRT §3: one GRU layer",
+        "dim": "NRT paper: latent factors 300", "hidden": "NRT paper: GRU hidden 400", "layers": "NRT paper: one GRU layer",
         "rating_layers": "lileipisces/NRT: 4 sigmoid hidden layers", "dropout": "none in the original",
         "rating_reg": "our choice: equal task weights",
         "rating_level": "our choice: the paper does not say how a real rating becomes a level",
@@ -70,14 +71,14 @@ PAPER_SOURCES: dict[str, dict[str, str]] = {
         "select": "lileipisces/NRT: text NLL + rating MSE on validation",
     },
     "att2seq": {
-        "optimizer": "Att2Seq (Dong et al. EACL 2017) §4: RMSProp", "lr": "Att2Seq §4: 0.002",
-        "rmsprop_alpha": "Att2Seq §4: decay 0.95", "lr_decay": "none", "weight_decay": "none",
-        "clip": "Att2Seq §4: gradient clipping 5", "batch_size": "lileipisces/Att2Seq: 50",
+        "optimizer": "Att2Seq (Dong et al. EACL 2017): RMSProp", "lr": "Att2Seq paper: 0.002",
+        "rmsprop_alpha": "Att2Seq paper: decay 0.95", "lr_decay": "none", "weight_decay": "none",
+        "clip": "Att2Seq paper: gradient clipping 5", "batch_size": "lileipisces/Att2Seq: 50",
         "vocab_size": "PETER's setting, so all models see the same targets",
-        "max_words": "PETER's 15 words (review targets)", "dim": "Att2Seq §4: attribute embeddings 64",
-        "hidden": "Att2Seq §4: LSTM of 512", "layers": "Att2Seq §4: 2 layers", "dropout": "Att2Seq §4: 0.2",
+        "max_words": "PETER's 15 words (review targets)", "dim": "Att2Seq paper: attribute embeddings 64",
+        "hidden": "Att2Seq paper: LSTM of 512", "layers": "Att2Seq paper: 2 layers", "dropout": "Att2Seq paper: 0.2",
         "rating_input": "our choice: no test-time label (the paper conditions on the rating; see the docstring)",
-        "attention": "Att2Seq §3: attention over the attributes", "cell_start": "our choice: encoder for h and c",
+        "attention": "Att2Seq paper: attention over the attributes", "cell_start": "our choice: encoder for h and c",
         "epochs": "our choice (seed 000's 100)", "patience": "PETER's endure_times 5", "seed": "our choice",
         "select": "validation text NLL",
     },
@@ -95,7 +96,7 @@ PAPER_SOURCES: dict[str, dict[str, str]] = {
         "lr_decay": "none", "weight_decay": "transformers' AdamW default 0", "clip": "none in lileipisces/PEPLER",
         "batch_size": "lileipisces/PEPLER: 128", "vocab_size": "the backbone's own", "max_words": "lileipisces/PEPLER: 20 tokens",
         "lm": "the profile's generator_lm role (GPT-2 in `paper`)", "dtype": "bfloat16 on a GPU, else float32",
-        "sequential": "PEPLER §4.2: sequential tuning, the paper's main variant (main.py)",
+        "sequential": "PEPLER paper: sequential tuning, the paper's main variant (main.py)",
         "rating_reg": "main.py trains no rating (reg.py: 0.01 with MF, 1 with the MLP)",
         "rating_head": "reg.py: MF", "text_reg": "lileipisces/PEPLER: 1.0",
         "epochs": "lileipisces/PEPLER: 100", "patience": "lileipisces/PEPLER: endure_times 5", "seed": "our choice",
@@ -107,7 +108,7 @@ PAPER_SOURCES: dict[str, dict[str, str]] = {
         "vocab_size": "the backbone's own", "max_words": "HKUDS/XRec: up to 128 new tokens", "epochs": "HKUDS/XRec: 1 epoch",
         "lm": "the profile's generator_llm role (a Llama in `paper`)", "dtype": "bfloat16 on a GPU, else float32",
         "n_experts": "HKUDS/XRec: 8", "adapter_dropout": "HKUDS/XRec: 0.2", "noisy_gating": "HKUDS/XRec: on",
-        "inject_layers": "XRec §3: adapter outputs in every layer", "gcn_dim": "HKUDS/XRec encoder: 64",
+        "inject_layers": "XRec paper: adapter outputs in every layer", "gcn_dim": "HKUDS/XRec encoder: 64",
         "gcn_layers": "HKUDS/XRec encoder: 4", "gcn_lr": "HKUDS/XRec encoder: 1e-3", "gcn_reg": "HKUDS/XRec encoder: 1e-6",
         "gcn_batch_size": "HKUDS/XRec encoder: 1024", "gcn_epochs": "HKUDS/XRec encoder: 300",
         "gcn_patience": "HKUDS/XRec encoder: stops after 10 epochs without a better validation Recall@20 (ours: AUC)",
