@@ -16,7 +16,11 @@ def test_help_lists_the_commands_and_show_settings_prints_the_papers_defaults():
     assert res.exit_code == 0 and "--target" in res.output and "--gpus-per-trial" in res.output
     res = runner.invoke(cli, ["generate", "train", "--model", "peter", "--show-settings", "--set", "emsize=64"])
     assert res.exit_code == 0, res.output
-    assert "emsize = 64" in res.output and "nhead = 2" in res.output and "source:" in res.output
+    assert "emsize = 64    # --set" in res.output and "nhead = 2    # PETER" in res.output, res.output
+    res = runner.invoke(cli, ["generate", "train", "--model", "cer", "--preset", "seed000", "--show-settings"])
+    assert res.exit_code == 0, res.output
+    assert "batch_size = 32    # seed 000 baselines/CER/main.sh:17" in res.output
+    assert "preset = 'seed000'" in res.output
     res = runner.invoke(cli, ["generate", "train", "--model", "nrt", "--show-settings", "--set", "emsize=64"])
     assert res.exit_code != 0 and "unknown nrt setting" in res.output
 
@@ -43,7 +47,7 @@ def test_model_takes_the_generator_and_profile_overrides():
     runner = CliRunner()
     res = runner.invoke(cli, ["generate", "train", "--model", "pepler", "--show-settings"])
     assert res.exit_code == 0, res.output
-    assert "sequential = True" in res.output and "optimizer = adamw" in res.output and "PEPLER" in res.output
+    assert "sequential = True" in res.output and "optimizer = 'adamw'" in res.output and "PEPLER" in res.output
     res = runner.invoke(cli, ["generate", "train", "--model", "xrec", "--show-settings"])
     assert res.exit_code == 0 and "epochs = 1" in res.output and "n_experts = 8" in res.output, res.output
     res = runner.invoke(cli, ["generate", "train", "--model", "pepler", "--model", "xrec", "--show-settings"])
