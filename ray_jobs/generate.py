@@ -6,6 +6,7 @@ import time
 
 import click
 
+from rexeval.models.generators.presets import PRESETS
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import (
     config_option,
@@ -63,7 +64,7 @@ def generate_group():
                    "(default; needs --truth) or the review text itself (seed 000 Table VII).")
 @click.option("--truth", type=click.Path(exists=True, file_okay=False),
               help="`rexeval ground-truth` output folder (the explanation targets).")
-@click.option("--preset", type=click.Choice(["paper", "seed000"]),
+@click.option("--preset", type=click.Choice(list(PRESETS)),
               help="The settings table to start from: paper (default: each original paper) or seed000 "
                    "(what seed 000 ran: its released main.sh/main.py, 128-word targets). Every value and its "
                    "source: --show-settings, or the README's presets tables.")

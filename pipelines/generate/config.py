@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rexeval.models.generators.presets import PRESETS
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 
@@ -22,7 +23,7 @@ class TrainJob(LLMJobSettings):
     data: ReadPath = Field(description="`rexeval split` output (train/, valid/, test/)")
     out: str
     model: str = Field("peter", description="nrt, att2seq, peter, cer, pepler or xrec")
-    preset: Literal["paper", "seed000"] = Field(
+    preset: Literal[tuple(PRESETS)] = Field(  # type: ignore[valid-type]
         "paper", description="settings table the model starts from (models/generators/presets.py): paper "
                              "(each original paper) or seed000 (what seed 000 ran); `settings` override it")
     target: Target = Field("explanation", description="explanation: the ground-truth explanations "
