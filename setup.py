@@ -78,7 +78,9 @@ setup(
         "cpu": ["faiss-cpu", "apache-tvm-ffi>=0.1.11"],
         # vLLM is imported lazily and only on GPU machines.
         "gpu": ["vllm==0.32.0", "faiss-gpu", "xgrammar==0.2.8"],
-        "test": ["pytest>=8", "pytest-timeout", "openai>=1.40", "selenium>=4.51"],
+        "test": ["pytest>=8", "pytest-timeout", "openai>=1.40", "selenium>=4.51",
+                 # an S3 endpoint on 127.0.0.1 for the storage and no-shared-disk tests
+                 "moto[server]>=5", "boto3"],
     },
     entry_points={"console_scripts": ["rexeval=rexeval.ray_jobs.cli:main"]},
 )

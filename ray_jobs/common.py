@@ -18,6 +18,36 @@ from rexeval.pipelines.core.schema import SchemaError
 
 C = TypeVar("C", bound=BaseModel)
 
+
+class Where(click.ParamType):
+    """A command-line path that may be a URI (`s3://bucket/x`, `gs://...`) or a local
+    path, checked through the storage module instead of the local disk (click.Path would
+    refuse every URI). The value stays a string: a URI as given, a local path as typed."""
+
+    name = "path|uri"
+
+    def __init__(self, exists: bool = False, file_okay: bool = True, dir_okay: bool = True):
+        self.exists, self.file_okay, self.dir_okay = exists, file_okay, dir_okay
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from rexeval.pipelines.core.storage import location
+
+        text = str(value)
+        if not self.exists:
+            return text
+        try:
+            loc = location(text)
+            is_dir, is_file = loc.is_dir(), loc.is_file()
+        except (OSError, ValueError) as exc:
+            self.fail(f"{text!r} cannot be reached: {exc}", param, ctx)
+        if not (is_dir or is_file):
+            self.fail(f"{text!r} does not exist.", param, ctx)
+        if is_dir and not self.dir_okay:
+            self.fail(f"{text!r} is a folder; a file is expected.", param, ctx)
+        if is_file and not self.file_okay:
+            self.fail(f"{text!r} is a file; a folder is expected.", param, ctx)
+        return text
+
 config_option = click.option(
     "--config", "config_file", type=click.Path(exists=True, dir_okay=False),
     help="YAML file with this command's settings; flags given on the command line win.")

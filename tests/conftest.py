@@ -53,8 +53,9 @@ SHARED_CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
 
 
 @pytest.fixture(scope="session")
-def ray_session():
-    """A local Ray started once for the whole session (3-5 s to start)."""
+def ray_session(s3_env):
+    """A local Ray started once for the whole session (3-5 s to start), after the test
+    S3 endpoint, so that its workers inherit the variables that point at it."""
     from rexeval.pipelines.core.runtime import init_ray
 
     ray = init_ray(num_cpus=2)
@@ -89,3 +90,34 @@ def smollm2_extraction(ray_session, shared_csv, tmp_path_factory) -> dict:
     manifest = run_extract(cfg, progress=lambda s: None)
     return {"ingest": root / "ingest", "out": root / "triplets", "cache": root / "cache.sqlite",
             "manifest": manifest, "config": cfg}
+
+
+@pytest.fixture(scope="session")
+def s3_env():
+    """An S3 endpoint on 127.0.0.1 (tests/doubles/s3.py) for the whole session, with this
+    process's AWS variables pointing at it (the session's Ray workers inherit them)."""
+    from tests.doubles.s3 import s3_server
+
+    with s3_server() as env:
+        old = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        from rexeval.pipelines.core import storage
+
+        storage._FS_CACHE.clear()
+        try:
+            yield env
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            storage._FS_CACHE.clear()
+
+
+@pytest.fixture
+def s3_root(s3_env) -> str:
+    """A fresh, empty `s3://` folder on the test endpoint."""
+    from tests.doubles.s3 import fresh_prefix
+
+    return fresh_prefix()

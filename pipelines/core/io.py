@@ -1,27 +1,27 @@
-"""Parquet in and out: atomic writes, resumable sharded outputs and their manifests.
+"""Parquet in and out: whole-or-nothing writes, resumable sharded outputs and manifests.
 
-A job's output folder holds one sub-folder per table (`reviews/`, `errors/`, ...) with
-numbered shards `part-00000.parquet`, a `_done/` folder with one marker per finished
-shard, and `manifest.json` (job, config, config hash, counts). A shard's files are
-written to temporary names and renamed into place, and its marker is written last, so
-a crash leaves either a whole shard or none. Re-running the same job skips the shards
-whose markers exist and yields byte-identical files to an uninterrupted run; running
-it with a different config into the same folder is refused unless asked to overwrite.
+Every path here may be a local path or a URI (`pipelines/core/storage.py`). A job's
+output folder holds one sub-folder per table (`reviews/`, `errors/`, ...) with numbered
+shards `part-00000.parquet`, a `_done/` folder with one marker per finished shard, and
+`manifest.json` (job, config, config hash, counts). A shard's files are written at
+their final keys and its marker last (the commit point: an object PUT is atomic, and on
+a local disk each file is renamed into place), and readers trust only markers, so a
+crash leaves a shard that counts as not done and is rewritten whole by the re-run.
+Re-running the same job skips the shards whose markers exist and yields byte-identical
+files to an uninterrupted run; running it with a different config into the same folder
+is refused unless asked to overwrite.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
+from rexeval.pipelines.core.storage import Location, PathLike, location
 
 MANIFEST = "manifest.json"
 DONE_DIR = "_done"
@@ -34,57 +34,50 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def is_atomic_leftover(path: Path) -> bool:
-    """A temporary file of `write_bytes_atomic`/`write_parquet_atomic` that a killed run
-    never renamed into place (`.NAME.XXXX.tmp`): it holds no committed output."""
-    return path.is_file() and path.name.startswith(".") and path.name.endswith(".tmp")
+def is_atomic_leftover(path: PathLike) -> bool:
+    """A temporary file of a local whole-or-nothing write that a killed run never renamed
+    into place (`.NAME.XXXX.tmp`): it holds no committed output."""
+    loc = location(path)
+    return loc.name.startswith(".") and loc.name.endswith(".tmp") and loc.is_file()
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> None:
-    """Write `data` to a temporary file beside `path`, fsync it, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_bytes_atomic(path: PathLike, data: bytes) -> None:
+    """Write `data` at `path` whole or not at all (`Location.write_bytes`)."""
+    location(path).write_bytes(data)
 
 
-def write_json_atomic(path: str | Path, obj: Any) -> None:
-    write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+def write_json_atomic(path: PathLike, obj: Any) -> None:
+    location(path).write_json(obj)
 
 
-def write_parquet_atomic(path: str | Path, table: pa.Table) -> None:
-    """Write a Parquet file under a temporary name, then rename it into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=128 * 1024)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def write_parquet_atomic(path: PathLike, table: pa.Table) -> None:
+    """Write one Parquet file (zstd) at `path` whole or not at all."""
+    location(path).write_parquet(table)
 
 
-def table_files(path: str | Path) -> list[Path]:
+def read_parquet(path: PathLike, columns: list[str] | None = None) -> pa.Table:
+    """One Parquet file, local or by URI."""
+    loc = location(path)
+    return pq.read_table(loc.path, filesystem=loc.fs, columns=columns)
+
+
+def parquet_schema(path: PathLike) -> pa.Schema:
+    loc = location(path)
+    with loc.open_input() as fh:
+        return pq.read_schema(fh)
+
+
+def table_files(path: PathLike) -> list[Location]:
     """The Parquet files of a table: the file itself, or a folder's parts in order."""
-    path = Path(path)
-    if path.is_dir():
-        return sorted(p for p in path.glob("*.parquet") if not p.name.startswith("."))
-    if path.exists():
-        return [path]
-    raise FileNotFoundError(f"no such table: {path}")
+    loc = location(path)
+    if loc.is_dir():
+        return [p for p in loc.glob("*.parquet") if not p.name.startswith(".")]
+    if loc.exists():
+        return [loc]
+    raise FileNotFoundError(f"no such table: {loc}")
 
 
-def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
+def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
     """Read a table (file or folder of parts), validating each part against `schema`.
 
     A mismatch raises `SchemaError` naming the part file, the row within it and the
@@ -96,7 +89,7 @@ def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | N
     parts = []
     for f in files:
         try:
-            t = pq.read_table(f)
+            t = read_parquet(f)
         except (pa.ArrowInvalid, OSError) as exc:
             raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file: {exc}") from None
         t = validate_table(t, sch, source=str(f), name=name)
@@ -109,13 +102,13 @@ def read_table(path: str | Path, schema: str | pa.Schema, columns: list[str] | N
     return pa.concat_tables(parts)
 
 
-def json_lines(path: str | Path, table: str,
+def json_lines(path: PathLike, table: str,
                on_bad: Callable[[int, str, str], None] | None = None) -> Iterator[tuple[int, dict]]:
     """(1-based line, object) of every non-blank line of a JSON-lines file. A line that
     is not a JSON object raises `SchemaError` naming the file and line, or, with
     `on_bad`, is passed to `on_bad(line number, problem, raw line)` and skipped (for
     readers that turn bad lines into error rows)."""
-    p = Path(path)
+    p = location(path)
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -136,8 +129,8 @@ def json_lines(path: str | Path, table: str,
 class ShardedOutput:
     """A resumable, sharded job output (see the module docstring)."""
 
-    def __init__(self, root: str | Path, job: str, config: dict[str, Any], tables: Iterable[str]):
-        self.root = Path(root)
+    def __init__(self, root: PathLike, job: str, config: dict[str, Any], tables: Iterable[str]):
+        self.root = location(root)
         self.job = job
         self.config = config
         self.hash = config_hash(config)
@@ -154,15 +147,15 @@ class ShardedOutput:
                     f"{self.root} holds output of a different '{manifest.get('job')}' config "
                     f"(hash {manifest.get('config_hash')} != {self.hash}); use another output "
                     "folder or --overwrite to replace it")
-            shutil.rmtree(self.root)
-        elif manifest is None and self.root.exists() and any(self.root.iterdir()):
+            self.root.rmtree()
+        elif manifest is None and self.root.exists() and self.root.iterdir():
             # Only a killed run's unrenamed temporary files (it died writing its first
             # manifest) hold nothing committed: clear them without asking.
             if not overwrite and not all(is_atomic_leftover(f) for f in self.root.iterdir()):
                 raise FileExistsError(f"{self.root} is not empty and has no rexeval manifest; "
                                       "use another output folder or --overwrite")
-            shutil.rmtree(self.root)
-        self.root.mkdir(parents=True, exist_ok=True)
+            self.root.rmtree()
+        self.root.mkdir()
         if manifest is None or manifest.get("config_hash") != self.hash:
             write_json_atomic(self.root / MANIFEST, self._manifest("running", {}, 0))
         return self
@@ -173,10 +166,10 @@ class ShardedOutput:
                 "tables": self.tables, "counts": counts, **extra}
 
     def read_manifest(self) -> dict | None:
-        p = self.root / MANIFEST
-        if not p.exists():
+        try:
+            return (self.root / MANIFEST).read_json()
+        except FileNotFoundError:
             return None
-        return json.loads(p.read_text())
 
     def finish(self, shards: int, counts: dict[str, int] | None = None, **extra: Any) -> dict:
         """Write the final manifest: summed shard counts unless `counts` is given."""
@@ -188,19 +181,17 @@ class ShardedOutput:
 
     # -- shards ----------------------------------------------------------------------
 
-    def shard_path(self, table: str, shard: int) -> Path:
+    def shard_path(self, table: str, shard: int) -> Location:
         return self.root / table / f"part-{shard:05d}.parquet"
 
-    def marker_path(self, shard: int) -> Path:
+    def marker_path(self, shard: int) -> Location:
         return self.root / DONE_DIR / f"part-{shard:05d}.json"
 
     def done_shards(self) -> dict[int, dict]:
         """Finished shards and the counts their markers hold."""
         out = {}
-        d = self.root / DONE_DIR
-        if d.exists():
-            for p in sorted(d.glob("part-*.json")):
-                out[int(p.stem.split("-")[1])] = json.loads(p.read_text())["counts"]
+        for p in (self.root / DONE_DIR).glob("part-*.json"):
+            out[int(p.stem.split("-")[1])] = p.read_json()["counts"]
         return out
 
     def write_shard(self, shard: int, tables: dict[str, pa.Table], counts: dict[str, int]) -> None:
@@ -219,7 +210,7 @@ class ShardedOutput:
         write_json_atomic(self.marker_path(shard), {"shard": shard, "counts": counts})
 
     def shard_counts(self, shard: int) -> dict[str, int]:
-        return json.loads(self.marker_path(shard).read_text())["counts"]
+        return self.marker_path(shard).read_json()["counts"]
 
     def total_counts(self) -> dict[str, int]:
         total: dict[str, int] = {}
@@ -229,5 +220,5 @@ class ShardedOutput:
         return total
 
     def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        schema = table if table in TABLES else pq.read_schema(table_files(self.root / table)[0])
+        schema = table if table in TABLES else parquet_schema(table_files(self.root / table)[0])
         return read_table(self.root / table, schema, columns)

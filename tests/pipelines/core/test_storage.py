@@ -1,0 +1,60 @@
+"""The storage module on a local folder and on an S3 endpoint (moto on 127.0.0.1): the
+same calls, the same answers."""
+from __future__ import annotations
+
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files
+from rexeval.pipelines.core.storage import is_uri, local_copy, location
+
+
+@pytest.fixture(params=["local", "s3"])
+def root(request, tmp_path):
+    if request.param == "local":
+        return str(tmp_path / "store")
+    return request.getfixturevalue("s3_root")
+
+
+def test_write_list_read_and_remove_the_same_way_on_both(root):
+    base = location(root)
+    assert not base.exists()
+    (base / "t" / "part-00001.parquet").write_parquet(pa.table({"x": [3]}))
+    (base / "t" / "part-00000.parquet").write_parquet(pa.table({"x": [1, 2]}))
+    (base / "notes.json").write_json({"a": 1})
+    assert base.is_dir() and (base / "notes.json").is_file()
+    assert [c.name for c in base.iterdir()] == ["notes.json", "t"]
+    assert [f.name for f in table_files(base / "t")] == ["part-00000.parquet", "part-00001.parquet"]
+    assert read_table(base / "t", pa.schema([("x", pa.int64())]))["x"].to_pylist() == [1, 2, 3]
+    assert (base / "notes.json").read_json() == {"a": 1}
+    assert [f.relative_to(base) for f in base.walk_files()] == ["notes.json", "t/part-00000.parquet",
+                                                                 "t/part-00001.parquet"]
+    with local_copy(base / "t") as here:
+        assert sorted(p.name for p in here.iterdir()) == ["part-00000.parquet", "part-00001.parquet"]
+    base.rmtree()
+    assert not base.exists() and base.iterdir() == []
+
+
+def test_a_location_pickles_as_its_text_and_names_its_parts(root):
+    loc = location(root) / "a" / "b.json"
+    assert pickle.loads(pickle.dumps(loc)) == loc
+    assert loc.name == "b.json" and loc.stem == "b" and loc.parent == location(root) / "a"
+    assert is_uri(loc) == root.startswith("s3://")
+    if is_uri(loc):
+        assert str(loc) == f"{root}/a/b.json"
+        with pytest.raises(ValueError, match="not a local path"):
+            loc.local_path()
+
+
+def test_a_sharded_output_commits_and_resumes_by_markers(root):
+    out = ShardedOutput(root, "job", {"k": 1}, ["t"]).open()
+    out.write_shard(0, {"t": pa.table({"x": [1]})}, {"rows": 1})
+    (location(root) / "t" / "part-00001.parquet").write_parquet(pa.table({"x": [9]}))  # no marker: not done
+    again = ShardedOutput(root, "job", {"k": 1}, ["t"]).open()
+    assert again.done_shards() == {0: {"rows": 1}}
+    with pytest.raises(FileExistsError, match="different 'job' config"):
+        ShardedOutput(root, "job", {"k": 2}, ["t"]).open()
+    assert again.finish(1)["counts"] == {"rows": 1}
+    assert again.read_manifest()["status"] == "complete"
