@@ -24,6 +24,15 @@ otherwise resolves 127.0.0.1 to the machine's routable address and binds its gRP
 servers (GCS, raylet, object manager, agents) on all interfaces, as the session's own
 `ray.init()` does. The dashboard and the job server are on 127.0.0.1 either way.
 
+Nodes that share no disk. On a real cluster every node has its own disk; here all nodes
+are processes of one machine, so a worker node can be started in a mount namespace of
+its own (`add_node(hide=[...])`: `unshare -m`, then a tmpfs over every hidden folder),
+where the cluster's temp dirs (the head's sessions, logs and unpacked working dir) and
+the test's run folder are empty. A job that writes a file with pathlib on that node, or
+reads one the head wrote, fails there as it would on a real cluster. Its raylet and
+workers inherit the namespace; everything else (the venv, the checkout, ../shared, the
+network) it still sees.
+
 Teardown never uses `ray stop`, which stops every Ray on the machine (the session's
 included): it kills the processes of this cluster only (those whose command line names
 one of its temp dirs or its GCS port, and their children), then removes the temp dirs.
@@ -35,6 +44,7 @@ import json
 import os
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -162,9 +172,12 @@ class LocalCluster:
         """Started with Ray's single-node switch: everything listens on 127.0.0.1 only."""
         return self.env.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") == "0"
 
-    def _ray_start(self, node: RayNode, args: list[str], timeout: float, env: dict[str, str] | None = None) -> None:
+    def _ray_start(self, node: RayNode, args: list[str], timeout: float, env: dict[str, str] | None = None,
+                   hide: list[Path] | None = None) -> None:
         cmd = [RAY, "start", *args, *node.start_args(), f"--object-store-memory={self.object_store_mb << 20}",
                "--disable-usage-stats"]
+        if hide:
+            cmd = isolated(cmd, hide, node.temp_dir)
         self.nodes.append(node)  # before starting: a half-started node is torn down too
         res = subprocess.run(cmd, env={**self.env, **(env or {})}, capture_output=True, text=True,
                              timeout=timeout, stdin=subprocess.DEVNULL)
@@ -186,14 +199,17 @@ class LocalCluster:
         wait_for(lambda: self._get("/api/version") is not None, timeout, "the dashboard's job server")
         return node
 
-    def add_node(self, num_cpus: int = 2, timeout: float = 60) -> RayNode:
+    def add_node(self, num_cpus: int = 2, timeout: float = 60, hide: list[Path] | None = None) -> RayNode:
         """`ray start --address=<head>` for one more node on this machine; returns once
-        the cluster lists it alive."""
+        the cluster lists it alive. `hide`: folders this node must not see (it then runs
+        in a mount namespace of its own, with the cluster's temp dirs hidden as well: a
+        node that shares no disk with the head, see the module docstring)."""
         if self.loopback_only:
             raise RuntimeError("a loopback-only cluster has one node (see the module docstring)")
         node = self._new_node(num_cpus, head=False)
         before = len(self.alive_nodes())
-        self._ray_start(node, [f"--address={self.gcs_address}"], timeout)
+        hidden = [self.root, *(hide or [])] if hide is not None else None
+        self._ray_start(node, [f"--address={self.gcs_address}"], timeout, hide=hidden)
         wait_for(lambda: len(self.alive_nodes()) > before, timeout, f"node {node.name} to join")
         return node
 
@@ -305,6 +321,22 @@ class LocalCluster:
         return info, client.get_job_logs(submission_id)
 
 
+def can_isolate() -> bool:
+    """Whether this machine lets a node run in a mount namespace of its own (root, or
+    unprivileged user namespaces with mounts)."""
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs tmpfs /mnt && umount /mnt"], capture_output=True)
+    return probe.returncode == 0
+
+
+def isolated(cmd: list[str], hide: list[Path], own_temp: Path) -> list[str]:
+    """`cmd` run in a new mount namespace where every folder of `hide` is an empty tmpfs,
+    then `own_temp` is made again inside it (the node's own, empty temp dir)."""
+    mounts = " && ".join(f"mount -t tmpfs -o size=4g tmpfs {shlex.quote(str(h))}" for h in hide)
+    script = f"{mounts} && mkdir -p {shlex.quote(str(own_temp))} && exec \"$@\""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "isolated", *cmd]
+
+
 def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
     """Poll `check` until it returns something true; a bounded wait that names what it
     waited for, so a broken cluster fails the test instead of hanging it."""
@@ -321,18 +353,21 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
 @contextlib.contextmanager
 def local_cluster(head_cpus: int = 2, worker_cpus: tuple[int, ...] = (), *,
                   env: dict[str, str] | None = None, object_store_mb: int = 300,
-                  system_config: dict[str, Any] | None = None) -> Iterator[LocalCluster]:
+                  system_config: dict[str, Any] | None = None,
+                  hide: list[Path] | None = None) -> Iterator[LocalCluster]:
     """A started cluster (a head with `head_cpus`, one worker node per `worker_cpus`
     entry), stopped on exit however the block ends. A head alone listens on 127.0.0.1
     only. `system_config`: Ray settings for the whole cluster (`ray start --head
-    --system-config`), e.g. faster health checks."""
+    --system-config`), e.g. faster health checks. `hide`: the worker nodes share no disk
+    with the head: each runs in its own mount namespace where these folders and the
+    cluster's temp dirs are empty (see the module docstring)."""
     env = {**({} if worker_cpus else LOOPBACK_ONLY), **(env or {})}
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="rx", dir="/tmp")), cluster_env(env),
                            object_store_mb=object_store_mb, system_config=system_config)
     try:
         cluster.start_head(head_cpus)
         for cpus in worker_cpus:
-            cluster.add_node(cpus)
+            cluster.add_node(cpus, hide=hide)
         yield cluster
     finally:
         cluster.stop()

@@ -1,0 +1,165 @@
+"""rexeval on a cluster whose nodes share no disk (issue "rexeval on a real cluster").
+
+The cluster: a head and a worker node started with `ray start` on this machine, the
+worker in a mount namespace of its own (tests/doubles/local_cluster.py `hide=`), where
+the cluster's temp dirs (the head's session, logs and unpacked working dir) and this
+module's run folder are empty tmpfs mounts. Storage every node reaches is an S3 endpoint
+on 127.0.0.1 (moto, tests/doubles/s3.py), named by the standard AWS variables that the
+raylets, and so every worker and driver, inherit.
+
+What is pinned:
+  * `rexeval study run studies/local.yaml --out s3://...`, submitted with `ray job
+    submit` as a user submits it, finishes with every table identical to the same study
+    run on one node into a local folder, with part of its work done on the worker node;
+  * a local `--out` that the worker node cannot see is refused before any stage runs,
+    naming the path and saying to use a URI or a shared mount;
+  * the isolation itself: a file the head writes in the run folder is not on the worker
+    node, and a file the worker writes there is not on the head, so a job that wrote its
+    data with pathlib instead of the storage module would lose it here as it would on a
+    real cluster.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rexeval.pipelines.core.io import read_parquet
+from rexeval.pipelines.core.storage import location
+from tests.doubles.local_cluster import can_isolate, local_cluster
+from tests.doubles.s3 import fresh_prefix
+from tests.conftest import SHARED
+from tests.ray_jobs.test_job_submit import REPO, RUNTIME_ENV_EXCLUDES
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not can_isolate(), reason="this machine cannot start a node in its own mount namespace")]
+
+LLM_REVIEWS = 1  # sample reviews the local LLM extracts triplets from (as the local-study test)
+JOB_TIMEOUT_S = 420
+
+
+@pytest.fixture(scope="module")
+def run_root(tmp_path_factory) -> Path:
+    """The folder the head writes locally (the one-node reference run, job scripts); the
+    worker node sees it empty."""
+    return tmp_path_factory.mktemp("run")
+
+
+@pytest.fixture(scope="module")
+def cluster(s3_env, run_root, shared_csv):
+    """A head (2 CPUs) and a worker node (2 CPUs) that shares no disk with it."""
+    env = {**s3_env, "REXEVAL_SHARED": str(shared_csv.parents[1])}
+    with local_cluster(head_cpus=2, worker_cpus=(2,), env=env, hide=[run_root]) as c:
+        yield c
+
+
+def runtime_env(extra: dict[str, str] | None = None) -> str:
+    return json.dumps({"excludes": RUNTIME_ENV_EXCLUDES, "env_vars": {
+        "REXEVAL_SHARED": str(SHARED),
+        **(extra or {})}})
+
+
+def worker_node_id(cluster) -> str:
+    return cluster.node_id(cluster.nodes[1])
+
+
+def tables_of(root) -> dict[str, pa.Table]:
+    """Every Parquet file under a study folder by its path there, with the `source`
+    column (the input file each review came from) cut to the file's name: the cluster
+    run reads the sample files from its unpacked working dir, the local run from the
+    checkout."""
+    root = location(root)
+    out = {}
+    for f in root.walk_files():
+        if f.suffix != ".parquet":
+            continue
+        t = read_parquet(f)
+        if "source" in t.column_names:
+            names = [None if s is None else s.rsplit("/", 1)[-1] for s in t.column("source").to_pylist()]
+            t = t.set_column(t.column_names.index("source"), "source", pa.array(names, pa.string()))
+        out[f.relative_to(root)] = t
+    return out
+
+
+@pytest.fixture(scope="module")
+def local_run(run_root, shared_csv, ray_session):
+    """The reference: the same study on one node (the session's Ray), into a local folder."""
+    from rexeval.pipelines.study.config import load_study
+    from rexeval.pipelines.study.plan import build_plan
+    from rexeval.pipelines.study.runner import run_study
+
+    old = os.environ.get("REXEVAL_SHARED")
+    os.environ["REXEVAL_SHARED"] = str(shared_csv.parents[1])
+    try:
+        f = REPO / "studies" / "local.yaml"
+        out = run_root / "local"
+        result = run_study(build_plan(load_study(f, {"llm_reviews": LLM_REVIEWS}), f, out),
+                           progress=lambda _: None)
+    finally:
+        if old is None:
+            os.environ.pop("REXEVAL_SHARED", None)
+        else:
+            os.environ["REXEVAL_SHARED"] = old
+    assert result["failed"] == {} and result["skipped"] == {}
+    return out
+
+
+def test_the_worker_node_sees_none_of_the_heads_files(cluster, run_root):
+    """The isolation the other tests rely on: a pathlib write on one node is not on the other."""
+    (run_root / "from_head.txt").write_text("head")
+    script = run_root / "look.py"
+    script.write_text(
+        "import os, ray\n"
+        "from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy as On\n"
+        "ray.init()\n"
+        "@ray.remote(num_cpus=0)\n"
+        "def look(write):\n"
+        f"    if write: open({str(run_root / 'from_worker.txt')!r}, 'w').write('worker')\n"
+        f"    return sorted(os.listdir({str(run_root)!r}))\n"
+        f"print('WORKER', ray.get(look.options(scheduling_strategy=On({worker_node_id(cluster)!r}, soft=False)).remote(True)))\n")
+    # Run on the head as a driver of the cluster (not submitted: the script is a local file).
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, str(script)], env={**cluster.env, "RAY_ADDRESS": cluster.gcs_address},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "WORKER ['from_worker.txt']" in res.stdout  # the head's files are not there ...
+    assert not (run_root / "from_worker.txt").exists()  # ... and the worker's write stays there
+
+
+def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
+    out = fresh_prefix() + "/study-local"
+    submission = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", out,
+                                "--set", f"llm_reviews={LLM_REVIEWS}", cwd=REPO, runtime_env_json=runtime_env())
+    info, logs = cluster.wait_job(submission, JOB_TIMEOUT_S)
+    assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
+
+    # Part of the work ran on the node that shares no disk with the driver.
+    worker = worker_node_id(cluster)
+    on_worker = [t for t in cluster.state("tasks") if t.get("node_id") == worker and t.get("state") == "FINISHED"]
+    assert on_worker, "no task of the study ran on the worker node"
+
+    # Every table identical to the local run's, and nothing missing on either side.
+    here, there = tables_of(local_run), tables_of(out)
+    assert sorted(there) == sorted(here)
+    for name, table in here.items():
+        assert there[name].equals(table), name
+    for stats in sorted(f.relative_to(local_run) for f in location(local_run).walk_files() if f.name == "table2.md"):
+        assert (location(out) / stats).read_text() == (location(local_run) / stats).read_text()
+    state = (location(out) / "study.json").read_json()
+    assert state["out"] == out and all(s["status"] == "complete" for s in state["stages"].values()), state["stages"]
+    assert all((location(out) / "logs").glob("*.log")), "the stages' logs are not under the out URI"
+
+
+def test_a_local_out_the_worker_cannot_see_is_refused_at_once(cluster, run_root):
+    out = run_root / "study-local-disk"
+    submission = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", str(out),
+                                cwd=REPO, runtime_env_json=runtime_env())
+    info, logs = cluster.wait_job(submission, 120)
+    assert info.status == "FAILED"
+    assert str(out) in logs and "URI" in logs, logs[-3000:]
+    assert not any(out.rglob("*.parquet")), "the study started before refusing its output folder"
