@@ -13,7 +13,7 @@ from typing import Iterable
 
 import pyarrow as pa
 
-from rexeval.pipelines.core.stage import Stage, actor_count
+from rexeval.pipelines.core.stage import Stage, fits_now, pool_size
 
 
 FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
@@ -29,9 +29,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     if ray.is_initialized():
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
+    # On a cluster (joined by address) the workers' output reaches the driver, so that
+    # `ray job logs` and a study stage's log show a worker's errors; a laptop run keeps
+    # its terminal to the job's own progress lines.
     kwargs: dict = {"ignore_reinit_error": True,
                     "logging_level": logging.WARNING if quiet else logging.INFO,
-                    "log_to_driver": not quiet}
+                    "log_to_driver": not quiet or bool(address)}
     # Settings that change what a worker computes travel with the job.
     forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV}
     if address:
@@ -88,19 +91,19 @@ def _batch_args(stage: Stage) -> dict:
             "num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus or None}
 
 
-def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int] | None = None):
-    """Append `stage` to a Ray Dataset as an actor pool sized by `concurrency`."""
+def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int | None] | None = None):
+    """Append `stage` to a Ray Dataset as an actor pool: `concurrency` actors, or a
+    (min, max) range the pool grows within (default: one actor up, `stage.pool_size`)."""
     import ray
 
     if concurrency is None:
-        concurrency = actor_count(None, None, stage.resources)
-    return ds.map_batches(
-        _StageActor,
-        fn_constructor_args=(stage,),
-        **_batch_args(stage),
-        compute=ray.data.ActorPoolStrategy(size=concurrency) if isinstance(concurrency, int)
-        else ray.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1]),
-    )
+        concurrency = pool_size(None)
+    if isinstance(concurrency, int) or concurrency[0] == concurrency[1]:
+        size = concurrency if isinstance(concurrency, int) else concurrency[0]
+        strategy = ray.data.ActorPoolStrategy(size=size)
+    else:
+        strategy = ray.data.ActorPoolStrategy(min_size=concurrency[0], max_size=concurrency[1])
+    return ds.map_batches(_StageActor, fn_constructor_args=(stage,), **_batch_args(stage), compute=strategy)
 
 
 class SetupFailed(RuntimeError):
@@ -152,7 +155,7 @@ def worker_failures(stage: Stage):
                            f"{reason.removeprefix(SetupFailed.__name__ + ': ')}") from exc
 
 
-def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | None = None):
+def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | tuple[int, int | None] | None = None):
     """Run `stage` over task descriptors (one per batch), yielding its result rows.
 
     Used by sharded jobs: each task is one shard, the stage writes that shard and
@@ -173,9 +176,14 @@ def run_tasks(tasks: Iterable[dict], stage: Stage, concurrency: int | None = Non
     if not tasks:
         return
     if concurrency is None:
-        concurrency = actor_count(None, None, stage.resources)
+        concurrency = pool_size(None, len(tasks))
+    if isinstance(concurrency, int):
+        concurrency = (concurrency, concurrency)
+    # Tasks when every shard has an actor's worth of room at once: a fixed pool at least
+    # as large as the shards, or a growing pool whose shards the cluster holds now.
+    fixed = concurrency[0] == concurrency[1]
     ds = ray.data.from_items(tasks, override_num_blocks=len(tasks))
-    if len(tasks) <= concurrency:
+    if len(tasks) <= (concurrency[0] if fixed else fits_now(stage.resources)):
         ds = map_stage_tasks(ds, stage, len(tasks))
     else:
         ds = map_stage(ds, stage, concurrency)

@@ -72,16 +72,38 @@ def cpu_share(workers: int, *, free: bool = False) -> float:
     return max(1.0, float(int(_cpus(free) // workers)))
 
 
+def pool_size(workers: int | None, tasks: int | None = None) -> tuple[int, int | None]:
+    """(min, max) actors of a stage's pool, as Ray Data's autoscaling actor pool takes them.
+
+    `workers` given (model stages: each actor loads the model): exactly that many, never
+    more than `tasks`. Otherwise from one actor up to one per task (no bound when the
+    task count is unknown): Ray Data adds actors while work is queued and the cluster has
+    room, and on an autoscaling cluster its resource requests make the autoscaler bring
+    nodes. Nothing here counts the cluster's resources at start, which on a cluster that
+    is still growing (a GPU worker group at 0) would size the pool for the nodes that
+    happen to be up."""
+    if workers is not None:
+        n = max(1, min(workers, tasks) if tasks is not None else workers)
+        return n, n
+    return 1, (max(1, tasks) if tasks is not None else None)
+
+
 def actor_count(workers: int | None, tasks: int | None = None, resources: Resources = Resources()) -> int:
-    """Actors for a stage: `workers` when given (model stages: each actor loads the
-    model), else as many as the CPUs free now allow at `resources.cpus` each (one for a
-    GPU stage); never more than `tasks` (an idle actor still costs its start-up), at
-    least one."""
-    if workers is None:
-        workers = 1 if resources.gpus else int(_cpus(free=True) // max(resources.cpus, 0.001))
+    """A fixed number of actors, for the few stages that size per-actor shares from it:
+    `workers` when given, else as many as the cluster's CPUs hold at `resources.cpus`
+    each (one for a GPU stage); never more than `tasks`, at least one. Sharded jobs use
+    `pool_size`, which lets the pool grow instead."""
+    n = workers if workers is not None else fits_now(resources)
     if tasks is not None:
-        workers = min(workers, tasks)
-    return max(1, workers)
+        n = min(n, tasks)
+    return max(1, n)
+
+
+def fits_now(resources: Resources) -> int:
+    """How many actors of `resources` the cluster's CPUs hold at once now (at least one)."""
+    if resources.gpus:
+        return 1
+    return max(1, int(_cpus(free=False) // max(resources.cpus, 0.001)))
 
 
 def use_cpus(resources: Resources) -> None:

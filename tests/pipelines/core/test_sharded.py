@@ -11,7 +11,7 @@ import pytest
 from rexeval.pipelines.core import stage as stage_module
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, actor_count, worker_resources
+from rexeval.pipelines.core.stage import Resources, Stage, actor_count, pool_size, worker_resources
 
 
 class SquareStage(Stage):
@@ -69,13 +69,53 @@ def test_skipped_shards_are_not_run(tmp_path):
     assert job.todo == [0, 3]
 
 
-def test_actor_count_follows_workers_tasks_and_free_cpus(monkeypatch):
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: 8.0)
+def test_actor_count_follows_workers_tasks_and_the_clusters_cpus(monkeypatch):
+    monkeypatch.setattr(stage_module, "_cpus", lambda free: 8.0 if not free else 0.0)
     assert actor_count(3, 10) == 3 and actor_count(3, 2) == 2 and actor_count(3, 0) == 1
-    assert actor_count(None, 10, Resources(cpus=2)) == 4  # 8 free CPUs at 2 each
+    assert actor_count(None, 10, Resources(cpus=2)) == 4  # 8 CPUs at 2 each, busy or not
     assert actor_count(None, 3, Resources(cpus=0.5)) == 3  # never more than the tasks
     assert actor_count(None, 10, Resources(cpus=1, gpus=1)) == 1  # a GPU stage: one actor
     assert actor_count(None, None, Resources(cpus=16)) == 1  # at least one
+
+
+def test_a_pool_grows_from_one_actor_unless_the_workers_are_given(monkeypatch):
+    """Autoscaler-friendly sizing: nothing is counted at start (a cluster that has no CPU
+    free now, or no GPU node yet, still gets a pool that grows as nodes come)."""
+    monkeypatch.setattr(stage_module, "_cpus", lambda free: 0.0)
+    assert pool_size(None, 12) == (1, 12) and pool_size(None) == (1, None)
+    assert pool_size(3, 12) == (3, 3) and pool_size(3, 2) == (2, 2) and pool_size(0, 5) == (1, 1)
+
+
+def test_a_sharded_job_plans_a_growing_pool_and_a_gpu_stage_asks_for_its_gpu(ray_session, monkeypatch):
+    """What Ray Data is asked for: an autoscaling actor pool (min 1, max one per shard),
+    and a GPU stage's num_gpus, even on a cluster with no GPU now (the autoscaler's cue)."""
+    import ray
+
+    from rexeval.pipelines.core import runtime
+
+    captured = {}
+
+    class Planned(Exception):
+        pass
+
+    def capture(ds, fn, **kwargs):
+        captured.update(kwargs)
+        raise Planned
+
+    monkeypatch.setattr(ray.data.Dataset, "map_batches", lambda self, fn, **kw: capture(self, fn, **kw))
+
+    class GpuStage(Stage):
+        name = "gpu"
+        resources = Resources(cpus=1, gpus=1)
+
+        def process(self, batch):
+            return batch
+
+    with pytest.raises(Planned):
+        list(runtime.run_tasks([{"shard": i} for i in range(5)], GpuStage(), pool_size(None, 5)))
+    assert captured["num_gpus"] == 1
+    strategy = captured["compute"]
+    assert (strategy.min_size, strategy.max_size) == (1, 5)
 
 
 def test_worker_resources_share_the_cpus_unless_told(monkeypatch):
