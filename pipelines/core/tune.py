@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from rexeval.pipelines.core.storage import location
+
 STATE_FILE = "state.pt"
 
 
@@ -178,8 +180,14 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Our callback prints progress; the legacy reporter at verbose=0 prints nothing else.
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    storage = Path(storage).resolve()
+    # A local folder or a URI (s3://, gs://): Tune keeps its experiment state and the
+    # trials' checkpoints there, so a trial on any node, and a restore from any node,
+    # finds them. The filesystem is the storage module's (credentials and endpoint from
+    # the environment), handed to Tune with the path inside it.
+    storage = location(storage)
     path = storage / name
+    tune_fs = {} if storage.is_local else {"storage_filesystem": storage.fs}
+    tune_path = str(path) if storage.is_local else path.path
     base = {**base, "threads": max(1, int(cpus_per_trial)), "device": "cuda" if gpus_per_trial else "cpu"}
     space = dict(base)
     for key, values in (grid or {}).items():
@@ -197,20 +205,20 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
                         "grid": grid or {}, "num_samples": num_samples, "asha": asha,
                         "grace_period": grace_period})
-    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") != want:
+    if stamp.exists() and stamp.read_json().get("config_hash") != want:
         raise FileExistsError(f"{path} holds a Tune experiment with other settings; use another --out "
                               f"folder or delete {path} and {stamp}")
-    if tune.Tuner.can_restore(str(path)):
+    if tune.Tuner.can_restore(tune_path, **tune_fs):
         progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
         plan["restored"] = True
-        return tune.Tuner.restore(str(path), trainable=fn, resume_errored=True, param_space=space), plan
+        return tune.Tuner.restore(tune_path, trainable=fn, resume_errored=True, param_space=space, **tune_fs), plan
     run_config = tune.RunConfig(
-        name=name, storage_path=str(storage), verbose=0,
+        name=name, storage_path=str(storage) if storage.is_local else storage.path, verbose=0, **tune_fs,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
                                                 checkpoint_score_order=mode),
         failure_config=tune.FailureConfig(max_failures=0),
         callbacks=[progress_callback(progress, metric)])
-    storage.mkdir(parents=True, exist_ok=True)
+    storage.mkdir()
     write_json_atomic(stamp, json.loads(json.dumps({"config_hash": want, "grid": grid or {}, "settings": base},
                                                    default=str)))
     plan["restored"] = False

@@ -163,3 +163,21 @@ def test_a_trial_restored_in_either_phase_gives_the_uninterrupted_curve(ray_sess
     assert df.loc[df["epoch"] == 3, "n_params"].tolist()[-1] == 1.0
     assert df["epoch"].tolist() == list(range(1, 9))  # each epoch reported once
     assert rows(third) == clean
+
+
+def test_a_tune_experiment_on_s3_keeps_its_checkpoints_there_and_resumes_from_them(ray_session, s3_root,
+                                                                                   tmp_path):
+    """Tune's storage_path takes the storage URI: the experiment state and the trials'
+    checkpoints are objects under it (a trial on any node, a restore from any node, finds
+    them), and a trial that crashed resumes from its checkpoint there, giving the
+    uninterrupted curve."""
+    from rexeval.pipelines.core.storage import location
+
+    result, plan = run(s3_root, BY_EPOCHS, crash_at=[2], marker_dir=tmp_path)
+    assert result.error is not None and not plan["restored"]  # max_failures=0: the crash ends the run
+    keys = [f.relative_to(s3_root) for f in location(s3_root).walk_files()]
+    assert "exp.rexeval.json" in keys and any(k.startswith("exp/") and k.endswith("/state.pt") for k in keys)
+    again, plan = run(s3_root, BY_EPOCHS, crash_at=[2], marker_dir=tmp_path)
+    assert plan["restored"] and again.error is None
+    assert [r["epoch"] for r in rows(again)] == [1, 2, 3, 4, 5, 6]  # as uninterrupted (the test above)
+    assert [r["val"] for r in rows(again)] == BY_EPOCHS["script"][:6]
