@@ -30,6 +30,10 @@ starts, reuses and stops the app for a job) is in `serve/judge_client.py`.
 The HTTP proxy binds 127.0.0.1 unless told otherwise; anything else needs a bearer
 token (serve/common.py). Secrets: give the upstream key
 as `api_key_env` (read on the replica), not `api_key`, which would sit in Serve's config.
+
+Metrics (serve/telemetry.py, on Ray's metrics endpoint): each replica counts its
+requests by route and status, the chat requests waiting in it, its batch sizes, and
+its backend's calls, cache hits and tokens.
 """
 from __future__ import annotations
 
@@ -46,10 +50,14 @@ from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, Request
                                   error_response, run_app, sub_path, validation_summary)
 from rexeval.serve.openai_compat import (CHAT_PATH, MODELS_PATH, OpenAIError, chat_completion, models_list,
                                          parse_chat_completion)
+from rexeval.serve.telemetry import ReplicaMetrics, route_label
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
 DEPLOYMENT = "JudgeServer"
+HTTP_ROUTES = {("", "POST"): "judge", ("", "GET"): "info", (CHAT_PATH, "POST"): "chat_completions",
+               (MODELS_PATH, "GET"): "models", (HEALTH_PATH, "GET"): None}
+"""(path below the route, method) -> the route tag its requests are counted under."""
 
 
 class JudgeLimits(BaseModel):
@@ -152,6 +160,7 @@ class JudgeServer:
         spec = self.cfg.backend
         self.llm = build_cached_backend(spec.backend, spec.model, spec.options, self.cfg.cache)
         self.generate_calls = self.requests_served = self.largest_batch = 0
+        self.metrics = ReplicaMetrics(APP_NAME)
         self._batch.set_max_batch_size(self.cfg.max_batch_requests)
         self._batch.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)
 
@@ -162,6 +171,7 @@ class JudgeServer:
         self.generate_calls += 1
         self.requests_served += len(flat)
         self.largest_batch = max(self.largest_batch, len(flat))
+        self.metrics.batch(len(flat))
         t0 = time.perf_counter()
         try:
             # In a thread: the replica keeps accepting (and queueing) calls meanwhile.
@@ -171,6 +181,7 @@ class JudgeServer:
         except Exception as exc:  # noqa: BLE001  (a failed batch fails its requests, not the service)
             results = [LLMResult(error=f"judge backend failed: {type(exc).__name__}: {exc}")] * len(flat)
         results = _share_seconds(results, time.perf_counter() - t0)
+        self.metrics.llm_results(self.llm.model_id, results)
         out, start = [], 0
         for item in items:
             out.append([r.model_dump() for r in results[start:start + len(item)]])
@@ -183,15 +194,20 @@ class JudgeServer:
         size = self.cfg.max_batch_requests
         if not requests:
             return []
-        if len(requests) <= size:
-            return await self._batch(requests)
-        parts = await asyncio.gather(*(self._batch(requests[i:i + size])
-                                       for i in range(0, len(requests), size)))
+        with self.metrics.queued(len(requests)):
+            if len(requests) <= size:
+                return await self._batch(requests)
+            parts = await asyncio.gather(*(self._batch(requests[i:i + size])
+                                           for i in range(0, len(requests), size)))
         return [r for part in parts for r in part]
 
     async def generate(self, requests: list) -> list[dict]:
         """Handle API: [ChatRequest dict, ...] -> [LLMResult dict, ...], in order. A
         request that does not validate or is over the limits gets an error result."""
+        with self.metrics.timed("handle.generate"):
+            return await self._generate_checked(requests)
+
+    async def _generate_checked(self, requests: list) -> list[dict]:
         limits = self.cfg.limits
         if len(requests) > limits.max_requests:
             raise RequestError(413, f"{len(requests)} requests is over the limit of {limits.max_requests}")
@@ -221,9 +237,12 @@ class JudgeServer:
                 "largest_batch": self.largest_batch, "auth": self.cfg.token_sha256 is not None}
 
     async def __call__(self, request) -> Any:
+        path, method = sub_path(request), request.method
+        return await self.metrics.http(route_label(path, method, HTTP_ROUTES), self._respond(request, path, method))
+
+    async def _respond(self, request, path: str, method: str) -> Any:
         from starlette.responses import JSONResponse
 
-        path, method = sub_path(request), request.method
         if path == HEALTH_PATH and method == "GET":
             return JSONResponse({"status": "ok"})
         try:

@@ -21,7 +21,9 @@ Two ways in:
 `serve deploy` config (`import_path: rexeval.serve.nli:app`, args `NLIAppArgs`).
 The HTTP proxy binds 127.0.0.1 unless told otherwise; anything else needs a token
 (serve/common.py). Batching is counted in pairs (`batch_size_fn`), so one large
-request cannot make a batch larger than `max_batch_pairs`.
+request cannot make a batch larger than `max_batch_pairs`. Each replica counts its
+requests by route and status, the pairs waiting in it and its batch sizes
+(serve/telemetry.py, on Ray's metrics endpoint).
 """
 from __future__ import annotations
 
@@ -35,9 +37,12 @@ from rexeval.registry import load_object
 from rexeval.serve.common import (HEALTH_PATH, TOKEN_ENV, AppAuth, ReplicaSettings, RequestError, auth_headers,
                                   check_bearer, error_response, forget_a_dead_controller, run_app,
                                   running_apps, serve_running, sub_path)  # noqa: F401
+from rexeval.serve.telemetry import ReplicaMetrics, route_label
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
+HTTP_ROUTES = {("", "POST"): "score", ("", "GET"): "info", (HEALTH_PATH, "GET"): None}
+"""(path below the route, method) -> the route tag its requests are counted under."""
 
 
 class ServeLimits(BaseModel):
@@ -130,6 +135,7 @@ class NLIServer:
         self.scorer = cls(location, model_ref=self.cfg.model, device=self.cfg.device,
                           **self.cfg.scorer_options)
         self.labels = ["entailment", "neutral", "contradiction"]
+        self.metrics = ReplicaMetrics(APP_NAME)
         self._batch.set_max_batch_size(self.cfg.max_batch_pairs)
         self._batch.set_batch_wait_timeout_s(self.cfg.batch_wait_timeout_s)
 
@@ -137,6 +143,7 @@ class NLIServer:
     async def _batch(self, requests: list[list[tuple[str, str]]]) -> list[list[list[float]]]:
         """Score the pairs of several requests in one model call; split the rows back."""
         flat = [p for r in requests for p in r]
+        self.metrics.batch(len(flat))
         probs = self.scorer.score([p for p, _ in flat], [h for _, h in flat]) if flat else []
         out, start = [], 0
         for r in requests:
@@ -150,14 +157,16 @@ class NLIServer:
         import asyncio
 
         size = self.cfg.max_batch_pairs
-        if len(pairs) <= size:
-            return await self._batch(pairs)
-        parts = await asyncio.gather(*(self._batch(pairs[i:i + size]) for i in range(0, len(pairs), size)))
+        with self.metrics.queued(len(pairs)):
+            if len(pairs) <= size:
+                return await self._batch(pairs)
+            parts = await asyncio.gather(*(self._batch(pairs[i:i + size]) for i in range(0, len(pairs), size)))
         return [row for part in parts for row in part]
 
     async def score(self, pairs: list) -> list[list[float]]:
         """Handle API: [(premise, hypothesis), ...] -> [[E, N, C], ...]."""
-        return await self._score_pairs([(str(p), str(h)) for p, h in pairs])
+        with self.metrics.timed("handle.score"):
+            return await self._score_pairs([(str(p), str(h)) for p, h in pairs])
 
     def info(self) -> dict[str, Any]:
         return NLIInfo(model=self.cfg.model, labels=self.labels, limits=self.cfg.limits,
@@ -165,9 +174,12 @@ class NLIServer:
                        auth=self.cfg.token_sha256 is not None).model_dump()
 
     async def __call__(self, request) -> Any:
+        path, method = sub_path(request), request.method
+        return await self.metrics.http(route_label(path, method, HTTP_ROUTES), self._respond(request, path, method))
+
+    async def _respond(self, request, path: str, method: str) -> Any:
         from starlette.responses import JSONResponse
 
-        path, method = sub_path(request), request.method
         if path == HEALTH_PATH and method == "GET":
             return JSONResponse({"status": "ok"})
         try:

@@ -8,7 +8,9 @@ pool (one task row per shard; the stage writes its shard and returns a small row
 counts), reports each shard as it finishes, and writes the final manifest. A killed job
 re-run with the same settings therefore does only the missing shards, and its output is
 byte-identical to an uninterrupted run's (`pipelines/core/io.py` says how a shard is
-committed).
+committed). Each shard this run finishes is counted once in the job's metrics (rows
+in/out/error from its marker's counts, pipelines/core/job_metrics.py), as it finishes
+or, for shards a job commits itself, at `finish()`.
 
     job = ShardedJob(ShardedOutput(out, "extract", config, ["statements", "errors"]), n)
     if (manifest := job.finished("extract")) is not None:
@@ -20,9 +22,11 @@ committed).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from typing import Any
 
+from rexeval.pipelines.core import job_metrics
 from rexeval.pipelines.core.io import ShardedOutput
-from rexeval.pipelines.core.stage import Stage, actor_count
+from rexeval.pipelines.core.stage import Stage, pool_size
 
 Report = Callable[[dict, int, int], str]
 """(the shard's result row, how many shards of this run are done, how many it has) -> a
@@ -45,6 +49,8 @@ class ShardedJob:
         self.progress = progress
         self.done = self.output.done_shards()
         self.todo = [i for i in range(shards) if i not in self.done and i not in skip]
+        self._this_run = set(self.todo)
+        self._counted: set[int] = set()  # shards of this run already in the metrics
 
     @property
     def complete(self) -> bool:
@@ -76,20 +82,59 @@ class ShardedJob:
     def run(self, stage: Stage, task: Callable[[int], dict] = shard_task, *, workers: int | None = None,
             report: Report | None = None) -> list[dict]:
         """Run `stage` once per shard still to do, `task(shard)` being its input row, on
-        `actor_count(workers, ...)` actors; report each finished shard and return the
+        an actor pool of `pool_size(workers, ...)` (min, max) actors; report each finished shard and return the
         result rows in the order they finished."""
         from rexeval.pipelines.core.runtime import run_tasks
 
         rows: list[dict] = []
         if not self.todo:
             return rows
-        actors = actor_count(workers, len(self.todo), stage.resources)
+        actors = pool_size(workers, len(self.todo))
+        self._count_left()
         for k, row in enumerate(run_tasks([task(i) for i in self.todo], stage, actors), 1):
             rows.append(row)
+            self._count(row.get("shard") if hasattr(row, "get") else None)
             if report is not None:
                 self.progress(report(row, k, len(self.todo)))
         return rows
 
     def finish(self, **extra) -> dict:
         """The final manifest: the shards' summed counts and `extra` fields."""
+        self._count_rest()
         return self.output.finish(self.shards, **extra)
+
+    # -- metrics (never fail the job: a shard not counted is only a gap in a graph) --
+
+    def _count(self, shard: Any) -> None:
+        """Record a shard of this run that just finished, from its marker's counts."""
+        try:
+            shard = int(shard)
+        except (TypeError, ValueError):
+            return
+        if shard in self._counted or shard not in self._this_run or not job_metrics.enabled():
+            return
+        try:
+            counts = self.output.shard_counts(shard)
+        except Exception:  # noqa: BLE001  (no marker yet: finish() looks again)
+            return
+        self._counted.add(shard)
+        job_metrics.record_shard(self.output.job, counts)
+        self._count_left()
+
+    def _count_rest(self) -> None:
+        """Record the shards of this run that `run` did not see finish (a job that
+        commits shards itself, or rows without a shard number)."""
+        rest = self._this_run - self._counted
+        if not rest or not job_metrics.enabled():
+            return
+        try:
+            done = self.output.done_shards()
+        except Exception:  # noqa: BLE001
+            return
+        for shard in sorted(rest & set(done)):
+            self._counted.add(shard)
+            job_metrics.record_shard(self.output.job, done[shard])
+        self._count_left()
+
+    def _count_left(self) -> None:
+        job_metrics.record_shards_left(self.output.job, len(self._this_run) - len(self._counted))
