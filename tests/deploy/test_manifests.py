@@ -12,8 +12,16 @@
 - the RayService's serveConfigV2 and every deploy/serve/*.yaml with Ray Serve's schema
   (unknown keys are errors here too), their import paths, and their args with the
   builders' pydantic models (NLIAppArgs, JudgeAppArgs) and the builders themselves;
-- cluster.yaml with the cluster launcher's schema, the way `ray up` checks it;
-- the versions and image names: setup.py's ray pin, rayVersion, the Dockerfile's base.
+- cluster.yaml with the cluster launcher's schema, the way `ray up` checks it (its
+  commands run in a sandbox in test_cluster_launcher.py);
+- the versions and image names: setup.py's ray pin, rayVersion, the Dockerfile's base;
+- the GPU budget: every Serve application at max_replicas, packed into the GPU groups at
+  once (the RayService, and deploy/serve/cluster.yaml on cluster.yaml);
+- storage: the bucket's credentials from a secret in every Ray container, none written
+  inline, the commented shared-volume variant valid in the pod templates, a RayJob's data
+  reachable from every pod;
+- the RayService's GCS fault tolerance (Redis address, password from a secret) and the
+  Redis of redis.yaml that serves it.
 """
 from __future__ import annotations
 
@@ -52,6 +60,11 @@ APP_ARGS = {"rexeval.serve.nli:app": "rexeval.serve.nli:NLIAppArgs",
             "rexeval.serve.judge:app": "rexeval.serve.judge:JudgeAppArgs"}
 TOKEN_SECRET = {"name": "rexeval-serve-token", "key": "token"}
 TOKEN_ENV = "REXEVAL_SERVE_TOKEN"
+# The bucket's credentials and endpoint: the standard variables, from this secret only.
+STORAGE_SECRET = "rexeval-storage"
+CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                   "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"}
+REDIS_SECRET = {"name": "rexeval-redis", "key": "password"}
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -106,6 +119,11 @@ def all_containers(obj: dict) -> list[tuple[str, dict]]:
 
 def cluster_yaml() -> dict:
     return load_yaml(CLUSTER_YAML)
+
+
+def storage_secrets(container: dict) -> list[str]:
+    """The secrets a container takes whole as environment variables (envFrom)."""
+    return [s["secretRef"]["name"] for s in container.get("envFrom", []) if "secretRef" in s]
 
 
 def import_attr(path: str):
@@ -246,6 +264,21 @@ def operator_errors(obj: dict) -> list[str]:
             errors.append(f"{name}: bad replica bounds {lo}..{hi}")
         if "replicas" in group and not (lo or 0) <= group["replicas"] <= (hi if hi is not None else 2**31):
             errors.append(f"{name}: replicas {group['replicas']} outside {lo}..{hi}")
+    head_env = {e["name"] for e in ray_container(spec["headGroupSpec"]).get("env", [])}
+    head_params = spec["headGroupSpec"].get("rayStartParams", {})
+    if "gcsFaultToleranceOptions" in spec:
+        # GCS fault tolerance is configured in one place only (validation.go).
+        if head_params.get("redis-password"):
+            errors.append("redis-password in rayStartParams with gcsFaultToleranceOptions")
+        for var in ("REDIS_PASSWORD", "RAY_REDIS_ADDRESS"):
+            if var in head_env:
+                errors.append(f"{var} in the head's env with gcsFaultToleranceOptions")
+        if obj["metadata"].get("annotations", {}).get("ray.io/external-storage-namespace"):
+            errors.append("ray.io/external-storage-namespace annotation with gcsFaultToleranceOptions")
+    elif "RAY_REDIS_ADDRESS" in head_env:
+        errors.append("RAY_REDIS_ADDRESS enables GCS fault tolerance without gcsFaultToleranceOptions")
+    if head_params.get("redis-username") or "REDIS_USERNAME" in head_env:
+        errors.append("a redis username outside gcsFaultToleranceOptions.redisUsername")
     if obj["kind"] == "RayJob":
         job = obj["spec"]
         if job.get("suspend") and not job.get("shutdownAfterJobFinishes"):
@@ -497,7 +530,8 @@ def test_models_come_read_only_from_a_claim(kind):
 def parse_command_line(cli, argv: list[str]) -> None:
     """Parse `argv` the way `rexeval` would, without running anything: an unknown command
     or option, or a bad value, raises click's UsageError. Paths are not looked up (they
-    are on the cluster's volumes)."""
+    are on the cluster's volumes or in its bucket): every path type (click.Path, the
+    URI-aware Where) has its existence check turned off."""
     import click
 
     cmd, args, ctx = cli, list(argv), None
@@ -510,7 +544,7 @@ def parse_command_line(cli, argv: list[str]) -> None:
     cmd = copy.copy(cmd)
     cmd.params = [copy.copy(p) for p in cmd.params]
     for p in cmd.params:
-        if isinstance(p.type, click.Path):
+        if getattr(p.type, "exists", False):
             p.type = copy.copy(p.type)
             p.type.exists = False
     cmd.make_context(cmd.name, args, parent=ctx)
@@ -526,13 +560,38 @@ def test_rayjob_runs_a_rexeval_command_on_mounted_data():
     assert argv[0] == "rexeval", argv
     assert 'entry_points={"console_scripts": ["rexeval=rexeval.ray_jobs.cli:main"]}' in (REPO / "setup.py").read_text()
     parse_command_line(cli, argv[1:])
-    # Every absolute path is on a volume mounted on the head (the driver) and the workers.
+    assert entrypoint_data_errors(manifest("RayJob")) == []
+
+
+def entrypoint_data_errors(obj: dict) -> list[str]:
+    """Where a RayJob's entrypoint reads and writes must be reachable from every pod (the
+    driver on the head, tasks on the workers): an absolute path on a volume every Ray
+    container mounts, a URI with the storage secret in every Ray container."""
+    argv = shlex.split(obj["spec"]["entrypoint"])
     paths = [a for a in argv if a.startswith("/")]
-    assert paths
-    for name, group in groups(job["rayClusterSpec"]):
-        mounts = [m["mountPath"] for m in ray_container(group).get("volumeMounts", [])]
+    uris = [a for a in argv if re.match(r"^[a-z][a-z0-9+.-]*://", a)]
+    errors = [] if paths or uris else ["the entrypoint names no data"]
+    for name, group in groups(obj["spec"]["rayClusterSpec"]):
+        container = ray_container(group)
+        mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
         for p in paths:
-            assert any(p == m or p.startswith(m.rstrip("/") + "/") for m in mounts), f"{name}: {p} is on no volume"
+            if not any(p == m or p.startswith(m.rstrip("/") + "/") for m in mounts):
+                errors.append(f"{name}: {p} is on no volume")
+        if uris and STORAGE_SECRET not in storage_secrets(container):
+            errors.append(f"{name}: {uris[0]} but no {STORAGE_SECRET} secret in the container's envFrom")
+    return errors
+
+
+def test_rayjob_data_check_takes_a_bucket_and_catches_an_unmounted_path():
+    obj = manifest("RayJob")
+    obj["spec"]["entrypoint"] = "rexeval ingest s3://rexeval-data/reviews.csv --out s3://rexeval-data/runs/mi/ingest"
+    assert entrypoint_data_errors(obj) == []
+    for _, group in groups(obj["spec"]["rayClusterSpec"]):
+        ray_container(group).pop("envFrom")
+    assert any("no rexeval-storage secret" in e for e in entrypoint_data_errors(obj))
+    obj = manifest("RayJob")
+    obj["spec"]["entrypoint"] = "rexeval ingest /data/reviews.csv --out /home/ray/runs/mi/ingest"
+    assert any("/home/ray/runs/mi/ingest is on no volume" in e for e in entrypoint_data_errors(obj))
 
 
 @pytest.mark.parametrize("argv", [["ingest", "/data/reviews.csv", "--ouput", "/data/x"],
@@ -677,6 +736,202 @@ def test_rayservice_replicas_fit_the_worker_groups():
         assert capacity >= args.max_replicas, \
             f"{app['name']}: {args.max_replicas} replicas of {args.num_cpus} CPU / {args.num_gpus} GPU " \
             f"do not fit the worker groups ({capacity} would)"
+
+
+# -- the GPU budget: every application at max_replicas at once ------------------------------
+
+
+def replica_demands(config: dict) -> list[tuple[str, float, float]]:
+    """(app, CPUs, GPUs) for every replica the applications may run at once."""
+    out = []
+    for app in config["applications"]:
+        args = import_attr(APP_ARGS[app["import_path"]]).model_validate(app["args"])
+        out += [(app["name"], float(args.num_cpus), float(args.num_gpus or 0))] * args.max_replicas
+    return out
+
+
+def unplaced_replicas(demands: list[tuple[str, float, float]], nodes: dict[str, tuple[float, float, int]]) -> list[str]:
+    """The replicas that find no room when all of them are packed at once (largest first,
+    each into the first node with room) into `nodes`: type -> (CPUs, GPUs, max nodes)."""
+    free = [[cpus, gpus] for cpus, gpus, count in nodes.values() for _ in range(count)]
+    left = []
+    for app, cpus, gpus in sorted(demands, key=lambda d: (d[2], d[1]), reverse=True):
+        room = next((n for n in free if n[0] >= cpus and n[1] >= gpus), None)
+        if room is None:
+            left.append(app)
+        else:
+            room[0] -= cpus
+            room[1] -= gpus
+    return left
+
+
+def gpu_budget(config: dict, nodes: dict[str, tuple[float, float, int]]) -> tuple[float, float]:
+    """(GPUs the applications take at max_replicas, GPUs the node types give at their max)."""
+    need = sum(gpus for _, _, gpus in replica_demands(config))
+    have = sum(gpus * count for _, gpus, count in nodes.values())
+    return need, have
+
+
+def derived_worker_nodes(obj: dict) -> dict[str, tuple[float, float, int]]:
+    """Worker groups as Ray's KubeRay autoscaler sees them: CPUs, GPUs, maxReplicas."""
+    types = autoscaling_config(obj)["available_node_types"]
+    return {k: (v["resources"]["CPU"], v["resources"].get("GPU", 0), v["max_workers"])
+            for k, v in types.items() if k != "headgroup"}
+
+
+def launcher_worker_nodes(config: dict) -> dict[str, tuple[float, float, int]]:
+    """cluster.yaml's worker types: what Ray detects on each instance type, max_workers."""
+    out = {}
+    for name, node in config["available_node_types"].items():
+        if name == config["head_node_type"]:
+            continue
+        vcpus, _, gpus = INSTANCES[node["node_config"]["InstanceType"]]
+        cpus = node.get("resources", {}).get("CPU", vcpus)
+        out[name] = (cpus, node.get("resources", {}).get("GPU", gpus), node["max_workers"])
+    return out
+
+
+@pytest.mark.parametrize("where", ["rayservice.yaml", "cluster.yaml + deploy/serve/cluster.yaml"])
+def test_gpu_budget_fits_every_app_at_its_maximum(where):
+    if where == "rayservice.yaml":
+        config, nodes = serve_config_v2(), derived_worker_nodes(manifest("RayService"))
+    else:
+        config, nodes = load_yaml(SERVE_DIR / "cluster.yaml"), launcher_worker_nodes(cluster_yaml())
+    need, have = gpu_budget(config, nodes)
+    assert need > 0 and have >= need, f"{where}: the apps at max_replicas take {need} GPUs, the groups give {have}"
+    left = unplaced_replicas(replica_demands(config), nodes)
+    assert not left, f"{where}: no room for replicas of {sorted(set(left))} with every app at max_replicas"
+
+
+def test_gpu_budget_check_catches_one_replica_too_many():
+    config, nodes = serve_config_v2(), derived_worker_nodes(manifest("RayService"))
+    judge = next(a for a in config["applications"] if a["name"] == "rexeval-judge")
+    judge["args"]["max_replicas"] += 1
+    assert unplaced_replicas(replica_demands(config), nodes), "a fifth judge replica fitted"
+    need, have = gpu_budget(config, nodes)
+    assert need > have
+
+
+def test_gpu_groups_agree_with_cluster_yaml():
+    want = cluster_yaml()["available_node_types"]["gpu_worker"]["max_workers"]
+    for kind in ("RayCluster", "RayService"):
+        group = dict(groups(cluster_spec(manifest(kind))))["gpu-worker"]
+        assert group["maxReplicas"] == want, kind
+
+
+# ==========================================================================================
+# Storage: a bucket by default, a shared volume the other way
+
+
+def shared_volume_snippet() -> dict:
+    """The commented shared-volume lines in raycluster.yaml, as YAML."""
+    text = (KUBERAY_DIR / "raycluster.yaml").read_text()
+    m = re.search(r"(?ms)^# --- shared volume ---\n(.*?)^# --- end ---", text)
+    assert m, "raycluster.yaml: no '# --- shared volume ---' ... '# --- end ---' block"
+    return yaml.safe_load("\n".join(line[2:] for line in m.group(1).splitlines()))
+
+
+@pytest.mark.parametrize("kind", ["RayCluster", "RayJob"])
+def test_pods_take_storage_credentials_from_a_secret(kind):
+    for where, c in all_containers(manifest(kind)):
+        if where == "autoscaler" or where.startswith("submitter/"):
+            continue
+        assert STORAGE_SECRET in storage_secrets(c), f"{kind} {where}: no envFrom secretRef {STORAGE_SECRET}"
+
+
+@pytest.mark.parametrize("kind", list(MANIFESTS))
+def test_no_credential_is_written_in_a_manifest(kind):
+    for where, c in all_containers(manifest(kind)):
+        for e in c.get("env", []):
+            if e["name"] in CREDENTIAL_VARS or re.search(r"(?i)secret|password|token", e["name"]):
+                assert "value" not in e and "secretKeyRef" in e.get("valueFrom", {}), \
+                    f"{kind} {where}: {e['name']} is written inline; take it from a secret"
+    text = (KUBERAY_DIR / MANIFESTS[kind]).read_text()
+    assert not re.search(r"(?m)^\s*[^#\n]*(AKIA[0-9A-Z]{16}|password:\s*['\"]?\w{8,})", text), kind
+
+
+def test_raycluster_header_tells_how_to_make_the_storage_secret():
+    text = (KUBERAY_DIR / "raycluster.yaml").read_text()
+    assert f"kubectl create secret generic {STORAGE_SECRET}" in text
+    assert "AWS_ENDPOINT_URL" in text and "s3://" in text
+
+
+def test_shared_volume_alternative_fits_every_pod():
+    snippet = shared_volume_snippet()
+    mounts, volumes = snippet["containers[0].volumeMounts"], snippet["volumes"]
+    assert [m["mountPath"] for m in mounts] == ["/data"]
+    assert {v["name"] for v in volumes} == {m["name"] for m in mounts}
+    obj = manifest("RayCluster")
+    for _, group in groups(obj["spec"]):
+        pod = group["template"]["spec"]
+        ray_container(group).setdefault("volumeMounts", []).extend(copy.deepcopy(mounts))
+        pod.setdefault("volumes", []).extend(copy.deepcopy(volumes))
+    errors = crd_errors(obj)
+    assert not errors, "the shared-volume lines do not fit the pod templates:\n" + "\n".join(errors)
+    # The same claim as rayjob.yaml's, at the same path (where its entrypoint's data is).
+    job_pod = manifest("RayJob")["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert volumes[0]["persistentVolumeClaim"] == job_pod["volumes"][0]["persistentVolumeClaim"]
+
+
+# ==========================================================================================
+# GCS fault tolerance for the RayService
+
+
+def redis_manifests() -> dict[str, dict]:
+    docs = [d for d in yaml.safe_load_all((KUBERAY_DIR / "redis.yaml").read_text()) if d]
+    return {d["kind"]: d for d in docs}
+
+
+def test_rayservice_has_gcs_fault_tolerance_with_the_password_from_a_secret():
+    spec = cluster_spec(manifest("RayService"))
+    ft = spec.get("gcsFaultToleranceOptions")
+    assert ft, "the RayService's head must survive a restart: gcsFaultToleranceOptions"
+    assert re.fullmatch(r"[a-z0-9.-]+:\d+", ft["redisAddress"]), ft["redisAddress"]
+    ref = ft["redisPassword"]["valueFrom"]["secretKeyRef"]
+    assert {"name": ref["name"], "key": ref["key"]} == REDIS_SECRET and not ref.get("optional")
+    assert "value" not in ft["redisPassword"], "the Redis password is written inline"
+    # KubeRay then uses the RayCluster's UID: an upgrade's new cluster gets a state of its own.
+    assert "externalStorageNamespace" not in ft
+    assert spec["headGroupSpec"]["rayStartParams"].get("num-cpus") == "0"  # no replica dies with the head
+    text = (KUBERAY_DIR / "rayservice.yaml").read_text()
+    assert f"kubectl create secret generic {REDIS_SECRET['name']}" in text
+    assert "kubectl apply -f deploy/kuberay/redis.yaml" in text
+
+
+def test_gcs_fault_tolerance_mistakes_are_caught():
+    obj = manifest("RayService")
+    obj["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]["redisAdress"] = "x:6379"
+    assert any("redisAdress" in e for e in crd_errors(obj))
+    obj = manifest("RayService")
+    ray_container(obj["spec"]["rayClusterConfig"]["headGroupSpec"]).setdefault("env", []).append(
+        {"name": "REDIS_PASSWORD", "value": "x"})
+    assert any("REDIS_PASSWORD" in e for e in operator_errors(obj))
+
+
+def test_redis_manifest_serves_the_address_and_secret_the_rayservice_names():
+    ft = cluster_spec(manifest("RayService"))["gcsFaultToleranceOptions"]
+    host, port = ft["redisAddress"].rsplit(":", 1)
+    docs = redis_manifests()
+    assert set(docs) == {"PersistentVolumeClaim", "Deployment", "Service"}
+    service, deployment = docs["Service"], docs["Deployment"]
+    assert service["metadata"]["name"] == host and service["spec"]["type"] == "ClusterIP"
+    assert [p["port"] for p in service["spec"]["ports"]] == [int(port)]
+    pod = deployment["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert all(labels.get(k) == v for k, v in service["spec"]["selector"].items())
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    container = pod["spec"]["containers"][0]
+    env = {e["name"]: e for e in container["env"]}
+    ref = env["REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert {"name": ref["name"], "key": ref["key"]} == REDIS_SECRET
+    assert container["args"][:2] == ["--requirepass", "$(REDIS_PASSWORD)"]
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"]) <= set(container["resources"]["limits"])
+    claim = pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"]
+    assert claim == docs["PersistentVolumeClaim"]["metadata"]["name"]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    # The Ray pods are not selected by the Redis service.
+    ray_labels = dict(groups(cluster_spec(manifest("RayService"))))["head"]["template"]["metadata"]["labels"]
+    assert not all(ray_labels.get(k) == v for k, v in service["spec"]["selector"].items())
 
 
 SERVE_FILES = sorted(SERVE_DIR.glob("*.yaml")) if SERVE_DIR.is_dir() else []
