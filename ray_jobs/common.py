@@ -98,7 +98,9 @@ _LLM_OPTIONS = [
                       "concurrency=8, device=cuda."),
     click.option("--max-retries", type=int, help="Retries of an unusable answer (default 2)."),
     click.option("--workers", type=int, help="LLM actors; each loads the model (default 1)."),
-    click.option("--cache", help="LLM-call cache file (default $REXEVAL_CACHE/llm-calls.sqlite)."),
+    click.option("--cache", help="LLM-call cache: a local SQLite file, or a URI folder (s3://bucket/cache) "
+                                "holding one object per call (default: $REXEVAL_CACHE/llm-calls.sqlite; "
+                                "OUT/_llm_cache when --out is a URI)."),
     click.option("--no-cache", is_flag=True, help="Do not read or write the LLM-call cache."),
 ]
 

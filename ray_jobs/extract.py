@@ -8,12 +8,13 @@ import click
 from rexeval.pipelines.extract.pipeline import run_extract
 from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("extract")
-@click.argument("input", required=False, type=click.Path(exists=True))
-@click.option("--out", "-o", help="Output folder (statements/, errors/, manifest.json).")
+@click.argument("input", required=False, type=Where(exists=True))
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(statements/, errors/, manifest.json).")
 @click.option("--method", type=click.Choice(["triplets", "star"]),
               help="triplets: statement-topic-sentiment per domain (seed 000, default); "
                    "star: candidate extraction then verification (seed 002).")
@@ -38,7 +39,10 @@ def extract_cmd(input, out, method, verify_model, domain, max_tokens, temperatur
     INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder. Each
     review ends with statements or with error rows that give the reason and the raw
     model output. Re-running the same command resumes: finished shards are skipped and
-    every LLM call already made is answered from the cache.
+    every LLM call already made is answered from the cache. INPUT and --out may be
+    local paths or URIs (s3://bucket/run; credentials and endpoint from the standard AWS
+    variables); with --out at a URI and no --cache, the calls are cached in
+    OUT/_llm_cache, so a re-run from any node of a cluster makes none again.
 
     Examples:
 

@@ -8,12 +8,13 @@ import click
 from rexeval.pipelines.extract.quality import run_quality
 from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("extract-quality")
-@click.argument("input", required=False, type=click.Path(exists=True))
-@click.option("--out", "-o", help="Output folder (judgements/, errors/, report.md, report.json).")
+@click.argument("input", required=False, type=Where(exists=True))
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(judgements/, errors/, report.md, report.json).")
 @click.option("--sample", type=int, help="Interactions (reviews) to judge (default 200).")
 @click.option("--seed", type=int, help="Sampling seed (default 0).")
 @click.option("--label", help="Row name in the report (default: the input folder's name).")
@@ -30,7 +31,8 @@ def extract_quality_cmd(input, out, sample, seed, label, with_review, overwrite,
     drawn and each of their statements is judged by the profile's judge_llm. For
     `--method star` output, candidates (without verification) and verified statements
     are both judged, giving the percentages and gains of seed 002's Table 2.
-    Unusable judge answers are counted and reported, not guessed.
+    Unusable judge answers are counted and reported, not guessed. INPUT and --out may
+    be local paths or URIs (s3://bucket/run).
 
     Example: rexeval extract-quality runs/demo/star --out runs/demo/quality --sample 50
     """

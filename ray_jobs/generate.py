@@ -9,6 +9,7 @@ import click
 from rexeval.models.generators.presets import PRESETS
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import (
+    Where,
     config_option,
     llm_options,
     load_config,
@@ -222,12 +223,13 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
 
 
 @generate_group.command("llm")
-@click.argument("data", required=False, type=click.Path(exists=True, file_okay=False))
+@click.argument("data", required=False, type=Where(exists=True, file_okay=False))
 @click.option("--method", "methods", multiple=True, type=click.Choice(LLM_METHODS),
               help="Generator(s) to run (repeatable): user_based, item_based, review_extract, review_summary, "
                    "preference_logic (seed 004's baseline).")
-@click.option("--out", "-o", help="Output folder (explanations.parquet, errors.parquet, report.json, "
-                                  "<method>/plan.parquet, mf/).")
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(explanations.parquet, errors.parquet, report.json, "
+                                                "<method>/plan.parquet, mf/).")
 @click.option("--split", type=click.Choice(["train", "valid", "test"]),
               help="For a `rexeval split` folder: the split to explain (default test).")
 @click.option("--min-reviews", type=int, help="For an ingest folder: explain the latest review of every user "
@@ -258,7 +260,8 @@ def llm_cmd(data, methods, sets, config_file, llm, **flags):
     004 does) or a `rexeval split` folder (the --split interactions, with the same example
     ids as `rexeval generate run`, so Att2Seq's table can be judged beside these). No
     generator reads the review it explains: the known data leaves out every explained
-    interaction's (user, item) pair.
+    interaction's (user, item) pair. DATA and --out may be local folders or URIs
+    (s3://bucket/run; credentials and endpoint from the standard AWS variables).
 
     \b
     user_based        a BiasedMF (Tune trial) finds shoppers with similar tastes who

@@ -8,12 +8,13 @@ import click
 from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, run_ground_truth
 from rexeval.pipelines.extract.config import GroundTruthConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 
 @click.command("ground-truth")
-@click.argument("input", required=False, type=click.Path())
-@click.option("--out", "-o", help="Output folder (explanations/, sentences/, errors/, manifest.json).")
+@click.argument("input", required=False, type=Where())
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(explanations/, sentences/, errors/, manifest.json).")
 @click.option("--stage", type=click.Choice(STAGES),
               help="Which statements to use: 'auto' (default: verified ones if any exist, "
                    "else triplet), 'triplet', 'candidate' or 'verified'.")
@@ -29,7 +30,8 @@ def ground_truth_cmd(input, out, stage, workers, overwrite, config_file):
     and grouped by polarity: "The user would appreciate this product because ...
     However, they may dislike that ... They seem indifferent to the fact that ...".
     sentences/ holds one such sentence per statement, for the statement-level metrics.
-    Statements with an unknown sentiment go to errors/; a re-run resumes.
+    Statements with an unknown sentiment go to errors/; a re-run resumes. INPUT and
+    --out may be local paths or URIs (s3://bucket/run).
 
     Example: rexeval ground-truth runs/mi/extract --out runs/mi/ground-truth
     """

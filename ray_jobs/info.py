@@ -1,34 +1,34 @@
 """`rexeval info`: dataset statistics in the layout of seed 000's Table II."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
+from rexeval.pipelines.core.inputs import resolved_text, reviews_path
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import SPLIT_NAMES
-from rexeval.pipelines.core.inputs import reviews_path
+from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.ingest.stats import dataset_stats, format_table
-from rexeval.ray_jobs.common import echo_json, user_errors
+from rexeval.ray_jobs.common import Where, echo_json, user_errors
 
 
-def load_dataset(path: str | Path) -> dict:
-    """A split folder gives its three splits; anything else is one reviews table."""
-    p = Path(path)
+def load_dataset(path: PathLike) -> dict:
+    """A split folder gives its three splits; anything else is one reviews table (a local
+    path or a URI)."""
+    p = location(path)
     if all((p / n).exists() for n in SPLIT_NAMES):
         return {n: read_table(p / n, "reviews") for n in SPLIT_NAMES}
     return {"all": read_table(reviews_path(p), "reviews")}
 
 
-def dataset_name(path: str | Path) -> str:
-    p = Path(path).resolve()
+def dataset_name(path: PathLike) -> str:
+    p = location(resolved_text(path))
     return p.parent.name if p.name in ("split", "ingest", "reviews") else p.name
 
 
 @click.command("info")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=Where(exists=True))
 @click.option("--name", "names", multiple=True, help="Column name per PATH (default: folder name).")
-@click.option("--statements", type=click.Path(exists=True),
+@click.option("--statements", type=Where(exists=True),
               help="A statements table: adds the Statements rows (averages, unique, total).")
 @click.option("--markdown", is_flag=True, help="Print a Markdown table.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw numbers as JSON.")
@@ -37,7 +37,8 @@ def info_cmd(paths, names, statements, markdown, as_json):
     """Print dataset statistics (users, items, interactions, split sizes, statements)
     for one or more datasets side by side, as in seed 000's Table II.
 
-    Each PATH is a `rexeval split` output folder, an ingest folder or a reviews table.
+    Each PATH is a `rexeval split` output folder, an ingest folder or a reviews table,
+    a local path or a URI.
 
     Example: rexeval info runs/toys/split runs/sports/split
     """

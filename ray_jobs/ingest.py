@@ -9,18 +9,19 @@ from rexeval.pipelines.ingest.formats import FORMATS
 from rexeval.pipelines.ingest.pipeline import run_ingest
 from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 
 @click.command("ingest")
-@click.argument("inputs", nargs=-1, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", "-o", help="Output folder (reviews/, errors/, manifest.json).")
+@click.argument("inputs", nargs=-1, type=Where(exists=True, dir_okay=False))
+@click.option("--out", "-o", type=Where(),
+              help="Output folder (reviews/, errors/, manifest.json); a path or a URI.")
 @click.option("--format", "format_", type=click.Choice(FORMATS), default=None,
               help="Input layout; 'auto' (default) looks at the name and first record.")
 @click.option("--columns", help="Map our fields to the file's columns for csv/parquet, e.g. "
               "'user_id=reviewer,item_id=product,rating=stars,text=body,timestamp=time' "
               "(0-based positions for a headerless CSV).")
-@click.option("--meta", multiple=True, type=click.Path(exists=True, dir_okay=False),
+@click.option("--meta", multiple=True, type=Where(exists=True, dir_okay=False),
               help="Item metadata file(s) whose titles are joined by item id (repeatable).")
 @click.option("--category", help="Domain name to record for rows that carry none.")
 @click.option("--min-rating", type=float, help="Lowest valid rating (default 1).")
@@ -34,6 +35,9 @@ def ingest_cmd(inputs, out, format_, columns, meta, category, min_rating, max_ra
                workers, overwrite, config_file):
     """Read Amazon review dumps (2014/2018 JSON lines, 2023 JSONL, the Kaggle CSV) or any
     CSV/Parquet with --columns, validate every row, and write Parquet shards.
+
+    Inputs and --out may be local paths or URIs (s3://bucket/..., gs://...); the store's
+    credentials come from its usual environment variables (AWS_* for S3).
 
     Every input row ends in reviews/ or in errors/ (with its file, line and reason); a
     re-run with the same settings resumes where it stopped.

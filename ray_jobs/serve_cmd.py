@@ -203,6 +203,10 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     prof = load_profile(profile)
     model = model or prof.require("judge_llm")
     job = LLMJobSettings(profile=profile, cache=cache, use_cache=not no_cache).with_resolved_cache()
+    # The replicas open only a local SQLite file (serve sits below the storage module).
+    from rexeval.pipelines.core.llm_cache import node_cache
+
+    job = job.model_copy(update={"cache": node_cache(job.cache)}) if job.use_cache else job
     spec = BackendSpec(backend=backend or prof.llm_backend, model=model,
                        options=parse_backend_options(backend_options))
     check_model_here(spec.backend, spec.model)  # in the driver first: a missing model package is named here

@@ -7,12 +7,13 @@ import click
 
 from rexeval.pipelines.ingest.split_pipeline import run_split
 from rexeval.pipelines.ingest.config import SplitConfig
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 
 @click.command("split")
-@click.argument("input", required=False, type=click.Path(exists=True))
-@click.option("--out", "-o", help="Output folder (train/, valid/, test/, manifest.json).")
+@click.argument("input", required=False, type=Where(exists=True))
+@click.option("--out", "-o", type=Where(),
+              help="Output folder (train/, valid/, test/, manifest.json); a path or a URI.")
 @click.option("--method", type=click.Choice(["temporal", "leave-last-two"]),
               help="temporal: per-user chronological 80/10/10 (seed 000, default); "
                    "leave-last-two: last review -> test, the one before -> valid (seed 002).")
@@ -32,9 +33,9 @@ def split_cmd(input, out, method, kcore_user, kcore_item, train, valid, min_inte
               overwrite, config_file):
     """Split reviews per user into train / validation / test.
 
-    INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder. Rows
-    are ordered by (user, time, source file, line); every row is counted as kept or
-    dropped with its reason in the manifest.
+    INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder (a
+    local path or a URI, like --out). Rows are ordered by (user, time, source file,
+    line); every row is counted as kept or dropped with its reason in the manifest.
 
     Example: rexeval split runs/mi/ingest --out runs/mi/split --kcore-user 5 --kcore-item 5
     """

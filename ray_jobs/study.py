@@ -26,7 +26,8 @@ def study_group():
 
 @study_group.command("run")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--out", "-o", help="Output folder (default: the file's `out`, else runs/<name>).")
+@click.option("--out", "-o", help="Output folder or URI (s3://bucket/x; default: the file's `out`, else "
+                                   "runs/<name>). On a cluster whose nodes share no disk: a URI.")
 @click.option("--only", multiple=True, metavar="STAGE",
               help="Run only this stage (or instance, e.g. extract@mi); repeatable. Its inputs must be done.")
 @click.option("--dry-run", is_flag=True, help="Show every stage instance, whether it would run and why; run nothing.")
@@ -46,11 +47,17 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose):
     judge deployment, started once. The state of each stage instance is kept in
     OUT/study.json; `rexeval study report OUT` turns the results into one HTML page.
 
+    OUT may be a URI (s3://, gs://): the state, every stage's folder, the logs and the
+    report are written there. A local OUT that some node of the Ray cluster cannot see
+    is refused before any stage runs (use a URI or a folder every node mounts).
+
     Examples:
 
       rexeval study run studies/local.yaml --dry-run
 
       rexeval study run studies/local.yaml --out runs/local
+
+      rexeval study run studies/seed000.yaml --out s3://bucket/studies/seed000
 
       rexeval study run studies/seed000.yaml --only evaluate
 

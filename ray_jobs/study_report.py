@@ -2,22 +2,21 @@
 (the command object `study_report_cmd`; `rexeval study` attaches it)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
-from rexeval.ray_jobs.common import user_errors
+from rexeval.ray_jobs.common import Where, user_errors
 
 
 @click.command("report")
-@click.argument("directory", metavar="DIR", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "-o", type=click.Path(file_okay=False),
-              help="Folder for the report (default DIR/report).")
+@click.argument("directory", metavar="DIR", type=Where(exists=True, file_okay=False))
+@click.option("--out", "-o", type=Where(file_okay=False),
+              help="Folder (or URI) for the report (default DIR/report).")
 @user_errors
 def study_report_cmd(directory, out):
     """Summarise a study's results: one self-contained HTML file, Markdown and CSV.
 
-    DIR is the output folder of `rexeval study run` (it holds study.json). Every
+    DIR is the output folder of `rexeval study run` (it holds study.json), a local
+    folder or a URI (s3://bucket/studies/x); OUT may be either too. Every
     complete stage's output folder is read as its command wrote it, and its tables are
     laid out by the same builders the commands use, in the seeds' layouts: seed 000
     Table II and Tables III-VI (with each mean's bootstrap interval), seed 002 Tables
@@ -39,12 +38,14 @@ def study_report_cmd(directory, out):
       rexeval study report runs/study-local
 
       rexeval study report runs/study-paper --out /tmp/paper-report
+
+      rexeval study report s3://bucket/studies/paper
     """
+    from rexeval.pipelines.core.storage import location
     from rexeval.pipelines.study.report import build_report, write_report
 
-    directory = Path(directory)
     report = build_report(directory)
-    paths = write_report(report, Path(out) if out else directory / "report")
+    paths = write_report(report, out if out else location(directory) / "report")
     notes = len(report.notes) + sum(len(s.notes) for s in report.sections)
     click.echo(f"study {report.name}: {len(report.instances)} stage instance(s), {len(report.sections)} "
                f"section(s), {len(report.tables())} table(s), {len(report.figures())} figure(s), "

@@ -5,11 +5,12 @@ meant to vary, so answering it from a cache would change the experiment. The key
 hash of (model id, messages, sampling params, JSON schema); error results are never
 stored, so a re-run retries them.
 
-Storage is one SQLite file in WAL mode with a 60 s busy timeout: several processes on
-one machine (Ray workers, parallel jobs) can read and write it at once. SQLite locking
-is not reliable over network file systems, so on a multi-node cluster either give each
-node its own cache path (each node then fills its own) or put the file on shared
-storage that supports POSIX locks.
+Storage here is one SQLite file in WAL mode with a 60 s busy timeout: several processes
+on one machine (Ray workers, parallel jobs) can read and write it at once. SQLite
+locking is not reliable over network file systems, so a cluster whose nodes share no
+disk keeps its cache at a URI instead: one immutable object per call
+(`rexeval.pipelines.core.llm_cache`, built on the pipelines' storage module, which this
+layer must not import). Both are a `CallStore`; `CachedBackend` takes either.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Protocol
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, build_backend
 
@@ -43,6 +44,23 @@ def request_key(model_id: str, request: ChatRequest) -> str:
     payload = [model_id, request.messages, request.sampling.model_dump(), request.json_schema]
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class CallStore(Protocol):
+    """What `CachedBackend` needs of a cache: a batch of keys looked up at once, a batch
+    of results stored at once (errors skipped), and closing."""
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, LLMResult]: ...
+
+    def put_many(self, items: Iterable[tuple[str, LLMResult]], model_id: str = "") -> int: ...
+
+    def close(self) -> None: ...
+
+
+def is_uri(where: str | os.PathLike) -> bool:
+    """`s3://...`, `gs://...` and the like (a `file://` URL is a local path)."""
+    scheme, sep, _ = os.fspath(where).partition("://")
+    return bool(sep) and scheme.isidentifier() and scheme != "file"
 
 
 class LLMCache:
@@ -131,7 +149,7 @@ class CachedBackend(LLMBackend):
 
     name = "cached"
 
-    def __init__(self, inner: LLMBackend, cache: LLMCache):
+    def __init__(self, inner: LLMBackend, cache: CallStore):
         super().__init__(inner.spec)
         self.inner, self.cache = inner, cache
         self.hits = self.misses = self.bypassed = 0
@@ -177,10 +195,18 @@ class CachedBackend(LLMBackend):
         self.cache.close()
 
 
-def build_cached_backend(backend: str, model: str, options: dict, cache_path: str | None):
-    """A backend behind the call cache (when a cache path is given); built once per actor."""
+def build_cached_backend(backend: str, model: str, options: dict,
+                         cache: str | os.PathLike | CallStore | None):
+    """A backend behind the call cache (when one is given: a local SQLite path or an open
+    `CallStore`); built once per actor. A URI is refused here rather than taken for a
+    local path: `rexeval.pipelines.core.llm_cache.build_cached_backend` opens it."""
+    if isinstance(cache, (str, os.PathLike)) and is_uri(cache):
+        raise ValueError(f"the LLM-call cache {os.fspath(cache)} is a URI: build the backend with "
+                         "rexeval.pipelines.core.llm_cache.build_cached_backend, which opens it")
     llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
-    if cache_path:
-        Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-        llm = CachedBackend(llm, LLMCache(cache_path))
-    return llm
+    if isinstance(cache, (str, os.PathLike)):
+        if not os.fspath(cache):
+            return llm
+        Path(cache).parent.mkdir(parents=True, exist_ok=True)
+        cache = LLMCache(cache)
+    return CachedBackend(llm, cache) if cache is not None else llm

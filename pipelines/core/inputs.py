@@ -1,26 +1,79 @@
-"""Where statement tables come from: an `rexeval extract` folder or Parquet files.
+"""Where job inputs come from, and where a task that reads them may run.
 
 Jobs that consume statements (ground truth, clustering, the ranking benchmark) find
 the shards, check their columns before any work, and pick which stage's rows to use
-the same way, through these functions.
+the same way, through these functions. Every input may be a local path or a URI
+(`pipelines/core/storage.py`); `reads_here` says where a task reading one must run.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from rexeval.pipelines.core.io import json_lines, table_files
+from rexeval.pipelines.core.io import json_lines, parquet_schema, read_parquet, table_files
 from rexeval.pipelines.core.schema import SchemaError, validate_table
+from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 
-def statement_files(path: str | Path) -> list[Path]:
+def reads_here(paths: Iterable[PathLike]) -> dict:
+    """Ray options for a task that reads the input files `paths`: pinned to the driver's
+    node when any of them is a local path; none when all are URIs.
+
+    On a cluster the nodes share no disk: a user's local file exists only on the machine
+    that started the job (the driver's node; the head for `ray job submit`), and a task
+    placed on another node would not find it. A URI reaches the same object from every
+    node, so a task reading only URIs may run anywhere. The pin is hard (soft=False):
+    elsewhere the task could only fail. A driver's node that runs no tasks (a head
+    started with 0 CPUs) could never run it, so that is said at once. (A local output
+    folder is another matter: on a cluster it must be one every node mounts, which
+    `pipelines/core/reach.py` checks, so its readers and writers are not pinned.)
+    """
+    local = [str(p) for p in paths if not is_uri(p)]
+    if not local:
+        return {}
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    cpus = next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == node), 0)
+    if not cpus:
+        raise ValueError(f"{local[0]} is a local path, so the tasks that read it must run on this "
+                         "node, which gives Ray no CPUs; put the data where every node reaches it "
+                         "(s3://..., gs://...) or give this node CPUs")
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
+
+
+def given_text(path: PathLike) -> str:
+    """A path as the user gave it, for provenance and messages: a URI unchanged, a local
+    path as pathlib writes it (relative stays relative: ingested rows' `source` and
+    annotations' provenance have always recorded it so)."""
+    text = str(path)
+    if is_uri(text):
+        return text
+    return str(Path(text.removeprefix("file://")))
+
+
+def resolved_text(path: PathLike) -> str:
+    """A path as a configuration records it to tell inputs apart: a URI unchanged, a
+    local path absolute with its links resolved."""
+    loc = location(path)
+    return str(Path(loc.path).resolve()) if loc.is_local else loc.uri
+
+
+def file_record(path: PathLike) -> dict:
+    """{"path", "size"} of one input file, for a job's output configuration (a changed
+    or replaced input changes the configuration, and so the output folder's)."""
+    return {"path": resolved_text(path), "size": location(path).size()}
+
+
+def statement_files(path: PathLike) -> list[Location]:
     """The statement shards of an extract folder (its statements/), a folder, or a file."""
-    p = Path(path)
+    p = location(path)
     if not p.exists():
-        raise FileNotFoundError(f"statements input not found: {p} (expected an `rexeval "
+        raise FileNotFoundError(f"statements input not found: {given_text(path)} (expected an `rexeval "
                                 "extract` output folder or a statements Parquet file)")
     src = p / "statements" if (p / "statements").is_dir() else p
     files = table_files(src)
@@ -29,23 +82,23 @@ def statement_files(path: str | Path) -> list[Path]:
     return files
 
 
-def check_schemas(files: list[Path]) -> None:
+def check_schemas(files: list[PathLike]) -> None:
     """Fail before any work when a file's columns do not fit STATEMENTS (reads footers only)."""
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            schema = parquet_schema(f)
         except (pa.ArrowInvalid, OSError) as exc:
             raise SchemaError("statements", str(f), None, None,
                               f"not a readable Parquet file: {exc}") from None
         validate_table(schema.empty_table(), "statements", source=str(f))
 
 
-def resolve_stage(files: list[Path], stage: str) -> str:
+def resolve_stage(files: list[PathLike], stage: str) -> str:
     """"auto" -> "verified" if any verified row exists (in any shard), else "triplet"."""
     if stage != "auto":
         return stage
     for f in files:
-        col = pq.read_table(f, columns=["stage"]).column("stage")
+        col = read_parquet(f, columns=["stage"]).column("stage")
         if pc.any(pc.equal(col, "verified")).as_py():
             return "verified"
     return "triplet"
@@ -55,7 +108,7 @@ ANNOTATION_KEYS = (("reviewerID", "asin", "unixReviewTime"), ("user_id", "item_i
 SENTIMENTS = ("positive", "negative", "neutral")
 
 
-def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa.Table:
+def statements_from_annotations(path: PathLike, stage: str = "verified") -> pa.Table:
     """Hand-written statements (JSON lines: a review's user, item and time, plus
     "statements": [{"statement", "sentiment"}]) -> a STATEMENTS table.
 
@@ -69,24 +122,24 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
     from rexeval.pipelines.core.schema import STATEMENTS
     from rexeval.pipelines.core.ids import statement_id
 
-    p = Path(path)
+    p = given_text(path)
     cols: dict[str, list] = {f.name: [] for f in STATEMENTS}
-    for n, obj in json_lines(p, "statements"):
+    for n, obj in json_lines(path, "statements"):
         keys = next((k for k in ANNOTATION_KEYS if all(x in obj for x in k)), None)
         if keys is None:
-            raise SchemaError("statements", str(p), "reviewerID", n,
+            raise SchemaError("statements", p, "reviewerID", n,
                               "needs reviewerID, asin, unixReviewTime (or user_id, item_id, timestamp)")
         user, item, ts = (obj[k] for k in keys)
         rid = review_ids([str(user)], [str(item)], [int(ts)])[0]
         items = obj.get("statements")
         if not isinstance(items, list):
-            raise SchemaError("statements", str(p), "statements", n, "must be a list")
+            raise SchemaError("statements", p, "statements", n, "must be a list")
         for i, st in enumerate(items):
             text, sent = (st.get("statement"), st.get("sentiment")) if isinstance(st, dict) else (None, None)
             if not isinstance(text, str) or not text.strip():
-                raise SchemaError("statements", str(p), f"statements[{i}].statement", n, "missing or empty")
+                raise SchemaError("statements", p, f"statements[{i}].statement", n, "missing or empty")
             if sent not in SENTIMENTS:
-                raise SchemaError("statements", str(p), f"statements[{i}].sentiment", n,
+                raise SchemaError("statements", p, f"statements[{i}].sentiment", n,
                                   f"{sent!r} is not one of {', '.join(SENTIMENTS)}")
             cols["statement_id"].append(statement_id(rid, stage, text, sent))
             cols["review_id"].append(rid)
@@ -96,14 +149,14 @@ def statements_from_annotations(path: str | Path, stage: str = "verified") -> pa
             cols["topic"].append(None)
             cols["sentiment"].append(sent)
             cols["stage"].append(stage)
-            cols["provenance"].append(json.dumps({"source": str(p), "line": n, "by": "annotation"}))
+            cols["provenance"].append(json.dumps({"source": p, "line": n, "by": "annotation"}))
     return pa.table(cols, schema=STATEMENTS)
 
 
 
-def reviews_path(path: str | Path) -> Path:
+def reviews_path(path: PathLike) -> Location:
     """Accept an ingest output folder (its reviews/) or a reviews table directly."""
-    p = Path(path)
+    p = location(path)
     if not p.exists():
-        raise FileNotFoundError(f"no such input: {p}")
+        raise FileNotFoundError(f"no such input: {given_text(path)}")
     return p / "reviews" if (p / "reviews").is_dir() else p

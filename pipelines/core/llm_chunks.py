@@ -12,18 +12,22 @@ none is running and stops it at the end), an HTTP client of a remote one, or, wi
 its tables and a one-row `usage` table (calls, tokens, seconds, retries, unreadable
 answers), so a re-run skips finished chunks and the report's totals still count every
 call the results cost.
+
+The output folder may be a URI (`pipelines/core/storage.py`): the payload, the shards
+and the report go there, and each actor reads the payload from there.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.core.job_metrics import record_llm_usage
+from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
@@ -40,10 +44,11 @@ USAGE_FIELDS = ("asked", "retries", "unparseable", "errors", "calls", "cached_ca
 
 
 def llm_spec(cfg: ChunkedLLMSettings, profile, role: str = "judge_llm", model: str | None = None) -> dict:
-    """Backend, model and options of the judge, resolved in the driver."""
+    """Backend, model and options of the judge, resolved in the driver (the call cache
+    under the job's output when that is a URI and no cache was given)."""
     from rexeval.models.llm.base import check_model_here
 
-    c = cfg.with_resolved_cache()
+    c = cfg.with_resolved_cache(cfg.out)
     spec = {"backend": cfg.backend or profile.llm_backend, "model": model or profile.require(role),
             "options": dict(cfg.backend_options), "cache": c.cache_path()}
     check_model_here(spec["backend"], spec["model"])
@@ -57,7 +62,7 @@ def build_llm(spec: dict, address: str):
         from rexeval.models.llm.base import BackendSpec, build_backend
 
         return build_backend(BackendSpec(backend="serve", model="auto", options={"address": address}))
-    from rexeval.models.llm.cache import build_cached_backend
+    from rexeval.pipelines.core.llm_cache import build_cached_backend
 
     return build_cached_backend(spec["backend"], spec["model"], spec["options"], spec["cache"])
 
@@ -68,13 +73,17 @@ class JudgeService:
 
     def __init__(self, cfg: ChunkedLLMSettings, spec: dict, progress: Callable[[str], None]):
         from rexeval.models.llm.base import BackendSpec
+        from rexeval.pipelines.core.llm_cache import node_cache
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
 
         explicit = cfg.judge_service != "auto"
         backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
                               options=spec["options"])
-        serve_cfg = JudgeServeConfig(backend=backend, cache=spec["cache"], max_replicas=cfg.judge_replicas,
+        # The deployment (serve layer) opens only a local SQLite cache; in-process calls
+        # (judge_service none) use the spec's cache, a URI included.
+        serve_cfg = JudgeServeConfig(backend=backend, cache=node_cache(spec["cache"]),
+                                     max_replicas=cfg.judge_replicas,
                                      num_gpus=cfg.judge_gpus)
         self.service = Service(serve_cfg, service=cfg.judge_service, port=cfg.serve_port, progress=progress)
         self.model_id = spec["model"]
@@ -131,7 +140,8 @@ class LLMChunkStage(Stage):
         from rexeval.pipelines.core.stage import use_cpus
 
         use_cpus(self.resources)
-        self.rows = pd.read_parquet(self.payload)
+        with location(self.payload).open_input() as fh:
+            self.rows = pd.read_parquet(fh)
         self.llm = build_llm(self.spec, self.address) if self.spec else None
 
     def process(self, batch: pa.Table) -> pa.Table:
@@ -139,6 +149,7 @@ class LLMChunkStage(Stage):
         for shard in batch.column("shard").to_pylist():
             part = self.rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
             tables, stats = self.fn(self.llm, part, self.settings)
+            record_llm_usage(self.name, getattr(self.llm, "model_id", None) or self.spec.get("model"), stats.usage)
             tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
                       for k, v in tables.items()}
             tables["usage"] = _stats_row(stats)
@@ -148,14 +159,15 @@ class LLMChunkStage(Stage):
         return pa.Table.from_pylist(out)
 
 
-def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: Path, tables: list[str], settings: dict,
+def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tables: list[str], settings: dict,
                spec: dict | None, address: str, cfg: ChunkedLLMSettings,
                progress: Callable[[str], None]) -> ShardedOutput:
     """Run `fn` (named `task` in the output's config and progress) over `rows` in
     chunks, resuming finished ones; returns the output."""
     from rexeval.pipelines.core.io import config_hash
 
-    root.mkdir(parents=True, exist_ok=True)
+    root = location(root)
+    root.mkdir()
     payload = root / "payload.parquet"
     conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
             "settings": settings, "model": (spec or {}).get("model"), "chunk": cfg.chunk_size}
@@ -197,7 +209,7 @@ def usage_totals(outputs: list[ShardedOutput], price_table: str | None, model_id
     return out
 
 
-def write_report(root: Path, report: dict) -> None:
-    write_json_atomic(root / "report.json", report)
+def write_report(root: PathLike, report: dict) -> None:
+    write_json_atomic(location(root) / "report.json", report)
 
 

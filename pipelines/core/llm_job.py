@@ -2,11 +2,11 @@
 
 `rexeval extract`, `extract-quality`, `evaluate` and the judges take the same
 profile/backend/cache settings and size their actors the same way; each actor builds its
-LLM with `rexeval.models.llm.cache.build_cached_backend` from these settings.
+LLM with `rexeval.pipelines.core.llm_cache.build_cached_backend` from these settings
+(the cache may be a local SQLite file or a URI: `pipelines/core/llm_cache.py`).
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,7 +38,9 @@ class LLMJobSettings(BaseModel):
     workers: int = Field(1, ge=1, description="LLM actors (each loads the model)")
     cpus_per_worker: float | None = Field(None, gt=0)
     gpus_per_worker: float = Field(0.0, ge=0)
-    cache: str | None = Field(None, description="LLM-call cache file (default: under $REXEVAL_CACHE)")
+    cache: str | None = Field(None, description="LLM-call cache: a SQLite file, or a URI folder of one "
+                              "object per call (default: under $REXEVAL_CACHE, or <out>/_llm_cache when "
+                              "the output is a URI)")
     use_cache: bool = True
 
     def cache_path(self) -> str | None:
@@ -46,16 +48,20 @@ class LLMJobSettings(BaseModel):
             return None
         if self.cache:
             return self.cache
-        from rexeval.models.gguf_cache import cache_root
+        from rexeval.pipelines.core.llm_cache import default_cache
 
-        return str(cache_root() / "llm-calls.sqlite")
+        return default_cache()
 
-    def with_resolved_cache(self):
-        """A copy whose cache path is absolute, resolved in the driver so that every
-        worker uses the driver's cache file whatever its own environment says."""
+    def with_resolved_cache(self, out: str | None = None):
+        """A copy whose cache is decided, in the driver, so that every worker uses the
+        driver's cache whatever its own environment says: a local path made absolute, a
+        URI kept. A job that passes its output `out` gets `<out>/_llm_cache` when that
+        is a URI and no cache was given (`pipelines/core/llm_cache.py` says why)."""
         if not self.use_cache:
             return self
-        return self.model_copy(update={"cache": str(Path(self.cache_path()).resolve())})
+        from rexeval.pipelines.core.llm_cache import resolve_cache
+
+        return self.model_copy(update={"cache": resolve_cache(self.cache, out)})
 
     def hashed_backend_options(self) -> dict[str, Any]:
         return {k: v for k, v in self.backend_options.items() if k not in TRANSPORT_OPTIONS}

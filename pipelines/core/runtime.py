@@ -86,9 +86,19 @@ class _StageActor:
 
 
 def _batch_args(stage: Stage) -> dict:
-    """What `map_batches` needs from a stage, whether it runs on actors or tasks."""
-    return {"batch_format": "pyarrow", "batch_size": stage.batch_size,
+    """What `map_batches` needs from a stage, whether it runs on actors or tasks: its
+    batch size and resources, and where it may run when it says (`ray_remote_args`, e.g.
+    a stage that reads a local input file is pinned to the driver's node, the one node
+    that has the file: `pipelines/core/inputs.reads_here`). A node pin is passed as
+    Ray's node-id label selector, which Ray Data takes for actors and tasks alike."""
+    args = {"batch_format": "pyarrow", "batch_size": stage.batch_size,
             "num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus or None}
+    remote = dict(getattr(stage, "ray_remote_args", None) or {})
+    strategy = remote.pop("scheduling_strategy", None)
+    node = getattr(strategy, "node_id", None)
+    if node is not None:
+        args["label_selector"] = {"ray.io/node-id": node}
+    return {**args, **remote}
 
 
 def map_stage(ds, stage: Stage, concurrency: int | tuple[int, int | None] | None = None):

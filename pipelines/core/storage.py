@@ -218,7 +218,7 @@ class Location:
     # -- reading ---------------------------------------------------------------------
 
     def read_bytes(self) -> bytes:
-        with self.fs.open_input_stream(self.path) as fh:
+        with self.fs.open_input_stream(self.path, compression=None) as fh:
             return fh.read()
 
     def read_text(self, encoding: str = "utf-8") -> str:
@@ -254,7 +254,7 @@ class Location:
                 Path(tmp).unlink(missing_ok=True)
                 raise
             return
-        with self.fs.open_output_stream(self.path) as fh:
+        with self.fs.open_output_stream(self.path, compression=None) as fh:
             fh.write(data)
 
     def write_text(self, text: str, encoding: str = "utf-8") -> None:
@@ -279,14 +279,14 @@ class Location:
             os.makedirs(parent, exist_ok=True)
             tmp = os.path.join(parent, f".{self.name}.{uuid.uuid4().hex[:8]}.tmp")
             try:
-                with self.fs.open_output_stream(tmp) as fh:
+                with self.fs.open_output_stream(tmp, compression=None) as fh:
                     yield fh
                 os.replace(tmp, self.path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
             return
-        with self.fs.open_output_stream(self.path) as fh:
+        with self.fs.open_output_stream(self.path, compression=None) as fh:
             yield fh
 
     # -- removing and copying ----------------------------------------------------------

@@ -311,7 +311,7 @@ class St2Exp(Family):
     batch_size = 64
 
     def setup(self):
-        from rexeval.models.llm.cache import build_cached_backend
+        from rexeval.pipelines.core.llm_cache import build_cached_backend
 
         spec = self.ctx.llm
         self.llm = build_cached_backend(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))

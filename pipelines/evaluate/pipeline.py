@@ -260,7 +260,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     locations = {r: resolve(ref).location for r, ref in refs.items()}
     llm = {}
     if any(cls.uses_llm for cls, _ in plan):
-        c = cfg.with_resolved_cache()
+        c = cfg.with_resolved_cache(cfg.out)
         llm = {"backend": cfg.backend or profile.llm_backend, "model": refs["judge_llm"],
                "options": dict(cfg.backend_options), "cache": c.cache_path(), "max_retries": cfg.max_retries}
         from rexeval.models.llm.base import check_model_here

@@ -3,6 +3,8 @@
 One output shard per input shard (an extract shard holds whole reviews, so shards are
 independent), each built by a Ray actor that reads, filters, builds and writes it
 (`pipelines.extract.ground_truth` holds the rules). Finished shards are skipped on a re-run.
+Input and output may be URIs: the driver lists the input's shards and reads their
+footers; each actor reads its own shard.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.stage import Resources, Stage
-from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
+from rexeval.pipelines.core.inputs import check_schemas, file_record, resolve_stage, statement_files
 
 STAGES = ("auto", "triplet", "candidate", "verified")
 TABLES = ["explanations", "sentences", "errors"]
@@ -79,7 +81,7 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
     files = statement_files(cfg.input)
     check_schemas(files)
     stage = resolve_stage(files, cfg.stage)
-    conf = {"input": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files],
+    conf = {"input": [file_record(f) for f in files],
             "stage": stage, "rules": RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, conf, TABLES), len(files), overwrite=overwrite,
                      progress=progress)

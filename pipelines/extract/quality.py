@@ -5,22 +5,32 @@ For a seeded sample of interactions, every statement is judged for explanatorine
 opinion on one aspect). With STAR output both the candidates (no verification) and the
 verified statements are judged, giving Table 2's columns without / with verification
 and the gain. Unusable judge answers are counted and reported, never guessed.
+
+The driver reads the input's review ids (one column) to draw the sample and plans which
+reviews each shard holds; each worker reads those reviews' statements (and, with
+`with_review`, their texts) from the input itself, local or by URI.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from rexeval.models.llm.base import SamplingParams, check_model_here
 from rexeval.pipelines.extract.config import QualityConfig
-from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files, write_json_atomic
-from rexeval.models.llm.cache import build_cached_backend
+from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
+from rexeval.pipelines.core.llm_cache import build_cached_backend
+from rexeval.pipelines.core.storage import location
+from rexeval.pipelines.core.inputs import resolved_text
+from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.extract.outputs import QUALITY
-from rexeval.pipelines.core.schema import error_rows
+from rexeval.pipelines.core.schema import SchemaError, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 from rexeval.pipelines.extract.structured import Task, answer_all
@@ -37,14 +47,63 @@ STAGE_LABEL = {"candidate": "without verification", "verified": "with verificati
                "triplet": "triplets"}
 
 
-def sample_statements(statements: pa.Table, n: int, seed: int) -> pa.Table:
-    """Statements of `n` reviews drawn with `seed` (sorted ids first, so reruns agree)."""
-    ids = sorted(set(statements.column("review_id").to_pylist()))
+SAMPLE_ORDER = [("review_id", "ascending"), ("stage", "ascending"), ("statement_id", "ascending")]
+
+
+def sample_ids(review_ids: Iterable[str], n: int, seed: int) -> list[str]:
+    """`n` review ids drawn with `seed`, sorted (sorted ids first, so reruns agree)."""
+    ids = sorted(set(review_ids))
     rng = np.random.default_rng(seed)
-    chosen = ids if n >= len(ids) else sorted(rng.choice(ids, size=n, replace=False).tolist())
+    return ids if n >= len(ids) else sorted(rng.choice(ids, size=n, replace=False).tolist())
+
+
+def sample_statements(statements: pa.Table, n: int, seed: int) -> pa.Table:
+    """Statements of `n` reviews drawn with `seed`, in the sample's order."""
+    chosen = sample_ids(statements.column("review_id").to_pylist(), n, seed)
     picked = statements.filter(pc.is_in(statements.column("review_id"), value_set=pa.array(chosen)))
-    return picked.sort_by([("review_id", "ascending"), ("stage", "ascending"),
-                           ("statement_id", "ascending")])
+    return picked.sort_by(SAMPLE_ORDER)
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """The sample without its rows: the chosen reviews in order and how many statements
+    each has, so that shard `k` (rows [k*size, (k+1)*size) of the sorted sample) can be
+    read by a worker from the input itself."""
+
+    ids: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    @classmethod
+    def draw(cls, parts: TableParts, n: int, seed: int) -> "SamplePlan":
+        per_review: dict[str, int] = {}
+        for path in parts.files:
+            loc = location(path)
+            col = pq.read_table(loc.path, filesystem=loc.fs, columns=["review_id"]).column("review_id")
+            if col.null_count:
+                raise SchemaError("statements", path, "review_id", pc.index(pc.is_null(col), True).as_py(),
+                                  "null in a required field")
+            for rid, k in zip(*(c.to_pylist() for c in pc.value_counts(col).flatten())):
+                per_review[rid] = per_review.get(rid, 0) + k
+        chosen = sample_ids(per_review, n, seed)
+        return cls(tuple(chosen), tuple(per_review[r] for r in chosen))
+
+    @property
+    def num_rows(self) -> int:
+        return sum(self.counts)
+
+    def shard(self, parts: TableParts, shard: int, size: int) -> pa.Table:
+        """Rows [shard*size, (shard+1)*size) of the sorted sample, read from `parts`."""
+        lo, hi = shard * size, (shard + 1) * size
+        ids, start, first = [], 0, None
+        for rid, k in zip(self.ids, self.counts):
+            if start < hi and start + k > lo:
+                ids.append(rid)
+                first = start if first is None else first
+            start += k
+        if not ids:
+            return parts.read(0, 0)
+        rows = parts.read_where("review_id", ids).sort_by(SAMPLE_ORDER)
+        return rows.slice(lo - first, hi - lo)
 
 
 def summarise(judgements: pa.Table, unparsed: dict[str, int]) -> dict[str, dict]:
@@ -93,27 +152,29 @@ class JudgeStage(Stage):
     name = "extract-quality"
     batch_size = 1
 
-    def __init__(self, cfg: QualityConfig, model: dict, output: ShardedOutput, sample_ref,
-                 reviews: dict[str, str] | None, resources: Resources):
-        self.cfg, self.model, self.output, self.sample_ref = cfg, model, output, sample_ref
-        self.reviews, self.resources = reviews, resources
+    def __init__(self, cfg: QualityConfig, model: dict, output: ShardedOutput, statements: TableParts,
+                 plan: SamplePlan, reviews: TableParts | None, resources: Resources):
+        self.cfg, self.model, self.output, self.statements = cfg, model, output, statements
+        self.plan, self.reviews, self.resources = plan, reviews, resources
 
     def setup(self) -> None:
-        import ray
-
         from rexeval.prompts import load_prompt
 
         use_cpus(self.resources)
-        self.sample = self.sample_ref if isinstance(self.sample_ref, pa.Table) else ray.get(self.sample_ref)
         self.llm = build_cached_backend(self.model["backend"], self.model["judge"], self.cfg.backend_options,
-                                self.cfg.cache_path())
+                                        self.cfg.cache_path())
         self.prompt = load_prompt("extract_quality")
 
     def process(self, batch: pa.Table) -> pa.Table:
         rows = []
         for shard in batch.column("shard").to_pylist():
-            part = self.sample.slice(shard * self.cfg.shard_size, self.cfg.shard_size)
-            judged, errors = judge(part, self.llm.generate, self.prompt, self.cfg, self.reviews)
+            part = self.plan.shard(self.statements, shard, self.cfg.shard_size)
+            texts = None
+            if self.reviews is not None:
+                ids = sorted(set(part.column("review_id").to_pylist()))
+                found = self.reviews.read_where("review_id", ids, ["review_id", "text"])
+                texts = dict(zip(found.column("review_id").to_pylist(), found.column("text").to_pylist()))
+            judged, errors = judge(part, self.llm.generate, self.prompt, self.cfg, texts)
             counts = {"in": part.num_rows, "out": judged.num_rows - errors.num_rows,
                       "errors": errors.num_rows}
             self.output.write_shard(shard, {"judgements": judged, "errors": errors}, counts)
@@ -154,18 +215,18 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     from rexeval.prompts import load_prompt
 
     t0 = time.time()
-    cfg = cfg.with_resolved_cache()
-    src = Path(cfg.input)
+    cfg = cfg.with_resolved_cache(cfg.out)
+    src = location(cfg.input)
     st_path = src / "statements" if (src / "statements").is_dir() else src
-    if not table_files(st_path):
+    statements = TableParts.of(st_path, "statements")
+    if not statements.files:
         raise FileNotFoundError(f"no statements found in {cfg.input} (expected an `rexeval extract` output)")
-    statements = read_table(st_path, "statements")
     profile = load_profile(cfg.profile, cfg.models)
     model = {"backend": cfg.backend or profile.llm_backend, "judge": profile.require("judge_llm")}
     check_model_here(model["backend"], model["judge"])
-    sample = sample_statements(statements, cfg.sample, cfg.seed)
-    n_shards = max(1, -(-sample.num_rows // cfg.shard_size))
-    conf = {"input": str(st_path.resolve()), "sample": cfg.sample, "seed": cfg.seed,
+    plan = SamplePlan.draw(statements, cfg.sample, cfg.seed)
+    n_shards = max(1, -(-plan.num_rows // cfg.shard_size))
+    conf = {"input": resolved_text(st_path), "sample": cfg.sample, "seed": cfg.seed,
             "with_review": cfg.with_review, "model": model, "max_tokens": cfg.max_tokens,
             "max_retries": cfg.max_retries, "shard_size": cfg.shard_size,
             "prompt": load_prompt("extract_quality").version,
@@ -175,25 +236,19 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     out = job.output
     reviews = None
     if cfg.with_review:
-        import json
-
-        from rexeval.pipelines.extract.pipeline import ExtractConfig, load_reviews
+        from rexeval.pipelines.core.inputs import reviews_path
 
         manifest_file = src / "manifest.json"
         if not manifest_file.exists():
             raise FileNotFoundError(f"{manifest_file} not found: --with-review needs an "
                                     "`rexeval extract` output folder")
-        ext = json.loads(manifest_file.read_text())["config"]
-        reviews_tab = load_reviews(ExtractConfig(input=ext["input"], out=str(src), limit=ext.get("limit")))
-        reviews = dict(zip(reviews_tab.column("review_id").to_pylist(),
-                           reviews_tab.column("text").to_pylist()))
-    n_reviews = len(set(sample.column("review_id").to_pylist()))
-    progress(f"extract-quality ({model['backend']}: {model['judge']}): {sample.num_rows:,} "
+        ext = manifest_file.read_json()["config"]
+        reviews = TableParts.of(location(reviews_path(ext["input"])), "reviews")
+    n_reviews = len(plan.ids)
+    progress(f"extract-quality ({model['backend']}: {model['judge']}): {plan.num_rows:,} "
              f"statement(s) of {n_reviews:,} review(s) -> {cfg.out}")
     if job.todo:
-        import ray
-
-        stage = JudgeStage(cfg, model, out, ray.put(sample), reviews, worker_resources(cfg))
+        stage = JudgeStage(cfg, model, out, statements, plan, reviews, worker_resources(cfg))
         job.run(stage, workers=cfg.workers, report=lambda row, k, n: (
             f"  shard {row['shard']} judged ({k}/{n}): {row['out']} ok, {row['errors']} unusable answer(s)"))
     judgements = out.read("judgements")
@@ -206,13 +261,13 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
             if sid in bad:
                 unparsed[stage] = unparsed.get(stage, 0) + 1
     summary = summarise(judgements, unparsed)
-    label = cfg.label or Path(cfg.input).resolve().name
+    label = cfg.label or (Path(src.path).resolve().name if src.is_local else src.name)
     table = format_table2(label, summary)
-    (Path(cfg.out) / "report.md").write_text(
+    (out.root / "report.md").write_text(
         f"# Extraction quality: {label}\n\nJudge: {model['judge']} ({model['backend']}), "
         f"{n_reviews} interaction(s) sampled with seed {cfg.seed}.\n\n{table}\n")
-    write_json_atomic(Path(cfg.out) / "report.json", {"label": label, "summary": summary,
-                                                      "interactions": n_reviews})
+    write_json_atomic(out.root / "report.json", {"label": label, "summary": summary,
+                                                 "interactions": n_reviews})
     manifest = job.finish(summary=summary)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     manifest["table"] = table

@@ -7,24 +7,33 @@ one profile per user and item of a `rexeval split` as a resumable sharded job th
 common LLM backends, greedily so the call cache makes a re-run free. A failed or empty
 answer is an error row and a profile row without text: every user and item ends in
 exactly one row.
+
+The split and the output may be local folders or URIs (`pipelines/core/storage.py`).
+The driver plans the shards from counts alone (how many distinct users and items the
+training reviews have); each actor reads the training reviews from storage itself, once,
+and works out the same sorted entities, so no table passes through the driver.
 """
 from __future__ import annotations
 
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rexeval.models.llm.base import ChatRequest, LLMResult, SamplingParams
-from rexeval.models.llm.cache import build_cached_backend
-from rexeval.pipelines.core.io import ShardedOutput, read_table
+from rexeval.models.llm.pricing import Usage
+from rexeval.pipelines.core.inputs import resolved_text
+from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, read_table, table_files
+from rexeval.pipelines.core.job_metrics import record_llm_usage
+from rexeval.pipelines.core.llm_cache import build_cached_backend
 from rexeval.pipelines.core.llm_job import LLMJobSettings
-from rexeval.pipelines.core.schema import error_rows, validate_table
+from rexeval.pipelines.core.schema import TABLES, error_rows, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
+from rexeval.pipelines.core.storage import PathLike, location
 
 PROFILES = pa.schema([
     pa.field("kind", pa.string(), nullable=False),  # "user" | "item"
@@ -46,11 +55,14 @@ COUNTS = ("users", "items", "ok", "errors", "truncated", "cached_calls", "prompt
 
 @dataclass(frozen=True)
 class ProfileSettings:
-    """What a shard needs besides its entities."""
+    """What a shard needs: where the training reviews are, and how to ask."""
 
     max_tokens: int
     shard_size: int
-    source: str  # the training reviews' folder, named in error rows
+    source: str  # the training reviews' folder (path or URI): read by the actors, named in error rows
+    max_reviews: int = 8
+    max_review_chars: int = 400
+    limit: int | None = None
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(temperature=0.0, max_tokens=self.max_tokens)
@@ -85,6 +97,30 @@ def profile_requests(train: pa.Table, max_reviews: int = 8, max_review_chars: in
     return ([{"kind": "user", "id": u, "reviews": shown["user"][u]} for u in users]
             + [{"kind": "item", "id": i, "item_title": titles.get(i), "reviews": shown["item"][i]}
                for i in items])
+
+
+def read_ids(train: PathLike) -> pa.Table:
+    """The user and item ids of the training reviews, each part checked against the
+    reviews schema (what the driver plans the shards from; the actors read the rest)."""
+    schema = pa.schema([TABLES["reviews"].field(c) for c in ("user_id", "item_id")])
+    parts = []
+    for f in table_files(train):
+        cols = [c for c in schema.names if c in parquet_schema(f).names]
+        parts.append(validate_table(read_parquet(f, columns=cols), schema, source=str(f), name="reviews"))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def entity_counts(ids: pa.Table, limit: int | None = None) -> tuple[int, int]:
+    """(users, items) `profile_requests` makes of a table with the same user_id and
+    item_id columns: its distinct ids, each side cut at `limit`."""
+    n_users, n_items = (len(pc.unique(ids.column(c))) for c in ("user_id", "item_id"))
+    return (n_users, n_items) if limit is None else (min(n_users, limit), min(n_items, limit))
+
+
+def read_entities(settings: ProfileSettings) -> list[dict]:
+    """Every entity of the job, from the training reviews in storage (see `profile_requests`)."""
+    train = read_table(settings.source, "reviews", columns=REVIEW_COLUMNS)
+    return profile_requests(train, settings.max_reviews, settings.max_review_chars, settings.limit)
 
 
 def render(entity: dict, prompts: dict) -> list[dict[str, str]]:
@@ -148,15 +184,13 @@ class ProfileStage(Stage):
     batch_size = 1
 
     def __init__(self, llm: LLMJobSettings, models: dict, prompts: dict, output: ShardedOutput,
-                 entities_ref, settings: ProfileSettings, resources: Resources):
+                 settings: ProfileSettings, resources: Resources):
         self.llm_cfg, self.models, self.prompts, self.output = llm, models, prompts, output
-        self.entities_ref, self.settings, self.resources = entities_ref, settings, resources
+        self.settings, self.resources = settings, resources
 
     def setup(self) -> None:
-        import ray
-
         use_cpus(self.resources)
-        self.entities = self.entities_ref if isinstance(self.entities_ref, list) else ray.get(self.entities_ref)
+        self.entities = read_entities(self.settings)
         self.llm = build_cached_backend(self.models["backend"], self.models["llm"],
                                         self.llm_cfg.backend_options, self.llm_cfg.cache_path())
 
@@ -165,6 +199,7 @@ class ProfileStage(Stage):
         for shard in batch.column("shard").to_pylist():
             part = shard_slice(self.entities, shard, self.settings.shard_size)
             results = ask(part, self.llm, self.prompts, self.settings)
+            record_llm_usage(self.name, self.llm.model_id, Usage().add_all(results))
             profiles, errors, counts = shard_tables(part, results, self.llm.model_id, self.prompts,
                                                     self.settings.source)
             self.output.write_shard(shard, {"profiles": profiles, "errors": errors}, counts)
@@ -184,7 +219,7 @@ def resolve_models(llm: LLMJobSettings) -> dict[str, str]:
     return models
 
 
-def write_profiles(split: str | Path, out: str | Path, llm: LLMJobSettings, *,
+def write_profiles(split: PathLike, out: PathLike, llm: LLMJobSettings, *,
                    max_reviews: int = 8, max_review_chars: int = 400, max_tokens: int = 128,
                    limit: int | None = None, overwrite: bool = False,
                    progress: Callable[[str], None] = print) -> dict:
@@ -197,36 +232,37 @@ def write_profiles(split: str | Path, out: str | Path, llm: LLMJobSettings, *,
         if value is not None and value < 1:
             raise ValueError(f"{name} must be at least 1, got {value}")
     t0 = time.time()
-    llm = llm.with_resolved_cache()
+    llm = llm.with_resolved_cache(out)  # a URI output keeps its calls beside it
     models = resolve_models(llm)
-    train_dir = Path(split).resolve() / "train"
+    split_text = resolved_text(split)
+    train_dir = location(split_text) / "train"
     if not train_dir.is_dir():
         raise FileNotFoundError(f"{train_dir} not found: expected a `rexeval split` output folder")
-    train = read_table(train_dir, "reviews", columns=REVIEW_COLUMNS)
-    entities = profile_requests(train, max_reviews, max_review_chars, limit)
+    ids = read_ids(train_dir)
+    n_users, n_items = entity_counts(ids, limit)
     prompts = {kind: load_prompt(name) for kind, name in PROMPTS.items()}
-    settings = ProfileSettings(max_tokens=max_tokens, shard_size=SHARD_SIZE, source=str(train_dir))
+    settings = ProfileSettings(max_tokens=max_tokens, shard_size=SHARD_SIZE, source=str(train_dir),
+                               max_reviews=max_reviews, max_review_chars=max_review_chars, limit=limit)
     prompt_versions = {p.name: p.version for p in prompts.values()}
-    config = {"split": str(train_dir.parent), "prompts": prompt_versions, "model": models["llm"],
+    config = {"split": split_text, "prompts": prompt_versions, "model": models["llm"],
               "backend": models["backend"], "backend_options": llm.hashed_backend_options(),
               "max_reviews": max_reviews, "max_review_chars": max_review_chars,
               "max_tokens": max_tokens, "sampling": settings.sampling().model_dump(),
               "limit": limit, "shard_size": settings.shard_size}
-    n_shards = max(1, -(-len(entities) // settings.shard_size))
+    n_shards = max(1, -(-(n_users + n_items) // settings.shard_size))
     job = ShardedJob(ShardedOutput(out, JOB, config, ["profiles", "errors"]), n_shards,
                      overwrite=overwrite, progress=progress)
     if (manifest := job.finished(JOB)) is not None:
         return manifest
-    n_users = sum(e["kind"] == "user" for e in entities)
     progress(f"{JOB} ({models['backend']}: {models['llm']}): {n_users:,} user(s) and "
-             f"{len(entities) - n_users:,} item(s) from {train.num_rows:,} training review(s) "
+             f"{n_items:,} item(s) from {ids.num_rows:,} training review(s) "
              f"in {n_shards} shard(s) -> {out}")
     job.say_resumed()
     if job.todo:
         if models["backend"] == "vllm":
-            _run_in_driver(llm, models, prompts, job, entities, settings)
+            _run_in_driver(llm, models, prompts, job, settings)
         else:
-            _run_on_actors(llm, models, prompts, job, entities, settings)
+            _run_on_actors(llm, models, prompts, job, settings)
     manifest = job.finish(backend=models["backend"], model=models["llm"], prompts=prompt_versions)
     c = manifest["counts"]
     progress(f"{JOB}: {c.get('ok', 0):,} profile(s), {c.get('errors', 0):,} error(s) -> {out}")
@@ -240,18 +276,19 @@ def _shard_line(shard: int, k: int, n: int, c: dict) -> str:
             f"{c['ok']} profile(s), {c['errors']} error(s){cached}")
 
 
-def _run_on_actors(llm, models, prompts, job: ShardedJob, entities, settings) -> None:
+def _run_on_actors(llm, models, prompts, job: ShardedJob, settings) -> None:
     from rexeval.pipelines.core.runtime import init_ray
 
-    ray = init_ray()
-    stage = ProfileStage(llm, models, prompts, job.output, ray.put(entities), settings,
-                         worker_resources(llm))
+    init_ray()
+    stage = ProfileStage(llm, models, prompts, job.output, settings, worker_resources(llm))
     job.run(stage, workers=llm.workers, report=lambda row, k, n: _shard_line(row["shard"], k, n, row))
 
 
-def _run_in_driver(llm, models, prompts, job: ShardedJob, entities, settings, group: int = 64) -> None:
+def _run_in_driver(llm, models, prompts, job: ShardedJob, settings, group: int = 64) -> None:
     """vLLM: one `ray.data.llm` pass over up to `group` shards at a time (the engine then
-    streams over many requests); the driver writes the shards."""
+    streams over many requests); the driver, which runs the engine, reads the entities
+    and writes the shards."""
+    entities = read_entities(settings)
     backend = build_cached_backend(models["backend"], models["llm"], llm.backend_options, llm.cache_path())
     try:
         done = 0
@@ -270,8 +307,8 @@ def _run_in_driver(llm, models, prompts, job: ShardedJob, entities, settings, gr
         backend.close()
 
 
-def read_profiles(out: str | Path) -> dict[tuple[str, str], str]:
+def read_profiles(out: PathLike) -> dict[tuple[str, str], str]:
     """{(kind, id): profile text} of the successful rows of a write_profiles output."""
-    table = read_table(Path(out) / "profiles", PROFILES, columns=["kind", "id", "profile", "error"])
+    table = read_table(location(out) / "profiles", PROFILES, columns=["kind", "id", "profile", "error"])
     return {(k, i): p for k, i, p, e in zip(*(table.column(c).to_pylist() for c in table.column_names))
             if p is not None and e is None}

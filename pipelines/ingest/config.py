@@ -1,12 +1,11 @@
 """Settings of `rexeval ingest` and `rexeval split`."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rexeval.pipelines.core.inputs import reviews_path
+from rexeval.pipelines.core.inputs import file_record, reviews_path
 from rexeval.pipelines.core.read_paths import ReadPath, ReadPaths
 from rexeval.pipelines.ingest.formats import FORMATS, parse_columns
 
@@ -42,8 +41,8 @@ class IngestConfig(BaseModel):
 
     def output_config(self) -> dict:
         """What decides the output (not where it goes, nor how many workers)."""
-        files = [{"path": str(Path(p).resolve()), "size": Path(p).stat().st_size} for p in self.inputs]
-        meta = [{"path": str(Path(p).resolve()), "size": Path(p).stat().st_size} for p in self.meta]
+        files = [file_record(p) for p in self.inputs]
+        meta = [file_record(p) for p in self.meta]
         return {"inputs": files, "format": self.format, "columns": self.columns, "meta": meta,
                 "category": self.category, "min_rating": self.min_rating,
                 "max_rating": self.max_rating, "chunk_mb": self.chunk_mb}
@@ -70,6 +69,5 @@ class SplitConfig(BaseModel):
 
     def output_config(self) -> dict:
         src = reviews_path(self.input)
-        files = sorted(src.glob("*.parquet")) if src.is_dir() else [src]
-        return {**self.model_dump(exclude={"out", "input"}),
-                "input": [{"path": str(f.resolve()), "size": f.stat().st_size} for f in files]}
+        files = src.glob("*.parquet") if src.is_dir() else [src]
+        return {**self.model_dump(exclude={"out", "input"}), "input": [file_record(f) for f in files]}

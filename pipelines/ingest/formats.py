@@ -13,9 +13,14 @@ Known layouts:
 from __future__ import annotations
 
 import gzip
+import io
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import BinaryIO, Iterator
+
+from rexeval.pipelines.core.inputs import given_text
+from rexeval.pipelines.core.storage import Location, PathLike, location
 
 # Our field -> the source field, per layout. A tuple lists alternatives, first wins.
 AMAZON2014_FIELDS = {
@@ -74,19 +79,27 @@ def parse_columns(spec: str | dict | None) -> dict[str, str]:
     return out
 
 
-def open_bytes(path: Path):
-    """Open a file for reading bytes, transparently decompressing gzip."""
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    return gzip.open(path, "rb") if magic == b"\x1f\x8b" else open(path, "rb")
+READ_BLOCK = 1 << 20
+"""Bytes per read from storage (one request each on an object store)."""
 
 
-def is_gzip(path: Path) -> bool:
-    with open(path, "rb") as fh:
+@contextmanager
+def open_bytes(path: PathLike) -> Iterator[BinaryIO]:
+    """A file (local or by URI) as a buffered byte stream whose lines iterate,
+    transparently decompressing gzip."""
+    loc = location(path)
+    gz = is_gzip(loc)
+    with loc.fs.open_input_stream(loc.path, compression=None, buffer_size=READ_BLOCK) as raw:
+        with (gzip.GzipFile(fileobj=raw) if gz else io.BufferedReader(raw, READ_BLOCK)) as fh:
+            yield fh
+
+
+def is_gzip(path: PathLike) -> bool:
+    with location(path).open_input() as fh:
         return fh.read(2) == b"\x1f\x8b"
 
 
-def _first_record(path: Path) -> bytes:
+def _first_record(path: PathLike) -> bytes:
     with open_bytes(path) as fh:
         for line in fh:
             if line.strip():
@@ -119,22 +132,24 @@ def _json_keys(line: bytes) -> set[str]:
     return set(obj) if isinstance(obj, dict) else set()
 
 
-def detect_layout(path: str | Path, fmt: str = "auto", columns: dict[str, str] | None = None) -> Layout:
-    """Decide how to read `path`: from `fmt` when given, else from its name and content."""
-    path = Path(path)
+def detect_layout(path: PathLike, fmt: str = "auto", columns: dict[str, str] | None = None) -> Layout:
+    """Decide how to read `path` (local or a URI): from `fmt` when given, else from its
+    name and content (its first record only)."""
+    loc = location(path)
+    path = given_text(path)  # what messages name
     columns = columns or {}
     if fmt not in FORMATS:
         raise ValueError(f"unknown format '{fmt}' (formats: {', '.join(FORMATS)})")
-    if not path.exists():
+    if not loc.exists():
         raise FileNotFoundError(f"input file not found: {path}")
-    name = path.name.lower().removesuffix(".gz")
+    name = loc.name.lower().removesuffix(".gz")
     if fmt == "auto":
         if name.endswith(".parquet"):
             fmt = "parquet"
         elif name.endswith((".csv", ".tsv")):
-            fmt = "csv" if columns else _sniff_csv(path)
+            fmt = "csv" if columns else _sniff_csv(loc, path)
         else:
-            first = _first_record(path)
+            first = _first_record(loc)
             if first.startswith(b"{"):
                 keys = _json_keys(first)
                 if "reviewerID" in keys or ("asin" in keys and "parent_asin" not in keys):
@@ -145,7 +160,7 @@ def detect_layout(path: str | Path, fmt: str = "auto", columns: dict[str, str] |
                     raise ValueError(f"{path}: JSON lines with unknown keys {sorted(keys)[:12]}; "
                                      "pass --format")
             else:
-                fmt = "csv" if columns else _sniff_csv(path)
+                fmt = "csv" if columns else _sniff_csv(loc, path)
     if fmt == "amazon2014":
         return Layout("json", {**AMAZON2014_FIELDS, **columns})
     if fmt == "amazon2023":
@@ -153,17 +168,16 @@ def detect_layout(path: str | Path, fmt: str = "auto", columns: dict[str, str] |
     if fmt == "kaggle_csv":
         return Layout("csv", {**KAGGLE_CSV_FIELDS, **columns}, tuple(KAGGLE_CSV_COLUMNS), False)
     if fmt == "csv":
-        return _csv_layout(path, columns)
+        return _csv_layout(loc, path, columns)
     # parquet
-    _require_mapping(path, columns, _parquet_names(path))
-    return Layout("parquet", _default_mapping(columns, _parquet_names(path)))
+    _require_mapping(path, columns, _parquet_names(loc))
+    return Layout("parquet", _default_mapping(columns, _parquet_names(loc)))
 
 
-def _sniff_csv(path: Path) -> str:
+def _sniff_csv(loc: Location, path: str) -> str:
     import csv
-    import io
 
-    first = _first_record(path).decode("utf-8", "replace")
+    first = _first_record(loc).decode("utf-8", "replace")
     row = next(csv.reader(io.StringIO(first)), [])
     if len(row) == len(KAGGLE_CSV_COLUMNS) and row[0] != "reviewerID":
         return "kaggle_csv"
@@ -173,11 +187,10 @@ def _sniff_csv(path: Path) -> str:
                      "pass --columns FIELD=COLUMN,... to map it")
 
 
-def _csv_layout(path: Path, columns: dict[str, str]) -> Layout:
+def _csv_layout(loc: Location, path: str, columns: dict[str, str]) -> Layout:
     import csv
-    import io
 
-    first = _first_record(path).decode("utf-8", "replace")
+    first = _first_record(loc).decode("utf-8", "replace")
     header = next(csv.reader(io.StringIO(first)), [])
     if columns and all(v.isdigit() for v in columns.values()):
         # Headerless: positions name the columns.
@@ -192,10 +205,10 @@ def _csv_layout(path: Path, columns: dict[str, str]) -> Layout:
     return Layout("csv", mapping, tuple(header), True)
 
 
-def _parquet_names(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
+def _parquet_names(path: PathLike) -> list[str]:
+    from rexeval.pipelines.core.io import parquet_schema
 
-    return pq.read_schema(path).names
+    return parquet_schema(path).names
 
 
 def _default_mapping(columns: dict[str, str], names) -> dict[str, str]:
@@ -207,7 +220,7 @@ def _default_mapping(columns: dict[str, str], names) -> dict[str, str]:
     return mapping
 
 
-def _require_mapping(path: Path, mapping: dict[str, str], names) -> None:
+def _require_mapping(path: str, mapping: dict[str, str], names) -> None:
     missing = [f for f in REQUIRED_FIELDS if f not in mapping]
     if missing:
         raise ValueError(f"{path}: no column for required field(s) {', '.join(missing)}; "

@@ -4,27 +4,27 @@ The 2014 meta files are Python-literal lines with `asin`/`title`; the 2018 ones 
 JSON lines with the same keys; the 2023 ones are JSON lines with `parent_asin`/`title`;
 a CSV or Parquet file needs `item_id` (or `asin`/`parent_asin`) and `title` columns.
 Only items that occur in the reviews are kept, so a multi-GB meta file costs memory
-for the titles that matter only.
+for the titles that matter only. Files may be local paths or URIs.
 """
 from __future__ import annotations
-
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rexeval.pipelines.core.inputs import given_text
+from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.ingest.formats import open_bytes, parse_record
 
 _ID_KEYS = ("parent_asin", "asin", "item_id")
 _TITLE_KEYS = ("title", "item_title")
 
 
-def load_titles(paths: list[str], wanted: pa.Array | None = None) -> pa.Table:
+def load_titles(paths: list[PathLike], wanted: pa.Array | None = None) -> pa.Table:
     """Return a table (item_id, item_title), first title per item winning."""
     wanted_set = set(wanted.to_pylist()) if wanted is not None else None
     ids, titles = [], []
     for path in paths:
-        for item, title in _iter_meta(Path(path)):
+        for item, title in _iter_meta(path):
             if item is None or not title:
                 continue
             item = str(item)
@@ -38,21 +38,27 @@ def load_titles(paths: list[str], wanted: pa.Array | None = None) -> pa.Table:
     return t
 
 
-def _iter_meta(path: Path):
-    name = path.name.lower().removesuffix(".gz")
+def _iter_meta(path: PathLike):
+    loc = location(path)
+    name = loc.name.lower().removesuffix(".gz")
     if name.endswith((".parquet", ".csv")):
         import pyarrow.csv as pacsv
-        import pyarrow.parquet as pq
 
-        t = pq.read_table(path) if name.endswith(".parquet") else pacsv.read_csv(path)
+        from rexeval.pipelines.core.io import read_parquet
+
+        if name.endswith(".parquet"):
+            t = read_parquet(loc)
+        else:
+            with open_bytes(loc) as fh:
+                t = pacsv.read_csv(fh)
         idk = next((k for k in _ID_KEYS if k in t.column_names), None)
         tk = next((k for k in _TITLE_KEYS if k in t.column_names), None)
         if idk is None or tk is None:
-            raise ValueError(f"{path}: metadata needs an item id column ({'/'.join(_ID_KEYS)}) "
+            raise ValueError(f"{given_text(path)}: metadata needs an item id column ({'/'.join(_ID_KEYS)}) "
                              f"and a title column ({'/'.join(_TITLE_KEYS)}); found {t.column_names}")
         yield from zip(t.column(idk).to_pylist(), t.column(tk).to_pylist())
         return
-    with open_bytes(path) as fh:
+    with open_bytes(loc) as fh:
         for n, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue

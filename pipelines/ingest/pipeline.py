@@ -1,99 +1,107 @@
-"""The ingest job's configuration and its wiring on Ray Data (see pipelines.ingest.parse)."""
+"""The ingest job's wiring on Ray (see pipelines.ingest.parse for its three steps).
+
+Every step runs in workers that read the inputs and write the output through the storage
+module, so inputs and output may be local paths or URIs: planning (one task per input
+file), item titles (one task, staged as a Parquet file the parse actors read), parsing
+(an actor pool, one shard per chunk, staged under `_stage/parse/`), finding duplicates
+(one task over the id columns) and committing (one task per shard: its files at their
+final keys, then its marker). The driver handles plans, markers and counts only. A task
+that reads a local input file runs on the driver's node, where that file is
+(`inputs.reads_here`).
+"""
 from __future__ import annotations
 
-import os
-import shutil
 import time
-from pathlib import Path
-
-import numpy as np
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from typing import Callable
 
-import pyarrow as pa
-
+from rexeval.pipelines.core.inputs import given_text, reads_here
+from rexeval.pipelines.core.io import ShardedOutput, read_parquet, write_parquet_atomic
+from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.storage import as_text, location
+from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
 from rexeval.pipelines.ingest.config import IngestConfig
 from rexeval.pipelines.ingest.formats import detect_layout
-from rexeval.pipelines.ingest.parse import ParseStage, drop_duplicates, find_duplicates
-from rexeval.pipelines.ingest.chunks import plan_chunks
-from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.ingest.metadata import load_titles
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.ingest.parse import ParseStage, commit_shard, find_shard_duplicates
+
+TABLES = ["reviews", "errors"]
 
 
 def run_ingest(cfg: IngestConfig, overwrite: bool = False,
                progress: Callable[[str], None] = print) -> dict:
     """Run ingest end to end (resuming finished shards) and return the manifest."""
+    from rexeval.pipelines.core.runtime import init_ray
+
     t0 = time.time()
     for p in cfg.inputs + cfg.meta:
-        if not Path(p).exists():
-            raise FileNotFoundError(f"input file not found: {p}")
-    layouts = [(p, detect_layout(p, cfg.format, cfg.columns)) for p in cfg.inputs]
-    chunks = plan_chunks(layouts, int(cfg.chunk_mb * 1024 * 1024))
+        if not location(p).exists():
+            raise FileNotFoundError(f"input file not found: {given_text(p)}")
+    init_ray()
     conf = cfg.output_config()
-    root = Path(cfg.out)
-    final = ShardedJob(ShardedOutput(root, "ingest", conf, ["reviews", "errors"]), len(chunks),
+    root = location(cfg.out)
+    layouts = [(p, detect_layout(p, cfg.format, cfg.columns)) for p in cfg.inputs]
+    chunks = number_chunks(_run_all([(plan_file, [p], (as_text(p), layout, int(cfg.chunk_mb * 1024 * 1024),
+                                                       given_text(p))) for p, layout in layouts]))
+    final = ShardedJob(ShardedOutput(root, "ingest", conf, TABLES), len(chunks),
                        overwrite=overwrite, progress=progress)
     if (manifest := final.finished("ingest")) is not None:
         return manifest
     # Chunks are parsed into a staging output first; duplicates are then judged across
     # all chunks and each chunk is committed to the final output.
-    parse = ShardedJob(ShardedOutput(root / "_stage" / "parse", "ingest-parse", conf, ["reviews", "errors"]),
+    stage_root = root / "_stage"
+    parse = ShardedJob(ShardedOutput(stage_root / "parse", "ingest-parse", conf, TABLES),
                        len(chunks), overwrite=True, progress=progress, skip=final.done)
-    progress(f"ingest: {len(cfg.inputs)} file(s), {len(chunks)} chunk(s) -> {root}")
+    progress(f"ingest: {len(cfg.inputs)} file(s), {len(chunks)} chunk(s) -> {given_text(cfg.out)}")
     if len(parse.todo) < len(chunks):
         progress(f"  resuming: {len(chunks) - len(parse.todo)} of {len(chunks)} chunk(s) already done")
-    titles_ref = None
+    titles = None
     if cfg.meta and parse.todo:
-        import ray
-
-        titles = load_titles(cfg.meta)
-        progress(f"  metadata: {titles.num_rows:,} item title(s)")
-        titles_ref = ray.put(titles)
+        titles = stage_root / "titles.parquet"
+        n = _run_all([(_stage_titles, cfg.meta, ([as_text(m) for m in cfg.meta], titles))])[0]
+        progress(f"  metadata: {n:,} item title(s)")
     stage = ParseStage(parse.output, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating,
-                       cfg.category, titles_ref)
+                       cfg.category, titles, reads_here(c.file() for c in chunks))
     parse.run(stage, workers=cfg.workers, report=lambda row, k, n: (
         f"  parse: chunk {row['shard']} done ({k}/{n}): in={row['in']} out={row['out']} errors={row['errors']}"))
-    parsed, final_done, need = parse.output, final.done, [c for c in chunks if c.shard in final.todo]
 
-    # Duplicates are judged over all shards at once, reading ids and positions only.
-    # Finished shards are read from the final output: the duplicates they lost had their
-    # first occurrence in the same or an earlier shard, so the decision is unchanged.
-    ids = []
-    for c in chunks:
-        src = final.output if c.shard in final_done else parsed
-        t = pq.read_table(src.shard_path("reviews", c.shard), columns=["review_id", "source", "line"])
-        ids.append(t.append_column("shard", pa.array(np.full(t.num_rows, c.shard), pa.int64()))
-                    .append_column("row", pa.array(np.arange(t.num_rows), pa.int64())))
-    dups = find_duplicates(pa.concat_tables(ids)) if ids else None
-    for c in need:
-        mine = dups.filter(pc.equal(dups.column("shard"), c.shard)) if dups is not None and dups.num_rows else None
-        counts = parsed.shard_counts(c.shard)
-        if mine is None or not mine.num_rows:
-            for table in ("reviews", "errors"):
-                _link(parsed.shard_path(table, c.shard), final.output.shard_path(table, c.shard))
-            final.output.mark_done(c.shard, counts)
-            continue
-        reviews, errors = drop_duplicates(pq.read_table(parsed.shard_path("reviews", c.shard)),
-                                          pq.read_table(parsed.shard_path("errors", c.shard)), mine)
-        counts = {**counts, "out": reviews.num_rows, "errors": errors.num_rows}
-        final.output.write_shard(c.shard, {"reviews": reviews, "errors": errors}, counts)
-        progress(f"  dedup: chunk {c.shard}: {mine.num_rows} duplicate review(s) moved to errors")
+    # Duplicates are judged over all shards at once, from their id columns. Finished
+    # shards are read from the final output: the duplicates they lost had their first
+    # occurrence in the same or an earlier shard, so the decision is unchanged.
+    if final.todo:
+        staged, done = parse.output, final.done
+        shards = {c.shard: (final.output if c.shard in done else staged).shard_path("reviews", c.shard)
+                  for c in chunks}
+        dups = stage_root / "duplicates"
+        found = _run_all([(find_shard_duplicates, [], (shards, final.todo, dups))])[0]
+        _run_all([(commit_shard, [], (staged, final.output, dups, s, found[s])) for s in final.todo])
+        for shard in sorted(s for s, n in found.items() if n):
+            progress(f"  dedup: chunk {shard}: {found[shard]} duplicate review(s) moved to errors")
 
     manifest = final.finish()
-    shutil.rmtree(root / "_stage", ignore_errors=True)
+    stage_root.rmtree()
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
 
 
-def _link(src: Path, dst: Path) -> None:
-    """Place a finished file at `dst` without copying it (hard link; copy if impossible)."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(f".{dst.name}.link.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
+def _stage_titles(meta: list[str], at) -> int:
+    """Item titles from the metadata files, staged at `at` for the parse actors (kept from
+    an earlier run of the same job); returns how many."""
+    at = location(at)
+    if not at.exists():
+        write_parquet_atomic(at, load_titles(meta))
+    return read_parquet(at, columns=["item_id"]).num_rows
+
+
+def _run_all(calls: list[tuple[Callable, list, tuple]]) -> list:
+    """Run each (function, input files it reads, arguments) as one Ray task placed where
+    those files can be read (`inputs.reads_here`); their results, in order (small values)."""
+    import ray
+
+    remote = {fn: ray.remote(fn) for fn, _, _ in calls}
+    placed = {_key(paths): reads_here(paths) for _, paths, _ in calls}
+    return ray.get([remote[fn].options(num_cpus=1, **placed[_key(paths)]).remote(*args)
+                    for fn, paths, args in calls])
+
+
+def _key(paths: list) -> tuple[str, ...]:
+    return tuple(str(p) for p in paths)

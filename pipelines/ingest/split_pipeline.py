@@ -1,4 +1,7 @@
-"""The split job: reviews -> optional k-core -> train/valid/test, written with a manifest."""
+"""The split job: reviews -> optional k-core -> train/valid/test, written with a manifest.
+
+Input and output may be local paths or URIs (read and written through the storage module).
+"""
 from __future__ import annotations
 
 import time

@@ -2,7 +2,7 @@
 
     name: local
     profile: local                   # model profile; `models` overrides roles for every stage
-    out: runs/study-local            # `rexeval study run --out` wins
+    out: runs/study-local            # or a URI (s3://bucket/studies/local); `rexeval study run --out` wins
     max_parallel: 2                  # independent stage instances run at once
     datasets:
       sample:
@@ -44,6 +44,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rexeval.pipelines.core.storage import is_uri
+
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
@@ -62,8 +64,8 @@ class DatasetSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: list[str] = Field(min_length=1, description="review files (relative to the study file)")
-    meta: list[str] = Field(default_factory=list, description="item metadata files")
+    inputs: list[str] = Field(min_length=1, description="review files (relative to the study file, or URIs)")
+    meta: list[str] = Field(default_factory=list, description="item metadata files (the same)")
     format: str = "auto"
     category: str | None = None
     vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {dataset.<name>}")
@@ -92,7 +94,7 @@ class StudyFile(BaseModel):
     description: str = ""
     profile: str = "local"
     models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref, every stage")
-    out: str | None = Field(None, description="output folder (relative to the working directory)")
+    out: str | None = Field(None, description="output folder (relative to the working directory) or URI")
     max_parallel: int = Field(2, ge=1, description="independent stage instances running at once")
     vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {vars.<name>}")
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
@@ -178,6 +180,12 @@ def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFil
     study.vars.update(sets or {})
     here = path.resolve().parent
     for ds in study.datasets.values():
-        ds.inputs = [str((here / p).resolve()) for p in ds.inputs]
-        ds.meta = [str((here / p).resolve()) for p in ds.meta]
+        ds.inputs = [_beside(here, p) for p in ds.inputs]
+        ds.meta = [_beside(here, p) for p in ds.meta]
     return study
+
+
+def _beside(here: Path, path: str) -> str:
+    """A dataset file as the stages get it: a URI as written, a local path made absolute
+    against the study file's folder."""
+    return path if is_uri(path) else str((here / path).resolve())

@@ -229,11 +229,12 @@ def _finish(cfg, job: str, counts: dict[str, Any], file: str = "manifest.json", 
     import json
 
     from rexeval.pipelines.core.io import config_hash, write_json_atomic
+    from rexeval.pipelines.core.storage import location
 
     manifest = {"job": job, "status": "complete", "config": cfg.model_dump(),
                 "config_hash": config_hash(cfg.model_dump(exclude={"out"})), "counts": counts, **extra}
     manifest = json.loads(json.dumps(manifest, default=float))
-    write_json_atomic(Path(cfg.out) / file, manifest)
+    write_json_atomic(location(cfg.out) / file, manifest)
     return manifest
 
 
@@ -250,17 +251,17 @@ def _stats(cfg, progress):
     import pyarrow.compute as pc
 
     from rexeval.pipelines.core.io import read_table, write_bytes_atomic
+    from rexeval.pipelines.core.storage import location
     from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 
-    splits = {n: read_table(Path(cfg.input) / n, "reviews") for n in ("train", "valid", "test")}
+    splits = {n: read_table(location(cfg.input) / n, "reviews") for n in ("train", "valid", "test")}
     stats = {}
     for cat in sorted(set(splits["train"].column("category").to_pylist()) - {None}):
         stats[cat] = dataset_stats({n: t.filter(pc.equal(t.column("category"), cat)) for n, t in splits.items()})
     stats[cfg.name] = dataset_stats(splits)
     table = format_table(stats)
     progress(table)
-    out = Path(cfg.out)
-    write_bytes_atomic(out / "table2.md", (table + "\n").encode())
+    write_bytes_atomic(location(cfg.out) / "table2.md", (table + "\n").encode())
     return _finish(cfg, "stats", {"datasets": len(stats)}, file="stats.json", stats=stats)
 
 
@@ -278,9 +279,10 @@ class AnnotationsConfig(BaseModel):
 def _annotations(cfg, progress):
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.pipelines.core.io import write_parquet_atomic
+    from rexeval.pipelines.core.storage import location
 
     table = statements_from_annotations(cfg.input, stage=cfg.stage)
-    write_parquet_atomic(Path(cfg.out) / "statements" / "part-00000.parquet", table)
+    write_parquet_atomic(location(cfg.out) / "statements" / "part-00000.parquet", table)
     progress(f"annotations: {table.num_rows} statement(s) from {cfg.input}")
     return _finish(cfg, "annotations", {"statements": table.num_rows})
 

@@ -6,6 +6,10 @@ graph must be acyclic. Every problem a user can fix is found here, before any jo
 starts: an unknown job, a reference to no stage or dataset, a cycle, a missing input
 file, settings the job's config refuses, a model role the profile lacks.
 
+The study's folder may be a URI (`s3://bucket/studies/x`): every instance's folder is
+then under it, and input files named by URI are checked and fingerprinted through the
+storage module like local ones.
+
 An instance's fingerprint hashes its job, its resolved settings, the sizes and times of
 the files it reads from outside the study, and its upstream instances' fingerprints: a
 changed setting changes the fingerprints of that instance and of everything downstream,
@@ -23,7 +27,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from rexeval.pipelines.core.read_paths import read_settings
+from rexeval.pipelines.core.read_paths import path_values, why_missing
+from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.study.config import StudyError, StudyFile
 from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
 
@@ -40,7 +45,7 @@ class Instance:
     stage: str
     job: StudyJob
     dataset: str | None
-    out: Path
+    out: Location
     settings: dict[str, Any] = field(default_factory=dict)
     deps: set[str] = field(default_factory=set)
     reads: list[str] = field(default_factory=list)
@@ -51,7 +56,7 @@ class Instance:
 class Plan:
     study: StudyFile
     file: Path
-    out: Path
+    out: Location  # a local folder or a URI (every stage's folder, the state and the logs are under it)
     instances: dict[str, Instance]
     order: list[str]
     off: dict[str, str] = field(default_factory=dict)  # instance -> why it does not run (`when`)
@@ -82,8 +87,8 @@ def instance_key(stage: str, dataset: str | None) -> str:
 class _Resolver:
     """Resolves the references of one instance's settings; records what it depends on."""
 
-    def __init__(self, plan_out: Path, here: Path, study: StudyFile, outs: dict[str, Path], dataset: str | None,
-                 where: str, problems: list[str]):
+    def __init__(self, plan_out: Location, here: Path, study: StudyFile, outs: dict[str, Location],
+                 dataset: str | None, where: str, problems: list[str]):
         self.out, self.here, self.study, self.outs = plan_out, here, study, outs
         self.dataset, self.where, self.problems = dataset, where, problems
         self.deps: set[str] = set()
@@ -160,9 +165,16 @@ class _Resolver:
             return value
 
 
-def _files_read(settings: Any, inside: Path) -> list[str]:
-    """Existing files outside the study's folder that the settings name (their sizes and
-    times go into the fingerprint: an edited input re-runs its readers)."""
+def _inside(path: str, root: Location) -> bool:
+    """Whether `path` (resolved, or a URI) lies in the study's folder `root`."""
+    if root.is_local:
+        return not is_uri(path) and Path(path).is_relative_to(root.path)
+    return path == root.uri or path.startswith(root.uri + "/")
+
+
+def _files_read(settings: Any, inside: Location) -> list[str]:
+    """Existing files outside the study's folder that the settings name, local or by URI
+    (their sizes and times go into the fingerprint: an edited input re-runs its readers)."""
     found: list[str] = []
 
     def walk(v: Any) -> None:
@@ -173,38 +185,53 @@ def _files_read(settings: Any, inside: Path) -> list[str]:
             for x in v:
                 walk(x)
         elif isinstance(v, str) and len(v) < 4096 and ("/" in v or "." in v):
+            if is_uri(v):
+                if not _inside(v.rstrip("/"), inside) and _uri_file(v):
+                    found.append(location(v).uri)
+                return
             p = Path(v)
-            if p.is_file() and not p.resolve().is_relative_to(inside.resolve()):
+            if p.is_file() and not _inside(str(p.resolve()), inside):
                 found.append(str(p.resolve()))
     walk(settings)
     return sorted(set(found))
 
 
-NOT_A_PATH = ("none", "null", "")
+def _uri_file(uri: str) -> bool:
+    """Whether `uri` names a file in a store this machine reaches (a web address, or a
+    store it cannot ask, is not an input file of the fingerprint)."""
+    if uri.startswith(("http://", "https://")):
+        return False
+    try:
+        return location(uri).is_file()
+    except (ValueError, TypeError, OSError):
+        return False
 
 
-def _missing_reads(instances: dict[str, Instance], root: Path) -> list[str]:
+def _missing_reads(instances: dict[str, Instance], root: Location) -> list[str]:
     """A file or folder a stage reads, named outside the study's folder, that does not
     exist: found now rather than when the stage's turn comes, hours into a study. Paths
-    inside the study's folder are stages' outputs (they appear as it runs); URLs,
-    patterns and `none` are left to the job. Which settings are paths the job reads, each
-    job's config declares (`ReadPath` & co., `pipelines/core/read_paths.py`)."""
+    inside the study's folder are stages' outputs (they appear as it runs); web
+    addresses, patterns and `none` are left to the job; a URI is asked through storage.
+    Which settings are paths the job reads, each job's config declares (`ReadPath` &
+    co., `pipelines/core/read_paths.py`)."""
     problems = []
     for inst in instances.values():
-        for name in [n for n in read_settings(inst.job.config) if n in inst.settings]:
-            value = inst.settings[name]
-            for v in value if isinstance(value, list) else [value]:
-                if (not isinstance(v, str) or v.strip().lower() in NOT_A_PATH or "://" in v
-                        or any(c in v for c in "*?[")):
-                    continue
-                p = Path(v)
-                if not p.resolve().is_relative_to(root) and not p.exists():
-                    where = f" (dataset {inst.dataset})" if inst.dataset else ""
-                    problems.append(f"stages.{inst.stage}.with.{name}{where}: {v} does not exist")
+        for name, v in path_values(inst.job.config, inst.settings):
+            where = v.rstrip("/") if is_uri(v) else str(Path(v).resolve())
+            if _inside(where, root):
+                continue
+            why = why_missing(v)
+            if why is not None:
+                ds = f" (dataset {inst.dataset})" if inst.dataset else ""
+                problems.append(f"stages.{inst.stage}.with.{name}{ds}: {v} {why}")
     return problems
 
 
 def _file_stamp(path: str) -> list:
+    if is_uri(path):
+        loc = location(path)
+        info = loc.fs.get_file_info(loc.path)
+        return [path, info.size, int(info.mtime.timestamp()) if info.mtime else 0]
     st = Path(path).stat()
     return [path, st.st_size, int(st.st_mtime)]
 
@@ -244,18 +271,25 @@ def _topological(instances: dict[str, Instance], declared: list[str]) -> list[st
     return done
 
 
-def build_plan(study: StudyFile, file: str | Path, out: str | Path | None = None) -> Plan:
+def study_root(out: str | Path | Location) -> Location:
+    """The study's folder: a URI as given, a local path made absolute (symlinks resolved)."""
+    if isinstance(out, Location) or is_uri(str(out)):
+        return location(out)
+    return location(Path(out).resolve())
+
+
+def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | None = None) -> Plan:
     """The checked graph of `study` (raises StudyError with every problem found)."""
     file = Path(file)
     here = file.resolve().parent
-    root = Path(out or study.out or f"runs/{study.name}").resolve()
+    root = study_root(out or study.out or f"runs/{study.name}")
     problems: list[str] = []
     for name, ds in study.datasets.items():
         for kind in ("inputs", "meta"):
             for p in getattr(ds, kind):
-                if not Path(p).exists():
-                    problems.append(f"datasets.{name}.{kind}: {p} does not exist")
-    outs: dict[str, Path] = {}
+                if (why := why_missing(p)) is not None:
+                    problems.append(f"datasets.{name}.{kind}: {p} {why}")
+    outs: dict[str, Location] = {}
     declared: list[str] = []
     for stage, spec in study.stages.items():
         if spec.job not in STUDY_JOBS:
@@ -372,8 +406,8 @@ def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: d
 # -- the state of a study folder -------------------------------------------------------
 
 
-def read_state(root: Path) -> dict[str, Any]:
-    path = root / STATE_FILE
+def read_state(root: str | Path | Location) -> dict[str, Any]:
+    path = location(root) / STATE_FILE
     if not path.is_file():
         return {"stages": {}}
     return json.loads(path.read_text())

@@ -12,6 +12,9 @@ Three steps, each a plain function:
    base64 data URIs, no script, nothing fetched), OUT/report.md (figures beside it under
    OUT/figures/) and OUT/tables/<table>.csv for every table.
 
+DIR and OUT may be URIs (`s3://bucket/studies/x`): every file is read and written
+through the storage module, so a study run on a cluster is reported from its bucket.
+
 No number is computed here. Tables come from the jobs' own table builders
 (`ingest.stats.format_table`, `evaluate.report`'s tables.md, `cluster.quality.format_table3`,
 `star.build.format_table6`, `star.report.table1`/`format_table1`, `judge.winrate`'s
@@ -41,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rexeval.pipelines.core.storage import Location, PathLike, location
 from rexeval.pipelines.study.report_model import (JOB_ORDER, STUDY_FILE, Builder, Report, Section, Skip, Table, _time,
                                                   inline_html, inline_plain, instance_provenance, md_safe, md_text,
                                                   read_study)
@@ -48,9 +52,10 @@ from rexeval.pipelines.study.report_sections import (COMBINED, GENERIC_TITLES, P
                                                      section_generic)
 
 
-def build_report(directory: str | Path) -> Report:
-    """Read DIR/study.json and every complete stage's outputs into a `Report`."""
-    directory = Path(directory)
+def build_report(directory: PathLike) -> Report:
+    """Read DIR/study.json and every complete stage's outputs into a `Report` (DIR, and
+    the stages' folders, may be URIs)."""
+    directory = location(directory)
     data, instances, notes = read_study(directory)
     rank = {j: k for k, j in enumerate(JOB_ORDER)}
     instances.sort(key=lambda i: (rank.get(i.job, len(rank)), i.stage, i.dataset or "", i.name))
@@ -307,11 +312,13 @@ def table_csv(t: Table) -> str:
     return buf.getvalue()
 
 
-def write_report(report: Report, out: str | Path) -> dict[str, Path]:
-    """OUT/index.html, OUT/report.md, OUT/tables/<key>.csv, OUT/figures/<key>.png|svg."""
+def write_report(report: Report, out: PathLike) -> dict[str, Path | Location]:
+    """OUT/index.html, OUT/report.md, OUT/tables/<key>.csv, OUT/figures/<key>.png|svg.
+    OUT may be a URI; the paths returned are Locations then, local `Path`s otherwise
+    (a browser opens those)."""
     from rexeval.pipelines.core.io import write_bytes_atomic
 
-    out = Path(out)
+    out = location(out)
     tables_dir, fig_dir = out / "tables", out / "figures"
     for d in (tables_dir, fig_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -324,4 +331,5 @@ def write_report(report: Report, out: str | Path) -> dict[str, Path]:
         write_bytes_atomic(fig_dir / f"{f.key}{f.suffix}", f.data)
     write_bytes_atomic(out / "report.md", render_markdown(report).encode("utf-8"))
     write_bytes_atomic(out / "index.html", render_html(report).encode("utf-8"))
-    return {"html": out / "index.html", "md": out / "report.md", "tables": tables_dir, "figures": fig_dir}
+    paths = {"html": out / "index.html", "md": out / "report.md", "tables": tables_dir, "figures": fig_dir}
+    return {k: v.local_path() for k, v in paths.items()} if out.is_local else paths

@@ -5,6 +5,7 @@ the section of each job."""
 from __future__ import annotations
 
 import base64
+import fnmatch
 import html
 import json
 import math
@@ -13,6 +14,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 STUDY_FILE = "study.json"
 STATUSES = ("complete", "failed", "skipped", "pending")
@@ -36,7 +39,7 @@ class Instance:
     stage: str
     job: str
     dataset: str | None
-    out: Path | None
+    out: Location | None  # a local folder or a URI
     status: str
     reason: str | None
     fingerprint: str | None
@@ -266,7 +269,7 @@ def markdown_tables(text: str) -> list[MdTable]:
 class Reader:
     """Reads a study's files; every problem becomes a note instead of an exception."""
 
-    def json(self, path: Path, notes: list[str], what: str = "") -> Any | None:
+    def json(self, path: Location, notes: list[str], what: str = "") -> Any | None:
         text = self.text(path, notes, what)
         if text is None:
             return None
@@ -276,7 +279,7 @@ class Reader:
             notes.append(f"unreadable {path.name}: {path} ({type(exc).__name__}: {exc})")
             return None
 
-    def text(self, path: Path, notes: list[str], what: str = "") -> str | None:
+    def text(self, path: Location, notes: list[str], what: str = "") -> str | None:
         if not path.exists():
             notes.append(f"missing {path.name}{' (' + what + ')' if what else ''}: {path}")
             return None
@@ -287,11 +290,24 @@ class Reader:
             return None
 
     @staticmethod
-    def quiet_json(path: Path) -> Any | None:
+    def quiet_json(path: Location) -> Any | None:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return None
+
+
+def glob_files(folder: Location, pattern: str) -> list[Location]:
+    """Entries below `folder` whose path relative to it matches `pattern` (levels split
+    by "/", as pathlib's glob), sorted. A local folder is globbed on disk; a URI folder is
+    listed once, recursively, and filtered (one listing instead of one per sub-folder)."""
+    if "/" not in pattern:
+        return folder.glob(pattern)
+    if folder.is_local:
+        return [location(p) for p in sorted(Path(folder.path).glob(pattern))]
+    depth = pattern.count("/")
+    return [f for f in folder.walk_files()
+            if (rel := f.relative_to(folder)).count("/") == depth and fnmatch.fnmatchcase(rel, pattern)]
 
 
 def _time(value: Any) -> str | None:
@@ -306,9 +322,10 @@ def _number(value: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def read_study(directory: Path) -> tuple[dict, list[Instance], list[str]]:
+def read_study(directory: PathLike) -> tuple[dict, list[Instance], list[str]]:
     """study.json's header, its stage instances (in file order) and notes on entries
-    that could not be read."""
+    that could not be read. `directory` may be a URI; so may each stage's folder."""
+    directory = location(directory)
     path = directory / STUDY_FILE
     if not path.is_file():
         raise FileNotFoundError(f"{directory}: no {STUDY_FILE} (is it the output folder of `rexeval study run`?)")
@@ -330,9 +347,7 @@ def read_study(directory: Path) -> tuple[dict, list[Instance], list[str]]:
         out = rec.get("out")
         out_path = None
         if isinstance(out, str) and out:
-            out_path = Path(out)
-            if not out_path.is_absolute():
-                out_path = directory / out_path
+            out_path = location(out) if is_uri(out) or Path(out).is_absolute() else directory / out
         stage = str(rec.get("stage") or name.split("@", 1)[0])
         status = str(rec.get("status") or "pending")
         if status not in STATUSES:
@@ -426,25 +441,25 @@ def find_keys(sources: Iterable[Any], keys: set[str], strings_only: set[str] = f
     return out
 
 
-def _manifests_below(out: Path, limit: int = 8) -> list[tuple[str, dict]]:
+def _manifests_below(out: Location, limit: int = 8) -> list[tuple[str, dict]]:
     found = []
     for pattern in ("*/manifest.json", "*/*/manifest.json"):
-        for p in sorted(out.glob(pattern)):
+        for p in glob_files(out, pattern):
             m = Reader.quiet_json(p)
             if isinstance(m, dict):
-                found.append((str(p.parent.relative_to(out)), m))
+                found.append((p.parent.relative_to(out), m))
             if len(found) >= limit:
                 return found
     return found
 
 
-def _column_values(path: Path, columns: tuple[str, ...], limit: int = 6) -> list[str]:
+def _column_values(path: Location, columns: tuple[str, ...], limit: int = 6) -> list[str]:
     """"column: v1, v2" of the distinct values of a few columns of a Parquet file."""
     try:
-        import pyarrow.parquet as pq
+        from rexeval.pipelines.core.io import parquet_schema, read_parquet
 
-        names = pq.read_schema(path).names
-        t = pq.read_table(path, columns=[c for c in columns if c in names])
+        names = parquet_schema(path).names
+        t = read_parquet(path, columns=[c for c in columns if c in names])
     except Exception:  # noqa: BLE001  (absent or unreadable: nothing to add)
         return []
     out = []
@@ -466,7 +481,7 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
         manifest = Reader.quiet_json(inst.out / "manifest.json")
         report = Reader.quiet_json(inst.out / "report.json")
         if inst.job in ("star_train",):
-            report = {"train": [Reader.quiet_json(p) for p in sorted(inst.out.glob("train-*.json"))][:4]}
+            report = {"train": [Reader.quiet_json(p) for p in inst.out.glob("train-*.json")][:4]}
         elif inst.job == "generate_train":
             report = Reader.quiet_json(inst.out / "train.json")
         elif inst.job == "star_baselines":
@@ -510,7 +525,7 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
 class Builder:
     """Collects sections; hands out unique table and figure keys."""
 
-    def __init__(self, directory: Path, instances: list[Instance]):
+    def __init__(self, directory: Location, instances: list[Instance]):
         self.directory = directory
         self.instances = instances
         self.by_name = {i.name: i for i in instances}
@@ -538,7 +553,7 @@ class Builder:
         return Table(self.key(*key_parts), title, columns, rows, numeric_align(rows, align or ["left"] * len(columns)),
                      caption, note, [str(s) for s in sources], list(instances))
 
-    def figure(self, key_parts: tuple, title: str, path: Path, notes: list[str], instances=()) -> Figure | None:
+    def figure(self, key_parts: tuple, title: str, path: Location, notes: list[str], instances=()) -> Figure | None:
         mime = "image/svg+xml" if path.suffix.lower() == ".svg" else "image/png"
         try:
             data = path.read_bytes()
@@ -554,14 +569,16 @@ class Builder:
             return None
         return Figure(self.key("fig", *key_parts), title, mime, data, [str(path)], list(instances))
 
-    def figures_in(self, folder: Path, inst: Instance, notes: list[str], names: list[str] | None = None
+    def figures_in(self, folder: Location, inst: Instance, notes: list[str], names: list[str] | None = None
                    ) -> list[Figure]:
         """The figures a job wrote at the top of its folder (PNG; SVG where no PNG of the
         same name exists)."""
         if not folder.is_dir():
             return []
-        files = sorted(folder.glob("*.png")) + [p for p in sorted(folder.glob("*.svg"))
-                                                 if not p.with_suffix(".png").exists()]
+        entries = folder.iterdir()
+        pngs = [p for p in entries if fnmatch.fnmatchcase(p.name, "*.png")]
+        have = {p.stem for p in pngs}
+        files = pngs + [p for p in entries if fnmatch.fnmatchcase(p.name, "*.svg") and p.stem not in have]
         if names is not None:
             files = [p for p in files if p.name in names]
         out = []
@@ -571,7 +588,8 @@ class Builder:
                 out.append(f)
         return out
 
-    def counts_table(self, inst: Instance, counts: dict, source: Path | str, title: str = "Counts") -> Table | None:
+    def counts_table(self, inst: Instance, counts: dict, source: Location | str, title: str = "Counts"
+                     ) -> Table | None:
         rows = [[md_text(k), md_text(v)] for k, v in counts.items()
                 if isinstance(v, (int, float, str)) and not isinstance(v, bool)]
         if not rows:
@@ -579,7 +597,7 @@ class Builder:
         return self.table((inst.name, "counts"), f"{title}: {inst.name}", columns=["count", "value"], rows=rows,
                           align=["left", "right"], sources=[source], instances=[inst.name])
 
-    def md_file_tables(self, inst: Instance, path: Path, notes: list[str], title: str, what: str = "",
+    def md_file_tables(self, inst: Instance, path: Location, notes: list[str], title: str, what: str = "",
                        missing_ok: bool = False) -> list[Table]:
         if missing_ok and not path.exists():
             return []

@@ -4,11 +4,15 @@ such as Table 3 over every cluster stage), in the seeds' layouts; `PER_INSTANCE`
 from __future__ import annotations
 
 import csv
+import io
 import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from rexeval.pipelines.core.io import read_parquet
+from rexeval.pipelines.core.storage import Location, location
 
 from rexeval.pipelines.study.report_model import (MAX_SAMPLE_TEXT, Builder, Instance, Reader, Section, Skip, _complete,
                                                   _missing_out, _number, inline_plain, markdown_tables, md_text)
@@ -78,19 +82,17 @@ def section_stats(b: Builder) -> list[Section]:
 # ------------------------------------------------------------------ seed 000 Tables III-VI
 
 
-def _evaluate_intervals(folder: Path, notes: list[str]) -> dict[tuple[str, str], tuple[float, float]] | None:
+def _evaluate_intervals(folder: Location, notes: list[str]) -> dict[tuple[str, str], tuple[float, float]] | None:
     """(metric, system) -> bootstrap interval, from aggregates.parquet (else tables.csv)."""
     out = {}
     agg = folder / "aggregates.parquet"
     try:
         if agg.exists():
-            import pyarrow.parquet as pq
-
-            rows = pq.read_table(agg, columns=["system", "metric", "ci_low", "ci_high"]).to_pylist()
+            rows = read_parquet(agg, columns=["system", "metric", "ci_low", "ci_high"]).to_pylist()
         elif (folder / "tables.csv").exists():
-            with open(folder / "tables.csv", newline="", encoding="utf-8") as fh:
-                rows = [{"system": r["system"], "metric": r["key"], "ci_low": r.get("ci_low"),
-                         "ci_high": r.get("ci_high")} for r in csv.DictReader(fh)]
+            text = (folder / "tables.csv").read_text(encoding="utf-8")
+            rows = [{"system": r["system"], "metric": r["key"], "ci_low": r.get("ci_low"),
+                     "ci_high": r.get("ci_high")} for r in csv.DictReader(io.StringIO(text, newline=""))]
             notes.append(f"{agg} missing: intervals read from tables.csv")
         else:
             notes.append(f"missing aggregates.parquet and tables.csv in {folder}: tables shown without intervals")
@@ -117,7 +119,7 @@ def _evaluate_correlations(b: Builder, inst: Instance, sec: Section) -> None:
             sec.tables.append(b.table((inst.name, "metric_correlations", str(k)),
                                       f"{md.heading or 'Kendall τ between metrics'} ({inst.name})", md,
                                       sources=[path, folder / "metric_correlations.csv"], instances=[inst.name]))
-    for png in sorted(folder.glob("metric_correlations_*.png")):
+    for png in folder.glob("metric_correlations_*.png"):
         over = png.stem.rsplit("_", 1)[-1]
         fig = b.figure((inst.name, png.stem), f"Kendall τ between metrics over {over} ({inst.name})", png,
                        sec.notes, instances=[inst.name])
@@ -210,7 +212,7 @@ def section_generic(b: Builder, inst: Instance, title: str | None = None, intro:
         t = b.counts_table(inst, counts, source)
         if t:
             sec.tables.append(t)
-    for md in sorted(folder.glob("*.md")):
+    for md in folder.glob("*.md"):
         name = MD_TITLES.get((inst.job, md.name), md.name)
         sec.tables += b.md_file_tables(inst, md, sec.notes, f"{name} ({inst.name})")
     sec.figures += b.figures_in(folder, inst, sec.notes)
@@ -220,11 +222,11 @@ def section_generic(b: Builder, inst: Instance, title: str | None = None, intro:
     return sec
 
 
-def _explanation_files(folder: Path) -> list[Path]:
+def _explanation_files(folder: Location) -> list[Location]:
     if (folder / "explanations.parquet").is_file():
         return [folder / "explanations.parquet"]
     if (folder / "explanations").is_dir():
-        return sorted(p for p in (folder / "explanations").glob("*.parquet") if not p.name.startswith("."))[:1]
+        return [p for p in (folder / "explanations").glob("*.parquet") if not p.name.startswith(".")][:1]
     return []
 
 
@@ -234,9 +236,7 @@ def sample_explanations(b: Builder, inst: Instance, sec: Section, per_system: in
     if not files:
         return
     try:
-        import pyarrow.parquet as pq
-
-        t = pq.read_table(files[0])
+        t = read_parquet(files[0])
         cols = [c for c in ("example_id", "system", "explanation") if c in t.column_names]
         if "explanation" not in cols:
             sec.notes.append(f"{files[0]} has no explanation column")
@@ -368,6 +368,20 @@ def _train_name(settings: dict) -> str:
     return f"{base}-sweep-{sweep}" if sweep else base
 
 
+def _link_method(d: Location, target: Path) -> None:
+    """One method's results folder inside the merged local view Table 1 reads: a link to
+    a local folder (a copy where links fail), its per-interaction table copied down from
+    a URI (the only file Table 1 reads)."""
+    if d.is_local:
+        try:
+            target.symlink_to(d.local_path(), target_is_directory=True)
+        except OSError:
+            shutil.copytree(d.local_path(), target)
+        return
+    target.mkdir(parents=True)
+    (d / "per_interaction.parquet").download(target / "per_interaction.parquet")
+
+
 def section_star_ranking(b: Builder) -> list[Section]:
     insts = _complete(b, ("star_baselines", "star_train"))
     if not insts:
@@ -381,14 +395,15 @@ def section_star_ranking(b: Builder) -> list[Section]:
     # A study gives every stage its own folder: one dataset's baselines and trained
     # models sit in several run folders, which Table 1 reads as one (a merged view of
     # their results/<METHOD>/ folders).
-    by_dataset: dict[str, dict[Path, list[Instance]]] = {}
+    by_dataset: dict[str, dict[Location, list[Instance]]] = {}
     for inst in insts:
         if _missing_out(inst, sec.notes):
             continue
         if not (inst.out / "results").is_dir():
             sec.notes.append(f"{inst.name}: no results/ folder in {inst.out}")
             continue
-        by_dataset.setdefault(inst.dataset or "all", {}).setdefault(inst.out.resolve(), []).append(inst)
+        folder = location(inst.out.local_path().resolve()) if inst.out.is_local else inst.out
+        by_dataset.setdefault(inst.dataset or "all", {}).setdefault(folder, []).append(inst)
     used = [i.name for folders in by_dataset.values() for group in folders.values() for i in group]
     sources = [f / "results" for folders in by_dataset.values() for f in folders]
     if by_dataset:
@@ -398,19 +413,17 @@ def section_star_ranking(b: Builder) -> list[Section]:
             for k, (dataset, folders) in enumerate(by_dataset.items()):
                 run = tmp / f"run-{k}"
                 (run / "results").mkdir(parents=True)
+                taken: dict[str, Location] = {}  # method -> the folder Table 1 reads it from
                 for folder, group in folders.items():
-                    for d in sorted((folder / "results").iterdir()):
+                    for d in (folder / "results").iterdir():
                         if not (d / "per_interaction.parquet").is_file():
                             continue
-                        target = run / "results" / d.name
-                        if target.exists():
+                        if d.name in taken:
                             sec.notes.append(f"{dataset}: method {d.name} is in more than one folder; Table 1 "
-                                             f"shows the one of {target.resolve().parent.parent}, not {folder}")
+                                             f"shows the one of {taken[d.name]}, not {folder}")
                             continue
-                        try:
-                            target.symlink_to(d, target_is_directory=True)
-                        except OSError:
-                            shutil.copytree(d, target)
+                        taken[d.name] = folder
+                        _link_method(d, run / "results" / d.name)
                 runs[dataset] = run
             df = table1(runs)
             md = markdown_tables(format_table1(df))[0]

@@ -14,18 +14,27 @@ one process would share); the state file records each outcome.
   its finished shards, so the result equals an uninterrupted run.
 - A failed instance is recorded with its reason; what depends on it is skipped, saying
   why; independent instances go on; the run's result says which failed.
+
+The study's folder may be a URI (`s3://bucket/studies/x`): the state, every stage's
+folder and the logs are written there through the storage module (`StageLogs`), and a
+local folder that some node of the cluster cannot see is refused before any stage runs
+(`pipelines.core.reach`).
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from rexeval.pipelines.core.io import write_json_atomic
+from rexeval.pipelines.core.storage import Location
 from rexeval.pipelines.study.jobs import ServeNeed, build_config
 from rexeval.pipelines.study.plan import STATE_FILE, Plan, read_state, status_of
 
@@ -56,6 +65,49 @@ class StudyState:
             self.data["updated"] = _now()
             self.plan.out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self.data)
+
+
+class StageLogs:
+    """Where the stages' and Serve holders' logs go: OUT/logs/<name>.log.
+
+    A process streams its log to a local file as it runs. For a local study folder that
+    file is OUT/logs/<name>.log itself. An object store cannot be appended to, so for a
+    URI the process writes to a local temporary file (primed with the log an earlier run
+    left, as a local log is appended to), which `publish` copies to OUT/logs/<name>.log
+    when the stage ends, failed or not."""
+
+    def __init__(self, out: Location):
+        self.folder = out / "logs"
+        self.tmp = None if out.is_local else Path(tempfile.mkdtemp(prefix="rexeval-study-logs-"))
+
+    def where(self, name: str) -> str:
+        """The log as the user finds it (a local path or a URI)."""
+        return str(self.folder / f"{name}.log")
+
+    def local(self, name: str) -> str:
+        """The local file the process appends to."""
+        if self.tmp is None:
+            return self.where(name)
+        path = self.tmp / f"{name}.log"
+        if not path.exists():
+            earlier = self.folder / f"{name}.log"
+            if earlier.is_file():
+                earlier.download(path)
+        return str(path)
+
+    def publish(self, name: str, say: Callable[[str], None]) -> None:
+        """Copy a URI study's log of `name` to OUT/logs (nothing to do for a local one);
+        a failed copy is said, never raised (it must not hide the stage's outcome)."""
+        if self.tmp is None or not (self.tmp / f"{name}.log").is_file():
+            return
+        try:
+            (self.folder / f"{name}.log").upload(self.tmp / f"{name}.log")
+        except Exception as exc:  # noqa: BLE001
+            say(f"[{name}] could not copy its log to {self.where(name)}: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
 
 def plan_lines(plan: Plan, status: dict[str, tuple[str, str]], only: set[str] | None = None) -> list[str]:
@@ -201,11 +253,12 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     "skipped": {key: reason}}.
 
     Each instance runs in a driver process of its own (`stage_process`), its log in
-    OUT/logs/<instance>.log. `progress` gets the study's lines (the plan, each stage's
-    start and end); `job_lines` each job's own progress lines, prefixed with the
-    instance (default: `progress`). `verbose`: the stages' processes print Ray's and the
-    libraries' own output too. `show_plan` False: the plan in two lines, not one per
-    instance."""
+    OUT/logs/<instance>.log (OUT may be a URI; a local OUT that a node of the cluster
+    cannot see is refused before any stage runs: `reach.UnreachablePath`). `progress`
+    gets the study's lines (the plan, each stage's start and end); `job_lines` each
+    job's own progress lines, prefixed with the instance (default: `progress`).
+    `verbose`: the stages' processes print Ray's and the libraries' own output too.
+    `show_plan` False: the plan in two lines, not one per instance."""
     picked = selected(plan, only)
     status = status_of(plan, read_state(plan.out))
     shown = plan_lines(plan, status, picked)
@@ -226,11 +279,13 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         progress(f"study {plan.study.name}: nothing to do, every stage is complete for these settings")
         return result
 
+    from rexeval.pipelines.core.reach import require_reachable
     from rexeval.pipelines.core.runtime import init_ray
     from rexeval.pipelines.study.stage_process import (StageCall, StageFailed, hold_service, ray_connection,
                                                         run_stage)
 
     init_ray(quiet=not verbose)
+    require_reachable(plan.out, what="the study's out")
     address, runtime_env = ray_connection()
     lines = job_lines or progress
     state = StudyState(plan)
@@ -239,9 +294,25 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     running: dict[Future, str] = {}
     finished = set(result["done"])
     needs = {k: _needs(plan, k) for k in todo}
-    logs = plan.out / "logs"
-    apps = StudyApps(progress, lambda opener, app, say: hold_service(
-        opener, str(logs / f"serve-{app}.log"), say, address, runtime_env, verbose))
+    logs = StageLogs(plan.out)
+
+    def hold(opener, app: str, say: Callable[[str], None]) -> Callable[[], None]:
+        name = f"serve-{app}"
+        try:
+            release = hold_service(opener, logs.local(name), say, address, runtime_env, verbose,
+                                   log_shown=logs.where(name))
+        except BaseException:
+            logs.publish(name, progress)
+            raise
+
+        def release_and_publish() -> None:
+            try:
+                release()
+            finally:
+                logs.publish(name, progress)
+        return release_and_publish
+
+    apps = StudyApps(progress, hold)
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -257,8 +328,11 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         t0 = time.time()
         apps.open(needs[key])
         call = StageCall(key, inst.job.target, inst.job.config, inst.settings, overwrite,
-                         str(logs / f"{key}.log"), address, runtime_env, verbose)
-        counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+                         logs.local(key), address, runtime_env, verbose, log_shown=logs.where(key))
+        try:
+            counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+        finally:
+            logs.publish(key, progress)
         seconds = round(time.time() - t0, 2)
         state.record(key, status="complete", finished=_now(), seconds=seconds, summary=counts, reason=None)
         shown = counts_line(counts)
@@ -303,12 +377,15 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                                    else "".join(traceback.format_exception(exc)))
                         result["failed"][key] = reason
                         state.record(key, status="failed", reason=reason, finished=_now(),
-                                     traceback=details[-4000:], log=str(logs / f"{key}.log"))
+                                     traceback=details[-4000:], log=logs.where(key))
                         optional = plan.study.stages[plan.instances[key].stage].optional
                         progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}: "
                                  f"{reason}")
                     still = {(n.app, n.key) for k in waiting for n in needs[k]}
                     apps.done(key, needs[key], still)
     finally:
-        apps.close()
+        try:
+            apps.close()
+        finally:
+            logs.close()
     return result

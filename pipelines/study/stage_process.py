@@ -11,8 +11,10 @@ The processes are forked from a template process (multiprocessing's `forkserver`
 imported rexeval's jobs, torch and Ray once and never connected to Ray, so a stage
 starts in milliseconds instead of re-importing for seconds. What a stage's process
 prints itself (Ray's own log lines, library warnings, Tune's tables) goes to its log
-file, OUT/logs/<instance>.log, beside every progress line; with `verbose` it goes to
-the terminal as well.
+file beside every progress line; with `verbose` it goes to the terminal as well. The
+log file is local (it is streamed to): OUT/logs/<instance>.log itself, or for a study
+folder under a URI a temporary file the study copies there when the stage ends
+(`runner.StageLogs`); `log_shown` is where the user finds it.
 """
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ class StageCall:
     ray_address: str | None = None
     runtime_env: dict[str, Any] = field(default_factory=dict)
     verbose: bool = False
+    log_shown: str = ""  # where the user finds the log (default: log_path)
+
+    @property
+    def log_where(self) -> str:
+        return self.log_shown or self.log_path
 
 
 def _context():
@@ -99,7 +106,7 @@ def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any
     if outcome is None:
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
-                          f"(out of memory? killed?); its log: {call.log_path}", "")
+                          f"(out of memory? killed?); its log: {call.log_where}", "")
     if outcome[0] == "error":
         raise StageFailed(outcome[1], outcome[2])
     return outcome[1]
@@ -135,7 +142,7 @@ def _run_stage_once(call: StageCall, progress: Callable[[str], None]) -> tuple[b
 
 def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None],
                  ray_address: str | None = None, runtime_env: dict[str, Any] | None = None,
-                 verbose: bool = False) -> Callable[[], None]:
+                 verbose: bool = False, log_shown: str = "") -> Callable[[], None]:
     """Start a Serve application in a process of its own, which holds it until the
     returned release is called (or the study driver is gone) and then stops it.
 
@@ -143,7 +150,8 @@ def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None
     controller, and when Serve shuts down Ray prints those tasks' failures to that
     driver's terminal; in the holder's process they go to its log. `opener(progress)`
     starts (or joins) the application and returns its release; it must be picklable
-    (a module-level function or a partial of one). Raises StageFailed when it cannot start."""
+    (a module-level function or a partial of one). Raises StageFailed when it cannot start.
+    `log_shown`: where the user finds the log (default: `log_path`, the file it streams to)."""
     ctx = _context()
     conn, child = ctx.Pipe(duplex=True)
     proc = ctx.Process(target=_hold_main, args=(opener, child, os.getpid(), log_path, ray_address,
@@ -168,7 +176,7 @@ def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None
         proc.join()
         if got is None:
             raise StageFailed(f"ServiceDied: the process holding the Serve application ended (exit code "
-                              f"{proc.exitcode}) before it was up; its log: {log_path}")
+                              f"{proc.exitcode}) before it was up; its log: {log_shown or log_path}")
         raise StageFailed(got[1], got[2])
 
     def release() -> None:

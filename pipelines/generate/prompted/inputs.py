@@ -3,7 +3,8 @@ before them, with the test interaction's own review kept out.
 
 Seed 004 explains one purchase per user and builds its generators from "the historical
 interactions of users and items present in the evaluation dataset, excluding their
-mutual interactions". `load_inputs` reads either
+mutual interactions". `load_inputs` reads, from a local folder or a URI
+(`pipelines/core/storage.py`), either
 
 - an ingest folder: the interactions to explain are each user's latest review (users
   with at least two reviews, seed 004 §3.1, `context.last_interactions`); or
@@ -25,13 +26,13 @@ review text becomes the `reference` column (never shown to a generator).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from rexeval.pipelines.core.inputs import reviews_path
+from rexeval.pipelines.core.inputs import resolved_text, reviews_path
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import SPLIT_NAMES
+from rexeval.pipelines.core.storage import PathLike, location
 
 TARGET_COLUMNS = ("example_id", "user_id", "item_id", "timestamp", "rating", "reference")
 REVIEW_COLUMNS = ("review_id", "user_id", "item_id", "rating", "timestamp", "text", "summary", "item_title",
@@ -50,11 +51,12 @@ class Inputs:
     kind: str  # "ingest" | "split"
 
 
-def is_split(path: Path) -> bool:
-    return all((path / name).is_dir() for name in SPLIT_NAMES)
+def is_split(path: PathLike) -> bool:
+    loc = location(path)
+    return all((loc / name).is_dir() for name in SPLIT_NAMES)
 
 
-def _reviews(path: Path) -> pd.DataFrame:
+def _reviews(path: PathLike) -> pd.DataFrame:
     t = read_table(path, "reviews").to_pandas()
     for c in REVIEW_COLUMNS:
         if c not in t.columns:
@@ -79,13 +81,13 @@ def _without_targets(reviews: pd.DataFrame, targets: pd.DataFrame) -> pd.DataFra
     return reviews[keep].reset_index(drop=True)
 
 
-def load_inputs(path: str | Path, split: str = "test", min_reviews: int = 2,
+def load_inputs(path: PathLike, split: str = "test", min_reviews: int = 2,
                 limit: int | None = None) -> Inputs:
     """The Inputs of an ingest or split folder (see the module docstring); `limit`
     keeps the first N interactions (by user, item) while `known` stays whole."""
     from rexeval.pipelines.generate.context import last_interactions
 
-    p = Path(path)
+    p = location(path)
     if not p.exists():
         raise FileNotFoundError(f"no such input: {p}")
     if is_split(p):
@@ -115,4 +117,4 @@ def load_inputs(path: str | Path, split: str = "test", min_reviews: int = 2,
         valid = _without_targets(valid, targets)
     if limit:
         targets = targets.head(limit).reset_index(drop=True)
-    return Inputs(targets=targets, known=known, valid=valid, source=str(p.resolve()), kind=kind)
+    return Inputs(targets=targets, known=known, valid=valid, source=resolved_text(p), kind=kind)

@@ -20,18 +20,22 @@ to an explanations table that `rexeval evaluate` and `rexeval judge` read as is.
    interaction a method could not explain, with the reason), `report.json` (counts,
    usage, provenance) and `generate.md`. Every interaction of every method ends in one of
    the two tables; the job checks it.
+
+The input and `out` may be local folders or URIs (`pipelines/core/storage.py`): every
+file goes through storage, and the chunk actors read their prompts from `<method>/calls/`
+and write their answers there, so no node needs another's disk.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.io import config_hash, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import ERRORS, EXPLANATIONS
+from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.generate.prompted.config import PromptedJob
 
 STAGE = "generate_llm"
@@ -50,7 +54,7 @@ def _train_mf(cfg: PromptedJob, inputs, progress):
     cols = ["user_id", "item_id", "rating"]
     valid = None if inputs.valid is None else inputs.valid[cols]
     settings = {"seed": cfg.seed, **cfg.settings.mf}  # --seed, unless the MF settings name their own
-    return train_biased_mf(inputs.known[cols], valid, Path(cfg.out) / "mf", settings, cpus=cfg.mf_cpus,
+    return train_biased_mf(inputs.known[cols], valid, location(cfg.out) / "mf", settings, cpus=cfg.mf_cpus,
                            gpus=cfg.mf_gpus, progress=progress)
 
 
@@ -76,7 +80,7 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
                                     "temperature": s.temperature, "max_retries": s.max_retries, "seed": cfg.seed,
                                     "asked_words": methods[name].asked_words}}
             out = run_chunks(f"explain_{name}", explain_task, rows[["example_id", "messages"]].reset_index(drop=True),
-                             Path(cfg.out) / name / "calls", ["answers"], settings, spec, address, cfg, progress)
+                             location(cfg.out) / name / "calls", ["answers"], settings, spec, address, cfg, progress)
             answers[name] = out.read("answers").to_pandas()
             outputs.append(out)
         spec["model"] = service.model_id
@@ -139,8 +143,8 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
     from rexeval.pipelines.generate.prompted.methods import method
 
     t0 = time.time()
-    root = Path(cfg.out)
-    cfg = cfg.with_resolved_cache()
+    root = location(cfg.out)
+    cfg = cfg.with_resolved_cache(cfg.out)  # a URI output keeps its LLM calls beside it
     methods = {n: method(n) for n in cfg.methods}
     inputs = load_inputs(cfg.input, cfg.split, cfg.min_reviews, cfg.limit)
     progress(f"generate llm: {len(inputs.targets)} interaction(s) to explain from {inputs.kind} folder "
@@ -155,7 +159,7 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
     plans = {}
     for name, m in methods.items():
         plan = m.plan(inputs, cfg.settings, contexts, mf)
-        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name).mkdir()
         write_parquet_atomic(root / name / "plan.parquet", pa.Table.from_pandas(plan, preserve_index=False))
         plans[name] = plan
         progress(f"  {name}: {int(plan['skip'].isna().sum())} planned, {int(plan['skip'].notna().sum())} "

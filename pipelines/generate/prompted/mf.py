@@ -10,7 +10,8 @@ epoch it reports the RMSE on the validation ratings, keeps the best epoch and st
 trained on (`selection_rows`): a split folder's validation reviews, which leave its
 training rows, or else a seeded share of the known ratings held out from training.
 `train_biased_mf` indexes the users and items,
-writes the ratings to one .npz under the storage folder, runs (or restores) the
+writes the ratings to one .npz under the storage folder (a local path or a URI: the
+trial reads it through `pipelines/core/storage.py`, wherever it runs), runs (or restores) the
 experiment through `pipelines/core/tune.py` and returns the best epoch's factors with
 the ids they belong to (`MFResult`), whose rows `nearest` ranks by cosine.
 """
@@ -21,7 +22,6 @@ import io
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,9 @@ import pandas as pd
 import torch
 
 from rexeval.models.recommenders.biased_mf import BiasedMF, nearest
+from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_bytes_atomic
+from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
 
 KEYS = ("mf_dim", "mf_lr", "mf_reg", "mf_batch_size", "mf_epochs", "mf_patience", "seed")
@@ -117,8 +119,10 @@ def resolve_settings(settings: dict[str, Any] | None) -> dict[str, Any]:
     return s
 
 
-def _load(path: str | Path) -> dict[str, np.ndarray]:
-    with np.load(path) as z:
+def _load(path: str) -> dict[str, np.ndarray]:
+    """The arrays at `path`, read through storage: the trial may run on a node that
+    shares no disk with the driver that wrote them."""
+    with np.load(io.BytesIO(location(path).read_bytes())) as z:
         return {k: z[k] for k in ARRAYS}
 
 
@@ -242,20 +246,18 @@ def arrays_hash(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()[:16]
 
 
-def write_arrays(arrays: dict[str, np.ndarray], storage: str | Path) -> Path:
-    """`<storage>/biased_mf-data-<content hash>.npz`, written to a temporary name and
-    renamed into place; an existing file of that name (the same content) is reused."""
-    storage = Path(storage).resolve()
-    path = storage / f"{NAME}-data-{arrays_hash(arrays)}.npz"
-    if path.exists():
-        return path
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    write_bytes_atomic(path, buf.getvalue())
-    return path
+def write_arrays(arrays: dict[str, np.ndarray], storage: PathLike) -> str:
+    """`<storage>/biased_mf-data-<content hash>.npz` (its path or URI), written whole or
+    not at all; an existing file of that name (the same content) is reused."""
+    path = location(resolved_text(storage)) / f"{NAME}-data-{arrays_hash(arrays)}.npz"
+    if not path.exists():
+        buf = io.BytesIO()
+        np.savez(buf, **arrays)
+        write_bytes_atomic(path, buf.getvalue())
+    return str(path)
 
 
-def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: str | Path,
+def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: PathLike,
                     settings: dict[str, Any] | None = None, *, cpus: float = 1, gpus: float = 0,
                     progress: Callable[[str], None] = print) -> MFResult:
     """Train (or restore) BiasedMF on `train` (user_id, item_id, rating), selecting the
@@ -301,12 +303,12 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: st
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     data_path = write_arrays(arrays, storage)
 
-    base = {k: s[k] for k in KEYS} | {"data_path": str(data_path)}
+    base = {k: s[k] for k in KEYS} | {"data_path": data_path}
     progress(f"  BiasedMF (similar users and items for the user- and item-based explanations): "
              f"{len(user_ids)} users, {len(item_ids)} items, {len(tr)} training ratings, d {base['mf_dim']}, "
              f"up to {base['mf_epochs']} epochs, best epoch by "
              f"{'validation' if len(va) else 'training'} RMSE")
-    tuner, _ = build_tuner(biased_mf_trainable, base, storage, NAME, metric=METRIC, mode="min",
+    tuner, _ = build_tuner(biased_mf_trainable, base, resolved_text(storage), NAME, metric=METRIC, mode="min",
                            max_epochs=base["mf_epochs"], sweepable=(), asha=False, cpus_per_trial=cpus,
                            gpus_per_trial=gpus, progress=progress)
     results = tuner.fit()

@@ -113,6 +113,6 @@ def test_vllm_style_driver_path_gives_the_same_rows(tmp_path, ray_session, monke
     models = ep.resolve_models(cfg)
     out = ep.ShardedOutput(cfg.out, "extract", ep.output_config(cfg, models), ["statements", "errors"])
     out.open()
-    ep._run_in_driver(cfg, models, out, ep.load_reviews(cfg), [0, 1, 2], lambda s: None, group=2)
+    ep._run_in_driver(cfg, models, out, *ep.review_parts(cfg), [0, 1, 2], lambda s: None, group=2)
     out.finish(3)
     assert files(tmp_path / "actors") == files(tmp_path / "driver")

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.study.config import StudyError, load_study
 from rexeval.pipelines.study.plan import build_plan, status_of
 
@@ -51,9 +52,9 @@ def test_instances_references_and_order(tmp_path):
     assert plan.order == ["ingest@a", "ingest@b", "split@a", "stats@a", "clusters"]
     split, stats, clusters = (plan.instances[k] for k in ("split@a", "stats@a", "clusters"))
     assert split.settings["input"] == str(out / "a" / "ingest") and split.settings["min_interactions"] == 3
-    assert split.out == out / "a" / "split" and split.deps == {"ingest@a"}
+    assert split.out == location(out / "a" / "split") and split.deps == {"ingest@a"}
     assert stats.settings["name"] == "a" and stats.deps == {"split@a"}
-    assert clusters.out == out / "clusters" and clusters.deps == {"ingest@a"}
+    assert clusters.out == location(out / "clusters") and clusters.deps == {"ingest@a"}
     assert clusters.settings["profile"] == "local"  # the study's profile, where the job takes one
     assert plan.instances["ingest@b"].settings["inputs"] == [str(SAMPLE / "reviews_noisy.jsonl")]
 
