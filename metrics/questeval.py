@@ -279,7 +279,7 @@ def load_spacy(spacy_model: str = "en_core_web_sm"):
             from rexeval.models.refs import ModelUnavailable, PackageNotInstalled, resolve
 
             try:
-                location = resolve(spacy_model, prepare=False).location
+                location = resolve(spacy_model).location  # a URI: this node's copy
             except PackageNotInstalled:
                 location = spacy_model  # maybe installed the usual spaCy way
             try:

@@ -202,7 +202,10 @@ class ExpScoreModel:
     def load(cls, folder: str | Path) -> ExpScoreModel:
         import torch
 
-        folder = Path(folder)
+        from rexeval.models.refs import resolve
+
+        # A URI (a model in a bucket) is copied to this node once (`models/fetch.py`).
+        folder = Path(resolve(str(folder)).location) if "://" in str(folder) else Path(folder)
         meta_path = folder / MODEL_JSON
         if not meta_path.exists():
             raise FileNotFoundError(f"{folder} is not an ExpScore model folder (no {MODEL_JSON})")

@@ -3,8 +3,10 @@
 Why: every stage asks for a model by its role ("nli", "embedder", ...) rather than by
 name, so the same job runs the seed papers' models on a GPU cluster (`paper`) or the
 packaged offline models on a laptop (`local`), and any single role can be swapped on the
-command line (`--model nli=/path/to/checkpoint`). A role that a profile leaves empty
-fails loudly through `Profile.require` instead of being silently replaced.
+command line (`--model nli=/path/to/checkpoint`, or `--model nli=s3://bucket/ckpt` on a
+cluster whose nodes share no disk: each node copies it once where it is loaded, see
+`models/refs.py`). A role that a profile leaves empty fails loudly through
+`Profile.require` instead of being silently replaced.
 """
 from __future__ import annotations
 
@@ -98,13 +100,15 @@ class Profile(BaseModel):
                 f"profile {self.name!r} has no {role!r} model ({ROLES[role]})"
                 + (f": {why}" if why else "")
                 + f". Pass a checkpoint with `--model {role}=/path/to/checkpoint` "
-                f"(or a Hugging Face id on a machine with hub access)."
+                f"(a URI such as s3://bucket/checkpoint on a cluster, or a Hugging Face id "
+                f"on a machine with hub access)."
             )
         return ref
 
     def resolve(self, role: str, *, prepare: bool = True,
                 cache_dir: str | os.PathLike | None = None) -> ResolvedModel:
-        """``require(role)`` then resolve it to a location (see ``models.refs.resolve``)."""
+        """``require(role)`` then resolve it to a location (see ``models.refs.resolve``):
+        call it where the model is loaded, since a URI is copied to this node."""
         return resolve(self.require(role), prepare=prepare, cache_dir=cache_dir)
 
 

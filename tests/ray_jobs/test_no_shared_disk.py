@@ -107,6 +107,28 @@ def local_run(run_root, shared_csv, ray_session):
     return out
 
 
+def test_the_local_study_on_one_node_then_has_nothing_to_do_and_reports(local_run, shared_csv, monkeypatch):
+    """studies/local.yaml as a user runs it on a laptop (the sample and the shared
+    reviews, the local profile), with one review for the local LLM instead of four: every
+    stage ran, a second run does nothing, the report has its tables."""
+    from rexeval.pipelines.study.config import load_study
+    from rexeval.pipelines.study.plan import build_plan
+    from rexeval.pipelines.study.report import build_report, write_report
+    from rexeval.pipelines.study.runner import run_study
+
+    monkeypatch.setenv("REXEVAL_SHARED", str(shared_csv.parents[1]))
+    f = REPO / "studies" / "local.yaml"
+    state = json.loads((local_run / "study.json").read_text())["stages"]
+    assert len(state) == 12 and all(s["status"] == "complete" for s in state.values())
+    assert state["ingest@mi"]["summary"]["in"] == 5050 and state["truth@sample"]["summary"]["out"] > 0
+    lines: list[str] = []
+    again = run_study(build_plan(load_study(f, {"llm_reviews": LLM_REVIEWS}), f, local_run), progress=lines.append)
+    assert again["ran"] == [] and any("nothing to do" in line for line in lines)
+    paths = write_report(build_report(local_run), local_run.parent / "local-report")
+    md = paths["md"].read_text()
+    assert "Table II" in md and "Table 3" in md and "| mi |" in md
+
+
 def test_the_worker_node_sees_none_of_the_heads_files(cluster, run_root):
     """The isolation the other tests rely on: a pathlib write on one node is not on the other."""
     (run_root / "from_head.txt").write_text("head")

@@ -303,30 +303,6 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_the_shipped_local_study_runs_then_has_nothing_to_do(tmp_path, shared_csv, monkeypatch, ray_session):
-    """studies/local.yaml as a user runs it on a laptop (the sample and the shared
-    reviews, the local profile), with one review for the local LLM instead of four; a
-    second run does nothing; the report has its tables."""
-    from rexeval.pipelines.study.report import build_report, write_report
-
-    monkeypatch.setenv("REXEVAL_SHARED", str(shared_csv.parents[1]))
-    f = REPO / "studies" / "local.yaml"
-    plan = build_plan(load_study(f, {"llm_reviews": 1}), f, tmp_path / "local")
-    first = run_study(plan, progress=lambda _: None)
-    assert first["failed"] == {} and first["skipped"] == {}
-    assert sorted(first["ran"]) == sorted(plan.order) and len(plan.order) == 12
-    state = json.loads((tmp_path / "local" / "study.json").read_text())["stages"]
-    assert state["ingest@mi"]["summary"]["in"] == 5050 and state["truth@sample"]["summary"]["out"] > 0
-    lines: list[str] = []
-    again = run_study(build_plan(load_study(f, {"llm_reviews": 1}), f, tmp_path / "local"), progress=lines.append)
-    assert again["ran"] == [] and any("nothing to do" in line for line in lines)
-    report = build_report(tmp_path / "local")
-    paths = write_report(report, tmp_path / "local" / "report")
-    md = paths["md"].read_text()
-    assert "Table II" in md and "Table 3" in md and "| mi |" in md
-
-
-@pytest.mark.slow
 def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
     """Seed 003 in a study: ExpScore trained on rated explanations (the sample reviews'
     summary lines, rated with their stars), then a second stage scores the review texts

@@ -1,0 +1,168 @@
+"""Model references that are URIs (`s3://bucket/ckpt`, `gs://...`): one local copy per node.
+
+Why: on a cluster the nodes share no disk, so a fine-tuned checkpoint lives in a bucket
+and every replica or actor, on whichever node, must load it from a local folder (the
+loaders, transformers and spaCy among them, open files). The first resolve on a node
+copies the URI into the node's models cache, `<models cache>/fetched/<sha256 of the
+URI>`; later resolves, by any process on that node, reuse the copy without asking the
+store again.
+
+Safe to race: copiers take an exclusive file lock, a copy is written to a temporary
+sibling folder and renamed into place, so a process sees either no folder or a whole
+one. A URI is taken to name fixed content: to load a new checkpoint, give it a new URI
+(or delete the cached folder).
+
+Kept on `pyarrow.fs` directly, not on `pipelines/core/storage.py` (models may not import
+pipelines), with the endpoint and credentials read the same way: the AWS variables,
+`AWS_ENDPOINT_URL` included, for S3 and S3-compatible stores; Google's default
+credentials for GCS.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from rexeval.models.gguf_cache import models_cache_dir
+
+MARKER = ".rexeval-fetched.json"
+"""File inside a fetched folder that names the URI it holds and what it is."""
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+
+
+class ModelURINotFound(FileNotFoundError):
+    """No file or folder at a model URI."""
+
+
+def is_model_uri(ref: str) -> bool:
+    """A URI with a scheme other than `file` (hub ids and local paths have no `://`)."""
+    scheme, sep, _ = ref.strip().partition("://")
+    return bool(sep) and scheme.isidentifier() and scheme.lower() != "file"
+
+
+def _normal(uri: str) -> str:
+    return uri.strip().rstrip("/")
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path within it) for a URI. S3 is configured from the AWS variables
+    here, so that an `http://` endpoint (MinIO, a test server) is reached over HTTP."""
+    import pyarrow.fs as pafs  # here, so that resolving a path or hub id never loads pyarrow
+
+    uri = _normal(uri)
+    scheme, _, rest = uri.partition("://")
+    if scheme.lower() not in ("s3", "s3a"):
+        return pafs.FileSystem.from_uri(uri)
+    kwargs: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        proto, _, host = endpoint.partition("://")
+        kwargs["endpoint_override"] = host.rstrip("/") if host else endpoint
+        kwargs["scheme"] = proto if host else "https"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region"] = region
+    return pafs.S3FileSystem(**kwargs), rest
+
+
+def fetched_dir(uri: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The folder a URI's copy lands in on this node (it may not exist yet)."""
+    base = Path(cache_dir).expanduser() if cache_dir is not None else models_cache_dir()
+    return base / "fetched" / hashlib.sha256(_normal(uri).encode("utf-8")).hexdigest()
+
+
+def _local_model(folder: Path) -> Path | None:
+    """What a whole copy holds (the folder, or the single file in it); None when absent."""
+    try:
+        info = json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    return folder / info["name"] if info.get("kind") == "file" else folder
+
+
+def fetched(uri: str, cache_dir: str | os.PathLike | None = None) -> Path | None:
+    """The local copy of `uri` already on this node, or None (asks no store)."""
+    return _local_model(fetched_dir(uri, cache_dir))
+
+
+def stat(uri: str) -> str:
+    """"file" or "dir" for what `uri` names; ModelURINotFound naming it when nothing is
+    there. Cheap (one request), for a driver to fail early without copying anything."""
+    return _kind(*filesystem(uri), uri)
+
+
+def _kind(fs: pafs.FileSystem, path: str, uri: str) -> str:
+    import pyarrow.fs as pafs
+
+    info = fs.get_file_info(path)
+    if info.type == pafs.FileType.File:
+        return "file"
+    if info.type == pafs.FileType.Directory:
+        return "dir"
+    raise ModelURINotFound(f"model URI {_normal(uri)} not found: no file or folder there "
+                           "(check the path, and the AWS_* variables that name the store and its keys)")
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[None]:
+    # flock on a fresh open file: excludes other processes and other threads alike.
+    with open(lock_path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _copy(uri: str, into: Path) -> dict:
+    """Copy what `uri` names into the empty folder `into`; the marker's contents."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri)
+    kind = _kind(fs, path, uri)
+    local = pafs.LocalFileSystem()
+    if kind == "file":
+        name = path.rsplit("/", 1)[-1]
+        pafs.copy_files(path, str(into / name), source_filesystem=fs, destination_filesystem=local)
+        return {"uri": _normal(uri), "kind": "file", "name": name}
+    files = [i for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+             if i.type == pafs.FileType.File]
+    if not files:
+        raise ModelURINotFound(f"model URI {_normal(uri)} is an empty folder")
+    pafs.copy_files(path, str(into), source_filesystem=fs, destination_filesystem=local)
+    return {"uri": _normal(uri), "kind": "dir", "files": len(files),
+            "bytes": sum(i.size or 0 for i in files)}
+
+
+def fetch(uri: str, cache_dir: str | os.PathLike | None = None) -> Path:
+    """The local copy of the model at `uri` (a folder, or a file for a file URI), copied
+    from the store first if this node has none. ModelURINotFound names a missing URI."""
+    target = fetched_dir(uri, cache_dir)
+    done = _local_model(target)
+    if done is not None:
+        return done
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(target.parent / f".{target.name}.lock"):
+        done = _local_model(target)  # another process may have copied it while we waited
+        if done is not None:
+            return done
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        try:
+            os.chmod(tmp, 0o755)  # mkdtemp makes it private; other users may read the cache
+            marker = _copy(uri, tmp)
+            (tmp / MARKER).write_text(json.dumps(marker, indent=2))
+            if target.exists():  # a leftover without a marker (not ours): replace it
+                shutil.rmtree(target)
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return _local_model(target)
