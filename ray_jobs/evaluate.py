@@ -8,15 +8,16 @@ import click
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EvaluateConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
 
 
 @click.command("evaluate")
-@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
-@click.option("--out", "-o", help="Output folder (scores, aggregates, tables, report).")
-@click.option("--references", type=click.Path(exists=True, file_okay=False),
+@click.argument("explanations", nargs=-1, type=Where(exists=True))
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/eval "
+                                                "(scores, aggregates, tables, report).")
+@click.option("--references", type=Where(exists=True, file_okay=False),
               help="`rexeval ground-truth` output folder: reference texts and statement sentences.")
-@click.option("--statements", multiple=True, type=click.Path(exists=True),
+@click.option("--statements", multiple=True, type=Where(exists=True),
               help="Statements of the generated explanations (example_id, system, statement, "
                    "sentiment[, topic]) as Parquet or JSON lines; repeatable.")
 @click.option("--extract", is_flag=True, default=None,
@@ -75,7 +76,9 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
     so pass one with --model nli=/path/to/nli-checkpoint for StEnt/StCoh/SummaC.
     The BERTScore layers are profile settings that --model overrides too, e.g.
     --model bertscore_num_layers=17 or --model questeval_bertscore_num_layers=9.
-    Re-running the same command resumes where it stopped.
+    Re-running the same command resumes where it stopped. Inputs and --out may be local
+    paths or URIs (s3://bucket/eval; credentials and endpoint from the standard AWS
+    variables): every table, figure and report is written through the storage module.
 
     Examples:
 

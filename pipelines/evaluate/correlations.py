@@ -17,7 +17,6 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -32,6 +31,7 @@ from rexeval.metrics.correlation import (
 )
 from rexeval.pipelines.core.io import read_table, write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES, SCORES
+from rexeval.pipelines.core.storage import PathLike, location
 
 NAME = "metric_correlations"
 DEFAULT_DATASET = "all"  # the dataset label when the job was given no --dataset
@@ -62,8 +62,9 @@ def slug(dataset: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", dataset).strip("_") or DEFAULT_DATASET
 
 
-def frames_from_job(root: Path, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+def frames_from_job(root: PathLike, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-example values, per-system values) as wide frames, from the job's files."""
+    root = location(root)
     scores = read_table(root / "scores.parquet", SCORES).to_pandas()
     examples = (scores.set_index(["system", "example_id", "metric"])["value"].unstack("metric")
                 .reset_index() if len(scores) else pd.DataFrame(columns=["system", "example_id"]))
@@ -76,11 +77,11 @@ def frames_from_job(root: Path, dataset: str) -> tuple[pd.DataFrame, pd.DataFram
     return examples, systems
 
 
-def write_metric_correlations(root: str | Path, dataset: str = "",
+def write_metric_correlations(root: PathLike, dataset: str = "",
                               progress: Callable[[str], None] = print) -> str:
-    """Compute and write the correlation files in the job folder `root`; returns the
-    Markdown."""
-    root = Path(root)
+    """Compute and write the correlation files in the job folder `root` (a local path
+    or a URI); returns the Markdown."""
+    root = location(root)
     dataset = dataset or DEFAULT_DATASET
     order, labels = report_order()
     examples, systems = frames_from_job(root, dataset)
@@ -154,7 +155,7 @@ def correlations_markdown(long: pd.DataFrame, order: list[str], labels: dict[str
     return "\n".join(out)
 
 
-def plot_heatmap(part: pd.DataFrame, metrics: list[str], path: Path, labels: dict[str, str], dataset: str,
+def plot_heatmap(part: pd.DataFrame, metrics: list[str], path: PathLike, labels: dict[str, str], dataset: str,
                  over: str) -> bool:
     """A PNG heat map of one (dataset, over) slice: tau in each cell, grey where
     undefined. False (nothing drawn) for fewer than two metrics."""

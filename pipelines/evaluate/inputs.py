@@ -23,14 +23,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import PurePath
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import json_lines, read_table
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
+from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 STAGE = "evaluate"
 FLIP = {"positive": "negative", "negative": "positive", "neutral": "neutral"}
@@ -48,20 +50,20 @@ EXAMPLES = pa.schema([
 ])
 
 
-def _table_path(path: str | Path, sub: str) -> Path:
+def _table_path(path: PathLike, sub: str) -> Location:
     """A job folder's `sub` table when `path` is one, else `path` itself."""
-    p = Path(path)
+    p = location(path)
     return p / sub if (p / sub).is_dir() else p
 
 
-def read_explanations(paths: Sequence[str | Path]) -> pa.Table:
+def read_explanations(paths: Sequence[PathLike]) -> pa.Table:
     if not paths:
         raise ValueError("no explanations given")
     parts = [read_table(_table_path(p, "explanations"), "explanations") for p in paths]
     return pa.concat_tables(parts)
 
 
-def reference_kind(paths: Sequence[str | Path]) -> str | None:
+def reference_kind(paths: Sequence[PathLike]) -> str | None:
     """What the explanations' own `reference` column holds, from the manifests of the
     `rexeval generate run` folders among `paths`: "review" (generators trained on the
     review text, seed 000 Table VII), "explanation", or None when no input says. Inputs
@@ -69,11 +71,11 @@ def reference_kind(paths: Sequence[str | Path]) -> str | None:
     different kinds of reference in one table."""
     said: dict[str, list[str]] = {}
     for p in paths:
-        manifest = Path(p) / "manifest.json"
-        if Path(p).is_dir() and manifest.is_file():
+        manifest = location(p) / "manifest.json"
+        if manifest.is_file():
             try:
-                target = json.loads(manifest.read_text()).get("target")
-            except (json.JSONDecodeError, AttributeError):
+                target = manifest.read_json().get("target")
+            except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
                 raise ValueError(f"{manifest}: not a readable job manifest (a JSON object)") from None
             if target:
                 said.setdefault(str(target), []).append(str(p))
@@ -83,12 +85,12 @@ def reference_kind(paths: Sequence[str | Path]) -> str | None:
     return next(iter(said), None)
 
 
-def read_references(path: str | Path) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[str]]]:
+def read_references(path: PathLike) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[str]]]:
     """(reference text, reference sentences, reference topics) by example id, from a
     ground-truth job folder."""
-    root = Path(path)
+    root = location(path)
     if not (root / "explanations").is_dir():
-        raise FileNotFoundError(f"{root} is not a ground-truth output folder (no explanations/ in it); "
+        raise FileNotFoundError(f"{given_text(path)} is not a ground-truth output folder (no explanations/ in it); "
                                 "run `rexeval ground-truth` first, or leave --references out to use "
                                 "each explanation row's own `reference` column")
     expl = read_table(root / "explanations", "explanations")
@@ -105,19 +107,20 @@ def read_references(path: str | Path) -> tuple[dict[str, str], dict[str, list[st
     return text, sentences, topics
 
 
-def read_statement_rows(paths: Sequence[str | Path]) -> list[tuple[str, int, dict]]:
-    """(source, row, fields) of every EXPLANATION_STATEMENTS row of Parquet or JSONL files."""
+def read_statement_rows(paths: Sequence[PathLike]) -> list[tuple[str, int, dict]]:
+    """(source, row, fields) of every EXPLANATION_STATEMENTS row of Parquet or JSONL files
+    (local paths or URIs; the source is the path as given)."""
     rows = []
     for path in paths:
-        p = Path(path)
+        p, src = location(path), given_text(path)
         if p.suffix in (".jsonl", ".json"):
             for n, obj in json_lines(p, "explanation_statements"):
-                t = validate_table(pa.Table.from_pylist([obj]), EXPLANATION_STATEMENTS, source=f"{p} line {n}",
+                t = validate_table(pa.Table.from_pylist([obj]), EXPLANATION_STATEMENTS, source=f"{src} line {n}",
                                    name="explanation_statements")
-                rows.append((str(p), n, t.to_pylist()[0]))
+                rows.append((src, n, t.to_pylist()[0]))
         else:
             t = read_table(p, EXPLANATION_STATEMENTS)
-            rows += [(str(p), i, r) for i, r in enumerate(t.to_pylist())]
+            rows += [(src, i, r) for i, r in enumerate(t.to_pylist())]
     return rows
 
 
@@ -155,8 +158,8 @@ def statement_sets(rows: list[tuple[str, int, dict]]) -> tuple[dict[tuple[str, s
     return sets, systems, errors
 
 
-def build_examples(explanations: pa.Table, references: str | Path | None = None,
-                   statement_files: Sequence[str | Path] = (), limit: int | None = None,
+def build_examples(explanations: pa.Table, references: PathLike | None = None,
+                   statement_files: Sequence[PathLike] = (), limit: int | None = None,
                    systems: Sequence[str] | None = None, known_systems: Sequence[str] = ()
                    ) -> tuple[pa.Table, pa.Table, dict]:
     """(EXAMPLES, ERRORS, counts): every explanation row is an example or an error row.
@@ -231,7 +234,7 @@ def systems_of(examples: pa.Table) -> list[str]:
     return sorted(pc.unique(examples.column("system")).to_pylist())
 
 
-def write_flip_benchmark(statements: pa.Table, root: str | Path, system: str = "flipped") -> dict[str, str]:
+def write_flip_benchmark(statements: pa.Table, root: PathLike, system: str = "flipped") -> dict[str, str]:
     """The demo's two systems from one STATEMENTS table: the rule-built ground truth
     (also the reference) and a copy with every sentiment flipped, written as a
     ground-truth folder, one explanations table and one statements table. Both
@@ -240,18 +243,20 @@ def write_flip_benchmark(statements: pa.Table, root: str | Path, system: str = "
     from rexeval.pipelines.core.io import write_parquet_atomic
     from rexeval.pipelines.core.schema import EXPLANATIONS
 
-    root = Path(root)
+    given, root = given_text(root), location(root)
     truth, sentences = ground_truth_tables(statements)
     flipped_st = sentiment_flipped(statements)
     flipped, _ = ground_truth_tables(flipped_st)
     flipped = flipped.set_column(flipped.schema.get_field_index("system"), EXPLANATIONS.field("system"),
                                  pa.array([system] * flipped.num_rows, pa.string()))
     gt_system = truth.column("system")[0].as_py() if truth.num_rows else "ground_truth"
-    paths = {"references": str(root / "ground_truth"), "explanations": str(root / "explanations.parquet"),
-             "statements": str(root / "statements.parquet")}
+    # The paths returned as the caller named the folder (a URI, or a local path as given).
+    names = {"references": "ground_truth", "explanations": "explanations.parquet",
+             "statements": "statements.parquet"}
+    paths = {k: str(root / n) if is_uri(given) else str(PurePath(given) / n) for k, n in names.items()}
     write_parquet_atomic(root / "ground_truth" / "explanations" / "part-00000.parquet", truth)
     write_parquet_atomic(root / "ground_truth" / "sentences" / "part-00000.parquet", sentences)
-    write_parquet_atomic(paths["explanations"], pa.concat_tables([truth, flipped]))
-    write_parquet_atomic(paths["statements"], pa.concat_tables([explanation_statements(statements, gt_system),
-                                                                explanation_statements(flipped_st, system)]))
+    write_parquet_atomic(root / "explanations.parquet", pa.concat_tables([truth, flipped]))
+    write_parquet_atomic(root / "statements.parquet", pa.concat_tables(
+        [explanation_statements(statements, gt_system), explanation_statements(flipped_st, system)]))
     return paths

@@ -12,9 +12,14 @@ and seed 000's tables out.
    recomputed alone).
 3. The NLI families call the NLI Serve deployment: the one named by `nli_service`, or
    one this job starts on its Ray cluster (and stops at the end) when none is running.
-4. The driver adds the corpus-level metrics, aggregates (mean, population std, n,
-   bootstrap interval) and writes the tables; then, from the files just written, the
-   Kendall tau between every pair of metrics (`pipelines.evaluate.correlations`).
+4. One worker task gathers the families' shards into scores.parquet, aggregates them
+   (mean, population std, n, bootstrap interval; plus the corpus-level metrics) and,
+   from the files just written, computes the Kendall tau between every pair of metrics
+   (`pipelines.evaluate.correlations`); only the aggregates come back, from which the
+   driver writes the tables, Figure 2 and the report.
+
+The output folder and every input may be a local path or a URI: all reads and writes go
+through `pipelines/core/storage.py`, and a shard counts only once its marker is there.
 
 Families that cannot run (no model for a role in the profile, missing data, no
 statement sets for a system) are listed in the report with the reason; no other model
@@ -26,7 +31,6 @@ import hashlib
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,10 +47,12 @@ from rexeval.pipelines.evaluate.inputs import (
     reference_kind,
     systems_of,
 )
+from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
+from rexeval.pipelines.core.storage import Location, PathLike, location
 
 JOB = "evaluate"
 
@@ -134,9 +140,9 @@ def long_scores(example_ids: list[str], systems: list[str], values: dict[str, np
     }, schema=SCORES)
 
 
-def _hash_file(path: Path) -> str:
+def _hash_file(path: PathLike) -> str:
     h = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
+    with location(path).open_input() as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -151,11 +157,17 @@ def _family_resources(cls: type[Family], cfg: EvaluateConfig) -> Resources:
 
 
 def _file_info(paths) -> list[dict]:
-    return [{"path": str(Path(p).resolve()), "size": _size(Path(p))} for p in paths]
+    return [{"path": resolved_text(p), "size": _size(location(p))} for p in paths]
 
 
-def _size(p: Path) -> int:
-    return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.is_dir() else p.stat().st_size
+def _size(loc: Location) -> int:
+    """Bytes in a file, or in every file below a folder (one listing, not one request a file)."""
+    import pyarrow.fs as pafs
+
+    if not loc.is_dir():
+        return loc.size()
+    infos = loc.fs.get_file_info(pafs.FileSelector(loc.path, recursive=True))
+    return sum(i.size or 0 for i in infos if i.type == pafs.FileType.File)
 
 
 class NLIService:
@@ -203,7 +215,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
 
     t0 = time.time()
     profile = load_profile(cfg.profile, cfg.models)
-    root = Path(cfg.out)
+    root = location(cfg.out)
     explanations = read_explanations(cfg.explanations)
     task = evaluation_task(cfg)
     conf = {"explanations": _file_info(cfg.explanations),
@@ -301,33 +313,57 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         service.stop()
 
     ran = [cls.name for cls, _ in plan if cls.name in family_counts]
-    scores = collect_scores(root, ran)
-    write_parquet_atomic(root / "scores.parquet", scores)
-    agg = aggregate(scores, cfg)
-    if "corpus" in families:
-        agg = pd.concat([agg, corpus_frame(corpus_rows(examples, vocab))], ignore_index=True)
-    agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
-                               source="aggregates")
-    write_parquet_atomic(root / "aggregates.parquet", agg_table)
+    corpus = corpus_frame(corpus_rows(examples, vocab)) if "corpus" in families else None
+    summary = on_worker(summarise, str(root), ran, corpus, cfg)
+    agg, n_scores = summary["aggregates"], summary["scores"]
     from rexeval.pipelines.evaluate.report import plot_stent_bin, results_csv, results_markdown
 
     md = results_markdown(agg, dataset=cfg.dataset, systems=systems, task=task)
     (root / "tables.md").write_text(md)
     (root / "tables.csv").write_text(results_csv(agg, task=task))
     plot_stent_bin(agg, root / "figure2.png", dataset=cfg.dataset, systems=systems)
-    report = {"counts": {**counts, "scores": scores.num_rows}, "task": task,
+    report = {"counts": {**counts, "scores": n_scores}, "task": task,
               "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
               "family_counts": family_counts, "nli_service": ctx.nli_service,
               "models": refs, "elapsed_s": round(time.time() - t0, 2)}
     write_json_atomic(root / "report.json", report)
+    for line in summary["said"]:
+        progress(line)
+    top.finish(0, counts={**counts, "scores": n_scores})
+    report["tables_md"] = md
+    report["correlations_md"] = summary["correlations_md"]
+    return report
+
+
+def summarise(root: str, families: list[str], corpus: pd.DataFrame | None, cfg: EvaluateConfig) -> dict:
+    """The families' shards -> scores.parquet, aggregates.parquet (with the corpus-level
+    rows) and the metric agreement files (Kendall tau, rebuilt from the files just
+    written). Runs where the shards are read (`on_worker`): only the aggregates, a few
+    rows per system and metric, come back."""
     from rexeval.pipelines.evaluate.correlations import write_metric_correlations
 
-    # Metric agreement (Kendall tau), rebuilt from the files just written (new files only).
-    corr_md = write_metric_correlations(root, dataset=cfg.dataset, progress=progress)
-    top.finish(0, counts={**counts, "scores": scores.num_rows})
-    report["tables_md"] = md
-    report["correlations_md"] = corr_md
-    return report
+    root = location(root)
+    scores = collect_scores(root, families)
+    write_parquet_atomic(root / "scores.parquet", scores)
+    agg = aggregate(scores, cfg)
+    if corpus is not None:
+        agg = pd.concat([agg, corpus], ignore_index=True)
+    agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
+                               source="aggregates")
+    write_parquet_atomic(root / "aggregates.parquet", agg_table)
+    said: list[str] = []
+    corr_md = write_metric_correlations(root, dataset=cfg.dataset, progress=said.append)
+    return {"scores": scores.num_rows, "aggregates": agg, "correlations_md": corr_md, "said": said}
+
+
+def on_worker(fn: Callable[..., dict], *args) -> dict:
+    """`fn(*args)` as one Ray task when Ray runs (so a worker, not the driver, reads what
+    the workers wrote), else here."""
+    import ray
+
+    if not ray.is_initialized():
+        return fn(*args)
+    return ray.get(ray.remote(num_cpus=1)(fn).remote(*args))
 
 
 def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows: np.ndarray,
@@ -343,7 +379,7 @@ def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows
             "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
 
 
-def family_done(root: Path, cls: type[Family], fconf: dict) -> bool:
+def family_done(root: Location, cls: type[Family], fconf: dict) -> bool:
     """A family whose folder is complete for these settings (then the NLI deployment
     need not start for it)."""
     from rexeval.pipelines.core.io import config_hash
@@ -351,7 +387,7 @@ def family_done(root: Path, cls: type[Family], fconf: dict) -> bool:
     p = root / "families" / cls.name / "manifest.json"
     if not p.exists():
         return False
-    m = json.loads(p.read_text())
+    m = p.read_json()
     return m.get("status") == "complete" and m.get("config_hash") == config_hash(fconf)
 
 
@@ -363,7 +399,7 @@ def failure_reason(exc: BaseException) -> str:
     return "failed: " + (root or f"{type(exc).__name__}: {lines[0] if lines else ''}")[:400]
 
 
-def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Path, rows: np.ndarray,
+def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Location, rows: np.ndarray,
                examples_hash: str, progress) -> dict:
     """One family over its examples, chunk by chunk on Ray Data; finished chunks kept."""
     fconf = family_config(cls, ctx, cfg, rows, examples_hash)
@@ -382,7 +418,7 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: P
     return job.finish()["counts"]
 
 
-def collect_scores(root: Path, families: list[str]) -> pa.Table:
+def collect_scores(root: Location, families: list[str]) -> pa.Table:
     parts = [read_table(root / "families" / f / "scores", SCORES) for f in families
              if (root / "families" / f / "scores").exists()]
     return pa.concat_tables(parts) if parts else SCORES.empty_table()
@@ -417,7 +453,7 @@ def corpus_frame(corpus: dict[str, dict[str, float]]) -> pd.DataFrame:
 # ------------------------------------------------------------------ extraction
 
 
-def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_files: list[str], folder: Path,
+def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_files: list[str], folder: Location,
                        progress) -> tuple[str | None, pa.Table | None, list[str]]:
     """Run the extraction stage (seed 000 triplets) on the explanations of systems that
     have no statements yet; returns an EXPLANATION_STATEMENTS file and the stage's

@@ -9,6 +9,7 @@ import pandas as pd
 
 from rexeval.metrics.aggregate import format_results_table
 from rexeval.metrics.registry import higher_is_better
+from rexeval.pipelines.core.storage import location
 
 # (title, [(metric, label)]): the seed's tables, in its order and naming.
 TABLES: list[tuple[str, list[tuple[str, str]]]] = [
@@ -86,10 +87,9 @@ FIGURE2 = [("stent_bin_p", "StEnt-bin-P"), ("stent_bin_r", "StEnt-bin-R"), ("ste
 
 def plot_stent_bin(agg: pd.DataFrame, path, dataset: str = "", systems: list[str] | None = None) -> bool:
     """Seed 000's Figure 2: StEnt-bin P/R/F1 per system as grouped bars (in %), with each
-    mean's bootstrap interval as an error bar; PNG and SVG at `path` (.png/.svg beside).
-    False (nothing drawn) when no StEnt-bin metric was computed."""
-    from pathlib import Path
-
+    mean's bootstrap interval as an error bar; PNG and SVG at `path` (.png/.svg beside; a
+    local path or a URI, each written whole through the storage module). False (nothing
+    drawn) when no StEnt-bin metric was computed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -115,9 +115,11 @@ def plot_stent_bin(agg: pd.DataFrame, path, dataset: str = "", systems: list[str
     ax.set_title(f"StEnt-bin{f' ({dataset})' if dataset else ''}: mean and 95% interval")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path.with_suffix(".png"), dpi=120)
-    fig.savefig(path.with_suffix(".svg"))
+    loc = location(path)
+    for fmt, kwargs in (("png", {"dpi": 120}), ("svg", {})):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, **kwargs)
+        (loc.parent / f"{loc.stem}.{fmt}").write_bytes(buf.getvalue())
     plt.close(fig)
     return True
 
