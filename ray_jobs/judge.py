@@ -9,17 +9,17 @@ from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.cost import reward_line
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
 
 
 def _judge_options(fn):
     """Context, service, cost and chunk flags every judge command shares."""
     options = [
-        click.option("--out", "-o", help="Output folder."),
-        click.option("--contexts", type=click.Path(exists=True, dir_okay=False),
+        click.option("--out", "-o", help="Output folder (a local path or a URI such as s3://bucket/run)."),
+        click.option("--contexts", type=Where(exists=True, dir_okay=False),
                      help="File (Parquet, CSV, JSON lines) of user_id, item_id, user_profile, "
                           "item_description: what the judge knows of the shopper and the item."),
-        click.option("--reviews", multiple=True, type=click.Path(exists=True),
+        click.option("--reviews", multiple=True, type=Where(exists=True),
                      help="Ingested reviews (a `rexeval ingest` folder) to build the contexts from: "
                           "the user's earlier purchases and the item's title/category."),
         click.option("--max-history", type=int, help="Earlier purchases shown per user (default 10)."),
@@ -73,7 +73,7 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
 
 
 @judge_group.command("likert")
-@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
+@click.argument("explanations", nargs=-1, type=Where(exists=True))
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
 @click.option("--judge", "judges", multiple=True, metavar="MODEL",
@@ -86,7 +86,7 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
 @click.option("--shots", type=click.Choice(["zero", "one", "personalised"]),
               help="zero (default), one (a human-rated example of another user) or personalised "
                    "(the same user's rating of the same system on another item); needs --examples.")
-@click.option("--examples", type=click.Path(exists=True, dir_okay=False),
+@click.option("--examples", type=Where(exists=True, dir_okay=False),
               help="Parquet of human-rated explanations for one-shot prompts (user_id, item_id, system, "
                    "explanation, item_description, human_<aspect>...).")
 @click.option("--ensemble-missing", type=click.Choice(["skip", "zero"]),
@@ -159,7 +159,7 @@ def _evaluator_flags(fn):
 
 
 @judge_group.command("pairwise")
-@click.argument("explanations", nargs=-1, type=click.Path(exists=True))
+@click.argument("explanations", nargs=-1, type=Where(exists=True))
 @click.option("--baseline", help="The system every other system is compared with (required).")
 @click.option("--system", "systems", multiple=True, help="Only these systems (and the baseline).")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
@@ -219,7 +219,7 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, eval
 
 
 @judge_group.command("detect")
-@click.option("--interactions", type=click.Path(exists=True, dir_okay=False),
+@click.option("--interactions", type=Where(exists=True, dir_okay=False),
               help="Parquet/CSV/JSON lines of user_id, item_id to explain (default: every interaction "
                    "of --contexts or --reviews).")
 @click.option("--limit", type=int, help="Only the first N interactions.")
@@ -268,8 +268,8 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
 
 
 @judge_group.command("winrate")
-@click.argument("runs", nargs=-1, metavar="RUN_DIR...", type=click.Path(exists=True, file_okay=False))
-@click.option("--out", "-o", help="Output folder.")
+@click.argument("runs", nargs=-1, metavar="RUN_DIR...", type=Where(exists=True, file_okay=False))
+@click.option("--out", "-o", help="Output folder (a local path or a URI).")
 @click.option("--confidence", type=float, help="Level of the bootstrap intervals (default 0.95).")
 @click.option("--resamples", type=int, help="Bootstrap resamples of the pairs (default 2000; 0: no intervals).")
 @click.option("--seed", type=int, help="Seed of the bootstrap (default 0).")

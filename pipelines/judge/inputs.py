@@ -1,6 +1,9 @@
 """What the judge jobs read: explanations, the recommendation context, and the pairs
 a pairwise judge compares.
 
+Every input may be a local path or a URI (`pipelines/core/storage.py`); the driver
+reads these small tables, and the chunks read their rows from the job's payload.
+
 Contexts (the shopper's purchase history, the item's description) come from a file that
 already holds them (`user_id, item_id, user_profile, item_description`) or are built from
 an ingested reviews table (`pipelines.generate.context.build_contexts`). Every explanation
@@ -9,31 +12,39 @@ is an error row naming the file, row and field, not a silent drop.
 """
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 
+from rexeval.pipelines.core.inputs import given_text, reviews_path
 from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 
 
-def read_frame(path: str | Path) -> pd.DataFrame:
+def read_frame(path: PathLike) -> pd.DataFrame:
     """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix."""
-    p = Path(path)
-    if p.suffix == ".csv":
-        return pd.read_csv(p, dtype=str, keep_default_na=False)
-    if p.suffix in (".jsonl", ".json"):
-        return pd.read_json(p, lines=True, dtype=False)
-    return pd.read_parquet(p)
+    loc = location(path)
+    if loc.suffix == ".csv":
+        return pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False)
+    if loc.suffix in (".jsonl", ".json"):
+        return pd.read_json(io.BytesIO(loc.read_bytes()), lines=True, dtype=False)
+    return read_parquet_frame(loc)
 
 
-def read_contexts(path: str | Path) -> pd.DataFrame:
+def read_parquet_frame(path: PathLike) -> pd.DataFrame:
+    """A Parquet file as pandas reads it, local or by URI."""
+    loc = location(path)
+    return pd.read_parquet(loc.path, filesystem=loc.fs)
+
+
+def read_contexts(path: PathLike) -> pd.DataFrame:
     """A contexts file (Parquet, CSV or JSON lines) with CONTEXT_COLUMNS."""
-    p = Path(path)
-    df = read_frame(p)
+    p = given_text(path)
+    df = read_frame(path)
     missing = [c for c in CONTEXT_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{p}: contexts need column(s) {missing} (it has {list(df.columns)})")
@@ -47,11 +58,9 @@ def read_contexts(path: str | Path) -> pd.DataFrame:
     return df[list(CONTEXT_COLUMNS)].reset_index(drop=True)
 
 
-def reviews_table(path: str | Path) -> pd.DataFrame:
+def reviews_table(path: PathLike) -> pd.DataFrame:
     """An ingested reviews table (a `rexeval ingest` folder or its reviews/ Parquet)."""
-    p = Path(path)
-    src = p / "reviews" if (p / "reviews").is_dir() else p
-    return read_table(src, "reviews").to_pandas()
+    return read_table(reviews_path(path), "reviews").to_pandas()
 
 
 def attach_contexts(expl: pd.DataFrame, contexts: pd.DataFrame | None) -> tuple[pd.DataFrame, int]:
@@ -85,7 +94,7 @@ def explanations_frame(paths: Sequence[str], systems: Sequence[str] | None = Non
                        limit: int | None = None) -> pd.DataFrame:
     """EXPLANATIONS rows as a DataFrame, optionally limited to systems and to the first
     `limit` examples of each system (in file order)."""
-    from rexeval.pipelines.evaluate.inputs import read_explanations
+    from rexeval.pipelines.evaluate.inputs import read_explanations  # local or by URI
 
     df = read_explanations(paths).to_pandas()
     if systems:

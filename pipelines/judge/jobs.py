@@ -9,6 +9,11 @@
 - detect (seed 004, section 4.2): an LLM writes a good explanation and deliberately
   worse ones for the same interactions; the judges must prefer the good one
   (accuracy per condition; a coin flip scores 0.5).
+
+Inputs and `out` may be local paths or URIs (`pipelines/core/storage.py`): the driver
+reads the inputs and writes the chunks' rows to `out`, the chunk actors read them from
+there and commit their shards there (each with its marker last), and the driver reads
+back the finished shards, never a worker's local disk.
 """
 from __future__ import annotations
 
@@ -19,7 +24,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_parquet_atomic
+from rexeval.pipelines.core.storage import is_uri, location
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
 from rexeval.pipelines.judge.cost import cost_markdown
@@ -68,7 +75,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     from rexeval.pipelines.judge.likert import LikertConfig, count_fallbacks, ensemble
 
     t0 = time.time()
-    root = Path(cfg.out)
+    root = location(cfg.out)
     profile = _profile(cfg)
     expl = explanations_frame(cfg.explanations, cfg.systems, cfg.limit)
     rows, no_ctx = _with_contexts(cfg, expl, progress)
@@ -77,15 +84,13 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     lcfg = LikertConfig(aspects=cfg.aspects or LikertConfig().aspects, mode=cfg.mode, shots=cfg.shots,
                         seed=cfg.seed, max_retries=cfg.max_retries, max_tokens=cfg.max_tokens,
                         constrained=cfg.constrained)
-    examples_path = None
-    if cfg.shots != "zero":  # the config checked that examples are given
-        examples_path = str(Path(cfg.examples).resolve())
+    examples = _examples(cfg, root) if cfg.shots != "zero" else {"examples": None}
     progress(f"judge likert: {len(rows)} explanation(s) of {rows['system'].nunique()} system(s), "
              f"{len(judges)} judge(s), aspects {', '.join(lcfg.aspects)} ({cfg.mode}, {cfg.shots}-shot)")
     parts, usage = [], {}
     for j, model in enumerate(judges):
         spec = llm_spec(cfg, profile, model=model)
-        settings = {"likert": lcfg.model_dump(), "examples": examples_path}
+        settings = {"likert": lcfg.model_dump(), **examples}
         out = _judged(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
             "likert", TASKS.lookup("likert"), rows, root / "judges" / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
         parts.append(_frame(out, "likert"))
@@ -104,6 +109,18 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     write_report(root, report)
     report["table_md"] = table
     return report
+
+
+def _examples(cfg: LikertJobConfig, root) -> dict:
+    """The one-shot pool as the chunks find it: `examples` names the user's file (what the
+    chunks' configuration records); a local file with a URI output is also copied under
+    the output (`examples_at`), since the chunk actors may run on nodes without that disk."""
+    given = resolved_text(cfg.examples)  # the config checked that examples are given
+    if is_uri(given) or not is_uri(root):
+        return {"examples": given}
+    staged = root / "_inputs" / "examples.parquet"
+    staged.write_bytes(location(given).read_bytes())
+    return {"examples": given, "examples_at": str(staged)}
 
 
 def likert_table(scores: pd.DataFrame) -> str:
@@ -138,6 +155,8 @@ def _pairwise_settings(cfg) -> dict:
 
 
 def _rubric_ref(ref: str) -> str:
+    if is_uri(ref):
+        return ref
     p = Path(ref).expanduser()
     return str(p.resolve()) if p.suffix in (".yaml", ".yml") else ref
 
@@ -157,14 +176,14 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     from rexeval.pipelines.judge.pairwise import order_bias
 
     t0 = time.time()
-    root = Path(cfg.out)
+    root = location(cfg.out)
     evaluators = list(dict.fromkeys(cfg.evaluators))
     profile = _profile(cfg)
     systems = None if not cfg.systems else sorted(set(cfg.systems) | {cfg.baseline})
     expl = explanations_frame(cfg.explanations, systems, cfg.limit)
     rows, no_ctx = _with_contexts(cfg, expl, progress)
     pairs, errors = baseline_pairs(rows, cfg.baseline)
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir()
     write_parquet_atomic(root / "errors.parquet", errors)
     progress(f"judge pairwise: {len(pairs)} pair(s) against baseline {cfg.baseline!r}, "
              f"{errors.num_rows} error row(s); evaluators {', '.join(evaluators)}")
@@ -236,11 +255,12 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     """The interactions to explain, with their contexts: the --interactions given, else
     every row of --contexts, else each user's latest purchase in --reviews (seed 004
     explains the most recent purchase); sorted, then the first --limit."""
+    from rexeval.pipelines.core.inputs import given_text
     from rexeval.pipelines.judge.inputs import load_contexts, read_contexts, read_frame, reviews_table
 
     if cfg.interactions:
-        p = Path(cfg.interactions)
-        inter = read_frame(p)
+        p = given_text(cfg.interactions)
+        inter = read_frame(cfg.interactions)
         missing = [c for c in ("user_id", "item_id") if c not in inter.columns]
         if missing:
             raise ValueError(f"{p}: interactions need column(s) {missing}")
@@ -264,7 +284,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
                                         judge_layout, plan_conditions)
 
     t0 = time.time()
-    root = Path(cfg.out)
+    root = location(cfg.out)
     profile = _profile(cfg)
     suite = DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
                               max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens)

@@ -20,9 +20,12 @@ register_task = TASKS.register
 
 @register_task("likert")
 def _likert_task(llm, rows: pd.DataFrame, settings: dict):
+    from rexeval.pipelines.judge.inputs import read_parquet_frame
     from rexeval.pipelines.judge.likert import LikertConfig, judge_likert
 
-    examples = pd.read_parquet(settings["examples"]) if settings.get("examples") else None
+    # `examples_at`: a copy beside the job's output that every node reaches.
+    where = settings.get("examples_at") or settings.get("examples")
+    examples = read_parquet_frame(where) if where else None
     scores, stats = judge_likert(llm, rows, LikertConfig(**settings["likert"]), examples=examples)
     return {"likert": scores}, stats
 

@@ -25,9 +25,12 @@ folder:
 - table4.md, table4.csv: Table 4, per judge the win rate of each system (rows) on each
   criterion (columns) with its interval, e.g. "0.166 [0.10, 0.24]";
 - report.json: the inputs, the settings and the counts.
+
+The folders and the output may be local paths or URIs (`pipelines/core/storage.py`).
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -38,8 +41,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.metrics.preference import win_tie_loss
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
 from rexeval.pipelines.core.read_paths import ReadPaths
+from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 GEN_FILE = "verdicts.parquet"
 DISC_FILE = "verdicts_disc.parquet"
@@ -104,41 +109,50 @@ def long_verdicts(verdicts: pd.DataFrame, judge: str, source: str = "") -> pd.Da
     return pd.concat(parts, ignore_index=True)[list(LONG_COLUMNS)]
 
 
-def _read_report(folder: Path) -> dict:
-    path = folder / "report.json"
+def _read_report(folder: PathLike) -> dict:
+    path = location(folder) / "report.json"
     if not path.exists():
         return {}
     try:
         report = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON ({exc})") from None
+        raise ValueError(f"{_shown(folder, 'report.json')}: not valid JSON ({exc})") from None
     return report if isinstance(report, dict) else {}
 
 
-def read_runs(runs: Sequence[str | Path]) -> tuple[pd.DataFrame, list[dict]]:
+def _shown(run: PathLike, name: str | None = None) -> str:
+    """A folder (or a file in it) as the user named it, for messages and report.json."""
+    text = given_text(run).rstrip("/") or "/"
+    if name is None:
+        return text
+    return f"{text}/{name}" if is_uri(text) else str(Path(text) / name)
+
+
+def read_runs(runs: Sequence[PathLike]) -> tuple[pd.DataFrame, list[dict]]:
     """The long verdicts of every folder, and what was read from each.
 
     Errors name the folder: one without either verdicts file, verdicts of different
     baselines, and a (judge, system, example) that two files both judged."""
     parts, inputs = [], []
     for run in runs:
-        folder = Path(run)
+        folder = location(run)
         if not folder.is_dir():
-            raise FileNotFoundError(f"{folder}: no such folder (expected a `rexeval judge pairwise` output folder)")
+            raise FileNotFoundError(f"{_shown(run)}: no such folder (expected a `rexeval judge pairwise` output "
+                                    "folder)")
         report = _read_report(folder)
         files = {}
         for kind, name in (("gen", GEN_FILE), ("disc", DISC_FILE)):
             path = folder / name
             if not path.exists():
                 continue
-            verdicts = pd.read_parquet(path)
+            verdicts = pd.read_parquet(path.path, filesystem=path.fs)
             label = judge_label(kind, report)
-            parts.append(long_verdicts(verdicts, label, str(path)))
+            parts.append(long_verdicts(verdicts, label, _shown(run, name)))
             files[name] = {"judge": label, "pairs": len(verdicts)}
         if not files:
-            raise ValueError(f"{folder}: holds neither {GEN_FILE} nor {DISC_FILE} (expected the output folder "
+            raise ValueError(f"{_shown(run)}: holds neither {GEN_FILE} nor {DISC_FILE} (expected the output folder "
                              f"of `rexeval judge pairwise --out`)")
-        inputs.append({"folder": str(folder), "files": files})
+        inputs.append({"folder": _shown(run), "files": files})
     long = pd.concat(parts, ignore_index=True)
     baselines = long.drop_duplicates("baseline")
     if len(baselines) > 1:
@@ -256,7 +270,7 @@ def figure5_markdown(stats: pd.DataFrame, baseline_label: str, confidence: float
 # ------------------------------------------------------------------ figure
 
 
-def plot_figure5(stats: pd.DataFrame, baseline_label: str, out_stem: str | Path) -> list[Path]:
+def plot_figure5(stats: pd.DataFrame, baseline_label: str, out_stem: PathLike) -> list[Location]:
     """Figure 5: one panel per judge, one stacked horizontal bar per system (overall
     verdicts) with the segments "<baseline> loses", "<baseline> wins" and "tie",
     each labelled with its percentage. Writes <stem>.png and <stem>.svg (text kept as
@@ -267,12 +281,11 @@ def plot_figure5(stats: pd.DataFrame, baseline_label: str, out_stem: str | Path)
     import matplotlib.pyplot as plt
     from matplotlib.ticker import PercentFormatter
 
-    out_stem = Path(out_stem)
-    out_stem.parent.mkdir(parents=True, exist_ok=True)
+    out_stem = location(out_stem)
     overall = stats[stats["criterion"] == OVERALL].set_index(["judge", "system"])
     judges, systems = _order(stats["judge"]), system_order(stats)
     legend = [f"{baseline_label} {verb}" if verb else "tie" for _, verb in SEGMENTS]
-    paths = [out_stem.with_suffix(".png"), out_stem.with_suffix(".svg")]
+    paths = [out_stem.parent / f"{out_stem.stem}{suffix}" for suffix in (".png", ".svg")]
     with matplotlib.rc_context({"svg.fonttype": "none"}):
         height = sum(0.42 * len(systems) + 1.3 for _ in judges)
         fig, axes = plt.subplots(len(judges), 1, figsize=(7.5, max(2.5, height)), squeeze=False)
@@ -301,8 +314,10 @@ def plot_figure5(stats: pd.DataFrame, baseline_label: str, out_stem: str | Path)
                 ax.spines[side].set_visible(False)
         axes[-1, 0].set_xlabel("share of readable pairs")
         fig.tight_layout()
-        for p in paths:
-            fig.savefig(p, dpi=150)
+        for p in paths:  # rendered here, then put whole where they belong
+            buf = io.BytesIO()
+            fig.savefig(buf, format=p.suffix[1:], dpi=150)
+            p.write_bytes(buf.getvalue())
         plt.close(fig)
     return paths
 
@@ -328,11 +343,11 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
     judges = _order(long["judge"])
     progress(f"judge winrate: {len(inputs)} folder(s), judge(s) {', '.join(judges)}, baseline {baseline!r}")
     stats = winrate_table(long, cfg.confidence, cfg.resamples, cfg.seed)
-    root = Path(cfg.out)
-    root.mkdir(parents=True, exist_ok=True)
-    stats.to_csv(root / "winrate.csv", index=False)
+    root = location(cfg.out)
+    root.mkdir()
+    (root / "winrate.csv").write_text(stats.to_csv(index=False))
     t4 = table4(stats)
-    t4.to_csv(root / "table4.csv", index=False)
+    (root / "table4.csv").write_text(t4.to_csv(index=False))
     (root / "table4.md").write_text(table4_markdown(t4, label, cfg.confidence))
     md = figure5_markdown(stats, label, cfg.confidence)
     (root / "winrate.md").write_text(md)
