@@ -11,13 +11,13 @@ import click
 from rexeval.pipelines.expscore.pipeline import run_score, run_train
 from rexeval.pipelines.expscore.config import ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.report import report_markdown
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])
 
 _INPUT_OPTIONS = [
     click.option("--out", "-o", help="Output folder (model/, scores.parquet, errors.parquet, report.json, report.md)."),
-    click.option("--reviews", type=click.Path(exists=True),
+    click.option("--reviews", type=Where(exists=True),
                  help="Item reviews: a REVIEWS Parquet table or a `rexeval ingest` output folder."),
     click.option("--reviews-column", help="Or: the input column that holds each row's item reviews."),
     click.option("--text-column", help="Explanation text column (default explanation)."),
@@ -70,7 +70,7 @@ def expscore_group():
 
 
 @expscore_group.command("train")
-@click.argument("inputs", nargs=-1, type=click.Path(exists=True))
+@click.argument("inputs", nargs=-1, type=Where(exists=True))
 @click.option("--head", type=HEAD_CHOICE, help="Head(s) to train (default all).")
 @click.option("--test-fraction", type=float, help="Share of rows held out for the report (default 0.2).")
 @click.option("--seed", type=int, help="Seed of the split and of the weight initialisation (default 0).")
@@ -110,8 +110,8 @@ def train_cmd(inputs, overwrite, config_file, **flags):
 
 
 @expscore_group.command("score")
-@click.argument("inputs", nargs=-1, type=click.Path(exists=True))
-@click.option("--model", "model", type=click.Path(exists=True, file_okay=False),
+@click.argument("inputs", nargs=-1, type=Where(exists=True))
+@click.option("--model", "model", type=Where(exists=True, file_okay=False),
               help="Model folder written by `expscore train` (OUT/model), or one head's folder.")
 @click.option("--head", type=HEAD_CHOICE, help="Head(s) of the model to score with (default all it has).")
 @input_options

@@ -11,7 +11,7 @@ from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_CSV, SWEEP_FIGURE, SWEEP_FILE, SWEEP_TABLE
 from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
                                                       run_meta_evaluate)
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 
 def _null_policy(ctx, param, value):
@@ -25,8 +25,8 @@ def _null_policy(ctx, param, value):
 
 
 @click.command("meta-evaluate")
-@click.argument("scores", required=False, type=click.Path(exists=True))
-@click.option("--human", type=click.Path(exists=True),
+@click.argument("scores", required=False, type=Where(exists=True))
+@click.option("--human", type=Where(exists=True),
               help="Human ratings in their own table, joined to SCORES on example_id and the key when both "
                    "have example_id, else on user, item and the key; rows without a partner are error rows.")
 @click.option("--out", "-o", help="Output folder.")

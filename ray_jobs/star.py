@@ -3,12 +3,13 @@ the statement-ranking benchmark of seed 002."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import click
 
 from rexeval.pipelines.core.runtime import init_ray
+from rexeval.pipelines.core.storage import location
 from rexeval.ray_jobs.common import (
+    Where,
     config_option,
     load_config,
     parse_backend_options,
@@ -39,7 +40,7 @@ def star_group():
 
 
 @star_group.command("build")
-@click.argument("statements", required=False, type=click.Path())
+@click.argument("statements", required=False, type=Where())
 @click.option("--clusters", help="`rexeval cluster` output: statements count under their cluster's "
                                  "representative (omit for the unclustered benchmark).")
 @click.option("--reviews", help="Reviews the statements came from (ingest output; default: the "
@@ -78,7 +79,7 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
     started = time.time()
     cfg = load_config(BuildConfig, config_file, statements=statements, out=out, **flags)
     manifest = run_build(cfg, overwrite=overwrite, progress=click.echo)
-    click.echo((Path(cfg.out) / "stats.md").read_text())
+    click.echo((location(cfg.out) / "stats.md").read_text())
     c = manifest["counts"]
     summary("star build", {k: c.get(k, 0) for k in (
         "statement_rows", "statement_rows_used", "statement_rows_merged", "error_rows", "interactions",
@@ -110,7 +111,7 @@ def eval_options(fn):
 
 
 @star_group.command("baselines")
-@click.argument("data", required=False, type=click.Path())
+@click.argument("data", required=False, type=Where())
 @click.option("--method", "methods", multiple=True,
               type=click.Choice(["random", "userpop", "itempop", "globalpop"]),
               help="Baseline, repeatable (default: all four).")
@@ -143,7 +144,7 @@ def baselines_cmd(data, methods, config_file, **flags):
 
 
 @star_group.command("train")
-@click.argument("data", required=False, type=click.Path())
+@click.argument("data", required=False, type=Where())
 @click.option("--model", type=click.Choice(["expgcn", "bper+"]), help="Model (default expgcn).")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A training setting, e.g. --set epochs=50 --set dim=64 --set mu=0.7 "
@@ -228,11 +229,11 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
 
 
 @star_group.command("evaluate")
-@click.argument("data", required=False, type=click.Path())
-@click.option("--checkpoint", required=True, type=click.Path(exists=True, file_okay=False),
+@click.argument("data", required=False, type=Where())
+@click.option("--checkpoint", required=True, type=Where(exists=True, file_okay=False),
               help="A Tune epoch checkpoint folder (holds state.pt).")
 @click.option("--method", help="Name in the results (default: the model's, e.g. EXPGCN).")
-@click.option("--features", type=click.Path(exists=True, dir_okay=False),
+@click.option("--features", type=Where(exists=True, dir_okay=False),
               help="BPER+: the statement-features .npy used in training (under <run>/_work/).")
 @eval_options
 @config_option
@@ -253,13 +254,13 @@ def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
 
 
 @star_group.command("report")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=Where(exists=True, file_okay=False))
 @click.option("--name", "names", multiple=True, help="Dataset name per run (default: folder names).")
 @click.option("--k", type=int, default=10, show_default=True, help="Cut-off of the table.")
 @click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE, help="Levels (default global, item).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+@click.option("--csv", "csv_path", type=Where(dir_okay=False),
               help="Also write every value with gains, p-values, Cohen's d and Cliff's delta.")
-@click.option("--out", "md_path", type=click.Path(dir_okay=False), help="Also write the Markdown table.")
+@click.option("--out", "md_path", type=Where(dir_okay=False), help="Also write the Markdown table.")
 @user_errors
 def report_cmd(runs, names, k, levels, csv_path, md_path):
     """Print seed 002's Table 1 for one or more run folders: P/R/NDCG@k at global and item
@@ -277,7 +278,7 @@ def report_cmd(runs, names, k, levels, csv_path, md_path):
 
     if names and len(names) != len(runs):
         raise click.UsageError(f"{len(runs)} run(s) but {len(names)} --name value(s)")
-    datasets = {(names[i] if names else Path(r).name): r for i, r in enumerate(runs)}
+    datasets = {(names[i] if names else location(r).name): r for i, r in enumerate(runs)}
     levels = list(levels) or ["global", "item"]
     df = table1(datasets, k=k, levels=levels)
     text = format_table1(df, k=k, levels=levels)
@@ -291,9 +292,9 @@ def report_cmd(runs, names, k, levels, csv_path, md_path):
             click.echo(f"  {r.dataset} {r.method} {r.level} {r.metric}: gain {r.gain:+.5f}, p {r.p:.3g}, "
                        f"Cohen's d {r.cohens_d:+.3f}, Cliff's delta {r.cliffs_delta:+.3f} (n {r.pairs}{pooled})")
     if md_path:
-        Path(md_path).write_text(text)
+        location(md_path).write_text(text)
     if csv_path:
-        df.to_csv(csv_path, index=False)
+        location(csv_path).write_text(df.to_csv(index=False))
 
 
 def main():  # python -m ray_jobs.star

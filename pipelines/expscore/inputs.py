@@ -13,6 +13,7 @@ file) and the field.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -23,7 +24,9 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.metrics.expscore_factors import words
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import json_lines, read_table
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
 
 
@@ -44,38 +47,40 @@ def _cell(value: Any) -> Any:
 
 
 def read_rows(path: str | Path) -> tuple[list[dict], list[dict], list[str]]:
-    """(rows, error rows, column names) of one explanation file. Each row carries
-    `_source` and `_line`; a JSON-lines line that is not a JSON object is an error row."""
-    p = Path(path)
-    if not p.exists():
+    """(rows, error rows, column names) of one explanation file (local or by URI). Each
+    row carries `_source` (the path as given) and `_line`; a JSON-lines line that is not
+    a JSON object is an error row."""
+    loc, p = location(path), given_text(path)
+    if not loc.exists():
         raise FileNotFoundError(f"no such input: {p}")
     rows: list[dict] = []
     errors: list[dict] = []
-    if p.is_dir() or p.suffix == ".parquet":
-        frame = pd.concat([pd.read_parquet(f) for f in _parquet_files(p)], ignore_index=True)
-    elif p.suffix in (".jsonl", ".json"):
+    if loc.is_dir() or loc.suffix == ".parquet":
+        frame = pd.concat([pd.read_parquet(f.path, filesystem=f.fs) for f in _parquet_files(loc)],
+                          ignore_index=True)
+    elif loc.suffix in (".jsonl", ".json"):
         columns: dict[str, None] = {}
 
         def bad(n: int, problem: str, line: str) -> None:
-            errors.append(error_row(str(p), n, None, None, "bad_json", problem, line))
+            errors.append(error_row(p, n, None, None, "bad_json", problem, line))
 
-        for n, obj in json_lines(p, "explanations", on_bad=bad):
+        for n, obj in json_lines(loc, "explanations", on_bad=bad):
             columns.update(dict.fromkeys(obj))
-            rows.append({**obj, "_source": str(p), "_line": n})
+            rows.append({**obj, "_source": p, "_line": n})
         return rows, errors, list(columns)
-    elif p.suffix == ".csv":
-        frame = pd.read_csv(p, dtype=str, keep_default_na=False, na_values=[""])
+    elif loc.suffix == ".csv":
+        frame = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False, na_values=[""])
     else:
         raise ValueError(f"{p}: unknown input format (use .parquet, a folder of Parquet parts, .csv or .jsonl)")
     for n, rec in enumerate(frame.to_dict("records"), start=1):
-        rows.append({**{k: _cell(v) for k, v in rec.items()}, "_source": str(p), "_line": n})
+        rows.append({**{k: _cell(v) for k, v in rec.items()}, "_source": p, "_line": n})
     return rows, errors, [str(c) for c in frame.columns]
 
 
-def _parquet_files(p: Path) -> list[Path]:
+def _parquet_files(p: Location) -> list[Location]:
     if p.is_file():
         return [p]
-    files = sorted(f for f in p.glob("*.parquet") if not f.name.startswith("."))
+    files = [f for f in p.glob("*.parquet") if not f.name.startswith(".")]  # sorted by name
     if not files:
         raise FileNotFoundError(f"{p}: no Parquet parts in this folder")
     return files
@@ -192,7 +197,7 @@ def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
 
 def read_reviews(path: str | Path) -> pa.Table:
     """item_id, text of a REVIEWS table (a Parquet file, a folder of parts, or an ingest folder)."""
-    p = Path(path)
+    p = location(path)
     if (p / "reviews").is_dir():
         p = p / "reviews"
     return read_table(p, "reviews", columns=["review_id", "item_id", "text"])

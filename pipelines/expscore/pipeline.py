@@ -16,7 +16,6 @@ lives in `metrics.expscore_factors` and `models.expscore`.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -51,11 +50,13 @@ from rexeval.pipelines.expscore.report import (
     report_markdown,
     unavailable_notes,
 )
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import (
     ShardedOutput,
     write_json_atomic,
     write_parquet_atomic,
 )
+from rexeval.pipelines.core.storage import Location, local_copy, location
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
 
@@ -203,7 +204,7 @@ def scores_table(rows: list[dict], split: Sequence[str], values: pd.DataFrame,
     return pa.Table.from_pydict(data, schema=SCORES_SCHEMA)
 
 
-def _write_outputs(out: Path, scores: pa.Table, errors: list[dict], report: dict) -> None:
+def _write_outputs(out: Location, scores: pa.Table, errors: list[dict], report: dict) -> None:
     write_parquet_atomic(out / "scores.parquet", scores)
     write_parquet_atomic(out / "errors.parquet", error_rows(STAGE, errors))
     write_json_atomic(out / "report.json", report)
@@ -232,7 +233,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
     `encoder` / `grammar` replace the profile's sentence encoder / the LanguageTool
     checker (tests pass fakes); otherwise they come from the config.
     """
-    out = Path(cfg.out)
+    out = location(cfg.out)
     settings = cfg.train_settings()
     rows, errors, has_features = load_examples(cfg, "required", (cfg.rating_min, cfg.rating_max))
     n_in = len(rows) + len(errors)
@@ -277,7 +278,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
                        "stop_words": "scikit-learn ENGLISH_STOP_WORDS", "factors": used,
                        "unavailable": unavailable}
     model_dir = out / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
+    model_dir.mkdir()
     write_json_atomic(model_dir / FACTORS_JSON, factor_settings)
     heads: dict[str, dict] = {}
     predictions: dict[str, np.ndarray] = {}
@@ -286,7 +287,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         progress(f"training the {head} head on {int(train.sum()):,} rows")
         model = train_head(x[train], y[train], head, used, settings, unavailable,
                            extra={"encoder": encoder_ref})
-        model.save(model_dir / head)
+        _save_head(model, model_dir / head)
         predictions[head] = model.predict(x)
         heads[head] = {"train": head_metrics(model, x[train], y[train]),
                        "test": head_metrics(model, x[test], y[test]), "history": model.history}
@@ -313,29 +314,48 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
 # ================================================================== score
 
 
+def _save_head(model: ExpScoreModel, folder: Location) -> None:
+    """Save a trained head where the model folder is: in place on the local disk, else
+    written to a temporary folder and uploaded (the model saves only to a local folder)."""
+    if folder.is_local:
+        model.save(folder.local_path())
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rexeval-expscore-") as tmp:
+        folder.upload(model.save(Path(tmp) / folder.name))
+
+
+def _load_head(folder: Location) -> ExpScoreModel:
+    """A head from a model folder, local or by URI (copied here first: torch reads a local file)."""
+    with local_copy(folder) as local:
+        return ExpScoreModel.load(local)
+
+
 def load_models(path: str | Path, head: str) -> tuple[dict[str, ExpScoreModel], dict]:
-    """The heads asked for from a model folder (or one head's folder), and its factor settings."""
-    p = Path(path)
+    """The heads asked for from a model folder (or one head's folder), local or by URI,
+    and its factor settings."""
+    p, shown = location(path), given_text(path)
     if (p / "expscore.json").exists() and (p.parent / FACTORS_JSON).exists():
         root, found = p.parent, {p.name: p}
     elif (p / FACTORS_JSON).exists():
         root, found = p, {h: p / h for h in HEADS if (p / h / "expscore.json").exists()}
     else:
-        raise FileNotFoundError(f"{p} is not an ExpScore model folder (no {FACTORS_JSON}); "
+        raise FileNotFoundError(f"{shown} is not an ExpScore model folder (no {FACTORS_JSON}); "
                                 "give the `model` folder that `rexeval expscore train` wrote")
     wanted = heads_of(head) if head != "all" else list(found)
     missing = [h for h in wanted if h not in found]
     if missing:
-        raise FileNotFoundError(f"{p} has no {missing[0]!r} head (it has: {', '.join(found) or 'none'})")
-    settings = json.loads((root / FACTORS_JSON).read_text())
-    return {h: ExpScoreModel.load(found[h]) for h in wanted}, settings
+        raise FileNotFoundError(f"{shown} has no {missing[0]!r} head (it has: {', '.join(found) or 'none'})")
+    settings = (root / FACTORS_JSON).read_json()
+    return {h: _load_head(found[h]) for h in wanted}, settings
 
 
 def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None, grammar=None,
               progress: Callable[[str], None] = print) -> dict:
     """Score explanations with a trained model; ratings, when the input has them, are
     compared with the scores in the report."""
-    out = Path(cfg.out)
+    out = location(cfg.out)
     models, settings = load_models(cfg.model, cfg.head)
     needed = [f for f in FACTORS if any(f in m.factors for m in models.values())]
     if "GC" in needed and grammar is None and not (cfg.languagetool or os.environ.get(LANGUAGETOOL_ENV)):

@@ -5,6 +5,7 @@ correlates it. This module groups the targets, applies the job's null policies, 
 writes the table, the Markdown and the figure."""
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 from rexeval.metrics.agreement import Target
 from rexeval.metrics.ensemble import SUBSET_COLUMNS, SWEEP_COLUMNS, ensemble_sweep
 from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.report import ensemble_markdown
 
@@ -67,7 +69,7 @@ def ensemble_groups(targets: list[Target]) -> tuple[dict[str, list[Target]], lis
 
 
 def run_ensemble_sweep(cfg: MetaEvaluateConfig, joined: pd.DataFrame, groups: dict[str, list[Target]],
-                       notes: list[str], column: Callable, root: Path, human_null: float | None,
+                       notes: list[str], column: Callable, root: Location, human_null: float | None,
                        judge_null: float | None, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Sweep every aspect of `groups`, write the outputs into `root`; returns the
     report's entry (the evaluators per aspect, the subsets scored, notes, files).
@@ -105,7 +107,8 @@ def run_ensemble_sweep(cfg: MetaEvaluateConfig, joined: pd.DataFrame, groups: di
             "markdown": markdown}
 
 
-def plot_sweep(summary: pd.DataFrame, methods: list[str], levels: list[str], path: Path) -> Path:
+def plot_sweep(summary: pd.DataFrame, methods: list[str], levels: list[str],
+               path: Path | Location) -> Path | Location:
     """Figure 4's layout: one panel per (aspect, level), x = N, a line for the mean over
     the subsets of each method and a band from their minimum to their maximum."""
     import matplotlib
@@ -140,6 +143,8 @@ def plot_sweep(summary: pd.DataFrame, methods: list[str], levels: list[str], pat
     handles, labels = axes[0, 0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / fig.get_figheight()))
-    fig.savefig(path, dpi=150)
+    image = io.BytesIO()  # drawn in memory, written through the storage module (a URI out)
+    fig.savefig(image, format="png", dpi=150)
     plt.close(fig)
+    location(path).write_bytes(image.getvalue())
     return path

@@ -19,6 +19,7 @@ become an error row naming the file, the row and the field.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -28,10 +29,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rexeval.metrics.agreement import LABELS, TIE, Target
-from rexeval.pipelines.core.io import json_lines, table_files
+from rexeval.pipelines.core.inputs import given_text
+from rexeval.pipelines.core.io import json_lines, read_parquet, table_files
+from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 
@@ -96,26 +98,26 @@ class PivotedTable(InputTable):
 
 
 def read_input(path: str | Path) -> InputTable:
-    """Parquet (file or folder of parts), CSV, TSV or JSON lines, by the file's suffix.
-    CSV cells stay text, so a key like "007" keeps its zeros and a bad value can be
-    shown exactly as written."""
-    p = Path(path)
-    if not p.exists():
+    """Parquet (file or folder of parts), CSV, TSV or JSON lines, by the file's suffix,
+    from a local path or a URI. CSV cells stay text, so a key like "007" keeps its zeros
+    and a bad value can be shown exactly as written."""
+    loc, p = location(path), given_text(path)  # error rows name the input as it was given
+    if not loc.exists():
         raise FileNotFoundError(f"input not found: {p}")
-    suffix = p.suffix.lower()
-    if p.is_dir() or suffix in (".parquet", ".pq"):
-        df = pa.concat_tables([pq.read_table(f) for f in table_files(p)]).to_pandas()
-        return InputTable(str(p), df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
+    suffix = loc.suffix.lower()
+    if loc.is_dir() or suffix in (".parquet", ".pq"):
+        df = pa.concat_tables([read_parquet(f) for f in table_files(loc)]).to_pandas()
+        return InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
     if suffix in (".csv", ".tsv"):
         try:
-            df = pd.read_csv(p, dtype=str, sep="\t" if suffix == ".tsv" else ",")
+            df = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, sep="\t" if suffix == ".tsv" else ",")
         except pd.errors.EmptyDataError:
-            raise SchemaError(STAGE, str(p), None, None, "the file is empty") from None
-        return InputTable(str(p), df, list(range(1, len(df) + 1)), "row")
+            raise SchemaError(STAGE, p, None, None, "the file is empty") from None
+        return InputTable(p, df, list(range(1, len(df) + 1)), "row")
     if suffix in (".jsonl", ".json", ".ndjson"):
-        rows = list(json_lines(p, STAGE))
+        rows = list(json_lines(loc, STAGE))
         df = pd.DataFrame.from_records([obj for _, obj in rows])
-        return InputTable(str(p), df, [n for n, _ in rows], "line")
+        return InputTable(p, df, [n for n, _ in rows], "line")
     raise ValueError(f"{p}: unknown table format {suffix or '(no suffix)'!r}; "
                      "use Parquet, CSV, TSV or JSON lines (.jsonl)")
 

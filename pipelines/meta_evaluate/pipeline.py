@@ -14,9 +14,7 @@ used is an error row. The work is small tabular arithmetic, so no Ray is used.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,7 +27,9 @@ from rexeval.metrics.agreement import (
     meta_evaluate,
     pairwise_agreement,
 )
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, is_atomic_leftover, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.meta_evaluate.inputs import (
     STAGE,
     join_tables,
@@ -74,27 +74,28 @@ def _policy(value: float | str) -> float | None:
     return None if value == "drop" else float(value)
 
 
-def _own_leftover(path: Path) -> bool:
+def _own_leftover(path: Location) -> bool:
     """A file this job writes before its report (or a temporary file of one): a run
     killed before `report.json` left it, and the re-run rewrites it."""
     own = (RESULTS_FILE, TABLE_FILE, ERRORS_FILE, *SWEEP_OUTPUTS)
     return path.is_file() and (path.name in own or is_atomic_leftover(path))
 
 
-def _prepare_out(cfg: MetaEvaluateConfig, digest: str, overwrite: bool) -> Path:
-    """Refuse to mix two configs' results in one folder unless asked to overwrite. A
-    folder holding only this job's own files and no report is a killed run's: taken over."""
-    root = Path(cfg.out)
+def _prepare_out(cfg: MetaEvaluateConfig, digest: str, overwrite: bool) -> Location:
+    """Refuse to mix two configs' results in one folder (local or a URI) unless asked to
+    overwrite. A folder holding only this job's own files and no report is a killed
+    run's: taken over."""
+    root, shown = location(cfg.out), given_text(cfg.out)
     report = root / REPORT_FILE
     if report.exists():
-        old = json.loads(report.read_text()).get("config_hash")
+        old = report.read_json().get("config_hash")
         if old != digest and not overwrite:
-            raise FileExistsError(f"{root} holds meta-evaluation results of another config "
+            raise FileExistsError(f"{shown} holds meta-evaluation results of another config "
                                   f"(hash {old} != {digest}); use another folder or --overwrite")
     elif root.exists() and not overwrite and not all(_own_leftover(f) for f in root.iterdir()):
-        raise FileExistsError(f"{root} is not empty and holds no meta-evaluation report; "
+        raise FileExistsError(f"{shown} is not empty and holds no meta-evaluation report; "
                               "use another folder or --overwrite")
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir()
     for f in root.iterdir():
         if is_atomic_leftover(f):
             f.unlink()

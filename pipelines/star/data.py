@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from rexeval.models.recommenders.base import TrainGraph
-from rexeval.pipelines.core.io import table_files
+from rexeval.pipelines.core.io import read_parquet, table_files
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.star.build import BUILD_TABLES, SPLIT_CODES
 
 LEVELS = ("global", "item", "user")
@@ -33,11 +33,11 @@ def csr(keys: np.ndarray, values: np.ndarray, n_keys: int) -> tuple[np.ndarray, 
     return offsets, values.astype(np.int64)
 
 
-def _read(root: Path, name: str):
+def _read(root: Location, name: str):
     files = table_files(root / name) if (root / name).is_dir() else []
     if not files:
         raise FileNotFoundError(f"{root}: no {name}/ table; is this an `rexeval star build` folder?")
-    t = pa.concat_tables([pq.read_table(f) for f in files])
+    t = pa.concat_tables([read_parquet(f) for f in files])
     missing = [f.name for f in BUILD_TABLES[name] if f.name not in t.column_names]
     if missing:
         raise ValueError(f"{root / name}: missing column(s) {missing}")
@@ -85,8 +85,8 @@ class StarData:
                    np.array([str(i) for i in range(n_items)], dtype=object))
 
     @classmethod
-    def load(cls, path: str | Path) -> StarData:
-        root = Path(path)
+    def load(cls, path: str | Path | Location) -> StarData:
+        root = location(path)
         inter = _read(root, "interactions").sort_by("interaction")
         trip = _read(root, "triplets")
         cand = _read(root, "candidates").sort_by("statement")
@@ -112,13 +112,13 @@ class StarData:
                    offsets, values, cand.column("text").to_numpy(zero_copy_only=False),
                    cand.column("cluster_id").to_numpy(zero_copy_only=False), user_ids, item_ids)
 
-    def save(self, path: str | Path) -> Path:
+    def save(self, path: str | Path | Location) -> Location:
         """Write the three build tables (the format `rexeval star build` writes), so data
         made in memory (tests, benchmarks) can go through the jobs and Ray Tune."""
         from rexeval.pipelines.core.io import write_parquet_atomic
         from rexeval.pipelines.star.build import CANDIDATES, INTERACTIONS, TRIPLETS
 
-        root = Path(path)
+        root = location(path)
         names = {v: k for k, v in SPLIT_CODES.items()}
         n = self.n_interactions
         inter = pa.table({

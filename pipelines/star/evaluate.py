@@ -24,6 +24,7 @@ import pyarrow as pa
 import torch
 
 from rexeval.metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.star.data import LEVELS, StarData
 
 KS = (1, 3, 5, 10, 20)
@@ -124,13 +125,13 @@ def per_interaction_table(results: dict[str, LevelResult], data: StarData, metho
     return pa.concat_tables(parts, promote_options="default") if parts else pa.table({})
 
 
-def write_results(results: dict[str, LevelResult], data: StarData, method: str, out: str | Path,
-                  extra: dict | None = None) -> Path:
+def write_results(results: dict[str, LevelResult], data: StarData, method: str, out: str | Path | Location,
+                  extra: dict | None = None) -> Location:
     """results/<method>/{per_interaction.parquet, summary.json} under `out`."""
     from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
 
-    folder = Path(out) / "results" / method
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = location(out) / "results" / method
+    folder.mkdir()
     write_parquet_atomic(folder / "per_interaction.parquet", per_interaction_table(results, data, method))
     write_json_atomic(folder / "summary.json", {"method": method, **(extra or {}),
                                                 "levels": {lv: r.summary for lv, r in results.items()}})
@@ -151,15 +152,16 @@ def mean_summary(summaries: list[dict]) -> dict:
     return out
 
 
-def write_run_results(runs: dict[int, dict[str, LevelResult]], data: StarData, method: str, out: str | Path,
-                      extra: dict | None = None, run_extra: dict[int, dict] | None = None) -> Path:
+def write_run_results(runs: dict[int, dict[str, LevelResult]], data: StarData, method: str,
+                      out: str | Path | Location, extra: dict | None = None,
+                      run_extra: dict[int, dict] | None = None) -> Location:
     """Several runs (seeds) of one method in results/<method>/: every run's rows in one
     per_interaction.parquet with a `run` column (the seed), and a summary.json whose
     `levels` are the means over runs, with each run's own under `runs`."""
     from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
 
-    folder = Path(out) / "results" / method
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = location(out) / "results" / method
+    folder.mkdir()
     tables = []
     for seed, results in runs.items():
         t = per_interaction_table(results, data, method)

@@ -14,10 +14,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
-from rexeval.pipelines.core.io import ShardedOutput, config_hash, read_table, table_files, write_json_atomic
+from rexeval.pipelines.core.io import (
+    ShardedOutput,
+    config_hash,
+    read_parquet,
+    read_table,
+    table_files,
+    write_json_atomic,
+)
+from rexeval.pipelines.core.storage import is_uri, local_copy, location
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, write_results
@@ -25,18 +31,28 @@ from rexeval.pipelines.star.evaluate import evaluate, write_results
 BUILD_JOB = "star-build"
 
 
-def _reviews_source(cfg: BuildConfig) -> Path:
-    from rexeval.pipelines.core.inputs import reviews_path
+def _joined(text: str, part: str) -> str:
+    """`text`/`part` written as the user's path is: a URI by '/', a local path by pathlib."""
+    return f"{text.rstrip('/')}/{part}" if is_uri(text) else str(Path(text) / part)
 
+
+def _reviews_table(given: str) -> str:
+    """The reviews table of an ingest folder (its reviews/) or the table itself, as text
+    in the form `given` has (a manifest records it; relative stays relative)."""
+    from rexeval.pipelines.core.inputs import given_text, reviews_path
+
+    text = given_text(given)
+    return text if reviews_path(given) == location(given) else _joined(text, "reviews")
+
+
+def _reviews_source(cfg: BuildConfig) -> str:
     if cfg.reviews:
-        return reviews_path(cfg.reviews)
-    manifest = Path(cfg.statements) / "manifest.json"
+        return _reviews_table(cfg.reviews)
+    manifest = location(cfg.statements) / "manifest.json"
     if manifest.exists():
-        import json
-
-        src = json.loads(manifest.read_text()).get("config", {}).get("input")
-        if src and Path(src).exists():
-            return reviews_path(src)
+        src = manifest.read_json().get("config", {}).get("input")
+        if src and location(src).exists():
+            return _reviews_table(src)
     raise FileNotFoundError(f"cannot tell which reviews {cfg.statements} was extracted from; "
                             "pass --reviews INGEST_FOLDER")
 
@@ -46,11 +62,11 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
 
     t0 = time.time()
-    annotated = Path(cfg.statements).suffix == ".jsonl"
+    annotated = location(cfg.statements).suffix == ".jsonl"
     if annotated:  # hand-written statements (pipelines/sample/statements.jsonl layout)
         from rexeval.pipelines.core.inputs import statements_from_annotations
 
-        if not Path(cfg.statements).exists():
+        if not location(cfg.statements).exists():
             raise FileNotFoundError(f"statements input not found: {cfg.statements}")
         files, stage = [], "verified"
     else:
@@ -66,28 +82,28 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     out = job.output
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     st = (statements_from_annotations(cfg.statements) if annotated
-          else pa.concat_tables([pq.read_table(f) for f in files]))
+          else pa.concat_tables([read_parquet(f) for f in files]))
     st = st.filter(pc.equal(st.column("stage"), stage))
     progress(f"  {st.num_rows:,} {stage} statement row(s) from {cfg.statements}")
     reviews = read_table(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
                                                             "source", "line"])
     clusters = canonical = None
     if cfg.clusters:
-        cdir = Path(cfg.clusters)
-        if not table_files(cdir / "clusters"):
-            raise FileNotFoundError(f"{cdir}: no clusters/ table; is it an `rexeval cluster` output?")
+        cdir = location(cfg.clusters)
+        if not (cdir / "clusters").exists() or not table_files(cdir / "clusters"):
+            raise FileNotFoundError(f"{cfg.clusters}: no clusters/ table; is it an `rexeval cluster` output?")
         clusters = read_table(cdir / "clusters", "clusters")
-        canonical = read_table(cdir / "canonical", "canonical") if table_files(cdir / "canonical") else None
+        has_canonical = (cdir / "canonical").exists() and table_files(cdir / "canonical")
+        canonical = read_table(cdir / "canonical", "canonical") if has_canonical else None
     built = build_star(st, reviews, clusters, canonical, cfg.min_user_interactions, source=str(cfg.statements))
     stats = {"before": before_clustering_stats(st, built)}
     if clusters is not None:
         stats["after"] = built.stats["after"]
     out.write_shard(0, {**built.tables, "errors": built.errors}, built.counts)
-    write_json_atomic(Path(cfg.out) / "stats.json", {cfg.name: stats})
-    (Path(cfg.out) / "stats.md").write_text(format_table6({cfg.name: stats}))
+    write_json_atomic(location(cfg.out) / "stats.json", {cfg.name: stats})
+    (location(cfg.out) / "stats.md").write_text(format_table6({cfg.name: stats}))
     manifest = out.finish(1, counts=built.counts, stage=stage, seconds=round(time.time() - t0, 2),
                           clustered=clusters is not None)
     return manifest
@@ -114,7 +130,7 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
         summaries[method.upper()] = {lv: r.summary for lv, r in res.items()}
         line = ", ".join(f"{lv} N@10 {r.summary.get('ndcg@10', float('nan')):.4f}" for lv, r in res.items())
         progress(f"  {method.upper():9s} {line} ({time.time() - t:.1f} s)")
-    write_json_atomic(Path(cfg.out) / "baselines.json", {
+    write_json_atomic(location(cfg.out) / "baselines.json", {
         "methods": summaries, "config": cfg.model_dump(),
         "config_hash": config_hash({**cfg.model_dump(exclude={"out"}), "methods": [m.upper() for m in methods]})})
     return summaries
@@ -123,18 +139,19 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
 def rank_checkpoint(cfg: EvalSettings, checkpoint: str | Path, features_path: str | None = None,
                     progress: Callable[[str], None] = print, data: StarData | None = None):
     """Rank `cfg.split` at every level with a trained model checkpoint (a Tune epoch
-    checkpoint folder): (data, per-level results, the checkpoint's state)."""
+    checkpoint folder, local or by URI): (data, per-level results, the checkpoint's state)."""
     from rexeval.pipelines.core.tune import read_checkpoint
-    from rexeval.pipelines.star.train import load_checkpoint_model
+    from rexeval.pipelines.star.train import load_checkpoint_model, load_features
 
     data = StarData.load(cfg.data) if data is None else data
-    state = read_checkpoint(checkpoint, cfg.device)
+    with local_copy(checkpoint) as local:  # torch reads the state from the local disk
+        state = read_checkpoint(local, cfg.device)
     if features_path is None:  # BPER+: the features the model was trained with
         features_path = state.get("features_path") if state["settings"]["model"] == "bper+" else None
-        if features_path and not Path(features_path).exists():
+        if features_path and not location(features_path).exists():
             raise FileNotFoundError(f"{checkpoint} was trained with statement features {features_path}, "
                                     "which is gone; pass --features")
-    features = np.load(features_path) if features_path else None
+    features = load_features(features_path) if features_path else None
     model, state = load_checkpoint_model(checkpoint, data, features, cfg.device, state=state)
     res = evaluate(model, data, split=cfg.split, levels=cfg.levels, ks=cfg.ks, device=cfg.device,
                    ndcg_norm=cfg.ndcg_norm, batch_size=cfg.batch_size, progress=progress)
@@ -188,14 +205,14 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         from rexeval.models.profiles import load_profile
 
         ref = load_profile(job.profile, overrides=job.models).require("statement_encoder")
-        features_path = str(statement_features(data, ref, Path(job.out) / "_work", progress=progress))
+        features_path = statement_features(data, ref, _joined(job.out, "_work"), progress=progress)
     name = job.experiment_name(settings.model)
     # A sensitivity sweep trains every value fully; several seeds are independent runs.
     asha = job.asha and not job.sweep and len(seeds) == 1
     progress(f"  Tune experiment {name}: {settings.model}, grid {grid or 'none'}, "
              f"{'ASHA' if asha else 'FIFO'} scheduler, {job.cpus_per_trial:g} CPU / {job.gpus_per_trial:g} GPU "
              "per trial")
-    results = run_tune(settings, job.data, Path(job.out) / "tune", name, grid=grid,
+    results = run_tune(settings, job.data, _joined(job.out, "tune"), name, grid=grid,
                        num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
                        cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
                        max_concurrent=job.max_concurrent, features_path=features_path,
@@ -213,9 +230,10 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         best_result, ck = best_checkpoint(mine, metric)
         with ck.as_directory() as d:
             _, res, state = rank_checkpoint(ecfg, d, features_path, progress, data=data)
-            checkpoint = str(d)
+            checkpoint = str(d) if location(job.out).is_local else _checkpoint_uri(ck, job.out)
         best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": state["epoch"],
-                metric: float(best_result.metrics_dataframe[metric].max()), "checkpoint": ck.path}
+                metric: float(best_result.metrics_dataframe[metric].max()),
+                "checkpoint": ck.path if location(job.out).is_local else _checkpoint_uri(ck, job.out)}
         runs.append({"seed": seed, "best": best, "res": res, "checkpoint": checkpoint, "state": state,
                      "seconds": round(time.time() - t, 2)})
         progress(f"  {'best' if len(seeds) == 1 else f'run seed {seed}, best'}: "
@@ -238,17 +256,23 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     sensitivity = None
     if job.sweep:
         sensitivity = _sensitivity(job, results, metric, data, features_path, device, multi=len(seeds) > 1)
-        plot_sensitivity(sensitivity, job.sweep, method, Path(job.out) / f"sensitivity-{name}")
+        plot_sensitivity(sensitivity, job.sweep, method, _joined(job.out, f"sensitivity-{name}"))
     top = max(runs, key=lambda run: run["best"][metric])  # one run: that one
-    report = {"experiment": str(Path(job.out) / "tune" / name), "best": top["best"], "trials": trials,
+    report = {"experiment": _joined(_joined(job.out, "tune"), name), "best": top["best"], "trials": trials,
               "trial_errors": len(errors), "test": tests[0] if len(runs) == 1 else mean_summary(tests),
               "sensitivity": sensitivity, "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
               "config_hash": config_hash(job.model_dump(exclude={"out"}))}
     if len(runs) > 1:
         report["seeds"] = seeds
         report["runs"] = [{"seed": run["seed"], "best": run["best"], "test": test} for run, test in zip(runs, tests)]
-    write_json_atomic(Path(job.out) / f"train-{name}.json", report)
+    write_json_atomic(location(job.out) / f"train-{name}.json", report)
     return report
+
+
+def _checkpoint_uri(ck, out: str) -> str:
+    """A Tune checkpoint under a URI `out` as a URI (Tune names it by its path inside
+    the bucket; `star evaluate --checkpoint` takes the URI)."""
+    return f"{out.split('://', 1)[0]}://{ck.path.lstrip('/')}"
 
 
 def _sensitivity(job: TrainJob, results, metric: str, data: StarData, features_path: str | None, device: str,
@@ -257,9 +281,9 @@ def _sensitivity(job: TrainJob, results, metric: str, data: StarData, features_p
     swept value; with several seeds, the mean over seeds per configuration and its spread
     (`<col>_std` sample standard deviation, `_min`, `_max`, `runs`)."""
     from rexeval.pipelines.star.report import mean_over_runs
-    from rexeval.pipelines.star.train import load_checkpoint_model
+    from rexeval.pipelines.star.train import load_checkpoint_model, load_features
 
-    features = np.load(features_path) if features_path else None
+    features = load_features(features_path) if features_path else None
     keys = sorted(job.grid) if multi else [job.sweep]
     rows = []
     for r in results:

@@ -16,13 +16,15 @@ value on the same interaction (see `table1`).
 """
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
-import pyarrow.parquet as pq
+
+from rexeval.pipelines.core.storage import Location, location
 
 from rexeval.metrics.significance import compare
 
@@ -32,17 +34,19 @@ METRICS = ("precision", "recall", "ndcg")
 SHORT = {"precision": "P", "recall": "R", "ndcg": "N"}
 
 
-def load_results(run: str | Path) -> dict[str, pd.DataFrame]:
-    """method -> per-interaction table of a run folder (its results/<method>/)."""
-    root = Path(run) / "results"
+def load_results(run: str | Path | Location) -> dict[str, pd.DataFrame]:
+    """method -> per-interaction table of a run folder (its results/<method>/), local or by URI."""
+    from rexeval.pipelines.core.io import read_parquet
+
+    root = location(run) / "results"
     if not root.is_dir():
         raise FileNotFoundError(f"{run}: no results/ folder (run `rexeval star baselines` or "
                                 "`rexeval star train` with --out there first)")
     out = {}
-    for d in sorted(root.iterdir()):
+    for d in root.iterdir():
         f = d / "per_interaction.parquet"
         if f.exists():
-            out[d.name] = pq.read_table(f).to_pandas()
+            out[d.name] = read_parquet(f).to_pandas()
     if not out:
         raise FileNotFoundError(f"{root}: no results/<method>/per_interaction.parquet")
     return out
@@ -177,19 +181,21 @@ def format_table1(df: pd.DataFrame, k: int = 10, levels: Sequence[str] = ("globa
     return "\n".join(lines) + "\n"
 
 
-def plot_sensitivity(rows: list[dict], param: str, method: str, out_stem: str | Path) -> list[Path]:
+def plot_sensitivity(rows: list[dict], param: str, method: str,
+                     out_stem: str | Path | Location) -> list[Path | Location]:
     """Figure 3-style plot (NDCG/P/R@10 against one setting, one panel per level) + CSV.
     Rows with `<col>_min` / `<col>_max` (means over runs, `mean_over_runs`) get error
-    bars from the runs' minimum to maximum."""
+    bars from the runs' minimum to maximum. Both are written through the storage module
+    (`out_stem` may be a URI); the files come back as local Paths when they are local."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out_stem = Path(out_stem)
-    out_stem.parent.mkdir(parents=True, exist_ok=True)
+    stem = location(out_stem)
+    png, csv = (stem.parent / PurePosixPath(stem.name).with_suffix(ext).name for ext in (".png", ".csv"))
     df = pd.DataFrame(rows)
-    df.to_csv(out_stem.with_suffix(".csv"), index=False)
+    csv.write_text(df.to_csv(index=False))
     levels = [lv for lv in ("global", "item", "user") if any(f"{lv}_{m}" in df for m in METRICS)]
     fig, axes = plt.subplots(1, len(levels), figsize=(4.2 * len(levels), 3.2), squeeze=False)
     for ax, lv in zip(axes[0], levels):
@@ -206,10 +212,11 @@ def plot_sensitivity(rows: list[dict], param: str, method: str, out_stem: str | 
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    png = out_stem.with_suffix(".png")
-    fig.savefig(png, dpi=120)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=120)
     plt.close(fig)
-    return [png, out_stem.with_suffix(".csv")]
+    png.write_bytes(image.getvalue())
+    return [f.local_path() if f.is_local else f for f in (png, csv)]
 
 
 def mean_over_runs(rows: list[dict], by: list[str]) -> list[dict]:

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.recommenders.base import ranker_class
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
+from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.star.data import StarData
 
@@ -148,7 +149,8 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
     torch.set_num_threads(max(1, int(config.get("threads", 1))))
     device = config.get("device", "cpu")
     data = _data(config["data_path"])
-    features = np.load(config["features_path"]) if s["model"] == "bper+" and config.get("features_path") else None
+    features = load_features(config["features_path"]) if s["model"] == "bper+" and config.get("features_path") \
+        else None
     torch.manual_seed(s["seed"])
     model = build_model(s, data, features, device)
     opt = torch.optim.Adam(model.parameters(), lr=s["lr"])
@@ -181,12 +183,28 @@ def load_checkpoint_model(checkpoint_dir: str | Path, data: StarData, features: 
     return model, state
 
 
+def load_features(path: str | Path | Location) -> np.ndarray:
+    """BPER+'s statement features (.npy), from the local disk or a URI (a trial on any
+    node reads them where the driver wrote them)."""
+    import io
+
+    loc = location(path)
+    return np.load(loc.local_path()) if loc.is_local else np.load(io.BytesIO(loc.read_bytes()))
+
+
+def _data_text(data_path: str | Path | Location) -> str:
+    """The benchmark as the trials' config names it: a URI as given, a local folder
+    absolute with its links resolved (the trials may run in another working folder)."""
+    loc = location(data_path)
+    return str(loc.local_path().resolve()) if loc.is_local else str(loc)
+
+
 def build_tuner(settings: TrainSettings, data_path: str | Path, storage: str | Path, name: str,
                 grid: dict[str, list] | None = None, features_path: str | None = None,
                 trainable: Callable | None = None, **kwargs):
     """The Tuner of `<storage>/<name>` for these settings and its plan (see
     `pipelines.core.tune.build_tuner`; `kwargs` are its scheduling and resource options)."""
-    base = {**settings.model_dump(), "data_path": str(Path(data_path).resolve()), "features_path": features_path}
+    base = {**settings.model_dump(), "data_path": _data_text(data_path), "features_path": features_path}
     return core_build_tuner(trainable or star_trainable, base, storage, name, metric=settings.metric_key,
                             max_epochs=settings.epochs, sweepable=TrainSettings.model_fields, grid=grid,
                             **kwargs)
@@ -197,10 +215,12 @@ def run_tune(settings: TrainSettings, data_path: str | Path, storage: str | Path
     return build_tuner(settings, data_path, storage, name, **kwargs)[0].fit()
 
 
-def statement_features(data: StarData, encoder_ref: str, path: Path, device: str = "auto",
-                       progress: Callable[[str], None] = print) -> Path:
-    """Encode the candidate statements once (BPER+'s frozen features), cached by content."""
+def statement_features(data: StarData, encoder_ref: str, path: str | Path, device: str = "auto",
+                       progress: Callable[[str], None] = print) -> str:
+    """Encode the candidate statements once (BPER+'s frozen features), cached by content
+    in the folder `path` (local or a URI); the .npy file's path, as `path` was given."""
     import hashlib
+    import io
 
     from rexeval.models.encoders.embedder import build_embedder
 
@@ -208,13 +228,14 @@ def statement_features(data: StarData, encoder_ref: str, path: Path, device: str
     h.update(encoder_ref.encode())
     for t in data.statement_texts:
         h.update(str(t).encode() + b"\x1e")
-    path = Path(path) / f"statement-features-{h.hexdigest()}.npy"
-    if path.exists():
-        return path
+    name = f"statement-features-{h.hexdigest()}.npy"
+    text = f"{str(path).rstrip('/')}/{name}" if is_uri(path) else str(Path(path) / name)
+    target = location(text)
+    if target.exists():
+        return text
     progress(f"  encoding {data.n_statements:,} statements with {encoder_ref} (BPER+ features)")
     emb = build_embedder(encoder_ref, device=device).encode([str(t) for t in data.statement_texts])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, emb.astype(np.float32))
-    tmp.rename(path)
-    return path
+    buf = io.BytesIO()
+    np.save(buf, emb.astype(np.float32))
+    target.write_bytes(buf.getvalue())  # whole or nothing: a temporary name locally, one PUT on a store
+    return text
