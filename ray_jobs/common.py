@@ -5,7 +5,6 @@ import functools
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 import click
@@ -48,16 +47,19 @@ class Where(click.ParamType):
             self.fail(f"{text!r} is a file; a folder is expected.", param, ctx)
         return text
 
+
 config_option = click.option(
-    "--config", "config_file", type=click.Path(exists=True, dir_okay=False),
-    help="YAML file with this command's settings; flags given on the command line win.")
+    "--config", "config_file", type=Where(exists=True, dir_okay=False),
+    help="YAML file (a path or a URI) with this command's settings; flags given on the command line win.")
 
 
 def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
     """Build a typed config: YAML values first, then every flag that was given."""
     data: dict[str, Any] = {}
     if config_file:
-        loaded = yaml.safe_load(Path(config_file).read_text()) or {}
+        from rexeval.pipelines.core.storage import location
+
+        loaded = yaml.safe_load(location(config_file).read_text()) or {}
         if not isinstance(loaded, dict):
             raise click.UsageError(f"{config_file}: expected a mapping of settings")
         data.update(loaded)
