@@ -59,12 +59,12 @@ def generate_group():
 
 
 @generate_group.command("train")
-@click.argument("data", required=False, type=click.Path())
+@click.argument("data", required=False, type=Where())
 @click.option("--target", type=click.Choice(["explanation", "review"]),
               help="What the model learns to write: the ground-truth explanation of each review "
                    "(default; needs --truth) or the review text itself (seed 000 Table VII).")
-@click.option("--truth", type=click.Path(exists=True, file_okay=False),
-              help="`rexeval ground-truth` output folder (the explanation targets).")
+@click.option("--truth", type=Where(exists=True, file_okay=False),
+              help="`rexeval ground-truth` output folder (the explanation targets), a local path or a URI.")
 @click.option("--preset", type=click.Choice(list(PRESETS)),
               help="The settings table to start from: paper (default: each original paper) or seed000 "
                    "(what seed 000 ran: its released main.sh/main.py, 128-word targets). Every value and its "
@@ -73,7 +73,8 @@ def generate_group():
               help="A setting over the preset's, e.g. --set epochs=20 --set emsize=256.")
 @tune_options
 @click.option("--cpus-per-trial", type=float, help="CPUs per trial (default: all for a single trial, else 1).")
-@click.option("--out", "-o", help="Output folder (data/, tune/, best/, train.json).")
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(data/, tune/, best/, train.json).")
 @click.option("--overwrite", is_flag=True, help="Start over instead of restoring the experiment.")
 @click.option("--show-settings", is_flag=True, help="Print the model's settings with their defaults and sources, "
                                                     "then exit.")
@@ -122,6 +123,10 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     (a Tune trial) and has the profile's llm write a profile of every user and item from
     their training reviews (cached; --backend/--backend-option/--workers as in
     `rexeval extract`).
+
+    DATA, --truth and --out may be local folders or URIs (s3://bucket/run; credentials
+    and endpoint from the standard AWS variables): the trials, on any node, read the
+    prepared data and keep their checkpoints there.
     """
     from rexeval.pipelines.generate.config import TrainJob
     from rexeval.pipelines.generate.pipeline import run_train
@@ -163,9 +168,10 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
 
 
 @generate_group.command("run")
-@click.argument("checkpoint", required=False, type=click.Path(exists=True, file_okay=False))
+@click.argument("checkpoint", required=False, type=Where(exists=True, file_okay=False))
 @click.option("--split", type=click.Choice(["train", "valid", "test"]), help="Split to decode (default test).")
-@click.option("--out", "-o", help="Output folder (explanations/, ratings/, errors/, manifest.json).")
+@click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
+                                                "(explanations/, ratings/, errors/, manifest.json).")
 @click.option("--system", help="System name in the explanations table (default: the model's name).")
 @click.option("--beam-size", type=int, help="1: greedy decoding (default); more: beam search.")
 @click.option("--batch-size", type=int, help="Examples decoded together (default 256).")
@@ -183,7 +189,8 @@ def run_cmd(checkpoint, config_file, overwrite, **flags):
     checkpoint folder of its Tune experiment. Writes the explanations table (system =
     the model, example ids = review ids, joining the ground truth), the predicted ratings
     with RMSE and MAE for the models that predict them, and an error row for every
-    example of the split without an explanation.
+    example of the split without an explanation. CHECKPOINT and --out may be local
+    folders or URIs (s3://bucket/run).
 
     Examples:
 

@@ -324,8 +324,8 @@ class Location:
     def upload(self, local: str | os.PathLike) -> None:
         """Copy the local file or folder `local` to this location."""
         local = os.fspath(local)
-        if self.is_local:
-            self.parent.mkdir()
+        if self.is_local:  # pyarrow makes only the folders below the destination
+            (self if os.path.isdir(local) else self.parent).mkdir()
         pafs.copy_files(local, self.path, source_filesystem=_LOCAL, destination_filesystem=self.fs)
 
 

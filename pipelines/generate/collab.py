@@ -10,19 +10,21 @@ reports the validation AUC (each validation interaction's item against the items
 has no interaction with), keeps the best epoch and stops after
 `gcn_patience` epochs without improvement. A split without validation interactions is
 selected by the (negated) training loss instead. `train_collab` returns the propagated
-user and item embeddings of the best epoch.
+user and item embeddings of the best epoch. The trial finds the prepared data by its
+path or URI (`data_path`), so it may run on any node.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from rexeval.models.recommenders.lightgcn import LightGCN
+from rexeval.pipelines.core.inputs import resolved_text
+from rexeval.pipelines.core.storage import PathLike
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
 
@@ -112,11 +114,11 @@ def lightgcn_trainable(config: dict[str, Any]) -> None:
                             "settings": {k: config[k] for k in KEYS}})
 
 
-def train_collab(data_path: str | Path, settings: dict[str, Any], storage: str | Path, *, cpus: float = 1,
+def train_collab(data_path: PathLike, settings: dict[str, Any], storage: PathLike, *, cpus: float = 1,
                  gpus: float = 0, progress: Callable[[str], None] = print) -> tuple[np.ndarray, np.ndarray]:
     """Train (or restore) LightGCN on the prepared data; the best epoch's propagated
     (user, item) embeddings as float32 arrays."""
-    base = {k: settings[k] for k in KEYS} | {"data_path": str(Path(data_path).resolve())}
+    base = {k: settings[k] for k in KEYS} | {"data_path": resolved_text(data_path)}
     progress(f"  LightGCN (XRec's collaborative backbone): d {base['gcn_dim']}, {base['gcn_layers']} layers "
              f"({base['gcn_combine']}), {base['gcn_init']} init, up to {base['gcn_epochs']} epochs, best epoch by "
              "validation AUC")

@@ -16,10 +16,14 @@ embedding), cuts targets to `max_words`, and writes `<out>/data/`:
   text), with the reason, so no review is lost silently.
 
 The folder is written once per settings and reused by every trial and by `generate run`.
+The split, the ground truth and the output may be local folders or URIs
+(`pipelines/core/storage.py`): a Tune trial or a decoding actor on any node loads the
+prepared folder from where the driver wrote it.
 """
 from __future__ import annotations
 
-import json
+import io
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,8 +35,10 @@ import torch
 from rexeval.models.generators.base import PAD, Batch
 from rexeval.models.generators.lm import LMTokens
 from rexeval.models.generators.vocab import Vocabulary, tokenize
+from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES, error_rows
+from rexeval.pipelines.core.storage import Location, PathLike, local_copy, location
 
 STAGE = "generate-data"
 EXTRAS = "extras.npz"
@@ -47,7 +53,27 @@ EXAMPLES = pa.schema([
 ])
 
 
-def _targets(split_dir: Path, target: str, truth: str | None) -> tuple[dict[str, pa.Table], dict[str, str]]:
+def write_npz(loc: Location, **arrays: np.ndarray) -> None:
+    """An `.npz` at `loc`, written whole (numpy writes to memory, storage puts it)."""
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    loc.write_bytes(buf.getvalue())
+
+
+def read_npz(loc: Location) -> dict[str, np.ndarray]:
+    """The arrays of an `.npz` at `loc` (a local file is read in place)."""
+    with np.load(loc.local_path() if loc.is_local else io.BytesIO(loc.read_bytes())) as z:
+        return {k: z[k] for k in z.files}
+
+
+def _save_vocab(vocab: Vocabulary | LMTokens, loc: Location) -> None:
+    """The vocabulary's own file format (it saves only to a local path), put at `loc`."""
+    with tempfile.TemporaryDirectory(prefix="rexeval-vocab-") as tmp:
+        vocab.save(Path(tmp) / loc.name)
+        loc.write_bytes((Path(tmp) / loc.name).read_bytes())
+
+
+def _targets(split_dir: Location, target: str, truth: str | None) -> tuple[dict[str, pa.Table], dict[str, str]]:
     splits = {}
     for name in SPLIT_NAMES:
         if not (split_dir / name).is_dir():
@@ -58,7 +84,7 @@ def _targets(split_dir: Path, target: str, truth: str | None) -> tuple[dict[str,
     if not truth:
         raise ValueError("--target explanation needs the ground-truth explanations: give --truth "
                          "(a `rexeval ground-truth` output folder), or use --target review")
-    root = Path(truth)
+    root = location(truth)
     if not (root / "explanations").is_dir():
         raise FileNotFoundError(f"{root} is not a `rexeval ground-truth` output (no explanations/ in it)")
     expl = read_table(root / "explanations", "explanations")
@@ -75,8 +101,9 @@ def default_max_words(texts: list[str], quantile: float = EXPLANATION_MAX_WORDS_
     return max(1, int(np.ceil(np.quantile(lengths, quantile)))) if lengths else 1
 
 
-def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | None, vocab_size: int,
-            max_words: int | None, tokenizer: str | None = None, progress: Callable[[str], None] = print) -> Path:
+def prepare(split: PathLike, out: PathLike, *, target: str, truth: str | None, vocab_size: int,
+            max_words: int | None, tokenizer: str | None = None,
+            progress: Callable[[str], None] = print) -> Location:
     """Write (or reuse) `<out>/data` for these settings; return its path.
 
     `max_words=None`: the model's original length for review targets is passed in by the
@@ -85,10 +112,10 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     targets are that LM's tokens (`models.generators.lm.LMTokens`), lengths count them and
     `vocab_size` is not used; None: the word vocabulary of the from-scratch models.
     """
-    split_dir = Path(split)
-    folder = Path(out) / "data"
-    settings = {"split": str(split_dir.resolve()), "target": target,
-                "truth": str(Path(truth).resolve()) if truth else None, "vocab_size": vocab_size,
+    split_dir = location(split)
+    folder = location(out) / "data"
+    settings = {"split": resolved_text(split), "target": target,
+                "truth": resolved_text(truth) if truth else None, "vocab_size": vocab_size,
                 "max_words": max_words}
     if tokenizer:
         settings["tokenizer"] = tokenizer
@@ -97,7 +124,7 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     want = config_hash(settings)
     index_path = folder / "index.json"
     if index_path.exists():
-        have = json.loads(index_path.read_text())
+        have = index_path.read_json()
         if have.get("config_hash") == want:
             return folder
         raise FileExistsError(f"{folder} was prepared with other settings ({have.get('settings')}); "
@@ -128,7 +155,7 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
     if max_words is None:
         max_words = default_max_words(train_texts, length=length)
     folder.mkdir(parents=True, exist_ok=True)
-    vocab.save(folder / "vocab.json")
+    _save_vocab(vocab, folder / "vocab.json")
     u_index = {u: i for i, u in enumerate(users)}
     i_index = {it: i for i, it in enumerate(items)}
     counts = {}
@@ -139,7 +166,7 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
             ids = vocab.encode(r["target"], max_words)
             tokens[k, :len(ids)] = ids
             cut += length(r["target"]) > max_words
-        np.savez(folder / f"{name}.npz", user=np.array([u_index[r["user_id"]] for r in rs], dtype=np.int64),
+        write_npz(folder / f"{name}.npz", user=np.array([u_index[r["user_id"]] for r in rs], dtype=np.int64),
                  item=np.array([i_index[r["item_id"]] for r in rs], dtype=np.int64),
                  rating=np.array([r["rating"] for r in rs], dtype=np.float32), tokens=tokens)
         write_parquet_atomic(folder / f"examples-{name}.parquet", pa.Table.from_pylist(
@@ -165,27 +192,20 @@ def prepare(split: str | Path, out: str | Path, *, target: str, truth: str | Non
 class GenData:
     """The prepared arrays of one folder (see the module docstring)."""
 
-    folder: Path
+    folder: Location
     vocab: Vocabulary | LMTokens
     index: dict
     arrays: dict[str, dict[str, np.ndarray]]
     extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, folder: str | Path) -> GenData:
-        folder = Path(folder)
-        if not (folder / "index.json").exists():
-            raise FileNotFoundError(f"{folder} holds no prepared generator data (no index.json)")
-        arrays = {}
-        for name in SPLIT_NAMES:
-            with np.load(folder / f"{name}.npz") as z:
-                arrays[name] = {k: z[k] for k in z.files}
-        index = json.loads((folder / "index.json").read_text())
-        vocab = LMTokens.load(folder / "vocab.json") if index.get("tokenizer") else Vocabulary.load(folder / "vocab.json")
-        extras = {}
-        if (folder / EXTRAS).exists():
-            with np.load(folder / EXTRAS) as z:
-                extras = {k: z[k] for k in z.files}
+    def load(cls, folder: PathLike) -> GenData:
+        folder = location(folder)
+        index = read_index(folder)
+        arrays = {name: read_npz(folder / f"{name}.npz") for name in SPLIT_NAMES}
+        with local_copy(folder / "vocab.json") as path:
+            vocab = LMTokens.load(path) if index.get("tokenizer") else Vocabulary.load(path)
+        extras = read_npz(folder / EXTRAS) if (folder / EXTRAS).exists() else {}
         return cls(folder, vocab, index, arrays, extras)
 
     @property
@@ -235,4 +255,18 @@ class GenData:
         return read_table(self.folder / f"examples-{split}.parquet", EXAMPLES)
 
     def errors(self) -> pa.Table:
-        return read_table(self.folder / "errors.parquet", "errors")
+        return data_errors(self.folder)
+
+
+def read_index(folder: PathLike) -> dict:
+    """A prepared folder's index.json: ids, lengths and counts, without its arrays (what
+    a driver needs to plan)."""
+    folder = location(folder)
+    if not (folder / "index.json").exists():
+        raise FileNotFoundError(f"{folder} holds no prepared generator data (no index.json)")
+    return (folder / "index.json").read_json()
+
+
+def data_errors(folder: PathLike) -> pa.Table:
+    """The reviews a prepared folder has no target for (errors.parquet)."""
+    return read_table(location(folder) / "errors.parquet", "errors")

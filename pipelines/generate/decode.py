@@ -12,26 +12,32 @@ and writes per shard:
 The split's reviews without a target (recorded when the data was prepared) are copied
 to `errors/` too, so every review of the split is in the output or an error row. The
 manifest holds the counts and, for rating models, RMSE and MAE. A re-run skips done shards.
+
+The checkpoint (and the data folder it names) and the output may be local folders or
+URIs (`pipelines/core/storage.py`): each actor copies the checkpoint's state down itself
+and writes its shards to the output, and the driver reads only the prepared folder's
+index and error rows, the markers and the two rating columns.
 """
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
 from rexeval.models.generators.base import beam, generator_class, greedy
+from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, actor_count, cpu_share, use_cpus
-from rexeval.pipelines.core.tune import STATE_FILE, read_checkpoint
+from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.pipelines.core.tune import STATE_FILE
 from rexeval.pipelines.generate.config import RunConfig
-from rexeval.pipelines.generate.data import GenData
+from rexeval.pipelines.generate.data import data_errors, read_index
 
 STAGE = "generate"
 TABLES = ["explanations", "ratings", "errors"]
@@ -45,9 +51,9 @@ _RESULT = pa.schema([("shard", pa.int64()), ("in", pa.int64()), ("out", pa.int64
                      ("sq_error", pa.float64()), ("abs_error", pa.float64()), ("rated", pa.int64())])
 
 
-def checkpoint_dir(path: str | Path) -> Path:
+def checkpoint_dir(path: PathLike) -> Location:
     """A `generate train` output folder's best checkpoint, or an epoch checkpoint folder."""
-    p = Path(path)
+    p = location(path)
     for cand in (p / "best", p):
         if (cand / STATE_FILE).exists():
             return cand
@@ -147,16 +153,19 @@ class DecodeStage(Stage):
 
 def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
     """Decode the split (resuming finished shards) and return the manifest."""
+    from rexeval.pipelines.generate.train import read_state
+
     t0 = time.time()
     ck = checkpoint_dir(cfg.checkpoint)
-    state = read_checkpoint(ck)
-    data = GenData.load(state["data"])
+    state = read_state(ck)
+    index = read_index(state["data"])
     system = cfg.system or generator_class(state["settings"]["model"]).system_name(state["settings"])
-    n = data.size(cfg.split) if cfg.limit is None else min(cfg.limit, data.size(cfg.split))
+    size = int(index["counts"][cfg.split])
+    n = size if cfg.limit is None else min(cfg.limit, size)
     shards = max(1, math.ceil(n / cfg.shard_size))
     # What the output depends on (not where it goes or how many actors make it).
     exclude = {"checkpoint", "out", "workers", "cpus_per_worker", "gpus_per_worker"}
-    config = {"checkpoint": str(ck.resolve()), "epoch": state["epoch"], **cfg.model_dump(exclude=exclude),
+    config = {"checkpoint": resolved_text(ck), "epoch": state["epoch"], **cfg.model_dump(exclude=exclude),
               "system": system}
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, config, TABLES), shards, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("generate run")) is not None:
@@ -173,13 +182,13 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
             report=lambda row, k, m: f"  shard {row['shard']}: {row['out']:,} explanation(s), "
                                      f"{row['errors']} error(s) ({k}/{m})")
     # Reviews of this split that had no target: one error row each (written once).
-    missing = data.errors()
+    missing = data_errors(state["data"])
     missing = missing.filter(pc.starts_with(missing.column("message"), f"{cfg.split} split:"))
     if cfg.limit is None:
-        write_parquet_atomic(Path(cfg.out) / "errors" / "no-target.parquet", missing)
-    ratings = read_ratings(cfg.out)
+        write_parquet_atomic(location(cfg.out) / "errors" / "no-target.parquet", missing)
+    ratings = read_ratings(cfg.out, columns=["rating", "predicted_rating"])
     # `target` tells `rexeval evaluate` what the references are (review: seed 000 Table VII).
-    extra = {"system": system, "split": cfg.split, "target": data.index.get("target"),
+    extra = {"system": system, "split": cfg.split, "target": index.get("target"),
              "seconds": round(time.time() - t0, 2)}
     if ratings.num_rows:
         diff = pc.subtract(ratings.column("predicted_rating").cast(pa.float64()),
@@ -192,6 +201,6 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     return job.output.finish(shards, counts=counts, **extra)
 
 
-def read_ratings(folder: str | Path) -> pa.Table:
+def read_ratings(folder: PathLike, columns: list[str] | None = None) -> pa.Table:
     """The predicted ratings of a `generate run` output (empty for models without them)."""
-    return read_table(Path(folder) / "ratings", RATINGS)
+    return read_table(location(folder) / "ratings", RATINGS, columns=columns)

@@ -16,15 +16,16 @@ Output folder:
   `select` names (loss, ppl or text_rating; the preset's by default), with everything
   `generate run` needs to rebuild it;
 - `train.json`: settings, the best trial and epoch, its validation numbers, every trial.
+
+The split, the ground truth and the output folder may be local folders or URIs
+(`pipelines/core/storage.py`): the trials (on any node) load `data/` and keep their
+checkpoints in Tune's storage under `tune/`, and the best one is copied to `best/` there.
+The driver plans from `data/index.json` and does not load the arrays.
 """
 from __future__ import annotations
 
-import json
-import os
-import shutil
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
@@ -32,13 +33,15 @@ from rexeval.models.generators.base import generator_class
 from rexeval.models.generators.lm import encode_plain
 from rexeval.models.generators.presets import check_preset
 from rexeval.models.profiles import load_profile
+from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.stage import cpu_share
+from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import TrainJob
-from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare
+from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare, read_index, write_npz
 from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings
 
 NO_PROFILE = "(no profile: no training review)"
@@ -53,12 +56,32 @@ def _default_cpus(job: TrainJob) -> float:
     return 1 if job.grid or job.num_samples > 1 else cpu_share(1)
 
 
+def shown(out: str, *parts: str) -> str:
+    """A path under the output folder as the report and messages name it: the folder as
+    the user gave it (a URI unchanged), then `parts`."""
+    return "/".join([given_text(out).rstrip("/"), *parts])
+
+
+def keep_best(checkpoint, best_dir: Location) -> dict:
+    """Copy Tune's best checkpoint (in its storage, local or remote) to `best_dir`, in
+    place of any earlier one; its saved state."""
+    best_dir.rmtree()
+    best_dir.mkdir()  # a local copy needs its folder (pyarrow makes only the ones below it)
+    with checkpoint.as_directory() as d:  # a remote checkpoint is copied down once
+        state = read_checkpoint(d)
+        best_dir.upload(d)
+    return state
+
+
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:
     """Train (or finish training) and return the report written to `train.json`."""
+    from rexeval.pipelines.core.reach import require_reachable
+
     t0 = time.time()
-    out = Path(job.out)
+    out = location(job.out)
+    require_reachable(out, what="the generate train output folder")  # the trials write there from any node
     if job.overwrite and out.exists():
-        shutil.rmtree(out)
+        out.rmtree()
     s = resolve_settings(job.model, job.settings, job.preset)  # the config checked the settings and the grid
     # Review targets keep the preset's length; with `paper`, long explanation targets get
     # one from their own lengths unless --set max_words says otherwise (`seed000` cuts
@@ -73,11 +96,11 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
                      max_words=max_words, tokenizer=s["lm"] if cls.ROLE else None, progress=progress)
     if cls.INPUTS:
         prepare_inputs(job, s, folder, progress)
-    data = GenData.load(folder)
-    if data.size("valid") == 0:
+    index = read_index(folder)
+    if index["counts"]["valid"] == 0:
         raise ValueError(f"{job.data} has no validation examples with a target: the best epoch is chosen "
                          "on them (see data/errors.parquet for the reviews without one)")
-    s["max_words"] = data.max_words
+    s["max_words"] = int(index["max_words"])
     name = job.experiment_name()
     cpus = _default_cpus(job)
     metric = METRICS[s["select"]]
@@ -94,23 +117,18 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     errors = [r for r in results if r.error is not None]
     trials = trial_table(results, metric, sorted(job.grid), mode="min")
     best_result, ck = best_checkpoint(results, metric, mode="min")
-    best_dir = out / BEST
-    if best_dir.exists():
-        shutil.rmtree(best_dir)
-    with ck.as_directory() as d:
-        shutil.copytree(d, best_dir)
-    state = read_checkpoint(best_dir)
+    state = keep_best(ck, out / BEST)
     df = best_result.metrics_dataframe
     row = df[df["epoch"] == state["epoch"]].iloc[-1].to_dict()
     best = {"config": {k: best_result.config.get(k) for k in sorted(job.grid)}, "epoch": int(state["epoch"]),
             **{k: float(row[k]) for k in ("val_loss", "val_ppl", "val_text_rating", "val_rmse") if k in row},
-            "checkpoint": str(best_dir)}
+            "checkpoint": shown(job.out, BEST)}
     progress(f"  best: {best['config'] or 'the only configuration'} at epoch {best['epoch']} (validation loss "
              f"{best['val_loss']:.4f}, perplexity {best['val_ppl']:.2f}"
              + (f", RMSE {best['val_rmse']:.4f}" if "val_rmse" in best else "") + ")")
-    report = {"model": s["model"], "target": job.target, "experiment": str(out / "tune" / name),
+    report = {"model": s["model"], "target": job.target, "experiment": shown(job.out, "tune", name),
               "settings": state["settings"], "best": best, "trials": trials, "trial_errors": len(errors),
-              "data": data.index["counts"], "plan": {k: plan[k] for k in ("resources", "device", "scheduler")},
+              "data": index["counts"], "plan": {k: plan[k] for k in ("resources", "device", "scheduler")},
               "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
               "config_hash": config_hash(job.model_dump(exclude={"out", "overwrite"}))}
     write_json_atomic(out / "train.json", report)
@@ -126,28 +144,28 @@ def llm_settings(job: TrainJob) -> LLMJobSettings:
     return LLMJobSettings(**{k: getattr(job, k) for k in LLMJobSettings.model_fields})
 
 
-def prepare_inputs(job: TrainJob, s: dict, folder: Path, progress: Callable[[str], None] = print) -> None:
+def prepare_inputs(job: TrainJob, s: dict, folder: Location, progress: Callable[[str], None] = print) -> None:
     """XRec's inputs beside the examples (see the module docstring): `data/extras.npz`
     holds the LightGCN user and item embeddings and the profiles' LM token ids (a title
     line first for items that have one), each profile cut to `profile_tokens`."""
     from rexeval.pipelines.generate.collab import train_collab
     from rexeval.pipelines.generate.profiles import read_profiles, write_profiles
 
-    out = Path(job.out)
+    out = location(job.out)
     data = GenData.load(folder)
     cls = generator_class(s["model"])
     stamp = folder / "extras.json"
-    profiles = write_profiles(job.data, out / "profiles", llm_settings(job).with_resolved_cache(),
+    profiles = write_profiles(job.data, str(out / "profiles"), llm_settings(job).with_resolved_cache(str(out)),
                               max_reviews=s["profile_reviews"], max_tokens=s["profile_length"], progress=progress)
     want = config_hash({"keys": {k: s[k] for k in cls.DATA_KEYS}, "profiles": profiles.get("config_hash")})
-    if stamp.exists() and json.loads(stamp.read_text()).get("config_hash") == want and (folder / EXTRAS).exists():
+    if stamp.exists() and stamp.read_json().get("config_hash") == want and (folder / EXTRAS).exists():
         return
     users, items = train_collab(folder, s, out / "tune", cpus=_default_cpus(job), gpus=job.gpus_per_trial,
                                 progress=progress)
-    texts = read_profiles(out / "profiles")
+    texts = read_profiles(str(out / "profiles"))
     titles: dict[str, str] = {}
     for name in SPLIT_NAMES:
-        t = read_table(Path(job.data) / name, "reviews").select(["item_id", "item_title"]).to_pylist()
+        t = read_table(location(job.data) / name, "reviews", columns=["item_id", "item_title"]).to_pylist()
         for r in t:
             if r["item_title"] and r["item_id"] not in titles:
                 titles[r["item_id"]] = r["item_title"]
@@ -169,10 +187,8 @@ def prepare_inputs(job: TrainJob, s: dict, folder: Path, progress: Callable[[str
 
     ut, uo = flat(user_text)
     it, io = flat(item_text)
-    tmp = folder / f".extras-{os.getpid()}.npz"  # written whole, then renamed into place
-    np.savez(tmp, collab_user=users, collab_item=items, user_text=ut, user_text_offsets=uo,
-             item_text=it, item_text_offsets=io)
-    os.replace(tmp, folder / EXTRAS)
-    write_json_atomic(stamp, {"config_hash": want, "profiles": str(out / "profiles"), "without_profile": missing})
+    write_npz(folder / EXTRAS, collab_user=users, collab_item=items, user_text=ut, user_text_offsets=uo,
+              item_text=it, item_text_offsets=io)  # written whole
+    write_json_atomic(stamp, {"config_hash": want, "profiles": shown(job.out, "profiles"), "without_profile": missing})
     progress(f"  XRec inputs: LightGCN embeddings of {len(users):,} users and {len(items):,} items, profiles "
              f"({missing:,} user(s)/item(s) without one: {NO_PROFILE!r} stands in)")

@@ -21,12 +21,15 @@ One Tune trial = one model configuration trained on the prepared data
 The epoch loop, checkpoints (model, optimizer, RNG, early-stopping state), `Tuner.restore`
 and the refusal of other settings are the one trainer's (`pipelines/core/tune.py`),
 shared with the statement rankers.
+
+A trial may run on any node: it loads the prepared data from the path or URI in its
+config (`data_path`), and Tune keeps its checkpoints in the experiment's storage. A
+checkpoint folder under a URI is copied down before torch reads it (`read_state`).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,8 +37,10 @@ import torch
 from rexeval.models.generators.base import PAD, build_optimizer, generator_class
 from rexeval.models.generators.presets import DEFAULT_PRESET, SELECT
 from rexeval.models.generators.presets import values as preset_values
+from rexeval.pipelines.core.inputs import resolved_text
+from rexeval.pipelines.core.storage import PathLike, local_copy, location
+from rexeval.pipelines.core.tune import STATE_FILE, fit_epochs, read_checkpoint
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
-from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
 
 DATA_KEYS = ("vocab_size", "max_words")
@@ -171,9 +176,17 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
                             "fingerprint": data.fingerprint()}, after_epoch=after_epoch)
 
 
-def load_checkpoint_model(checkpoint_dir: str | Path, device: str = "cpu", data: GenData | None = None):
-    """(model, settings, data) rebuilt from an epoch checkpoint of `generator_trainable`."""
-    state = read_checkpoint(checkpoint_dir, device)
+def read_state(checkpoint_dir: PathLike, device: str = "cpu") -> dict:
+    """The state saved in an epoch checkpoint folder, a local one or one under a URI
+    (its state file is copied down first: torch reads local files)."""
+    with local_copy(location(checkpoint_dir) / STATE_FILE) as path:
+        return read_checkpoint(path.parent, device)
+
+
+def load_checkpoint_model(checkpoint_dir: PathLike, device: str = "cpu", data: GenData | None = None):
+    """(model, settings, data) rebuilt from an epoch checkpoint of `generator_trainable`
+    (local or under a URI, as is the data folder it names)."""
+    state = read_state(checkpoint_dir, device)
     data = data if data is not None else GenData.load(state["data"])
     if state.get("fingerprint") not in (None, data.fingerprint()):
         raise ValueError(f"{data.folder} is not the data {checkpoint_dir} was trained on (its vocabulary or "
@@ -193,10 +206,11 @@ def sweepable(model: str) -> list[str]:
     return [k for k in preset_values(DEFAULT_PRESET, cls.name) if k not in fixed]
 
 
-def build_tuner(settings: dict[str, Any], data_path: str | Path, storage: str | Path, name: str,
+def build_tuner(settings: dict[str, Any], data_path: PathLike, storage: PathLike, name: str,
                 grid: dict[str, list] | None = None, trainable: Callable | None = None, **kwargs):
-    """The Tuner of `<storage>/<name>` and its plan (`pipelines.core.tune.build_tuner`)."""
-    base = {**settings, "data_path": str(Path(data_path).resolve())}
+    """The Tuner of `<storage>/<name>` and its plan (`pipelines.core.tune.build_tuner`).
+    The trials find the data by `data_path` (a URI kept, a local path made absolute)."""
+    base = {**settings, "data_path": resolved_text(data_path)}
     phases = generator_class(settings["model"]).n_phases(settings)
     return core_build_tuner(trainable or generator_trainable, base, storage, name,
                             metric=METRICS[settings["select"]], mode="min", max_epochs=settings["epochs"] * phases,

@@ -100,3 +100,21 @@ def test_generate_llm_through_the_cli(tmp_path, ray_session):
     res = runner.invoke(cli, ["generate", "llm", str(ingest), "--method", "review_extract", "--split", "valid",
                               "--out", str(tmp_path / "y")])
     assert res.exit_code == 1 and "ingest folder" in res.output
+
+
+def test_train_and_run_take_uris(tmp_path, s3_root, ray_session):
+    """Inputs and outputs may be URIs: they are checked in the bucket, not refused as
+    missing local paths, and the job's own messages name them."""
+    from rexeval.pipelines.core.storage import location
+
+    _, truth = planted_split(tmp_path)
+    location(f"{s3_root}/truth").upload(truth)
+    location(f"{s3_root}/nothing/readme.txt").write_text("not a checkpoint")
+    runner = CliRunner()
+    res = runner.invoke(cli, ["generate", "train", f"{s3_root}/split", "--truth", f"{s3_root}/truth", "--model",
+                              "nrt", "--out", f"{s3_root}/nrt"])
+    assert res.exit_code == 1 and "not a `rexeval split` output" in res.output, res.output
+    res = runner.invoke(cli, ["generate", "run", f"{s3_root}/nothing", "--out", f"{s3_root}/gen"])
+    assert res.exit_code == 1 and f"{s3_root}/nothing holds no generator checkpoint" in res.output, res.output
+    res = runner.invoke(cli, ["generate", "run", f"{s3_root}/absent", "--out", f"{s3_root}/gen"])
+    assert res.exit_code == 2 and "does not exist" in res.output

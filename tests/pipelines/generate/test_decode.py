@@ -99,7 +99,7 @@ def test_a_checkpoint_refuses_data_prepared_otherwise(trained, tmp_path):
     from rexeval.pipelines.generate.train import load_checkpoint_model
 
     model, settings, data = load_checkpoint_model(trained / "peter" / "best")
-    assert settings["model"] == "peter" and data.folder == trained / "peter" / "data"
+    assert settings["model"] == "peter" and str(data.folder) == str(trained / "peter" / "data")
     other = GenData.load(prepare(trained / "split", tmp_path, target="review", truth=None, vocab_size=5,
                                  max_words=4, progress=lambda m: None))
     with pytest.raises(ValueError, match="not the data"):
