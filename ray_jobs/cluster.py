@@ -1,21 +1,20 @@
 """`rexeval cluster` and `rexeval cluster-report` (python -m ray_jobs.cluster)."""
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 
 import click
 
 from rexeval.pipelines.cluster.pipeline import run_cluster
 from rexeval.pipelines.cluster.config import ClusterConfig
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
 
 
 @click.command("cluster")
-@click.argument("input", required=False, type=click.Path())
-@click.option("--out", "-o", help="Output folder (clusters/, canonical/, errors/, report.md, manifest.json).")
+@click.argument("input", required=False, type=Where())
+@click.option("--out", "-o", type=Where(),
+              help="Output folder or URI (clusters/, canonical/, errors/, report.md, manifest.json).")
 @click.option("--method", type=click.Choice(["star", "extra"]),
               help="star (default): embeddings + FAISS neighbours + pair filter + graph refinement "
                    "(seed 002); extra: the EXTRA baseline (heuristic candidates, MinHash-LSH).")
@@ -44,7 +43,8 @@ from rexeval.ray_jobs.common import config_option, load_config, summary, user_er
 @click.option("--embed-backend", type=click.Choice(["sentence-transformers", "vllm"]),
               help="Embedding engine (vllm: ray.data.llm embed task on GPU workers).")
 @click.option("--workers", type=int, help="Encoder actors; each loads the model (default 1).")
-@click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0); above 0 the FAISS "
+                                                   "neighbour search asks for a GPU too.")
 @click.option("--neighbour-workers", type=int, help="Ray actors sharing the FAISS queries (default 1: "
                                                     "one process using every core).")
 @click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
@@ -56,7 +56,8 @@ from rexeval.ray_jobs.common import config_option, load_config, summary, user_er
 def cluster_cmd(input, out, overwrite, config_file, **flags):
     """Group paraphrased statements into clusters with one canonical statement each.
 
-    INPUT is an `rexeval extract` output folder (or a statements Parquet file); with
+    INPUT is an `rexeval extract` output folder (or a statements Parquet file), a local
+    path or a URI (s3://..., gs://...), as --out may be; with
     --method extra it may also be an `rexeval ingest` folder, whose reviews then give
     EXTRA's heuristic sentence candidates. Statements are compared only within the same
     polarity. Without a cross-encoder (the local profile has none) pairs are accepted on
@@ -91,33 +92,37 @@ def cluster_cmd(input, out, overwrite, config_file, **flags):
 
 
 @click.command("cluster-report")
-@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.argument("runs", nargs=-1, required=True, type=Where(exists=True, file_okay=False))
 @click.option("--dataset", help="Dataset name for the first column (default: none).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Also write the rows as CSV.")
+@click.option("--csv", "csv_path", type=Where(dir_okay=False), help="Also write the rows as CSV.")
 @user_errors
 def cluster_report_cmd(runs, dataset, csv_path):
-    """Print seed 002's Table 3 (#clusters, reduction %, SSE, SSB) for several cluster runs.
+    """Print seed 002's Table 3 (#clusters, reduction %, SSE, SSB) for several cluster runs
+    (local folders or URIs).
 
     Example: rexeval cluster-report runs/mi/clusters-extra runs/mi/clusters --dataset MI
     """
     from rexeval.pipelines.cluster.quality import format_table3
+    from rexeval.pipelines.core.storage import location
 
     rows = []
     for run in runs:
-        path = Path(run) / "report.json"
-        if not path.exists():
+        report = location(run) / "report.json"
+        if not report.exists():
             raise FileNotFoundError(f"{run} has no report.json: is it a finished `rexeval cluster` output?")
-        rows.append(json.loads(path.read_text()))
+        rows.append(report.read_json())
     click.echo(format_table3(rows, dataset=dataset))
     if csv_path:
         import csv
+        import io
 
         keys = ["method", "statements", "clusters", "reduction_pct", "sse", "ssb"]
-        with open(csv_path, "w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=["dataset", *keys])
-            w.writeheader()
-            for r in rows:
-                w.writerow({"dataset": dataset or "", **{k: r.get(k) for k in keys}})
+        text = io.StringIO(newline="")
+        w = csv.DictWriter(text, fieldnames=["dataset", *keys])
+        w.writeheader()
+        for r in rows:
+            w.writerow({"dataset": dataset or "", **{k: r.get(k) for k in keys}})
+        location(csv_path).write_text(text.getvalue())
 
 
 def main():  # python -m ray_jobs.cluster

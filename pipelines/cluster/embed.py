@@ -1,23 +1,26 @@
 """Embed many texts on Ray, resumably: sentence-transformers actors or vLLM's embed task.
 
-Texts are cut into shards; each shard is one task for an actor that holds the encoder
-(CPU threads or a GPU, per the job's worker settings) and writes its vectors as a
-Parquet shard (`row`, `vector` as a fixed-size float32 list, L2-normalised). A re-run
-with the same texts and model skips the finished shards; another model or text set
-replaces the folder. With `backend="vllm"` the driver streams the texts through a
-`ray.data.llm` embed processor instead (GPU clusters; vLLM is imported on GPU workers only).
+The texts are a Parquet file (`row`, `text`) in the job's storage, written by a worker;
+they are cut into shards, and each shard is one task for an actor that holds the encoder
+(CPU threads or a GPU, per the job's worker settings), reads its rows of the texts
+itself, and writes its vectors as a Parquet shard (`row`, `vector` as a fixed-size
+float32 list, L2-normalised). A re-run with the same texts and model skips the finished
+shards; another model or text set replaces the folder. With `backend="vllm"` the texts
+stream from storage through a `ray.data.llm` embed processor instead (GPU clusters; vLLM
+is imported on GPU workers only), and workers write its output. The driver only counts:
+no text or vector passes through it.
 """
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
 
-from rexeval.pipelines.core.io import ShardedOutput, table_files
+from rexeval.pipelines.core.io import ShardedOutput, read_parquet, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus
+from rexeval.pipelines.core.storage import PathLike, location
 
 TABLE = "embeddings"
 _RESULT = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("dim", pa.int64())])
@@ -32,14 +35,13 @@ def vectors_table(start: int, vectors: np.ndarray) -> pa.Table:
                      "vector": pa.FixedSizeListArray.from_arrays(flat, d)})
 
 
-def read_vectors(folder: str | Path, n: int | None = None) -> np.ndarray:
-    """All shards of an embeddings folder as one float32 matrix in row order."""
-    import pyarrow.parquet as pq
-
-    files = table_files(Path(folder) / TABLE)
+def read_vectors(folder: PathLike, n: int | None = None) -> np.ndarray:
+    """All shards of an embeddings folder as one float32 matrix in row order (on the
+    worker that needs them)."""
+    files = table_files(location(folder) / TABLE)
     if not files:
         return np.zeros((0, 0), dtype=np.float32)
-    table = pa.concat_tables([pq.read_table(f) for f in files]).sort_by("row")
+    table = pa.concat_tables([read_parquet(f) for f in files]).sort_by("row")
     col = table.column("vector").combine_chunks()
     d = col.type.list_size
     vecs = np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, d)
@@ -49,18 +51,28 @@ def read_vectors(folder: str | Path, n: int | None = None) -> np.ndarray:
     return vecs
 
 
+def read_texts(texts_at: PathLike) -> list[str]:
+    """The `text` column of a texts file (row i is text i), read where it is needed."""
+    return read_parquet(texts_at, columns=["text"]).column("text").to_pylist()
+
+
 class EmbedStage(Stage):
-    """Encode one shard of texts per call and write it (batch_size 1: a task is a shard)."""
+    """Encode one shard of texts per call and write it (batch_size 1: a task is a shard).
+
+    A task names its rows (`start`, `end`); the actor reads the texts from storage (once,
+    then keeps them for its next shards), so no text travels through the driver."""
 
     name = "embed"
     batch_size = 1
 
-    def __init__(self, output: ShardedOutput, location: str, *, device: str = "auto",
+    def __init__(self, output: ShardedOutput, location: str, texts_at: PathLike, *, device: str = "auto",
                  batch_size: int = 256, resources: Resources = Resources()):
         self.output, self.location, self.device = output, location, device
+        self.texts_at = str(texts_at)
         self.encode_batch = batch_size
         self.resources = resources
         self.model = None
+        self._texts: list[str] | None = None
 
     def setup(self) -> None:
         from rexeval.models.encoders.embedder import build_embedder
@@ -68,70 +80,116 @@ class EmbedStage(Stage):
         use_cpus(self.resources)
         self.model = build_embedder(self.location, device=self.device)
 
+    def texts(self, start: int, end: int) -> list[str]:
+        if self._texts is None:
+            self._texts = read_texts(self.texts_at)
+        return self._texts[start:end]
+
     def process(self, batch: pa.Table) -> pa.Table:
         if self.model is None:  # run without Ray (tests): set up on first use
             self.setup()
         rows = []
-        for shard, start, texts in zip(batch.column("shard").to_pylist(),
-                                       batch.column("start").to_pylist(),
-                                       batch.column("texts").to_pylist()):
+        for shard, start, end in zip(*(batch.column(c).to_pylist() for c in ("shard", "start", "end"))):
+            texts = self.texts(start, end)
             vecs = self.model.encode(texts, batch_size=self.encode_batch)
             self.output.write_shard(shard, {TABLE: vectors_table(start, vecs)}, {"rows": len(texts)})
             rows.append({"shard": shard, "rows": len(texts), "dim": int(vecs.shape[1])})
         return pa.Table.from_pylist(rows, schema=_RESULT)
 
 
-def embed_texts(texts: Sequence[str], folder: str | Path, *, model_ref: str, location: str,
+def embed_texts(texts_at: PathLike, n: int, folder: PathLike, *, model_ref: str, location: str,
                 digest: str, device: str = "auto", batch_size: int = 256, shard_size: int = 50_000,
                 workers: int = 1, resources: Resources = Resources(), backend: str = "sentence-transformers",
-                progress: Callable[[str], None] = print) -> np.ndarray:
-    """Embed `texts` into `folder` (resuming finished shards) and return the matrix.
+                progress: Callable[[str], None] = print) -> int:
+    """Embed the `n` texts of the file `texts_at` into `folder` (resuming finished
+    shards); returns how many shards there are (read them with `read_vectors`).
 
     `digest` identifies the text list (see `cluster.nodes.Nodes.digest`); together with
     the model it decides whether existing shards can be reused.
     """
-    if not len(texts):  # nothing to embed (e.g. no statement survived): no model load
-        return np.zeros((0, 0), dtype=np.float32)
-    conf = {"model": model_ref, "texts": digest, "n": len(texts), "shard_size": shard_size,
+    if not n:  # nothing to embed (e.g. no statement survived): no model load
+        return 0
+    conf = {"model": model_ref, "texts": digest, "n": n, "shard_size": shard_size,
             "backend": backend}
-    n_shards = (len(texts) + shard_size - 1) // shard_size
+    n_shards = (n + shard_size - 1) // shard_size
     job = ShardedJob(ShardedOutput(folder, "embeddings", conf, [TABLE]), n_shards, overwrite=True,
                      progress=progress)
     job.say_resumed("embeddings")
     if job.todo and backend == "vllm":
-        _embed_vllm(texts, job.todo, shard_size, job.output, location, batch_size, workers, resources, progress)
+        _embed_vllm(texts_at, n, job.todo, shard_size, job.output, location, batch_size, workers, progress)
     elif job.todo:
-        stage = EmbedStage(job.output, location, device=device, batch_size=batch_size, resources=resources)
-        job.run(stage, lambda i: {"shard": i, "start": i * shard_size,
-                                  "texts": list(texts[i * shard_size:(i + 1) * shard_size])},
-                workers=workers, report=lambda row, k, n: (
-                    f"  embeddings: shard {row['shard']} done ({k}/{n}): {row['rows']:,} texts, dim {row['dim']}"))
+        stage = EmbedStage(job.output, location, texts_at, device=device, batch_size=batch_size,
+                           resources=resources)
+        job.run(stage, lambda i: {"shard": i, "start": i * shard_size, "end": min(n, (i + 1) * shard_size)},
+                workers=workers, report=lambda row, k, m: (
+                    f"  embeddings: shard {row['shard']} done ({k}/{m}): {row['rows']:,} texts, dim {row['dim']}"))
     job.finish()
-    return read_vectors(folder, len(texts))
+    return n_shards
 
 
-def _embed_vllm(texts, todo, shard_size, out, location, batch_size, workers, resources, progress):
-    """vLLM's embed task through `ray.data.llm`, one pass over all missing shards."""
+def _embed_vllm(texts_at, n, todo, shard_size, out, model, batch_size, workers, progress):
+    """vLLM's embed task through `ray.data.llm`, one pass over all missing shards: the
+    texts stream from storage to the engines, whose output workers write as pieces under
+    `_vllm/`; then one task per shard gathers its rows from the pieces and commits it."""
     import ray
 
     from rexeval.models.encoders.embedder import build_vllm_embed_processor
 
-    rows = [{"row": r, "statement": texts[r]} for i in todo
-            for r in range(i * shard_size, min(len(texts), (i + 1) * shard_size))]
-    processor = build_vllm_embed_processor(location, batch_size=batch_size, concurrency=workers)
-    ds = processor(ray.data.from_items(rows))
-    got, failed = [], []
-    for r in ds.iter_rows():
-        (failed if r.get("embedding") is None else got).append(r)
-    if failed:  # a statement without a vector cannot be clustered: stop with the reason
-        f = min(failed, key=lambda r: r["row"])
-        raise RuntimeError(f"vLLM could not embed {len(failed)} text(s); first: row {f['row']} "
-                           f"({texts[f['row']][:80]!r}): {f.get('error')}")
-    got = sorted(((r["row"], r["embedding"]) for r in got), key=lambda x: x[0])
-    vecs = np.asarray([v for _, v in got], dtype=np.float32)
-    by_row = {r: k for k, (r, _) in enumerate(got)}
-    for i in todo:
-        lo, hi = i * shard_size, min(len(texts), (i + 1) * shard_size)
-        shard = vecs[[by_row[r] for r in range(lo, hi)]]
-        out.write_shard(i, {TABLE: vectors_table(lo, shard)}, {"rows": hi - lo})
-        progress(f"  embeddings (vllm): shard {i} done: {hi - lo:,} texts")
+    texts_at = location(texts_at)
+    pieces = out.root / "_vllm"
+    pieces.rmtree()  # a killed pass's pieces: this pass embeds the same rows again
+    ds = ray.data.read_parquet(texts_at.path, filesystem=texts_at.fs, columns=["row", "text"])
+    ds = ds.map_batches(_InShards(todo, shard_size), batch_format="pyarrow")
+    processor = build_vllm_embed_processor(model, batch_size=batch_size, concurrency=workers,
+                                           text_column="text")
+    processor(ds).map(_as_piece).write_parquet(pieces.path, filesystem=pieces.fs)
+    commit = ray.remote(commit_vllm_shard)
+    refs = {i: commit.remote(str(pieces), str(texts_at), out, i, i * shard_size, min(n, (i + 1) * shard_size))
+            for i in todo}
+    for i, ref in refs.items():
+        progress(f"  embeddings (vllm): shard {i} done: {ray.get(ref):,} texts")
+    pieces.rmtree()
+
+
+class _InShards:
+    """Keeps the rows of the given shards (a picklable batch filter for Ray Data)."""
+
+    def __init__(self, shards, shard_size: int):
+        self.shards, self.shard_size = pa.array(sorted(shards), pa.int64()), shard_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        shard = pc.divide(batch.column("row"), self.shard_size)  # integer division: rows are >= 0
+        return batch.filter(pc.is_in(shard, value_set=self.shards))
+
+
+def _as_piece(row: dict) -> dict:
+    """An embed output row as plain columns: the vector's float32 bytes (None if failed)."""
+    vec = row.get("embedding")
+    return {"row": int(row["row"]), "error": row.get("error"),
+            "vector": None if vec is None else np.asarray(vec, dtype=np.float32).tobytes()}
+
+
+def commit_vllm_shard(pieces: str, texts_at: str, out: ShardedOutput, shard: int, lo: int, hi: int) -> int:
+    """Rows lo..hi of the vLLM pass's pieces, in order, written as the shard (a worker's
+    task). A row the engine could not embed stops the job with its reason: a statement
+    without a vector cannot be clustered."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as pads
+
+    at = location(pieces)
+    table = pads.dataset(at.path, filesystem=at.fs, format="parquet").to_table(
+        filter=(pc.field("row") >= lo) & (pc.field("row") < hi)).sort_by("row")
+    failed = table.filter(pc.is_valid(table.column("error")))
+    if failed.num_rows:
+        row = failed.column("row")[0].as_py()
+        text = read_texts(texts_at)[row]
+        raise RuntimeError(f"vLLM could not embed {failed.num_rows} text(s) of shard {shard}; first: row "
+                           f"{row} ({text[:80]!r}): {failed.column('error')[0].as_py()}")
+    rows = table.column("row").to_numpy()
+    if len(rows) != hi - lo or (len(rows) and (rows[0] != lo or rows[-1] != hi - 1)):
+        raise RuntimeError(f"vLLM returned {len(rows)} of the {hi - lo} rows of shard {shard}")
+    vecs = np.frombuffer(b"".join(table.column("vector").to_pylist()), dtype=np.float32).reshape(hi - lo, -1)
+    out.write_shard(shard, {TABLE: vectors_table(lo, vecs)}, {"rows": hi - lo})
+    return hi - lo

@@ -8,8 +8,11 @@ where exact search is quadratic (1M x 384: over an hour on 2 cores) and an IVF
 index with enough probes finds >= 0.99 of the near-duplicate pairs (measured, see
 `DEFAULT_NPROBE`; the indexes are planned and built in `pipelines/cluster/index.py`).
 Queries are searched in chunks, so memory stays at the vectors plus one index; with
-`workers > 1` the queries of each group are sharded over Ray actors that each
-deserialise the group's index once.
+`workers > 1` each group's index is built by a Ray task on a worker (its bytes stay in
+the object store, never in the calling process) and the group's queries are sharded over
+Ray actors that each deserialise it once. Whether those tasks use GPUs is what they ask
+for (`gpu`), not what the cluster holds at the start: an autoscaling cluster may have no
+GPU node until a task asks for one.
 """
 from __future__ import annotations
 
@@ -203,31 +206,57 @@ def _ray_multi_node() -> bool:
 
 
 def _ray_gpu(gpu: str | bool) -> bool:
-    """On the Ray path GPUs are the cluster's: a CPU-only driver may feed GPU actors."""
+    """Whether the Ray path's build tasks and search actors each ask for a GPU: gpu=True
+    asks (the cluster, or its autoscaler, provides one); "auto" asks when this process
+    was given one (its FAISS sees a GPU, as in a worker task that requested a GPU). The
+    cluster's nodes are not counted: one that autoscales may have no GPU node yet."""
+    if gpu == "auto":
+        return load_faiss().get_num_gpus() > 0
+    if gpu is True or gpu is False:
+        return gpu
+    raise ValueError(f"gpu must be 'auto', True or False, not {gpu!r}")
+
+
+def _no_gpu_now() -> bool:
     import ray
 
-    have = ray.cluster_resources().get("GPU", 0) > 0
-    if gpu == "auto":
-        return have
-    if gpu is True and not have:
-        raise RuntimeError("gpu=True but the Ray cluster has no GPU")
-    if gpu not in (True, False):
-        raise ValueError(f"gpu must be 'auto', True or False, not {gpu!r}")
-    return bool(gpu)
+    return not ray.cluster_resources().get("GPU", 0)
+
+
+def build_serialized(vectors: np.ndarray, plan: IndexPlan, seed: int, threads: int) -> tuple[np.ndarray, dict]:
+    """One group's index built where this runs (a Ray task), as bytes for the object
+    store, and how it went: {"pid", "build_s"}."""
+    t0 = time.perf_counter()
+    faiss = load_faiss()
+    faiss.omp_set_num_threads(max(1, int(threads)))
+    blob = serialize(build_index(vectors, plan, seed=seed))
+    return blob, {"pid": os.getpid(), "build_s": round(time.perf_counter() - t0, 3)}
+
+
+def submit_build(vectors, plan: IndexPlan, seed: int, resources: Resources):
+    """(index bytes, info) object refs of `build_serialized` run as a Ray task with the
+    search stage's `resources` (its GPU, when the plan searches on one)."""
+    import ray
+
+    task = ray.remote(build_serialized).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
+                                                num_returns=2)
+    return task.remote(vectors, plan, seed, int(resources.cpus))
 
 
 def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, tau: float = 0.90,
                     kind: str = "auto", nprobe: int | None = None, workers: int | None = 1,
                     gpu: str | bool = "auto", seed: int = 0,
                     progress: Callable[[str], None] | None = None, flat_max: int = FLAT_MAX,
-                    shards_per_worker: int = 4, ivf_join: bool = True) -> PairResult:
+                    shards_per_worker: int = 4, ivf_join: bool = True,
+                    threads: int | None = None) -> PairResult:
     """Candidate pairs within each group: k nearest neighbours with cosine >= tau.
 
-    workers=1 searches in this process with every core. workers > 1, or None on a
-    multi-node Ray cluster (one actor per node, or per GPU), builds each group's index
-    here and shards its queries over Ray actors; both paths give the same pairs.
-    In process on CPU, an IVF group is searched by `ivf_join_pairs` (one GEMM per list)
-    unless `ivf_join=False` (FAISS's own IndexIVFFlat search, as the actors do).
+    workers=1 builds and searches in this process with `threads` cores (default: every
+    core it may run on). workers > 1, or None on a multi-node Ray cluster (one actor per
+    node), builds each group's index in a Ray task and shards its queries over Ray
+    actors; both paths give the same pairs. In process on CPU, an IVF group is searched
+    by `ivf_join_pairs` (one GEMM per list) unless `ivf_join=False` (FAISS's own
+    IndexIVFFlat search, as the actors do).
     """
     t_all = time.perf_counter()
     x, g = _validate(vectors, groups, k, tau)
@@ -238,67 +267,54 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
         use_ray = _ray_multi_node()
     if use_ray:
         from rexeval.pipelines.core.runtime import init_ray
+        from rexeval.pipelines.core.stage import cpu_share
 
         ray = init_ray()
         gpu_search = _ray_gpu(gpu)
-        res = ray.cluster_resources()
         if workers is None:
-            workers = (int(res.get("GPU", 1)) if gpu_search
-                       else sum(1 for nd in ray.nodes() if nd.get("Alive")))
-        # no more actors than the cluster can hold at once (a fixed pool would wait forever)
-        workers = max(1, min(workers, int(res.get("GPU" if gpu_search else "CPU", 1))))
+            workers = sum(1 for nd in ray.nodes() if nd.get("Alive"))
+        task_resources = Resources(cpus=cpu_share(workers), gpus=1 if gpu_search else 0)
+        if gpu_search and _no_gpu_now():
+            say("neighbours: no GPU in the cluster now; the GPU tasks wait for one "
+                "(an autoscaler adds a GPU node on demand)")
 
     codes, inverse = np.unique(g, return_inverse=True)
     stats: dict = {}
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     refs: dict[int, GroupRefs] = {}
+    builds: dict[int, object] = {}
     tasks: list[dict] = []
-    faiss = load_faiss()
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(_cores())  # build (and in-process search) on every core
-    try:
-        for gi, code in enumerate(codes):
-            ids = np.flatnonzero(inverse == gi)
-            key = _key(code)
-            st = stats[key] = {"n": len(ids), "plan": None, "pairs": 0}
-            if len(ids) < 2:
-                continue
-            t0 = time.perf_counter()
-            if use_ray:  # GPUs, if any, are the actors'; plan and build without them
-                plan = choose_index(len(ids), d, k, kind, flat_max=flat_max, nprobe=nprobe, gpu=False)
-                plan = dataclasses.replace(plan, gpu=gpu_search and plan.kind != "hnsw")
-            else:
-                plan = choose_index(len(ids), d, k, kind, flat_max=flat_max, nprobe=nprobe, gpu=gpu)
-            st["plan"] = plan.describe()
-            say(f"neighbours: group {key}: {len(ids):,} vectors, {plan.describe()}")
-            gx = x[ids]
-            if not use_ray and ivf_join and plan.kind == "ivf" and not plan.gpu:
-                st["plan"]["search"] = "gemm-join"
-                parts.append(dedupe(*ivf_join_pairs(gx, ids, plan.nlist, plan.nprobe, k, tau, seed=seed), n))
-                del gx
-                st.update(build_s=0.0, search_s=round(time.perf_counter() - t0, 3), pairs=len(parts[-1][0]),
-                          seconds=round(time.perf_counter() - t0, 3))
-                say(f"  group {key}: {st['pairs']:,} pairs in {st['seconds']:.1f}s")
-                continue
-            index = build_index(gx, plan, seed=seed)
-            st["build_s"] = round(time.perf_counter() - t0, 3)
-            if use_ray:
-                refs[gi] = GroupRefs(plan, ray.put(serialize(index)), ray.put(gx), ray.put(ids))
-                step = max(MIN_SHARD, -(-len(ids) // (workers * shards_per_worker)))
-                tasks += [{"group": gi, "start": s, "end": min(s + step, len(ids))}
-                          for s in range(0, len(ids), step)]
-                continue
-            t1 = time.perf_counter()
-            parts.append(dedupe(*search_pairs(index, gx, ids, 0, len(ids), k, tau), n))
-            del index, gx
-            st.update(search_s=round(time.perf_counter() - t1, 3), pairs=len(parts[-1][0]),
-                      seconds=round(time.perf_counter() - t0, 3))
-            say(f"  group {key}: {st['pairs']:,} pairs in {st['seconds']:.1f}s")
-    finally:
-        faiss.omp_set_num_threads(threads)
+    for gi, code in enumerate(codes):
+        ids = np.flatnonzero(inverse == gi)
+        key = _key(code)
+        st = stats[key] = {"n": len(ids), "plan": None, "pairs": 0}
+        if len(ids) < 2:
+            continue
+        if use_ray:  # GPUs, if any, are the tasks'; plan without looking for one here
+            plan = choose_index(len(ids), d, k, kind, flat_max=flat_max, nprobe=nprobe, gpu=False)
+            plan = dataclasses.replace(plan, gpu=gpu_search and plan.kind != "hnsw")
+        else:
+            plan = choose_index(len(ids), d, k, kind, flat_max=flat_max, nprobe=nprobe, gpu=gpu)
+        st["plan"] = plan.describe()
+        say(f"neighbours: group {key}: {len(ids):,} vectors, {plan.describe()}")
+        if use_ray:
+            vectors_ref, ids_ref = ray.put(x[ids]), ray.put(ids)
+            index_ref, builds[gi] = submit_build(vectors_ref, plan, seed,
+                                                 dataclasses.replace(task_resources,
+                                                                     gpus=1 if plan.gpu else 0))
+            refs[gi] = GroupRefs(plan, index_ref, vectors_ref, ids_ref)
+            step = max(MIN_SHARD, -(-len(ids) // (workers * shards_per_worker)))
+            tasks += [{"group": gi, "start": s, "end": min(s + step, len(ids))}
+                      for s in range(0, len(ids), step)]
+            continue
+        parts.append(_search_here(x, ids, n, plan, st, k, tau, seed, ivf_join, threads or _cores()))
+        say(f"  group {key}: {st['pairs']:,} pairs in {st['seconds']:.1f}s")
+    if builds:
+        for gi, info in zip(builds, ray.get(list(builds.values()))):
+            stats[_key(codes[gi])]["build_s"] = info["build_s"]
     if tasks:
         t1 = time.perf_counter()
-        parts += _run_on_ray(refs, tasks, codes, stats, k, tau, workers, gpu_search, n, say)
+        parts += _run_on_ray(refs, tasks, codes, stats, k, tau, workers, task_resources, n, say)
         search_s = round(time.perf_counter() - t1, 3)  # one pool for all groups
     a, b, c = (tuple(np.concatenate(v) for v in zip(*parts)) if parts else empty_pairs())
     order = np.lexsort((b, a))  # groups interleave in global ids; within a group unique
@@ -310,12 +326,37 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
     return PairResult(a[order], b[order], c[order], stats)
 
 
-def _run_on_ray(refs, tasks, codes, stats, k, tau, workers, gpu, n, say):
+def _search_here(x, ids, n, plan, st, k, tau, seed, ivf_join, threads):
+    """One group built and searched in this process with `threads` cores; fills `st`."""
+    faiss = load_faiss()
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(threads)
+    t0 = time.perf_counter()
+    try:
+        gx = x[ids]
+        if ivf_join and plan.kind == "ivf" and not plan.gpu:
+            st["plan"]["search"] = "gemm-join"
+            part = dedupe(*ivf_join_pairs(gx, ids, plan.nlist, plan.nprobe, k, tau, seed=seed), n)
+            st.update(build_s=0.0, search_s=round(time.perf_counter() - t0, 3), pairs=len(part[0]),
+                      seconds=round(time.perf_counter() - t0, 3))
+            return part
+        index = build_index(gx, plan, seed=seed)
+        st["build_s"] = round(time.perf_counter() - t0, 3)
+        t1 = time.perf_counter()
+        part = dedupe(*search_pairs(index, gx, ids, 0, len(ids), k, tau), n)
+        st.update(search_s=round(time.perf_counter() - t1, 3), pairs=len(part[0]),
+                  seconds=round(time.perf_counter() - t0, 3))
+        return part
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
+def _run_on_ray(refs, tasks, codes, stats, k, tau, workers, resources, n, say):
     """Shard the queries of every group over an actor pool; deduplicated pairs per group."""
     from rexeval.pipelines.core.runtime import run_tasks
-    from rexeval.pipelines.core.stage import actor_count, cpu_share
+    from rexeval.pipelines.core.stage import actor_count
 
-    stage = NeighbourStage(refs, k, tau, cpus=cpu_share(workers), gpu=gpu)
+    stage = NeighbourStage(refs, k, tau, cpus=resources.cpus, gpu=bool(resources.gpus))
     got: dict[int, list] = {gi: [] for gi in refs}
     for done, row in enumerate(run_tasks(tasks, stage, actor_count(workers, len(tasks))), 1):
         gi = row["group"]

@@ -18,14 +18,15 @@ all statement rows (``statements_in``, repeats included) is ``reduction_pct_rows
 """
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from rexeval.pipelines.cluster.graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
+from rexeval.pipelines.core.storage import Location, PathLike, location
 
 
 # ----------------------------------------------------------------------------- SSE / SSB
@@ -169,7 +170,8 @@ def _examples_md(examples: list[dict]) -> str:
     return "\n".join(parts) + "\n" if parts else "(no clusters)\n"
 
 
-def _plot_sizes(path: Path, hist: list[dict], title: str) -> None:
+def _plot_sizes(hist: list[dict], title: str) -> bytes:
+    """The cluster-size histogram as PNG bytes."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -183,7 +185,9 @@ def _plot_sizes(path: Path, hist: list[dict], title: str) -> None:
         ax.set_ylabel("clusters (log scale)")
         ax.set_title(title)
         fig.tight_layout()
-        fig.savefig(path, dpi=100)
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=100, format="png")
+        return buf.getvalue()
     finally:
         plt.close(fig)
 
@@ -193,10 +197,11 @@ _SETTINGS = (("stage", "statements"), ("embedder", "embedder"), ("pair_filter", 
              ("quality_embedder", "SSE/SSB embedder"))
 
 
-def write_report(folder: Path, summary: dict) -> dict[str, Path]:
-    """report.md, report.json, cluster_sizes.csv and cluster_sizes.png under ``folder``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+def write_report(folder: PathLike, summary: dict) -> dict[str, Location]:
+    """report.md, report.json, cluster_sizes.csv and cluster_sizes.png under ``folder``
+    (a local folder or a URI)."""
+    folder = location(folder)
+    folder.mkdir()
     paths = {"md": folder / "report.md", "json": folder / "report.json",
              "csv": folder / "cluster_sizes.csv", "png": folder / "cluster_sizes.png"}
     hist = summary.get("histogram", [])
@@ -209,8 +214,7 @@ def write_report(folder: Path, summary: dict) -> dict[str, Path]:
           format_table3([summary], summary.get("dataset")), "## Cluster sizes", "",
           _histogram_md(hist), "## Examples", "", _examples_md(summary.get("examples", []))]
     paths["md"].write_text("\n".join(md), encoding="utf-8")
-    paths["json"].write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n",
-                             encoding="utf-8")
-    pd.DataFrame(hist, columns=["size", "clusters", "statements"]).to_csv(paths["csv"], index=False)
-    _plot_sizes(paths["png"], hist, f"Cluster sizes: {summary['method']}")
+    paths["json"].write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    paths["csv"].write_text(pd.DataFrame(hist, columns=["size", "clusters", "statements"]).to_csv(index=False))
+    paths["png"].write_bytes(_plot_sizes(hist, f"Cluster sizes: {summary['method']}"))
     return paths

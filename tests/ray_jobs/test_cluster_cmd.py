@@ -54,3 +54,23 @@ def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
     assert (tmp_path / "t3.csv").read_text().startswith("dataset,method,statements,clusters")
     res = CliRunner().invoke(cluster_report_cmd, [str(tmp_path)])
     assert res.exit_code == 1 and "report.json" in res.output
+
+
+def test_input_out_and_report_may_be_uris(tmp_path, s3_root, ray_session):
+    from rexeval.pipelines.core.storage import location
+
+    src = f"{s3_root}/in/st.parquet"
+    location(src).upload(_statements(tmp_path / "st.parquet"))
+    for method in ("star", "extra"):
+        res = CliRunner().invoke(cluster_cmd, [src, "--out", f"{s3_root}/{method}", "--method", method])
+        assert res.exit_code == 0, res.output
+        assert f"{s3_root}/{method}/clusters" in res.output
+    res = CliRunner().invoke(cluster_report_cmd, [f"{s3_root}/extra", f"{s3_root}/star", "--dataset", "toy",
+                                                  "--csv", f"{s3_root}/t3.csv"])
+    assert res.exit_code == 0, res.output
+    lines = res.output.splitlines()
+    assert lines[2].startswith("| toy | EXTRA | 8 | 11.11 |") and lines[3].startswith("|  | STAR | 5 | 44.44 |")
+    csv = location(f"{s3_root}/t3.csv").read_text()
+    assert csv.startswith("dataset,method,statements,clusters,reduction_pct,sse,ssb\r\ntoy,EXTRA,9,8,")
+    res = CliRunner().invoke(cluster_report_cmd, [f"{s3_root}/nothing-here"])
+    assert res.exit_code == 2 and "does not exist" in res.output

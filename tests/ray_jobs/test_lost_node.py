@@ -1,7 +1,10 @@
 """Losing a node in the middle of a job (issue "Operating rexeval on a cluster").
 
 A real two-node cluster on this machine (`ray start --head` with 2 CPUs plus `ray start
---address=<head>` with 2 CPUs, tests/doubles/local_cluster.py). `rexeval cluster` runs
+--address=<head>` with 2 CPUs, tests/doubles/local_cluster.py) whose nodes share no disk
+(the worker runs in a mount namespace of its own where the head's files are not: issue
+"rexeval on a real cluster"), so the job reads its statements from and writes its output
+to an S3 endpoint on 127.0.0.1 (tests/doubles/s3.py). `rexeval cluster` runs
 as a submitted job with two embedding actors of one CPU each; Ray Data spreads them over
 the two nodes. Once the job has written a few of its embedding shards and the actor on
 the worker node is up, the worker node's raylet is killed with SIGKILL, as when a
@@ -26,7 +29,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
+from rexeval.pipelines.core.io import read_table, table_files
+from rexeval.pipelines.core.storage import location
 from tests.doubles.local_cluster import LocalCluster, local_cluster, wait_for
 from tests.ray_jobs.test_job_submit import REPO, RUNTIME_ENV_JSON
 
@@ -36,7 +42,8 @@ CSV_COLUMNS = ["reviewerID", "asin", "reviewerName", "helpful", "reviewText", "o
                "unixReviewTime", "reviewTime"]
 SENTIMENT = {"1": "negative", "2": "negative", "3": "neutral", "4": "positive", "5": "positive"}
 ROWS = 1050  # review summaries as statements: ~900 distinct texts
-SHARD_SIZE = 75  # -> 12 embedding shards, ~0.5 s each per actor
+SETTINGS = "tests/ray_jobs/lost_node_cluster.yaml"  # in the uploaded working dir: every node has it
+SHARD_SIZE = yaml.safe_load((REPO / SETTINGS).read_text())["shard_size"]  # 75 -> 12 embedding shards
 KILL_AFTER = 3  # shards written before the worker node goes
 ACTOR = "MapWorker(MapBatches(_StageActor))"  # Ray Data's name for a map_stage actor
 FAST_HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
@@ -57,11 +64,10 @@ def shared_statements(shared_csv: Path, path: Path) -> Path:
     return path
 
 
-def cluster_command(src: Path, out: Path, config: Path) -> list[str]:
+def cluster_command(src: str, out: str, config: str) -> list[str]:
     """The job: two encoder actors of one CPU each, small shards (a YAML config holds the
-    settings that have no flag)."""
-    config.write_text(f"cpus_per_worker: 1\nshard_size: {SHARD_SIZE}\n")
-    return ["rexeval", "cluster", str(src), "--out", str(out), "--workers", "2", "--config", str(config)]
+    settings that have no flag: tests/ray_jobs/lost_node_cluster.yaml)."""
+    return ["rexeval", "cluster", src, "--out", out, "--workers", "2", "--config", config]
 
 
 def submit(cluster: LocalCluster, command: list[str]) -> str:
@@ -74,33 +80,37 @@ def encoder_actors(cluster: LocalCluster, job_id: str) -> list[dict]:
     return [a for a in cluster.state("actors") if a.get("job_id") == job_id and a.get("class_name") == ACTOR]
 
 
-def done_shards(out: Path) -> int:
-    done = out / "_work" / "embeddings" / "_done"
-    return len(list(done.iterdir())) if done.is_dir() else 0
+def done_shards(out) -> int:
+    return len((location(out) / "_work" / "embeddings" / "_done").iterdir())
 
 
-def read_sorted(path: Path, key: str) -> pd.DataFrame:
-    return pq.read_table(path).to_pandas().sort_values(key).reset_index(drop=True)
+def read_sorted(path, key: str) -> pd.DataFrame:
+    return read_table(path, pq.read_schema(table_files(path)[0].open_input())).to_pandas() \
+        .sort_values(key).reset_index(drop=True)
 
 
-def test_a_job_survives_losing_a_worker_node_with_identical_output(shared_csv, tmp_path, ray_session):
+def test_a_job_survives_losing_a_worker_node_with_identical_output(shared_csv, tmp_path, ray_session, s3_env,
+                                                                   s3_root):
     from rexeval.pipelines.cluster.config import ClusterConfig
     from rexeval.pipelines.cluster.embed import read_vectors
     from rexeval.pipelines.cluster.pipeline import run_cluster
 
     src = shared_statements(shared_csv, tmp_path / "statements.parquet")
-    ref, out = tmp_path / "ref", tmp_path / "out"
+    ref, out = tmp_path / "ref", f"{s3_root}/out"
+    remote_src = f"{s3_root}/statements.parquet"  # the nodes share no disk: the input is in the bucket
+    location(remote_src).upload(src)
     # Reference: the same job, never interrupted (on the session's Ray: the same two
     # encoder actors of one CPU each, the same shards).
-    run_cluster(ClusterConfig(input=str(src), out=str(ref), workers=2, cpus_per_worker=1, shard_size=SHARD_SIZE),
+    run_cluster(ClusterConfig(input=remote_src, out=str(ref), workers=2, cpus_per_worker=1, shard_size=SHARD_SIZE),
                 progress=lambda m: None)
     n_shards = done_shards(ref)
     assert n_shards > 2 * KILL_AFTER
-    with local_cluster(head_cpus=2, worker_cpus=(2,), system_config=FAST_HEALTH_CHECKS) as cluster:
+    with local_cluster(head_cpus=2, worker_cpus=(2,), system_config=FAST_HEALTH_CHECKS, env=s3_env,
+                       hide=[tmp_path]) as cluster:
         head, worker = cluster.nodes
         head_id, worker_id = cluster.node_id(head), cluster.node_id(worker)
 
-        submission = submit(cluster, cluster_command(src, out, tmp_path / "out.yaml"))
+        submission = submit(cluster, cluster_command(remote_src, out, SETTINGS))
         client = cluster.job_client()
 
         def worker_actor_busy():
@@ -131,7 +141,8 @@ def test_a_job_survives_losing_a_worker_node_with_identical_output(shared_csv, t
 
     # Identical to the reference: the embeddings bit for bit, the clusters, canonical
     # statements and error rows row for row.
+    out = location(out)
     assert (read_vectors(ref / "_work" / "embeddings") == read_vectors(out / "_work" / "embeddings")).all()
     for table, key in (("clusters", "statement_id"), ("canonical", "cluster_id"), ("errors", "row_id")):
-        pd.testing.assert_frame_equal(read_sorted(out / table, key), read_sorted(ref / table, key))
+        pd.testing.assert_frame_equal(read_sorted(out / table, key), read_sorted(location(ref) / table, key))
     assert len(read_sorted(out / "clusters", "statement_id")) == ROWS - len(read_sorted(out / "errors", "row_id"))

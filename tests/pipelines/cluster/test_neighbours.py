@@ -205,48 +205,78 @@ def test_neighbour_stage_declares_a_gpu_when_planned():
     assert NeighbourStage({}, k=8, tau=0.9, cpus=2).resources == Resources(cpus=2, gpus=0)
 
 
-def test_ray_path_plans_gpu_actors_on_a_gpu_cluster(ray_session, small, monkeypatch):
-    """Plan-inspected on CPU: a cluster with GPUs gets GPU plans and one-GPU actors; the
-    index is still built here (on CPU) and nothing touches CUDA."""
+def test_ray_path_gpus_are_what_the_tasks_ask_for_not_what_the_cluster_has(ray_session, small, monkeypatch):
+    """Plan-inspected on CPU: gpu=True makes every index build and search actor ask for a
+    GPU, though this cluster has none now (an autoscaler would bring one); "auto" asks
+    only when this process was given a GPU. Nothing touches CUDA."""
+    import ray
+
     import rexeval.pipelines.cluster.neighbours as nb
     import rexeval.pipelines.core.runtime as rt
 
-    seen = {}
+    seen, builds = {}, []
 
     def fake_run_tasks(tasks, stage, concurrency=None):
         seen.update(tasks=tasks, stage=stage, concurrency=concurrency)
         return iter(())
 
-    monkeypatch.setattr(nb, "_ray_gpu", lambda gpu: True)
+    def fake_submit_build(vectors, plan, seed, resources):
+        builds.append((plan, resources))
+        return ray.put(b""), ray.put({"pid": 0, "build_s": 0.0})
+
     monkeypatch.setattr(rt, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(nb, "submit_build", fake_submit_build)
     x, groups = small
-    res = candidate_pairs(x, groups, k=8, kind="ivf", workers=2)
+    said: list[str] = []
+    res = candidate_pairs(x, groups, k=8, kind="ivf", workers=2, gpu=True, progress=said.append)
+    assert not ray.cluster_resources().get("GPU")
+    assert any("no GPU in the cluster now" in m for m in said)
     stage = seen["stage"]
-    assert stage.resources.gpus == 1 and seen["concurrency"] == 1  # one actor per GPU (1 "GPU")
+    assert stage.resources.gpus == 1 and seen["concurrency"] == 2  # the workers asked for
     assert all(r.plan.gpu and r.plan.kind == "ivf" for r in stage.groups.values())
+    assert [(p.gpu, r.gpus) for p, r in builds] == [(True, 1)] * 3
     assert {t["group"] for t in seen["tasks"]} == {0, 1, 2}
     assert res.stats["0"]["plan"]["gpu"] is True and len(res) == 0
 
-
-def test_gpu_true_on_a_ray_cluster_without_gpus_fails_clearly(ray_session):
-    import ray
-
-    if ray.cluster_resources().get("GPU", 0):
-        pytest.skip("this Ray cluster has GPUs")
-    with pytest.raises(RuntimeError, match="no GPU"):
-        candidate_pairs(np.eye(4, dtype=np.float32), np.zeros(4), workers=2, gpu=True)
+    builds.clear()
+    candidate_pairs(x, groups, k=8, kind="ivf", workers=2, gpu="auto")
+    assert seen["stage"].resources.gpus == 0 and [r.gpus for _, r in builds] == [0] * 3
 
 
 # ----------------------------------------------------------------------------- Ray
 
-def test_ray_path_equals_in_process(ray_session, small):
-    """One Ray run covers both index kinds: the largest group is IVF, the others flat."""
+def test_ray_path_equals_in_process(ray_session, small, monkeypatch):
+    """One Ray run covers both index kinds: the largest group is IVF, the others flat. Each
+    index is built by a Ray task, not in this process."""
     x, groups = small
     sizes = np.bincount(groups)
     opts = {"k": 8, "tau": 0.9, "flat_max": int(sizes.max()) - 1}
     local = candidate_pairs(x, groups, workers=1, ivf_join=False, **opts)  # FAISS's IVF search, as actors
+    import os
+
+    import ray
+
+    import rexeval.pipelines.cluster.index as index
+    import rexeval.pipelines.cluster.neighbours as nb
+
+    def refuse(*_a, **_k):
+        raise AssertionError("an index was built in the calling process")
+
+    infos = []
+
+    def spy(*args):
+        refs = submit_build(*args)
+        infos.append(refs[1])
+        return refs
+
+    submit_build = nb.submit_build
+    monkeypatch.setattr(nb, "submit_build", spy)
+    monkeypatch.setattr(nb, "build_index", refuse)
+    monkeypatch.setattr(index, "build_index", refuse)
     seen = []
     remote = candidate_pairs(x, groups, workers=2, progress=seen.append, shards_per_worker=2, **opts)
+    assert len(infos) == 3 and all(i["pid"] != os.getpid() for i in ray.get(infos))  # built by tasks
+    assert all(remote.stats[g]["build_s"] >= 0 for g in "012")
     assert remote.stats["total"]["path"] == "ray" and local.stats["total"]["path"] == "in-process"
     kinds = sorted(st["plan"]["kind"] for st in remote.stats.values() if "plan" in st)
     assert kinds == ["flat", "flat", "ivf"] and len(local) > 500

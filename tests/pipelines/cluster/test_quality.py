@@ -150,20 +150,29 @@ def test_format_table3_layout_and_bold_best_ssb():
     assert "**" not in format_table3(rows[:1])
 
 
-def test_write_report_files(tmp_path):
+@pytest.fixture(params=["local", "s3"])
+def report_root(request, tmp_path):
+    return str(tmp_path / "out") if request.param == "local" else request.getfixturevalue("s3_root")
+
+
+def test_write_report_files(report_root):
+    import io
+
+    from rexeval.pipelines.core.storage import location
+
     labels, reps, texts = make_clusters()
     rng = np.random.default_rng(2)
     emb = rng.standard_normal((labels.size, 4)).astype(np.float32)
     s = quality_summary("graph", emb, labels, reps, texts)
-    paths = write_report(tmp_path / "out", s)
+    paths = write_report(report_root, s)
     assert set(paths) == {"md", "json", "csv", "png"}
-    assert all(p.exists() and p.parent == tmp_path / "out" for p in paths.values())
+    assert all(p.exists() and p.parent == location(report_root) for p in paths.values())
     md = paths["md"].read_text()
     assert "| Dataset | Method |" in md and "| graph | 12 |" in md and "**s3**" in md
     assert json.loads(paths["json"].read_text())["clusters"] == 12
-    csv = pd.read_csv(paths["csv"])
+    csv = pd.read_csv(io.BytesIO(paths["csv"].read_bytes()))
     assert csv.to_dict("records") == s["histogram"]
     data = paths["png"].read_bytes()
     assert data[:8] == PNG_MAGIC
     import matplotlib.image as mpimg
-    assert mpimg.imread(paths["png"]).shape[:2] == (400, 700)
+    assert mpimg.imread(io.BytesIO(data), format="png").shape[:2] == (400, 700)
