@@ -39,6 +39,12 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     forwarded = {k: v for k, v in os.environ.items() if k in FORWARDED_ENV}
     if address:
         env = dict(runtime_env or {})
+        if runtime_env:
+            # A process of a submitted job (`ray job submit`) that joins as a driver of its
+            # own (a study's stage) carries the job's runtime env in its environment, and
+            # Ray refuses a ray.init env that repeats any of its keys; this env is that
+            # job's own plus the forwarded variables, so it may override it.
+            os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
         if forwarded:
             env["env_vars"] = {**forwarded, **(env.get("env_vars") or {})}
         if env:

@@ -67,9 +67,22 @@ def worker_resources(cfg, *, free: bool = False) -> Resources:
     return Resources(cpus=cpu_share(cfg.workers, free=free), gpus=cfg.gpus_per_worker)
 
 
+def _largest_node_cpus() -> float:
+    """The CPUs of the cluster's largest alive node (the machine's cores without Ray): an
+    actor lives on one node, so it can never hold more, whatever the cluster's total."""
+    import ray
+
+    if not ray.is_initialized():
+        return float(os.cpu_count() or 1)
+    sizes = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
+    return float(max(sizes, default=1.0))
+
+
 def cpu_share(workers: int, *, free: bool = False) -> float:
-    """Whole CPUs each of `workers` actors gets of the cluster's (or the free) CPUs, at least one."""
-    return max(1.0, float(int(_cpus(free) // workers)))
+    """Whole CPUs each of `workers` actors gets of the cluster's (or the free) CPUs, at
+    least one, and never more than one node has (on a cluster of several nodes the total
+    would ask for an actor no node can hold, and it would wait forever)."""
+    return max(1.0, float(int(min(_cpus(free) // workers, _largest_node_cpus()))))
 
 
 def pool_size(workers: int | None, tasks: int | None = None) -> tuple[int, int | None]:

@@ -17,6 +17,9 @@ def s3_server() -> Iterator[dict[str, str]]:
     import boto3
     from moto.server import ThreadedMotoServer
 
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per request
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,7 +39,7 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not can_isolate(), reason="this machine cannot start a node in its own mount namespace")]
 
 LLM_REVIEWS = 1  # sample reviews the local LLM extracts triplets from (as the local-study test)
-JOB_TIMEOUT_S = 420
+JOB_TIMEOUT_S = 300
 
 
 @pytest.fixture(scope="module")
@@ -66,20 +67,24 @@ def worker_node_id(cluster) -> str:
     return cluster.node_id(cluster.nodes[1])
 
 
+INPUT_FILE = re.compile(r"(?:/[^\s/]+)+/([^\s/]+\.(?:jsonl|csv|json|parquet|gz))")
+
+
 def tables_of(root) -> dict[str, pa.Table]:
-    """Every Parquet file under a study folder by its path there, with the `source`
-    column (the input file each review came from) cut to the file's name: the cluster
-    run reads the sample files from its unpacked working dir, the local run from the
-    checkout."""
+    """Every Parquet file under a study folder by its path there, with the input files
+    named in `source` and `message` (where a review came from, what it duplicates) cut
+    to the file's name: the cluster run reads the sample files from its unpacked working
+    dir, the local run from the checkout."""
     root = location(root)
     out = {}
     for f in root.walk_files():
         if f.suffix != ".parquet":
             continue
         t = read_parquet(f)
-        if "source" in t.column_names:
-            names = [None if s is None else s.rsplit("/", 1)[-1] for s in t.column("source").to_pylist()]
-            t = t.set_column(t.column_names.index("source"), "source", pa.array(names, pa.string()))
+        for col in ("source", "message"):
+            if col in t.column_names and pa.types.is_string(t.schema.field(col).type):
+                cut = [None if v is None else INPUT_FILE.sub(r"\1", v) for v in t.column(col).to_pylist()]
+                t = t.set_column(t.column_names.index(col), t.schema.field(col), pa.array(cut, pa.string()))
         out[f.relative_to(root)] = t
     return out
 
@@ -157,7 +162,11 @@ def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
     out = fresh_prefix() + "/study-local"
     submission = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", out,
                                 "--set", f"llm_reviews={LLM_REVIEWS}", cwd=REPO, runtime_env_json=runtime_env())
-    info, logs = cluster.wait_job(submission, JOB_TIMEOUT_S)
+    try:
+        info, logs = cluster.wait_job(submission, JOB_TIMEOUT_S)
+    except TimeoutError:
+        pytest.fail(f"the study did not end in {JOB_TIMEOUT_S}s; its log:\n"
+                    f"{cluster.job_client().get_job_logs(submission)[-8000:]}")
     assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
 
     # Part of the work ran on the node that shares no disk with the driver.

@@ -121,9 +121,18 @@ def test_a_sharded_job_plans_a_growing_pool_and_a_gpu_stage_asks_for_its_gpu(ray
 def test_worker_resources_share_the_cpus_unless_told(monkeypatch):
     seen = []
     monkeypatch.setattr(stage_module, "_cpus", lambda free: seen.append(free) or 8.0)
+    monkeypatch.setattr(stage_module, "_largest_node_cpus", lambda: 8.0)
     cfg = SimpleNamespace(workers=3, cpus_per_worker=None, gpus_per_worker=0.5)
     assert worker_resources(cfg) == Resources(cpus=2.0, gpus=0.5) and seen == [False]
     assert worker_resources(cfg, free=True) == Resources(cpus=2.0, gpus=0.5) and seen[-1] is True
     assert worker_resources(SimpleNamespace(workers=16, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
     assert worker_resources(SimpleNamespace(workers=3, cpus_per_worker=1.5, gpus_per_worker=0)) == \
         Resources(cpus=1.5, gpus=0)
+
+
+def test_an_actor_never_asks_for_more_cpus_than_one_node_has(monkeypatch):
+    """A cluster of two 2-CPU nodes has 4 CPUs, but one actor of 4 would wait forever."""
+    monkeypatch.setattr(stage_module, "_cpus", lambda free: 4.0)
+    monkeypatch.setattr(stage_module, "_largest_node_cpus", lambda: 2.0)
+    assert worker_resources(SimpleNamespace(workers=1, cpus_per_worker=None, gpus_per_worker=0)).cpus == 2.0
+    assert worker_resources(SimpleNamespace(workers=4, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
