@@ -63,6 +63,13 @@ def runtime_env(extra: dict[str, str] | None = None) -> str:
         **(extra or {})}})
 
 
+NOT_COUNTS = {"elapsed_s", "seconds", "llm_calls", "cached_calls", "prompt_tokens", "completion_tokens"}
+
+
+def counted(summary: dict) -> dict:
+    return {k: v for k, v in summary.items() if k not in NOT_COUNTS}
+
+
 def worker_node_id(cluster) -> str:
     return cluster.node_id(cluster.nodes[1])
 
@@ -183,6 +190,11 @@ def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
         assert (location(out) / stats).read_text() == (location(local_run) / stats).read_text()
     state = (location(out) / "study.json").read_json()
     assert state["out"] == out and all(s["status"] == "complete" for s in state["stages"].values()), state["stages"]
+    # The counts every job summed from its shards' markers: the same (LLM calls and
+    # timings aside: the local run's cache may answer what the cluster run asks).
+    local_state = json.loads((local_run / "study.json").read_text())["stages"]
+    assert {k: counted(v["summary"]) for k, v in state["stages"].items()} == \
+        {k: counted(v["summary"]) for k, v in local_state.items()}
     assert all((location(out) / "logs").glob("*.log")), "the stages' logs are not under the out URI"
 
 
