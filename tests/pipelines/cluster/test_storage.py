@@ -100,20 +100,6 @@ def test_star_job_on_s3_equals_the_local_job_and_resumes_from_its_markers(tmp_pa
     assert any("already complete" in m for m in log)
 
 
-def test_cross_encoder_filter_reads_its_pairs_from_s3(tmp_path, s3_root):
-    src = _statements(tmp_path / "st.parquet")
-    ckpt = tmp_path / "scorer"
-    ckpt.mkdir()
-    opts = dict(models={"cross_encoder": str(ckpt)}, cross_kind="tests.doubles.pair_scorer:NoIntensifierScorer",
-                shard_size=3)  # several pair-score shards
-    local = run_cluster(ClusterConfig(input=str(src), out=str(tmp_path / "local"), **opts), progress=lambda _: None)
-    remote = run_cluster(ClusterConfig(input=str(src), out=f"{s3_root}/cross", **opts), progress=lambda _: None)
-    c = remote["counts"]
-    assert c == local["counts"] and c["validated_pairs"] < c["candidate_pairs"]
-    assert _outputs(f"{s3_root}/cross") == _outputs(tmp_path / "local")
-    assert len(location(f"{s3_root}/cross/_work/pair-scores/_done").iterdir()) == 2
-
-
 def test_extra_job_from_reviews_on_s3_equals_the_local_job(tmp_path, s3_root, monkeypatch):
     _reviews(tmp_path / "ingest")
     _reviews(f"{s3_root}/ingest")

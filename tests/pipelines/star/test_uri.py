@@ -1,22 +1,21 @@
 """The `rexeval star` jobs with inputs and outputs on S3 (moto on 127.0.0.1): build,
 baselines, evaluating a checkpoint folder on the bucket and the Table 1 report give the
-same tables as a local run, and write nothing to the local disk; training (slow) keeps
-its Tune experiment, features, results and plot on the bucket."""
+same tables as a local run, and write nothing to the local disk. (Training on a URI is
+Tune's storage on the bucket: tests/pipelines/core/test_tune_phases.py.)"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pyarrow.parquet as pq
-import pytest
 import torch
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.io import read_parquet, write_parquet_atomic
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.tune import STATE_FILE
-from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
+from rexeval.pipelines.star.config import BuildConfig, EvalSettings
 from rexeval.pipelines.star.data import StarData
-from rexeval.pipelines.star.pipeline import evaluate_checkpoint, run_baselines, run_build, run_train
+from rexeval.pipelines.star.pipeline import evaluate_checkpoint, run_baselines, run_build
 from rexeval.pipelines.star.train import TrainSettings, build_model
 from rexeval.ray_jobs.cli import cli
 from tests.doubles.planted_star import planted_star
@@ -117,35 +116,3 @@ def test_baselines_checkpoint_and_report_on_s3_match_local(tmp_path, s3_root):
         assert location(f"{s3_root}/{name}").read_bytes() == (tmp_path / name).read_bytes(), name
     res3 = runner.invoke(cli, ["star", "report", f"{s3_root}/no-such-run"])
     assert res3.exit_code != 0 and "does not exist" in res3.output
-
-
-@pytest.mark.slow
-def test_train_on_s3_matches_local_and_its_checkpoint_evaluates_by_uri(ray_session, tmp_path, s3_root):
-    """Tune's storage, BPER+'s statement features, the results and the sweep's plot all
-    under a URI `--out`, the benchmark read from the bucket by the trials."""
-    data = planted_star(seed=0)
-    data.save(tmp_path / "bench")
-    data.save(f"{s3_root}/bench")
-    settings = {"model": "bper+", "epochs": 2, "dim": 16, "batch_size": 128, "patience": 10}
-
-    def job(data_path: str, out: str) -> TrainJob:
-        return TrainJob(data=data_path, out=out, settings=settings, grid={"mu": [0.0, 1.0]}, sweep="mu")
-
-    here = run_train(job(str(tmp_path / "bench"), str(tmp_path / "rank")), **QUIET)
-    before = local_files(tmp_path)
-    there = run_train(job(f"{s3_root}/bench", f"{s3_root}/rank"), **QUIET)
-    assert local_files(tmp_path) == before
-    assert there["test"] == here["test"] and there["sensitivity"] == here["sensitivity"]
-    assert there["experiment"] == f"{s3_root}/rank/tune/bperplus-sweep-mu"
-    ck = there["best"]["checkpoint"]
-    assert ck.startswith(f"{s3_root}/rank/tune/") and location(ck).is_dir()
-    name = "results/BPER+/per_interaction.parquet"
-    assert location(f"{s3_root}/rank/{name}").read_bytes() == (tmp_path / "rank" / name).read_bytes()
-    for suffix in (".csv", ".png"):
-        got = location(f"{s3_root}/rank/sensitivity-bperplus-sweep-mu{suffix}").read_bytes()
-        assert got == (tmp_path / "rank" / f"sensitivity-bperplus-sweep-mu{suffix}").read_bytes(), suffix
-    features = [f for f in location(f"{s3_root}/rank/_work").iterdir() if f.suffix == ".npy"]
-    assert len(features) == 1
-    # The best checkpoint, by its URI, remembers its features on the bucket.
-    again = evaluate_checkpoint(EvalSettings(data=f"{s3_root}/bench", out=f"{s3_root}/re"), ck, "BPER+")
-    assert again == there["test"]

@@ -107,25 +107,3 @@ def test_a_split_folder_on_s3_gives_the_same_tables(local, s3_root, tmp_path, mo
     theirs = read_parquet(root / "out" / "errors.parquet").to_pandas()
     assert len(mine) and (mine["source"] == f"{s3_root}/split").all()
     assert mine.drop(columns="source").equals(theirs.drop(columns="source"))
-
-
-def test_the_biased_mf_trial_reads_and_keeps_its_data_in_the_bucket(local, s3_root, tmp_path, monkeypatch):
-    """user_based: the ratings file, the Tune experiment and its checkpoints live under
-    `<out>/mf` in the bucket (the trial reads the ratings from there), and the table is
-    the local run's."""
-    split, _, _ = local
-
-    def job(out: str) -> PromptedJob:
-        return _job(str(split), out, tmp_path.parent / f"{tmp_path.name}-calls.jsonl", ["user_based"],
-                    settings={"mf": {"mf_epochs": 2, "mf_dim": 4}})
-
-    run_prompted(job(str(tmp_path / "here")), progress=lambda s: None)
-    monkeypatch.chdir(tmp_path / "here")
-    before = sorted(p for p in tmp_path.rglob("*"))
-    report = run_prompted(job(f"{s3_root}/out"), progress=lambda s: None)
-    assert sorted(p for p in tmp_path.rglob("*")) == before
-    assert report["biased_mf"]["best_epoch"] >= 1
-    mf = location(s3_root) / "out" / "mf"
-    assert [f.name for f in mf.glob("biased_mf-data-*.npz")] and (mf / "biased_mf").is_dir()
-    assert ((location(s3_root) / "out" / "explanations.parquet").read_bytes()
-            == (tmp_path / "here" / "explanations.parquet").read_bytes())
