@@ -99,6 +99,7 @@ def driver_memory(tmp: Path, env: dict[str, str]) -> dict:
         src = CSV if x == 1 else replicate(x, tmp / f"reviews_{x}x.csv")
         ing, ext = tmp / f"ingest_{x}x", tmp / f"extract_{x}x"
         res[f"ingest_{x}x"] = run_measured([REXEVAL, "ingest", str(src), "--out", str(ing)], env)
+        res[f"ingest_{x}x"]["reviews_in"] = json.loads((ing / "manifest.json").read_text())["counts"]["in"]
         res[f"extract_{x}x"] = run_measured([REXEVAL, "extract", str(ing), "--out", str(ext), "--limit", "2",
                                              "--shard-size", "2"], env)
     for job in ("ingest", "extract"):
