@@ -70,6 +70,20 @@ def counted(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in NOT_COUNTS}
 
 
+def killed(out: str, stage_dir: str, shard: int, stage: str) -> None:
+    """What a driver killed while `stage` wrote `shard` leaves: that shard's files and
+    marker not written, the job's manifest still running, the study's state "running"."""
+    folder = location(out) / stage_dir
+    for f in folder.walk_files():
+        if f.name == f"part-{shard:05d}.parquet" or f.relative_to(folder) == f"_done/part-{shard:05d}.json":
+            f.unlink()
+    manifest = (folder / "manifest.json").read_json()
+    (folder / "manifest.json").write_json({**manifest, "status": "running", "counts": {}})
+    state = (location(out) / "study.json").read_json()
+    state["stages"][stage]["status"] = "running"
+    (location(out) / "study.json").write_json(state)
+
+
 def worker_node_id(cluster) -> str:
     return cluster.node_id(cluster.nodes[1])
 
@@ -196,6 +210,17 @@ def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
     assert {k: counted(v["summary"]) for k, v in state["stages"].items()} == \
         {k: counted(v["summary"]) for k, v in local_state.items()}
     assert all((location(out) / "logs").glob("*.log")), "the stages' logs are not under the out URI"
+
+    # A driver killed half-way through ingest@sample (its second shard unfinished), run
+    # again: it resumes from the markers in the bucket, to the same tables.
+    killed(out, "sample/ingest", shard=1, stage="ingest@sample")
+    again = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", out,
+                           "--set", f"llm_reviews={LLM_REVIEWS}", cwd=REPO, runtime_env_json=runtime_env())
+    info, logs = cluster.wait_job(again, JOB_TIMEOUT_S)
+    assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
+    assert "1 of 2 shard(s) already done" in logs or "1 of 2 chunk(s) already done" in logs, logs[-4000:]
+    there = tables_of(out)
+    assert sorted(there) == sorted(here) and all(there[k].equals(v) for k, v in here.items())
 
 
 def test_a_local_out_the_worker_cannot_see_is_refused_at_once(cluster, run_root):
