@@ -61,6 +61,15 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     scheme, _, rest = uri.partition("://")
     if scheme.lower() not in ("s3", "s3a"):
         return pafs.FileSystem.from_uri(uri)
+    return s3_from_env(), rest
+
+
+def s3_from_env():
+    """An S3 filesystem configured from the environment (the storage module uses it too).
+    `AWS_ENDPOINT_URL` is read here as well as by pyarrow itself, so that an `http://`
+    endpoint (MinIO, a local test server) is reached over plain HTTP."""
+    import pyarrow.fs as pafs
+
     kwargs: dict[str, Any] = {}
     endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     if endpoint:
@@ -70,7 +79,7 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         kwargs["region"] = region
-    return pafs.S3FileSystem(**kwargs), rest
+    return pafs.S3FileSystem(**kwargs)
 
 
 def fetched_dir(uri: str, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -40,6 +40,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from rexeval.models.fetch import s3_from_env
+
 PathLike = Union[str, os.PathLike, "Location"]
 
 _FS_CACHE: dict[tuple[str, str], pafs.FileSystem] = {}
@@ -56,22 +58,6 @@ def is_uri(path: PathLike) -> bool:
     return bool(sep) and scheme.isidentifier() and scheme != "file"
 
 
-def _s3_from_env() -> pafs.FileSystem:
-    """An S3 filesystem configured from the environment. `AWS_ENDPOINT_URL` is read here
-    as well as by pyarrow itself, so that an `http://` endpoint (MinIO, a local test
-    server) is reached over plain HTTP."""
-    kwargs: dict[str, Any] = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        scheme, _, rest = endpoint.partition("://")
-        kwargs["endpoint_override"] = rest.rstrip("/") if rest else endpoint
-        kwargs["scheme"] = scheme if rest else "https"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        kwargs["region"] = region
-    return pafs.S3FileSystem(**kwargs)
-
-
 def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     """(filesystem, path within it) for a URI; filesystems are made once per bucket."""
     scheme, _, rest = uri.partition("://")
@@ -81,7 +67,7 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     with _FS_LOCK:
         fs = _FS_CACHE.get(key)
         if fs is None:
-            fs = _s3_from_env() if scheme in ("s3", "s3a") else pafs.FileSystem.from_uri(uri)[0]
+            fs = s3_from_env() if scheme in ("s3", "s3a") else pafs.FileSystem.from_uri(uri)[0]
             _FS_CACHE[key] = fs
     return fs, rest.rstrip("/")
 
