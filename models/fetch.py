@@ -19,17 +19,15 @@ credentials for GCS.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
-from rexeval.models.gguf_cache import models_cache_dir
+from rexeval.models.gguf_cache import _locked, models_cache_dir  # one lock: flock on a fresh open file
 
 MARKER = ".rexeval-fetched.json"
 """File inside a fetched folder that names the URI it holds and what it is."""
@@ -118,17 +116,6 @@ def _kind(fs: pafs.FileSystem, path: str, uri: str) -> str:
         return "dir"
     raise ModelURINotFound(f"model URI {_normal(uri)} not found: no file or folder there "
                            "(check the path, and the AWS_* variables that name the store and its keys)")
-
-
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    # flock on a fresh open file: excludes other processes and other threads alike.
-    with open(lock_path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
 def _copy(uri: str, into: Path) -> dict:

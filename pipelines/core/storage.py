@@ -31,7 +31,6 @@ import os
 import posixpath
 import tempfile
 import threading
-import uuid
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, Union
@@ -226,21 +225,7 @@ class Location:
 
     def write_bytes(self, data: bytes) -> None:
         """Put `data` at this key whole or not at all (see the module docstring)."""
-        if self.is_local:
-            parent = os.path.dirname(self.path)
-            os.makedirs(parent, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=parent)
-            try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            return
-        with self.fs.open_output_stream(self.path, compression=None) as fh:
+        with self.open_output() as fh:
             fh.write(data)
 
     def write_text(self, text: str, encoding: str = "utf-8") -> None:
@@ -258,15 +243,18 @@ class Location:
 
     @contextmanager
     def open_output(self) -> Iterator[Any]:
-        """A binary stream written to this key (a temporary local file renamed into place,
-        or one upload); for writers that stream (large files)."""
+        """A binary stream written to this key whole or not at all: on a local disk a
+        temporary file beside it, synced and renamed into place; on an object store one
+        upload (a PUT is atomic)."""
         if self.is_local:
             parent = os.path.dirname(self.path)
             os.makedirs(parent, exist_ok=True)
-            tmp = os.path.join(parent, f".{self.name}.{uuid.uuid4().hex[:8]}.tmp")
+            fd, tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=parent)
             try:
-                with self.fs.open_output_stream(tmp, compression=None) as fh:
+                with os.fdopen(fd, "wb") as fh:
                     yield fh
+                    fh.flush()
+                    os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
