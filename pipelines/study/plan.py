@@ -10,10 +10,12 @@ The study's folder may be a URI (`s3://bucket/studies/x`): every instance's fold
 then under it, and input files named by URI are checked and fingerprinted through the
 storage module like local ones.
 
-An instance's fingerprint hashes its job, its resolved settings, the sizes and times of
-the files it reads from outside the study, and its upstream instances' fingerprints: a
-changed setting changes the fingerprints of that instance and of everything downstream,
-and nothing else. The state file (`study.json`) remembers the fingerprint each instance
+An instance's fingerprint hashes its job, its resolved settings (a local file they name
+counts by its content, not its path: `io.content_identity`), the sizes and times of the
+files by URI it reads from outside the study, and its upstream instances' fingerprints:
+a changed setting or an edited input changes the fingerprints of that instance and of
+everything downstream, and nothing else; the same inputs found under another folder
+(the working dir unpacked on another node) change nothing. The state file (`study.json`) remembers the fingerprint each instance
 last completed with; an instance whose fingerprint is unchanged is done.
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from rexeval.pipelines.core.io import content_identity
 from rexeval.pipelines.core.read_paths import path_values, why_missing
 from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.study.config import StudyError, StudyFile
@@ -227,13 +230,12 @@ def _missing_reads(instances: dict[str, Instance], root: Location) -> list[str]:
     return problems
 
 
-def _file_stamp(path: str) -> list:
-    if is_uri(path):
-        loc = location(path)
-        info = loc.fs.get_file_info(loc.path)
-        return [path, info.size, int(info.mtime.timestamp()) if info.mtime else 0]
-    st = Path(path).stat()
-    return [path, st.st_size, int(st.st_mtime)]
+def _uri_stamp(uri: str) -> list:
+    """An input object's identity without reading it: its URI, size and time (the same
+    from every node, and an overwritten object gets a new time)."""
+    loc = location(uri)
+    info = loc.fs.get_file_info(loc.path)
+    return [uri, info.size, int(info.mtime.timestamp()) if info.mtime else 0]
 
 
 def _cycle(instances: dict[str, Instance]) -> list[str] | None:
@@ -375,7 +377,10 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
     for key in order:
         inst = instances[key]
         inst.reads = _files_read(inst.settings, root)
-        payload = {"job": inst.job.name, "settings": inst.settings, "reads": [_file_stamp(p) for p in inst.reads],
+        # Local files by content (io.content_identity: the same inputs unpacked on another
+        # node under another folder are the same inputs); files by URI by size and time.
+        payload = {"job": inst.job.name, "settings": content_identity(inst.settings),
+                   "reads": [_uri_stamp(p) for p in inst.reads if is_uri(p)],
                    "upstream": sorted(instances[d].fingerprint for d in inst.deps)}
         inst.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return Plan(study, file, root, instances, order, off)

@@ -31,7 +31,13 @@ where the cluster's temp dirs (the head's sessions, logs and unpacked working di
 the test's run folder are empty. A job that writes a file with pathlib on that node, or
 reads one the head wrote, fails there as it would on a real cluster. Its raylet and
 workers inherit the namespace; everything else (the venv, the checkout, ../shared, the
-network) it still sees.
+network) it still sees. It gets a PID namespace of its own as well (`unshare -p
+--mount-proc`), as another machine would: a driver started there looks for "the raylet
+on this host" by listing processes, and would otherwise find the head's (Ray prefers
+the head when several share an address) and fail on its sockets, which are hidden. The
+namespace lives while its first process does, so `ray start` runs under a shell that
+then becomes a reaper of the node's orphans (`REAPER`), held by an `unshare
+--kill-child` that `stop()` kills.
 
 Teardown never uses `ray stop`, which stops every Ray on the machine (the session's
 included): it kills the processes of this cluster only (those whose command line names
@@ -117,6 +123,8 @@ class RayNode:
     ports: dict[str, int]
     num_cpus: int
     head: bool = False
+    resources: dict[str, float] = field(default_factory=dict)
+    holder: subprocess.Popen | None = None  # what keeps an isolated node's namespaces alive
 
     def start_args(self) -> list[str]:
         p = self.ports
@@ -126,7 +134,8 @@ class RayNode:
                 f"--dashboard-agent-grpc-port={p['agent_grpc']}",
                 f"--metrics-export-port={p['metrics_export']}",
                 f"--runtime-env-agent-port={p['runtime_env_agent']}",
-                f"--min-worker-port={p['min_worker']}", f"--max-worker-port={p['max_worker']}"]
+                f"--min-worker-port={p['min_worker']}", f"--max-worker-port={p['max_worker']}",
+                *([f"--resources={json.dumps(self.resources)}"] if self.resources else [])]
 
 
 @dataclass
@@ -157,13 +166,13 @@ class LocalCluster:
 
     # -- starting ---------------------------------------------------------------------
 
-    def _new_node(self, num_cpus: int, head: bool) -> RayNode:
+    def _new_node(self, num_cpus: int, head: bool, resources: dict[str, float] | None = None) -> RayNode:
         names = NAMED_PORTS + (HEAD_PORTS if head else ())
         block = reserve_ports(len(names) + WORKER_PORTS)
         ports = dict(zip(names, block))
         ports.update(min_worker=block[len(names)], max_worker=block[-1])
         name = f"n{len(self.nodes)}"
-        node = RayNode(name, self.root / name, ports, num_cpus, head)
+        node = RayNode(name, self.root / name, ports, num_cpus, head, dict(resources or {}))
         node.temp_dir.mkdir(parents=True)
         return node
 
@@ -176,13 +185,33 @@ class LocalCluster:
                    hide: list[Path] | None = None) -> None:
         cmd = [RAY, "start", *args, *node.start_args(), f"--object-store-memory={self.object_store_mb << 20}",
                "--disable-usage-stats"]
-        if hide:
-            cmd = isolated(cmd, hide, node.temp_dir)
         self.nodes.append(node)  # before starting: a half-started node is torn down too
+        if hide:
+            self._start_isolated(node, cmd, hide, {**self.env, **(env or {})}, timeout)
+            return
         res = subprocess.run(cmd, env={**self.env, **(env or {})}, capture_output=True, text=True,
                              timeout=timeout, stdin=subprocess.DEVNULL)
         if res.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed ({res.returncode}):\n{res.stdout}\n{res.stderr}")
+
+    def _start_isolated(self, node: RayNode, cmd: list[str], hide: list[Path], env: dict[str, str],
+                        timeout: float) -> None:
+        """`ray start` in the node's own namespaces; returns when it has exited, leaving the
+        holder process (the namespaces' life) running. `ray start`'s output goes to a file
+        beside the cluster root, which the node cannot hide."""
+        log = self.root.with_name(f"{self.root.name}-{node.name}.log")
+        with open(log, "w") as out:
+            node.holder = subprocess.Popen(isolated(cmd, hide, node.temp_dir), env=env, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.PIPE, stderr=out, text=True)
+        line = ""
+        deadline = time.monotonic() + timeout
+        while not line.startswith("ray start exited "):
+            if time.monotonic() > deadline or node.holder.poll() is not None:
+                raise RuntimeError(f"`{' '.join(cmd)}` in its own namespaces did not finish:\n{log.read_text()}")
+            line = node.holder.stdout.readline() or line
+        node.holder.stdout.close()
+        if line.split()[-1] != "0":
+            raise RuntimeError(f"`{' '.join(cmd)}` failed ({line.split()[-1]}):\n{log.read_text()}")
 
     def start_head(self, num_cpus: int = 2, timeout: float = 60) -> RayNode:
         """`ray start --head` with the dashboard (the job server lives in it), on 127.0.0.1;
@@ -199,14 +228,17 @@ class LocalCluster:
         wait_for(lambda: self._get("/api/version") is not None, timeout, "the dashboard's job server")
         return node
 
-    def add_node(self, num_cpus: int = 2, timeout: float = 60, hide: list[Path] | None = None) -> RayNode:
+    def add_node(self, num_cpus: int = 2, timeout: float = 60, hide: list[Path] | None = None,
+                 resources: dict[str, float] | None = None) -> RayNode:
         """`ray start --address=<head>` for one more node on this machine; returns once
         the cluster lists it alive. `hide`: folders this node must not see (it then runs
-        in a mount namespace of its own, with the cluster's temp dirs hidden as well: a
-        node that shares no disk with the head, see the module docstring)."""
+        in namespaces of its own, with the cluster's temp dirs hidden as well: a node that
+        shares no disk with the head, see the module docstring). `resources`: custom
+        resources it offers (what `ray job submit --entrypoint-resources` can ask for to
+        put a driver there)."""
         if self.loopback_only:
             raise RuntimeError("a loopback-only cluster has one node (see the module docstring)")
-        node = self._new_node(num_cpus, head=False)
+        node = self._new_node(num_cpus, head=False, resources=resources)
         before = len(self.alive_nodes())
         hidden = [self.root, *(hide or [])] if hide is not None else None
         self._ray_start(node, [f"--address={self.gcs_address}"], timeout, hide=hidden)
@@ -277,6 +309,10 @@ class LocalCluster:
     def stop(self) -> None:
         """Kill this cluster's processes (never `ray stop`: it stops every Ray on the
         machine) and remove its temp dirs. Safe to call twice or after a failed start."""
+        for node in self.nodes:  # an isolated node's namespaces end with their holder
+            if node.holder is not None and node.holder.poll() is None:
+                node.holder.kill()
+                node.holder.wait(10)
         for _ in range(3):  # a raylet may start a worker while we look: look again
             procs = self.processes() if self.nodes else []
             if not procs:
@@ -286,6 +322,8 @@ class LocalCluster:
                     proc.kill()
             psutil.wait_procs(procs, timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+        for log in self.root.parent.glob(f"{self.root.name}-*.log"):
+            log.unlink()
 
     # -- the CLI and jobs ---------------------------------------------------------------
 
@@ -294,11 +332,14 @@ class LocalCluster:
         return subprocess.run([RAY, *args], env=self.env, cwd=cwd, capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
 
-    def submit(self, *entrypoint: str, cwd: str | Path, runtime_env_json: str) -> str:
+    def submit(self, *entrypoint: str, cwd: str | Path, runtime_env_json: str,
+               entrypoint_resources: dict[str, float] | None = None) -> str:
         """`ray job submit --address <dashboard> --working-dir . --runtime-env-json ...
-        --no-wait -- <entrypoint>` run in `cwd`, as a user submits; the submission id it prints."""
+        --no-wait -- <entrypoint>` run in `cwd`, as a user submits; the submission id it
+        prints. `entrypoint_resources`: where the driver must run (a node that offers them)."""
+        where = ["--entrypoint-resources", json.dumps(entrypoint_resources)] if entrypoint_resources else []
         res = self.ray("job", "submit", "--address", self.dashboard_url, "--working-dir", ".",
-                       "--runtime-env-json", runtime_env_json, "--no-wait", "--", *entrypoint, cwd=cwd)
+                       "--runtime-env-json", runtime_env_json, *where, "--no-wait", "--", *entrypoint, cwd=cwd)
         out = res.stdout + res.stderr
         found = re.search(r"Job '([^']+)' submitted successfully", out)
         if res.returncode != 0 or not found:
@@ -322,19 +363,34 @@ class LocalCluster:
 
 
 def can_isolate() -> bool:
-    """Whether this machine lets a node run in a mount namespace of its own (root, or
-    unprivileged user namespaces with mounts)."""
-    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+    """Whether this machine lets a node run in mount and PID namespaces of its own (root,
+    or unprivileged user namespaces with mounts)."""
+    probe = subprocess.run(["unshare", "-m", "-p", "--fork", "--mount-proc", "--propagation", "private", "sh", "-c",
                             "mount -t tmpfs tmpfs /mnt && umount /mnt"], capture_output=True)
     return probe.returncode == 0
 
 
+# The namespace's first process once `ray start` has exited: it reaps the node's orphans
+# (its raylet among them, once killed), which nothing else in the namespace would.
+REAPER = ("import os, time\n"
+          "while True:\n"
+          "    try:\n"
+          "        os.wait()\n"
+          "    except ChildProcessError:\n"
+          "        time.sleep(0.2)\n")
+
+
 def isolated(cmd: list[str], hide: list[Path], own_temp: Path) -> list[str]:
-    """`cmd` run in a new mount namespace where every folder of `hide` is an empty tmpfs,
-    then `own_temp` is made again inside it (the node's own, empty temp dir)."""
+    """`cmd` run in new mount and PID namespaces where every folder of `hide` is an empty
+    tmpfs, then `own_temp` is made again inside it (the node's own, empty temp dir). It
+    prints "ray start exited <code>" when `cmd` ends, then reaps orphans: the namespaces
+    (and so the node) live until the returned command's process is killed."""
     mounts = " && ".join(f"mount -t tmpfs -o size=4g tmpfs {shlex.quote(str(h))}" for h in hide)
-    script = f"{mounts} && mkdir -p {shlex.quote(str(own_temp))} && exec \"$@\""
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "isolated", *cmd]
+    script = (f"{mounts} && mkdir -p {shlex.quote(str(own_temp))} && \"$@\" >&2; "
+              f"echo \"ray start exited $?\"; exec {shlex.quote(sys.executable)} -c {shlex.quote(REAPER)} "
+              ">/dev/null 2>&1")
+    return ["unshare", "-m", "-p", "--fork", "--mount-proc", "--kill-child", "--propagation", "private",
+            "sh", "-c", script, "isolated", *cmd]
 
 
 def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float = 0.25) -> Any:
@@ -354,20 +410,22 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, every: float =
 def local_cluster(head_cpus: int = 2, worker_cpus: tuple[int, ...] = (), *,
                   env: dict[str, str] | None = None, object_store_mb: int = 300,
                   system_config: dict[str, Any] | None = None,
-                  hide: list[Path] | None = None) -> Iterator[LocalCluster]:
+                  hide: list[Path] | None = None,
+                  worker_resources: dict[str, float] | None = None) -> Iterator[LocalCluster]:
     """A started cluster (a head with `head_cpus`, one worker node per `worker_cpus`
     entry), stopped on exit however the block ends. A head alone listens on 127.0.0.1
     only. `system_config`: Ray settings for the whole cluster (`ray start --head
     --system-config`), e.g. faster health checks. `hide`: the worker nodes share no disk
     with the head: each runs in its own mount namespace where these folders and the
-    cluster's temp dirs are empty (see the module docstring)."""
+    cluster's temp dirs are empty (see the module docstring). `worker_resources`: custom
+    resources every worker node offers."""
     env = {**({} if worker_cpus else LOOPBACK_ONLY), **(env or {})}
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="rx", dir="/tmp")), cluster_env(env),
                            object_store_mb=object_store_mb, system_config=system_config)
     try:
         cluster.start_head(head_cpus)
         for cpus in worker_cpus:
-            cluster.add_node(cpus, hide=hide)
+            cluster.add_node(cpus, hide=hide, resources=worker_resources)
         yield cluster
     finally:
         cluster.stop()

@@ -1,7 +1,7 @@
 """rexeval on a cluster whose nodes share no disk (issue "rexeval on a real cluster").
 
 The cluster: a head and a worker node started with `ray start` on this machine, the
-worker in a mount namespace of its own (tests/doubles/local_cluster.py `hide=`), where
+worker in mount and PID namespaces of its own (tests/doubles/local_cluster.py `hide=`), where
 the cluster's temp dirs (the head's session, logs and unpacked working dir) and this
 module's run folder are empty tmpfs mounts. Storage every node reaches is an S3 endpoint
 on 127.0.0.1 (moto, tests/doubles/s3.py), named by the standard AWS variables that the
@@ -9,8 +9,10 @@ raylets, and so every worker and driver, inherit.
 
 What is pinned:
   * `rexeval study run studies/local.yaml --out s3://...`, submitted with `ray job
-    submit` as a user submits it, finishes with every table identical to the same study
-    run on one node into a local folder, with part of its work done on the worker node;
+    submit` as a user submits it and killed half-way, then submitted again with its
+    driver on the worker node (`--entrypoint-resources`), resumes from the state and the
+    markers in the bucket and finishes with every table identical to the same study run
+    on one node into a local folder, with work done on both nodes;
   * a local `--out` that the worker node cannot see is refused before any stage runs,
     naming the path and saying to use a URI or a shared mount;
   * the isolation itself: a file the head writes in the run folder is not on the worker
@@ -30,7 +32,7 @@ import pytest
 
 from rexeval.pipelines.core.io import read_parquet
 from rexeval.pipelines.core.storage import location
-from tests.doubles.local_cluster import can_isolate, local_cluster
+from tests.doubles.local_cluster import can_isolate, local_cluster, wait_for
 from tests.doubles.s3 import fresh_prefix
 from tests.conftest import SHARED
 from tests.ray_jobs.test_job_submit import REPO, RUNTIME_ENV_EXCLUDES
@@ -40,6 +42,7 @@ pytestmark = [pytest.mark.slow,
 
 LLM_REVIEWS = 1  # sample reviews the local LLM extracts triplets from (as the local-study test)
 JOB_TIMEOUT_S = 300
+DRIVER_HERE = {"rexeval_driver_here": 1}  # what the worker node offers: a re-run's driver asks for it
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def run_root(tmp_path_factory) -> Path:
 def cluster(s3_env, run_root, shared_csv):
     """A head (2 CPUs) and a worker node (2 CPUs) that shares no disk with it."""
     env = {**s3_env, "REXEVAL_SHARED": str(shared_csv.parents[1])}
-    with local_cluster(head_cpus=2, worker_cpus=(2,), env=env, hide=[run_root]) as c:
+    with local_cluster(head_cpus=2, worker_cpus=(2,), env=env, hide=[run_root], worker_resources=DRIVER_HERE) as c:
         yield c
 
 
@@ -179,21 +182,52 @@ def test_the_worker_node_sees_none_of_the_heads_files(cluster, run_root):
     assert not (run_root / "from_worker.txt").exists()  # ... and the worker's write stays there
 
 
-def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
-    out = fresh_prefix() + "/study-local"
-    submission = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", out,
-                                "--set", f"llm_reviews={LLM_REVIEWS}", cwd=REPO, runtime_env_json=runtime_env())
-    try:
-        info, logs = cluster.wait_job(submission, JOB_TIMEOUT_S)
-    except TimeoutError:
-        pytest.fail(f"the study did not end in {JOB_TIMEOUT_S}s; its log:\n"
-                    f"{cluster.job_client().get_job_logs(submission)[-8000:]}")
-    assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
+def stage_status(out: str) -> dict[str, str]:
+    """Each started stage instance's status in the study's state in the bucket."""
+    f = location(out) / "study.json"
+    return {k: v["status"] for k, v in f.read_json()["stages"].items()} if f.exists() else {}
 
-    # Part of the work ran on the node that shares no disk with the driver.
+
+def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_one_node_tables(cluster, local_run):
+    """`rexeval study run studies/local.yaml --out s3://...` submitted as a user submits
+    it, its driver on the head killed half-way (`ray job stop`), then the same command
+    submitted again with its driver on the worker node, which never saw the head's disk:
+    it resumes from the state and the markers in the bucket, and every table is identical
+    to the study run on one node into a local folder."""
+    out = fresh_prefix() + "/study-local"
+    command = ("rexeval", "study", "run", "studies/local.yaml", "--out", out, "--set", f"llm_reviews={LLM_REVIEWS}")
+    first = cluster.submit(*command, cwd=REPO, runtime_env_json=runtime_env())
+
+    # Kill the driver once both datasets are ingested and stages are still to come
+    # (`ray job stop`: SIGTERM, then SIGKILL, to the driver's whole process group).
+    def mid_way() -> dict[str, str] | None:
+        status = stage_status(out)
+        ingested = status.get("ingest@sample") == status.get("ingest@mi") == "complete"
+        return status if ingested or cluster.job_client().get_job_status(first).is_terminal() else None
+
+    at_kill = wait_for(mid_way, JOB_TIMEOUT_S, "the study to ingest both datasets", every=0.5)
+    stopped = cluster.ray("job", "stop", "--address", cluster.dashboard_url, first)
+    info, logs = cluster.wait_job(first, 60)
+    assert info.status == "STOPPED", f"the study was not killed half-way ({info.status}, {stopped.stdout}):\n" \
+                                     f"{logs[-4000:]}"
+    complete = sorted(k for k, v in stage_status(out).items() if v == "complete")
+    assert len(complete) < 12, f"the study had finished when it was killed: {at_kill}"
+    # ... and a shard of a finished stage lost its marker (killed between its files and
+    # its marker): that stage must redo this shard only.
+    killed(out, "sample/ingest", shard=1, stage="ingest@sample")
+
+    again = cluster.submit(*command, cwd=REPO, runtime_env_json=runtime_env(), entrypoint_resources=DRIVER_HERE)
+    try:
+        info, logs = cluster.wait_job(again, JOB_TIMEOUT_S)
+    except TimeoutError:
+        pytest.fail(f"the re-run did not end in {JOB_TIMEOUT_S}s; its log:\n"
+                    f"{cluster.job_client().get_job_logs(again)[-8000:]}")
+    assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
     worker = worker_node_id(cluster)
-    on_worker = [t for t in cluster.state("tasks") if t.get("node_id") == worker and t.get("state") == "FINISHED"]
-    assert on_worker, "no task of the study ran on the worker node"
+    assert info.driver_node_id == worker, "the re-run's driver did not run on the worker node"
+    assert "1 of 2 chunk(s) already done" in logs, logs[-4000:]  # ingest@sample: from its markers
+    rerun = re.search(r"(\d+) to run, (\d+) not", logs)
+    assert rerun and int(rerun.group(2)) >= 1, logs[-4000:]  # ingest@mi at least: from the state
 
     # Every table identical to the local run's, and nothing missing on either side.
     here, there = tables_of(local_run), tables_of(out)
@@ -210,17 +244,9 @@ def test_the_local_study_on_s3_equals_a_one_node_local_run(cluster, local_run):
     assert {k: counted(v["summary"]) for k, v in state["stages"].items()} == \
         {k: counted(v["summary"]) for k, v in local_state.items()}
     assert all((location(out) / "logs").glob("*.log")), "the stages' logs are not under the out URI"
-
-    # A driver killed half-way through ingest@sample (its second shard unfinished), run
-    # again: it resumes from the markers in the bucket, to the same tables.
-    killed(out, "sample/ingest", shard=1, stage="ingest@sample")
-    again = cluster.submit("rexeval", "study", "run", "studies/local.yaml", "--out", out,
-                           "--set", f"llm_reviews={LLM_REVIEWS}", cwd=REPO, runtime_env_json=runtime_env())
-    info, logs = cluster.wait_job(again, JOB_TIMEOUT_S)
-    assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
-    assert "1 of 2 shard(s) already done" in logs or "1 of 2 chunk(s) already done" in logs, logs[-4000:]
-    there = tables_of(out)
-    assert sorted(there) == sorted(here) and all(there[k].equals(v) for k, v in here.items())
+    # Ray tasks of the study ran on both nodes.
+    nodes = {t.get("node_id") for t in cluster.state("tasks") if t.get("state") == "FINISHED"} - {None}
+    assert nodes == {worker, cluster.node_id(cluster.head)}, nodes
 
 
 def test_a_local_out_the_worker_cannot_see_is_refused_at_once(cluster, run_root):

@@ -79,6 +79,23 @@ def test_sharded_output_resume_and_config_guard(tmp_path):
     assert fresh.done_shards() == {}
 
 
+def test_an_input_counts_by_its_content_not_by_its_folder(tmp_path):
+    """A re-run from another node reads the same input under another folder (the working
+    dir unpacked there): it resumes. An input edited in place is another config."""
+    first, second = tmp_path / "node0" / "r.jsonl", tmp_path / "node1" / "pkg" / "r.jsonl"
+    for f in (first, second):
+        f.parent.mkdir(parents=True)
+        f.write_text('{"review": "good"}\n')
+    os.utime(second, (1_800_000_000, 1_800_000_000))
+    out = ShardedOutput(tmp_path / "o", "ingest", {"inputs": [str(first)], "k": 1}, ["reviews"]).open()
+    out.write_shard(0, {"reviews": _reviews(2)}, {"in": 2, "out": 2})
+    again = ShardedOutput(tmp_path / "o", "ingest", {"inputs": [str(second)], "k": 1}, ["reviews"]).open()
+    assert set(again.done_shards()) == {0}
+    second.write_text('{"review": "bad"}\n')
+    with pytest.raises(FileExistsError, match="different"):
+        ShardedOutput(tmp_path / "o", "ingest", {"inputs": [str(second)], "k": 1}, ["reviews"]).open()
+
+
 def test_shard_without_marker_is_not_done(tmp_path):
     out = ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
     write_parquet_atomic(out.shard_path("reviews", 0), _reviews(1))  # crash before marker

@@ -104,6 +104,26 @@ def test_an_edited_input_file_reruns_its_readers(tmp_path):
     assert changed == {"ingest@a", "split@a", "stats@a", "clusters"}
 
 
+def test_the_same_inputs_under_another_folder_keep_every_fingerprint(tmp_path):
+    """What a driver on another node sees: the submitted working dir unpacked under
+    another folder, its files written anew (other mtimes). Nothing is to be re-run."""
+    import os
+
+    fingerprints = []
+    for where, mtime in (("node0/pkg", 1_700_000_000), ("node1/other/pkg", 1_800_000_000)):
+        folder = tmp_path / where
+        folder.mkdir(parents=True)
+        data = study_dict()
+        for ds, name in (("a", "reviews.jsonl"), ("b", "reviews_noisy.jsonl")):
+            f = folder / name
+            f.write_bytes((SAMPLE / name).read_bytes())
+            os.utime(f, (mtime, mtime))
+            data["datasets"][ds]["inputs"] = [str(f)]
+        plan = plan_of(tmp_path, data)  # the same study folder: the out URI of a cluster study
+        fingerprints.append({k: plan.instances[k].fingerprint for k in plan.order})
+    assert fingerprints[0] == fingerprints[1]
+
+
 @pytest.mark.parametrize("mutate,expected", [
     (lambda d: d.update(stagez={}), "stagez: unknown key"),
     (lambda d: d["stages"]["split"].update(wth={}), "stages.split.wth: unknown key"),
