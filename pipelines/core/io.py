@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rexeval.pipelines.core.read_paths import READ_SETTINGS
 from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
@@ -50,23 +51,39 @@ def file_digest(path: str) -> str:
     return _DIGESTS[key]
 
 
-def content_identity(value: Any) -> Any:
-    """`value` with every string that names an existing local file replaced by that
-    file's name and content digest.
+def content_identity(value: Any, keys: Iterable[str] = READ_SETTINGS,
+                     counts: Callable[[str], bool] | None = None) -> Any:
+    """`value` with every local file named under one of `keys` (the settings that name
+    what a job reads, `read_paths.READ_SETTINGS`, at any depth) replaced by that file's
+    name and content digest.
 
     Why: where a job's input lies is not what decides its output. A driver on another
     node finds the same submitted working dir unpacked under another folder (and each
     cluster session unpacks it anew, with new mtimes), so a hash of paths would make a
     re-run from there start over instead of resuming; a hash of contents also notices an
-    input edited in place. Folders and URIs stay as they are: a folder is an upstream
-    job's output (its own markers say what is done) and a URI names the same object
-    from every node."""
+    input edited in place. Only declared inputs count so: a file a setting names for
+    writing (a call log, a cache) changes with every run. Folders and URIs stay as they
+    are: a folder is an upstream job's output (its own markers say what is done) and a
+    URI names the same object from every node. `counts(path)`: which files count so (a
+    study leaves out its own stages' outputs, whose upstream fingerprints stand for them)."""
+    keys = frozenset(keys)
     if isinstance(value, dict):
-        return {k: content_identity(v) for k, v in value.items()}
+        return {k: _by_content(v, counts) if k in keys else content_identity(v, keys, counts)
+                for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [content_identity(v) for v in value]
-    if (isinstance(value, str) and len(value) < 4096 and ("/" in value or "." in value) and not is_uri(value)
-            and os.path.isfile(value)):
+        return [content_identity(v, keys, counts) for v in value]
+    return value
+
+
+def _by_content(value: Any, counts: Callable[[str], bool] | None = None) -> Any:
+    """A read setting's value with its local files by content (it may be a path, a list of
+    them, or records such as ingest's {"path", "size"})."""
+    if isinstance(value, dict):
+        return {k: _by_content(v, counts) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_by_content(v, counts) for v in value]
+    if (isinstance(value, str) and len(value) < 4096 and not is_uri(value) and os.path.isfile(value)
+            and (counts is None or counts(value))):
         return {"file": os.path.basename(value), "sha256": file_digest(value)}
     return value
 

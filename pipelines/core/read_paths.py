@@ -22,6 +22,14 @@ OptionalReadPath = Annotated[str | None, Field(json_schema_extra=_READS)]
 ReadPaths = Annotated[list[str], Field(json_schema_extra=_READS)]
 
 
+READ_SETTINGS = frozenset({
+    "checkpoint", "clusters", "contexts", "data", "explanations", "human", "input", "inputs", "interactions",
+    "languagetool", "meta", "model", "references", "reviews", "runs", "scores", "statements", "truth"})
+"""Every name a job config gives a read field (tests/pipelines/core/test_read_paths.py
+keeps it complete): a job's config hash counts the local files these name by their
+content (`io.content_identity`), wherever they lie."""
+
+
 def read_settings(config: type[BaseModel]) -> list[str]:
     """The names of `config`'s fields declared as paths the job reads, in field order."""
     return [name for name, info in config.model_fields.items()

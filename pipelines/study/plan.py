@@ -30,7 +30,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from rexeval.pipelines.core.io import content_identity
-from rexeval.pipelines.core.read_paths import path_values, why_missing
+from rexeval.pipelines.core.read_paths import path_values, read_settings, why_missing
 from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.study.config import StudyError, StudyFile
 from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
@@ -379,7 +379,10 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
         inst.reads = _files_read(inst.settings, root)
         # Local files by content (io.content_identity: the same inputs unpacked on another
         # node under another folder are the same inputs); files by URI by size and time.
-        payload = {"job": inst.job.name, "settings": content_identity(inst.settings),
+        outside = set(inst.reads)
+        settings = content_identity(inst.settings, read_settings(inst.job.config),
+                                    counts=lambda f, outside=outside: str(Path(f).resolve()) in outside)
+        payload = {"job": inst.job.name, "settings": settings,
                    "reads": [_uri_stamp(p) for p in inst.reads if is_uri(p)],
                    "upstream": sorted(instances[d].fingerprint for d in inst.deps)}
         inst.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]

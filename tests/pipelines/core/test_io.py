@@ -138,3 +138,20 @@ def test_a_leftover_beside_foreign_files_is_still_refused(tmp_path):
     with pytest.raises(FileExistsError, match="no rexeval manifest"):
         ShardedOutput(tmp_path / "o", "job", {}, ["reviews"]).open()
     assert (tmp_path / "o" / "precious.txt").read_text() == "x"
+
+
+def test_only_read_settings_count_by_content(tmp_path):
+    """Ingest records its inputs as {"path", "size"}: those count by content. A file a
+    setting names for writing (a call log) changes every run: it counts by its name."""
+    from rexeval.pipelines.core.io import config_hash
+
+    a, b, log = tmp_path / "a" / "r.csv", tmp_path / "b" / "r.csv", tmp_path / "calls.log"
+    for f in (a, b):
+        f.parent.mkdir()
+        f.write_text("u,i,5,1,good\n")
+    log.write_text("1\n")
+    conf = lambda f: {"inputs": [{"path": str(f), "size": 13}], "backend_options": {"log": str(log)}}  # noqa: E731
+    before = config_hash(conf(a))
+    assert config_hash(conf(b)) == before
+    log.write_text("1\n2\n")
+    assert config_hash(conf(a)) == before

@@ -48,3 +48,25 @@ def test_every_study_job_declares_the_paths_it_reads():
     }
     got = {name: read_settings(STUDY_JOBS.get(name).config) for name in STUDY_JOBS.names()}
     assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+
+
+def test_read_settings_names_every_read_field_of_every_job_config():
+    """A job's config hash counts the files its read fields name by content (so a re-run
+    from another node, where the working dir is unpacked elsewhere, resumes): a read
+    field under a name READ_SETTINGS lacks would count by path again."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    from rexeval.pipelines.core.read_paths import READ_SETTINGS
+
+    root = Path(__file__).resolve().parents[3] / "pipelines"
+    declared: dict[str, set[str]] = {}
+    for f in sorted(root.rglob("config.py")):
+        module = importlib.import_module("rexeval." + ".".join(f.relative_to(root.parent).with_suffix("").parts))
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            if issubclass(cls, BaseModel) and cls.__module__ == module.__name__:
+                for field in read_settings(cls):
+                    declared.setdefault(field, set()).add(f"{module.__name__}.{name}")
+    assert len(declared) > 10 and "inputs" in declared and "meta" in declared
+    assert set(declared) <= READ_SETTINGS, {k: v for k, v in declared.items() if k not in READ_SETTINGS}

@@ -124,6 +124,20 @@ def test_the_same_inputs_under_another_folder_keep_every_fingerprint(tmp_path):
     assert fingerprints[0] == fingerprints[1]
 
 
+def test_a_file_an_upstream_stage_writes_keeps_its_readers_fingerprint(tmp_path):
+    """A stage that reads a file inside the study's folder (an upstream stage's output)
+    is fingerprinted by its upstream, not by the file: the file appearing when the
+    upstream runs must not make a second run re-run the reader."""
+    data = study_dict(clusters={"job": "cluster", "per_dataset": False,
+                                "with": {"input": "{ingest@a}/reviews/part-00000.parquet", "method": "extra"}})
+    before = plan_of(tmp_path, data)
+    written = tmp_path / "out" / "a" / "ingest" / "reviews" / "part-00000.parquet"
+    written.parent.mkdir(parents=True)
+    written.write_bytes((SAMPLE / "reviews.jsonl").read_bytes())  # any bytes: what the upstream wrote
+    after = plan_of(tmp_path, data)
+    assert before.instances["clusters"].fingerprint == after.instances["clusters"].fingerprint
+
+
 @pytest.mark.parametrize("mutate,expected", [
     (lambda d: d.update(stagez={}), "stagez: unknown key"),
     (lambda d: d["stages"]["split"].update(wth={}), "stages.split.wth: unknown key"),
