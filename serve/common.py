@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import os
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -213,80 +214,84 @@ def running_apps() -> set[str]:
         return set()
 
 
-# Leases of this process (a study runs several jobs at once in one driver): app name ->
-# {"count": holders, "started": whether a lease of this process started it}; and whether
-# this process started Serve itself (shut down when its last lease ends).
-_LEASE_LOCK = threading.RLock()
-_HELD: dict[str, dict[str, Any]] = {}
-_SERVE_STARTED_HERE = [False]
-
-
 class AppLease:
     """A job's use of the Serve application `name`: the one already running, or one it
-    starts; `release()` then deletes only what the job started, and shuts Serve down
-    when the job was the one that started Serve (a Serve left behind on one port breaks
-    later starts on other ports).
+    starts; `release()` deletes it only when this was the last holder of an app a lease
+    started, and shuts Serve down instead when a lease started Serve too and nothing else
+    is leased (a Serve left behind on one port breaks later starts on other ports).
 
-    Jobs of one driver running at once (the stages of a study) share an application:
-    the first starts it, the others use it, and it is stopped when the last of them
-    releases it, not while another still sends requests."""
+    Holders are counted across every driver of the cluster (`serve/leases.py`: a detached
+    actor keeps the book), so the stages of a study, and two `ray job submit` drivers,
+    share an application: the first starts it, the others use it, and it goes when the
+    last of them ends, not while another still sends requests. An app that ran before
+    any lease (a standing `rexeval serve` endpoint) is never deleted."""
 
-    def __init__(self, name: str, label: str, progress: Callable[[str], None] = print):
+    def __init__(self, name: str, label: str, progress: Callable[[str], None] = print, book=None):
+        from rexeval.serve.leases import Beats, RayBook
+
         self.name, self.label, self.progress = name, label, progress
+        self.book = book if book is not None else RayBook()
+        key = id(book) if book is not None else "ray"
+        with _BEATS_LOCK:
+            self.beats = _BEATS.setdefault(key, Beats(self.book))
+        self.holder = self.beats.new_holder()
         self.started = False
         self.started_serve = False
         self._holding = False
 
-    def acquire(self, start: Callable[[], Any], what: str, where: str) -> str:
-        """`serve:NAME`; calls `start()` (serving `what` at `where`) when no such app runs."""
-        with _LEASE_LOCK:  # held while starting: a second job waits, then uses the app
-            running = running_apps()
-            if self.name not in running:  # a lease never released, its app since gone: stale
-                _HELD.pop(self.name, None)
-            if not serve_running():
-                _SERVE_STARTED_HERE[0] = False
-            held = _HELD.get(self.name)
-            if held is not None:
-                held["count"] += 1
-                self.progress(f"  {self.label}: using the Serve application {self.name!r} (shared with another "
-                              "job of this driver)")
-            elif self.name in running:
-                self.progress(f"  {self.label}: using the running Serve application {self.name!r}")
-                _HELD[self.name] = {"count": 1, "started": False}
-            else:
-                self.progress(f"  {self.label}: starting the Serve deployment {self.name!r} ({what}) on {where}")
-                self.started_serve = not serve_running()
-                try:
-                    start()
-                except BaseException:
-                    if self.started_serve and not _HELD:  # leave the cluster as found
-                        serve.shutdown()
-                    raise
-                self.started = True
-                _SERVE_STARTED_HERE[0] = _SERVE_STARTED_HERE[0] or self.started_serve
-                _HELD[self.name] = {"count": 1, "started": True}
-            self._holding = True
-            return f"serve:{self.name}"
+    def acquire(self, start: Callable[[], Any], what: str, where: str, wait_s: float = 600) -> str:
+        """`serve:NAME`; calls `start()` (serving `what` at `where`) when no such app runs
+        and no other holder is starting it (then waits for that one, at most `wait_s`)."""
+        deadline = time.monotonic() + wait_s
+        said_wait = False
+        while True:
+            verdict = self.book.begin(self.name, self.holder, self.name in running_apps(), serve_running())
+            if verdict != "wait":
+                break
+            if not said_wait:
+                self.progress(f"  {self.label}: waiting for another job to start the Serve application {self.name!r}")
+                said_wait = True
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"another job did not finish starting the Serve application {self.name!r} "
+                                   f"within {wait_s:.0f}s")
+            time.sleep(0.5)
+        self.beats.hold(self.holder)
+        if verdict == "use":
+            shared = self.book.holders(self.name) > 1
+            self.progress(f"  {self.label}: using the running Serve application {self.name!r}"
+                          + (" (shared with another job)" if shared else ""))
+        else:
+            self.progress(f"  {self.label}: starting the Serve deployment {self.name!r} ({what}) on {where}")
+            self.started_serve = not serve_running()
+            try:
+                start()
+            except BaseException:
+                self.beats.drop(self.holder)
+                if self.book.failed(self.name, self.holder) == "shutdown":
+                    serve.shutdown()  # leave the cluster as found
+                raise
+            self.book.started(self.name, self.holder)
+            self.started = True
+        self._holding = True
+        return f"serve:{self.name}"
 
     def release(self) -> None:
-        with _LEASE_LOCK:
-            if not self._holding:
-                return
-            self._holding = False
-            self.started = False
-            held = _HELD[self.name]
-            held["count"] -= 1
-            if held["count"] > 0:
-                return
-            del _HELD[self.name]
-            if not held["started"]:
-                return
-            if _SERVE_STARTED_HERE[0] and not _HELD:
-                serve.shutdown()
-                _SERVE_STARTED_HERE[0] = False
-            else:
-                serve.delete(self.name)
-            self.progress(f"  {self.label}: stopped the Serve application {self.name!r} this driver started")
+        if not self._holding:
+            return
+        self._holding = False
+        self.started = False
+        self.beats.drop(self.holder)
+        action = self.book.end(self.name, self.holder, self.name in running_apps())
+        if action == "shutdown":
+            serve.shutdown()
+        elif action == "delete":
+            serve.delete(self.name)
+        if action != "keep":
+            self.progress(f"  {self.label}: stopped the Serve application {self.name!r} (its last job has ended)")
+
+
+_BEATS: dict[Any, Any] = {}  # one heartbeat thread per book in this process
+_BEATS_LOCK = threading.Lock()
 
 
 def forget_a_dead_controller() -> None:
