@@ -31,6 +31,7 @@ import os
 import posixpath
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator, Union
@@ -203,8 +204,18 @@ class Location:
     # -- reading ---------------------------------------------------------------------
 
     def read_bytes(self) -> bytes:
-        with self.fs.open_input_stream(self.path, compression=None) as fh:
-            return fh.read()
+        """The whole file. From an object store, one version of it: pyarrow asks an
+        object's size first and then reads that many bytes, so an object replaced in
+        between (a study's state, a job's manifest) could come back cut to the old size;
+        such a read is seen by its length against the size asked again after it, and
+        repeated."""
+        for attempt in range(5):
+            with self.fs.open_input_stream(self.path, compression=None) as fh:
+                data = fh.read()
+            if self.is_local or len(data) == self.fs.get_file_info(self.path).size:
+                return data
+            time.sleep(0.05 * (attempt + 1))
+        return data
 
     def read_text(self, encoding: str = "utf-8") -> str:
         return self.read_bytes().decode(encoding)
