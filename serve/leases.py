@@ -70,6 +70,10 @@ class LeaseBook:
         now = self.clock()
         for h in holders:
             self.beats[h] = now
+        # Holders of drivers that died never end: forget them once past the TTL, so the
+        # book of a long-lived cluster does not grow with every crashed driver.
+        for h in [h for h, t in self.beats.items() if now - t > self.ttl_s]:
+            del self.beats[h]
 
     @_locked
     def begin(self, name: str, holder: str, running: bool, serve_up: bool) -> str:
