@@ -11,7 +11,7 @@ import click
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from rexeval.failures import ServeStartFailed, WorkerFailed
+from rexeval.failures import AwaitingRerun, ServeStartFailed, WorkerFailed
 from rexeval.models.refs import ModelUnavailable
 from rexeval.pipelines.core.schema import SchemaError
 
@@ -171,6 +171,10 @@ def user_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except (SchemaError, FileNotFoundError, FileExistsError, ValueError, ModelUnavailable) as exc:
             raise click.ClickException(str(exc)) from None
+        except AwaitingRerun as exc:  # transport failures left rows undone: not an error of the input
+            err = click.ClickException(str(exc))
+            err.exit_code = AwaitingRerun.exit_code
+            raise err from None
         except (ServeStartFailed, WorkerFailed) as exc:  # a replica or actor died: its reason, one line
             raise click.ClickException(f"{exc} (the whole traceback is in Ray's logs: "
                                        "/tmp/ray/session_latest/logs on the node that ran it)") from None

@@ -22,6 +22,18 @@ class WorkerFailed(RuntimeError):
     """A Ray actor or task of a job failed (its model could not load, its code raised)."""
 
 
+class AwaitingRerun(RuntimeError):
+    """A job ended with rows whose LLM calls failed in transport (a connection, a 5xx,
+    a dead replica, after the retries): nothing was recorded for them, their shards are
+    not done, and a plain re-run of the same command does them. Exit code 75."""
+
+    exit_code = 75  # EX_TEMPFAIL: try again later
+
+    def __init__(self, message: str, awaiting: int = 0, counts: dict | None = None):
+        super().__init__(message)
+        self.awaiting, self.counts = awaiting, counts or {}
+
+
 class ServeStartFailed(RuntimeError):
     """A Serve application's replicas could not start."""
 

@@ -179,7 +179,8 @@ class JudgeServer:
             if len(results) != len(flat):
                 raise RuntimeError(f"backend gave {len(results)} results for {len(flat)} requests")
         except Exception as exc:  # noqa: BLE001  (a failed batch fails its requests, not the service)
-            results = [LLMResult(error=f"judge backend failed: {type(exc).__name__}: {exc}")] * len(flat)
+            results = [LLMResult(error=f"judge backend failed: {type(exc).__name__}: {exc}",
+                                 transient=True)] * len(flat)
         results = _share_seconds(results, time.perf_counter() - t0)
         self.metrics.llm_results(self.llm.model_id, results)
         out, start = [], 0
@@ -228,6 +229,15 @@ class JudgeServer:
         for (i, _), res in zip(good, answers):
             out[i] = res
         return out  # type: ignore[return-value]
+
+    async def chat(self, request: dict):
+        """`ray.data.llm`'s ServeDeploymentProcessor calls this (with a streaming handle):
+        {"request": ChatRequest dict, ...} -> one {"result": LLMResult JSON}. Like
+        `generate`, it answers bad or over-limit requests with an error result and never
+        raises for the model: an exception here would be a transport failure."""
+        with self.metrics.timed("handle.chat"):
+            [result] = await self._generate_checked([request.get("request")])
+        yield {"result": json.dumps(result)}
 
     async def info(self) -> dict[str, Any]:
         """The model that answers (its id keys the call cache), limits and counters."""

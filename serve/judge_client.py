@@ -155,7 +155,9 @@ class ServeJudgeLLM(LLMBackend):
             error = f"judge service overloaded (gave up after {self.max_retries + 1} attempts): {exc}"
         except Exception as exc:  # noqa: BLE001  (a failed call fails its requests, the job goes on)
             error = f"judge service call failed: {type(exc).__name__}: {exc}"
-        return [LLMResult(error=error, seconds=time.perf_counter() - t0) for _ in chunk]
+        # The call never got an answer (overload, a dead replica, a lost connection):
+        # transient, so a job leaves these rows for a re-run instead of recording them.
+        return [LLMResult(error=error, seconds=time.perf_counter() - t0, transient=True) for _ in chunk]
 
     def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
         results: list[LLMResult | None] = [None] * len(requests)

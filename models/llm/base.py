@@ -51,6 +51,10 @@ class LLMResult(BaseModel):
     finish_reason: str | None = None  # "stop" | "length" | None when unknown
     error: str | None = None
     cached: bool = False
+    # The call did not reach a model that answered (connection, 5xx, timeout, a replica
+    # or engine that died): worth another try later, never a finished result. Errors
+    # with transient False are the model's or the request's (over limits, refused).
+    transient: bool = False
 
     @property
     def ok(self) -> bool:

@@ -127,7 +127,7 @@ class OpenAIBackend(LLMBackend):
             except _Retryable as e:
                 if attempt >= self.max_retries:
                     return LLMResult(error=f"{e} (gave up after {attempt + 1} attempts)",
-                                     seconds=time.perf_counter() - t0)
+                                     seconds=time.perf_counter() - t0, transient=True)
                 time.sleep(self._backoff(attempt, e.wait))
                 attempt += 1
             except Exception as e:  # no retry: 4xx, malformed body, bad request object

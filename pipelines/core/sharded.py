@@ -103,6 +103,23 @@ class ShardedJob:
         self._count_rest()
         return self.output.finish(self.shards, **extra)
 
+    def finish_partial(self, awaiting: int, what: str = "row(s)") -> None:
+        """Rows of this run were left for a re-run (their calls failed in transport):
+        the manifest stays "running" with the summed counts so far and how many wait, and
+        `AwaitingRerun` tells the caller. A plain re-run does the unwritten shards."""
+        from rexeval.failures import AwaitingRerun
+        from rexeval.pipelines.core.io import write_json_atomic
+        from rexeval.pipelines.core.io import MANIFEST
+
+        self._count_rest()
+        counts = self.output.total_counts()
+        write_json_atomic(self.output.root / MANIFEST,
+                          self.output._manifest("running", counts, self.shards, awaiting_rerun=awaiting))
+        left = len(self.todo) - len(set(self.output.done_shards()) & set(self.todo))
+        raise AwaitingRerun(f"{self.output.job}: {awaiting} {what} await a re-run: their calls failed in "
+                            f"transport, so {left} of {self.shards} shard(s) were not written; run the "
+                            "same command again to finish them", awaiting=awaiting, counts=counts)
+
     # -- metrics (never fail the job: a shard not counted is only a gap in a graph) --
 
     def _count(self, shard: Any) -> None:

@@ -22,7 +22,7 @@ from rexeval.pipelines.extract.outputs import CANDIDATES, TRIPLETS
 from rexeval.pipelines.core.schema import ERRORS, STATEMENTS
 from rexeval.pipelines.extract.statements import TopicMapper, normalise_statement, truncate_words
 from rexeval.pipelines.core.ids import dedup_key, statement_id
-from rexeval.pipelines.extract.structured import Generate, Outcome, Task, answer_all, items_json
+from rexeval.pipelines.extract.structured import Generate, Outcome, Task, items_json
 
 Method = Literal["triplets", "star"]
 
@@ -84,104 +84,153 @@ class Extractor:
                 "prompt": prompt_version, "sampling": self.s.sampling.model_dump(),
                 "attempts": outcome.attempts, "repairs": sorted(set(outcome.repairs)), **extra}
 
+    # -- one review's work, step by step (the streaming job and `run` share it) --------
+
+    def start(self, review: dict) -> dict:
+        """A review's work before any call: its first request, or already settled (an
+        empty review, an unknown domain). Work is a plain dict (JSON), so a streaming
+        job can carry it between Ray Data passes."""
+        from rexeval.pipelines.extract.structured import Outcome
+
+        w = {"review": review, "phase": "done", "convo": None, "outcome": {}, "meta": None,
+             "statements": [], "errors": [], "counts": dict.fromkeys(COUNT_KEYS, 0),
+             "candidates": [], "ended": False}
+        w["counts"]["reviews_in"] = 1
+        err = self._err(w)
+        text = (review.get("text") or "").strip()
+        if not text:
+            err("extract", "empty_review", "the review has no text", fld="text")
+            w["counts"]["reviews_skipped"] += 1
+            w["ended"] = True
+            return w
+        extra: dict[str, Any] = {}
+        kept, words = truncate_words(text, self.s.max_review_words)
+        if kept != text:
+            w["counts"]["truncated_reviews"] += 1
+            extra["review_truncated"] = {"words": words, "kept": self.s.max_review_words}
+        if self.s.method == "triplets":
+            name = self.s.domain or review.get("category")
+            domain = self._domain(name)
+            if domain is None:
+                from rexeval.prompts import list_domains
+
+                err("extract", "unknown_domain",
+                    f"no topic table for domain {name!r} (known: {', '.join(list_domains())}); "
+                    "set the review's category or pass --domain", fld="category")
+                w["counts"]["reviews_skipped"] += 1
+                w["ended"] = True
+                return w
+            extra["domain"] = domain.domain
+            w["convo"] = self.prompt.render(review=kept, domain=domain)
+            w["meta"] = {"domain": name, "version": self.prompt.version_for(domain), "extra": extra}
+        else:
+            w["convo"] = self.prompt.render(review=kept)
+            w["meta"] = {"domain": None, "version": self.prompt.version_for(None), "extra": extra}
+        w["phase"] = "first"
+        w["outcome"] = _outcome_state(Outcome())
+        return w
+
+    def request(self, w: dict):
+        """The ChatRequest a work in progress sends next (None once settled)."""
+        from rexeval.models.llm.base import ChatRequest
+
+        if w["phase"] == "done":
+            return None
+        return ChatRequest(messages=w["convo"], sampling=self.s.sampling, json_schema=self._task(w).schema)
+
+    def role(self, w: dict) -> str:
+        """Which model answers it: "llm", or "verify" for STAR's verification."""
+        return "verify" if w["phase"] == "verify" else "llm"
+
+    def advance(self, w: dict, result) -> dict:
+        """Take the answer to `request(w)`: ask again with feedback, move to verification,
+        or settle the review into statements and error rows."""
+        from rexeval.pipelines.extract.structured import Outcome, record_answer
+
+        w = dict(w)
+        task = self._task(w)
+        out = Outcome(**w["outcome"])
+        last = out.attempts >= self.s.max_retries
+        nxt = record_answer(out, w["convo"], task, result, self.s.sampling, last, self._feedback)
+        if nxt is not None:
+            w["convo"], w["outcome"] = nxt, _outcome_state(out)
+            return w
+        w["counts"] = counts = dict(w["counts"])
+        w["statements"], w["errors"] = list(w["statements"]), list(w["errors"])
+        self._count_calls(counts, [out])
+        ended = [w["ended"]]
+        meta = w["meta"]
+        if w["phase"] == "first":
+            stage = "triplet" if self.s.method == "triplets" else "candidate"
+            domain = self._domain(meta["domain"]) if self.s.method == "triplets" else None
+            kept = self._settle(0, w["review"], stage, out, meta["version"], meta["extra"], domain, counts,
+                                self._err(w), ended)
+            w["ended"] = ended[0]
+            w["statements"].extend(kept or [])
+            counts["statements" if self.s.method == "triplets" else "candidates"] += len(kept or [])
+            if self.s.method == "star" and kept:
+                cands = [{"statement": k["statement"], "sentiment": k["sentiment"]} for k in kept]
+                w["phase"], w["outcome"] = "verify", _outcome_state(Outcome())
+                w["convo"] = self.verify_prompt.render(candidates_json=items_json(cands, "statements"))
+                return w
+        else:
+            kept = self._settle(0, w["review"], "verified", out, self.verify_prompt.version_for(None),
+                                meta["extra"], None, counts, self._err(w), ended) or []
+            w["ended"] = ended[0]
+            w["statements"].extend(kept)
+            counts["statements"] += len(kept)
+        w["phase"], w["convo"], w["outcome"] = "done", None, {}
+        return w
+
+    def _task(self, w: dict) -> Task:
+        if w["phase"] == "verify":
+            return Task(w["convo"], CANDIDATES, CANDIDATES.json_schema() if self.s.constrained else None)
+        if self.s.method == "triplets":
+            domain = self._domain(w["meta"]["domain"])
+            return Task(w["convo"], TRIPLETS, TRIPLETS.json_schema(domain.topic_names) if self.s.constrained else None)
+        return Task(w["convo"], CANDIDATES, CANDIDATES.json_schema() if self.s.constrained else None)
+
+    @property
+    def _feedback(self):
+        from rexeval.prompts import load_prompt
+
+        if not hasattr(self, "_feedback_prompt"):
+            self._feedback_prompt = load_prompt("retry_feedback")
+        return self._feedback_prompt
+
+    def _err(self, w: dict) -> Callable:
+        r = w["review"]
+
+        def err(_i_or_stage, *args, **kw):
+            # `_settle` passes the review's index first; `start` does not.
+            stage, etype, msg, *rest = args if isinstance(_i_or_stage, int) else (_i_or_stage, *args)
+            raw = rest[0] if rest else kw.get("raw")
+            fld = rest[1] if len(rest) > 1 else kw.get("fld")
+            w["errors"].append({"stage": stage, "source": r.get("source"), "line": r.get("line"),
+                                "row_id": r["review_id"], "field": fld, "error_type": etype, "message": msg,
+                                "raw": raw if raw is None or isinstance(raw, str)
+                                else json.dumps(raw, ensure_ascii=False)})
+        return err
+
     # -- main ------------------------------------------------------------------------
 
     def run(self, reviews: pa.Table) -> tuple[pa.Table, pa.Table, dict[str, int]]:
-        """Statements (STATEMENTS schema), error rows (ERRORS) and counts for `reviews`."""
-        rows = reviews.to_pylist()
-        counts = dict.fromkeys(COUNT_KEYS, 0)
-        counts["reviews_in"] = len(rows)
-        statements: list[dict] = []
-        errors: list[dict] = []
-        ended = [False] * len(rows)  # a review with statements or an error row
+        """Statements (STATEMENTS schema), error rows (ERRORS) and counts for `reviews`,
+        asking `generate` (and `verify_generate`) one batch per round."""
+        from rexeval.pipelines.extract.structured import _safe_generate
 
-        def err(i: int, stage: str, etype: str, msg: str, raw: Any = None, fld: str | None = None):
-            r = rows[i]
-            errors.append({"stage": stage, "source": r.get("source"), "line": r.get("line"),
-                           "row_id": r["review_id"], "field": fld, "error_type": etype,
-                           "message": msg,
-                           "raw": raw if raw is None or isinstance(raw, str)
-                           else json.dumps(raw, ensure_ascii=False)})
-
-        # 1. Prompts (skipping reviews that cannot be asked about).
-        tasks, task_rows, meta = [], [], {}
-        for i, r in enumerate(rows):
-            text = (r.get("text") or "").strip()
-            if not text:
-                err(i, "extract", "empty_review", "the review has no text", fld="text")
-                counts["reviews_skipped"] += 1
-                ended[i] = True
-                continue
-            extra: dict[str, Any] = {}
-            kept, words = truncate_words(text, self.s.max_review_words)
-            if kept != text:
-                counts["truncated_reviews"] += 1
-                extra["review_truncated"] = {"words": words, "kept": self.s.max_review_words}
-            if self.s.method == "triplets":
-                name = self.s.domain or r.get("category")
-                domain = self._domain(name)
-                if domain is None:
-                    from rexeval.prompts import list_domains
-
-                    err(i, "extract", "unknown_domain",
-                        f"no topic table for domain {name!r} (known: {', '.join(list_domains())}); "
-                        "set the review's category or pass --domain", fld="category")
-                    counts["reviews_skipped"] += 1
-                    ended[i] = True
-                    continue
-                extra["domain"] = domain.domain
-                messages = self.prompt.render(review=kept, domain=domain)
-                version = self.prompt.version_for(domain)
-                schema = TRIPLETS.json_schema(domain.topic_names) if self.s.constrained else None
-                tasks.append(Task(messages, TRIPLETS, schema))
-                meta[i] = (domain, version, extra)
-            else:
-                messages = self.prompt.render(review=kept)
-                schema = CANDIDATES.json_schema() if self.s.constrained else None
-                tasks.append(Task(messages, CANDIDATES, schema))
-                meta[i] = (None, self.prompt.version_for(None), extra)
-            task_rows.append(i)
-
-        # 2. First (or only) stage.
-        first_stage = "triplet" if self.s.method == "triplets" else "candidate"
-        outcomes = answer_all(tasks, self.generate, self.s.sampling, self.s.max_retries)
-        self._count_calls(counts, outcomes)
-        firsts: dict[int, list[dict]] = {}
-        for i, out in zip(task_rows, outcomes):
-            domain, version, extra = meta[i]
-            kept = self._settle(i, rows[i], first_stage, out, version, extra, domain, counts,
-                                err, ended)
-            if kept is not None:
-                firsts[i] = kept
-                statements.extend(kept)
-
-        if self.s.method == "triplets":
-            counts["statements"] = len(statements)
-        else:
-            counts["candidates"] = len(statements)
-            statements.extend(self._verify(rows, firsts, meta, counts, err, ended))
-        for i in range(len(rows)):
-            if not ended[i]:
-                counts["reviews_out"] += 1
-        return _statements_table(statements), _errors_table(errors), counts
-
-    def _verify(self, rows, firsts, meta, counts, err, ended) -> list[dict]:
-        idx = [i for i, kept in firsts.items() if kept]
-        tasks = []
-        version = self.verify_prompt.version_for(None)
-        for i in idx:
-            cands = [{"statement": k["statement"], "sentiment": k["sentiment"]} for k in firsts[i]]
-            tasks.append(Task(self.verify_prompt.render(candidates_json=items_json(cands, "statements")),
-                              CANDIDATES, CANDIDATES.json_schema() if self.s.constrained else None))
-        outcomes = answer_all(tasks, self.verify_generate, self.s.sampling, self.s.max_retries)
-        self._count_calls(counts, outcomes)
-        out_rows: list[dict] = []
-        for i, out in zip(idx, outcomes):
-            _, _, extra = meta[i]
-            out_rows.extend(self._settle(i, rows[i], "verified", out, version, extra, None,
-                                         counts, err, ended) or [])
-        counts["statements"] += len(out_rows)
-        return out_rows
+        works = [self.start(r) for r in reviews.to_pylist()]
+        while True:
+            pending = [k for k, w in enumerate(works) if w["phase"] != "done"]
+            if not pending:
+                break
+            for role, generate in (("llm", self.generate), ("verify", self.verify_generate)):
+                idx = [k for k in pending if self.role(works[k]) == role]
+                if idx:
+                    results = _safe_generate(generate, [self.request(works[k]) for k in idx])
+                    for k, res in zip(idx, results):
+                        works[k] = self.advance(works[k], res)
+        return settle_works(works)
 
     def _settle(self, i, review, stage, out: Outcome, version, extra, domain, counts,
                 err: Callable, ended: list) -> list[dict] | None:
@@ -271,6 +320,29 @@ class Extractor:
                                          sort_keys=True, ensure_ascii=False),
             })
         return kept
+
+
+def _outcome_state(out) -> dict:
+    """An Outcome as JSON (its parsed answer is never carried: it is settled at once)."""
+    return {"raw": out.raw, "attempts": out.attempts, "error_type": out.error_type, "message": out.message,
+            "prompt_tokens": out.prompt_tokens, "completion_tokens": out.completion_tokens,
+            "cached_calls": out.cached_calls, "repairs": list(out.repairs)}
+
+
+def settle_works(works: list[dict]) -> tuple[pa.Table, pa.Table, dict[str, int]]:
+    """Settled works -> statements, error rows and summed counts (in the works' order)."""
+    counts = dict.fromkeys(COUNT_KEYS, 0)
+    statements, errors = [], []
+    for w in works:
+        statements.extend(w["statements"])
+        errors.extend(w["errors"])
+        for k, v in w["counts"].items():
+            counts[k] += v
+        counts["reviews_out"] += int(not w["ended"])
+    # Verification's rows after every first-stage row, as when the stages ran in turn.
+    statements.sort(key=lambda r: r["stage"] == "verified")
+    errors.sort(key=lambda r: r["stage"] == "verify")
+    return _statements_table(statements), _errors_table(errors), counts
 
 
 def _statements_table(rows: list[dict]) -> pa.Table:

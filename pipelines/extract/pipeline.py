@@ -1,22 +1,20 @@
-"""The extract job: reviews streamed through LLM actor pools into sharded statement tables.
+"""The extract job: reviews streamed through the LLM with Ray Data into sharded statement tables.
 
-Reviews are cut into shards of `shard_size`; each shard is one task for an actor that
-holds the LLM (loaded once) behind the call cache, reads its own reviews from the input
-(the driver reads only the Parquet footers: `pipelines.extract.rows`), runs
-`pipelines.extract.extractor.Extractor` and writes its statements and errors with a
-done-marker. A re-run skips finished shards, and the cache answers every call already
-made, so a job killed half-way resumes where it stopped and ends with the same files as
-an uninterrupted run. Input and output may be URIs; with an output at a URI and no
-cache given, the calls are cached under it (`pipelines/core/llm_cache.py`), so a re-run
-from any node makes none for finished work.
-
-The `vllm` backend runs differently: each round of calls is one `ray.data.llm` pass on
-the GPUs over many shards at once (an engine per actor lives for the whole pass), and
-the driver writes the shards.
+Reviews are cut into shards of `shard_size` (the driver reads only the Parquet footers:
+`pipelines.extract.rows`); workers read each shard's reviews, and every review flows
+through `pipelines/core/llm_stream.py`: its prompt, the model (a `ray.data.llm`
+processor chosen by backend, or in-process actors for hf), the parse, a second pass over
+the unreadable answers only (and STAR's verification), and finally its shard, written by
+a worker with a done-marker. A re-run skips finished shards, and the cache answers every
+call already made, so a job killed half-way resumes and ends with the same files as an
+uninterrupted run. Reviews whose calls failed in transport are never written as errors:
+their shards wait for a re-run. Input and output may be URIs; with an output at a URI
+and no cache given, the calls are cached under it (`pipelines/core/llm_cache.py`).
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from typing import Any, Callable
@@ -25,16 +23,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.config import ExtractConfig
-from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor
+from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor, settle_works
 from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.job_metrics import record_llm_calls
 from rexeval.models.llm.base import check_model_here
-from rexeval.pipelines.core.llm_cache import build_cached_backend
+from rexeval.pipelines.core.llm_calls_plan import CallPlan
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.inputs import resolved_text, reviews_path
-from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
+from rexeval.pipelines.core.stage import Resources, worker_resources
 from rexeval.pipelines.core.storage import location
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
@@ -91,13 +89,13 @@ def load_reviews(cfg: ExtractConfig) -> pa.Table:
     return parts.read(0, total, REVIEW_COLUMNS)
 
 
-def shard_counts(reviews: pa.Table, statements: pa.Table, errors: pa.Table, method: str,
+def shard_counts(reviews: int, statements: pa.Table, errors: pa.Table, method: str,
                  counters: dict[str, int] | None = None) -> dict[str, int]:
     """in = out + errors at review level: out = reviews with final-stage statements."""
     final = "triplet" if method == "triplets" else "verified"
     fin = statements.filter(pc.equal(statements.column("stage"), final))
     out = len(set(fin.column("review_id").to_pylist()))
-    counts = {"in": reviews.num_rows, "out": out, "errors": reviews.num_rows - out,
+    counts = {"in": reviews, "out": out, "errors": reviews - out,
               "statements": fin.num_rows, "error_rows": errors.num_rows}
     if method == "star":
         counts["candidates"] = statements.num_rows - fin.num_rows
@@ -114,21 +112,6 @@ def make_settings(cfg: ExtractConfig, models: dict[str, Any]) -> ExtractSettings
                            verify_model=models["verify"] if models["verify"] != models["llm"] else None)
 
 
-def make_generators(cfg: ExtractConfig, models: dict[str, Any]):
-    """(generate, verify_generate, close) for this process, behind the call cache."""
-    main = build_cached_backend(models["backend"], models["llm"], cfg.backend_options, cfg.cache_path())
-    verify = main
-    if cfg.method == "star" and models["verify"] != models["llm"]:
-        verify = build_cached_backend(models["backend"], models["verify"], cfg.backend_options,
-                              cfg.cache_path())
-
-    def close():
-        for b in {id(main): main, id(verify): verify}.values():
-            b.close()
-
-    return main.generate, verify.generate, close
-
-
 def make_topic_mapper(models: dict[str, Any]):
     if not models.get("embedder"):
         return None
@@ -138,53 +121,85 @@ def make_topic_mapper(models: dict[str, Any]):
     return TopicMapper(sentence_encoder(resolve(models["embedder"]).location))
 
 
-def result_schema(method: str) -> pa.Schema:
-    """The row a shard sends back: its counts, or the input's SchemaError (as JSON)."""
-    keys = ["in", "out", "errors", "statements", "error_rows", *(["candidates"] if method == "star" else []),
-            *COUNTERS]
-    return pa.schema([("shard", pa.int64()), *[(k, pa.int64()) for k in keys], ("schema_error", pa.string())])
+def call_plans(cfg: ExtractConfig, models: dict[str, Any]) -> dict[str, CallPlan]:
+    """The model behind each role ("llm", and "verify" for STAR): in-process actors for
+    hf (or a backend of your own), vLLM engines, a judge deployment (`backend: serve`
+    with `backend_options.address` serve:APP or a URL), or an OpenAI-compatible server."""
+    from rexeval.pipelines.core.stage import pool_size
+
+    opts = dict(cfg.backend_options)
+    address = str(opts.get("address") or "serve:rexeval-judge") if models["backend"] == "serve" else "none"
+    local = models["backend"] not in ("serve", "openai") and address == "none"
+    res = worker_resources(cfg) if local else Resources(cpus=0.25)
+    lo, hi = pool_size(cfg.workers)
+    conc = (lo, hi or lo) if local else (1, int(opts.get("concurrency", max(1, cfg.workers))))
+    if models["backend"] == "vllm":
+        c = opts.get("concurrency", 1)
+        conc = tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c))
+    plan = dict(backend=models["backend"], options=opts, cache=cfg.cache_path(), address=address,
+                resources=res, concurrency=conc, batch_size=int(opts.get("batch_size", 16)))
+    plans = {"llm": CallPlan(model=models["llm"], **plan)}
+    plans["verify"] = CallPlan(model=models["verify"], **plan) if models["verify"] != models["llm"] else plans["llm"]
+    return plans
 
 
-class ExtractStage(Stage):
-    """One shard per call: read its reviews, extract their statements, write the shard."""
+class ExtractSteps:
+    """The extractor's per-review steps for the stream (built once per worker)."""
 
-    name = "extract"
-    batch_size = 1
+    def __init__(self, cfg: ExtractConfig, models: dict[str, Any]):
+        self.extractor = Extractor(make_settings(cfg, models), None, None, make_topic_mapper(models))
 
-    def __init__(self, cfg: ExtractConfig, models: dict, output: ShardedOutput, parts: TableParts,
-                 total: int, resources: Resources):
-        self.cfg, self.models, self.output, self.parts, self.total = cfg, models, output, parts, total
-        self.resources = resources
-        self.extractor = None
+    def start(self, row: dict) -> dict:
+        return self.extractor.start(row)
 
-    def setup(self) -> None:
-        use_cpus(self.resources)
-        generate, verify, self.close = make_generators(self.cfg, self.models)
-        self.extractor = Extractor(make_settings(self.cfg, self.models), generate, verify,
-                                   make_topic_mapper(self.models))
+    def request(self, work: dict):
+        return self.extractor.request(work)
 
-    def process(self, batch: pa.Table) -> pa.Table:
-        rows = []
-        for shard in batch.column("shard").to_pylist():
-            try:
-                part = shard_reviews(self.parts, self.total, shard, self.cfg.shard_size)
-            except SchemaError as exc:
-                # Sent back as data: the driver raises the same SchemaError, not a Ray
-                # wrapper around a worker traceback.
-                rows.append({"shard": shard, "schema_error": json.dumps(dataclasses.asdict(exc))})
-                continue
-            statements, errors, counters = self.extractor.run(part)
-            counts = shard_counts(part, statements, errors, self.cfg.method, counters)
-            record_llm_calls("extract", self.models.get("llm") if isinstance(self.models, dict) else None,
-                             int(counters.get("llm_calls", 0)), cache_hits=int(counters.get("cached_calls", 0)))
-            self.output.write_shard(shard, {"statements": statements, "errors": errors}, counts)
-            rows.append({"shard": shard, **counts})
-        return pa.Table.from_pylist(rows, schema=result_schema(self.cfg.method))
+    def role(self, work: dict) -> str:
+        return self.extractor.role(work)
+
+    def advance(self, work: dict, result) -> dict:
+        return self.extractor.advance(work, result)
+
+
+class ShardReader:
+    """A shard's reviews, read by the worker that starts it; an input row that breaks the
+    schema comes back as the shard's input error (the job raises it once the rest is saved)."""
+
+    def __init__(self, parts: TableParts, total: int, size: int):
+        self.parts, self.total, self.size = parts, total, size
+
+    def __call__(self, shard: int) -> pa.Table:
+        from rexeval.pipelines.core.llm_stream import input_error_table
+
+        try:
+            return shard_reviews(self.parts, self.total, shard, self.size)
+        except SchemaError as exc:
+            return input_error_table(json.dumps(dataclasses.asdict(exc)))
+
+
+class ShardWriter:
+    """A shard's settled reviews -> its statements, error rows and counts, committed."""
+
+    def __init__(self, method: str, output: ShardedOutput, model: str):
+        self.method, self.output, self.model = method, output, model
+
+    def __call__(self, shard: int, works: list[dict]) -> dict:
+        statements, errors, counters = settle_works(works)
+        counts = shard_counts(len(works), statements, errors, self.method, counters)
+        record_llm_calls("extract", self.model, int(counters.get("llm_calls", 0)),
+                         cache_hits=int(counters.get("cached_calls", 0)))
+        self.output.write_shard(shard, {"statements": statements, "errors": errors}, counts)
+        return counts
 
 
 def run_extract(cfg: ExtractConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
-    """Run extraction end to end (resuming finished shards) and return the manifest."""
+    """Run extraction end to end (resuming finished shards) and return the manifest.
+    Reviews whose calls failed in transport leave their shards unwritten: the manifest
+    says how many (`awaiting_rerun`) and stays "running", so a re-run does them."""
+    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+
     t0 = time.time()
     cfg = cfg.with_resolved_cache(cfg.out)
     models = resolve_models(cfg)
@@ -192,14 +207,28 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
     n_shards = max(1, -(-total // cfg.shard_size))
     job = ShardedJob(ShardedOutput(cfg.out, "extract", output_config(cfg, models), ["statements", "errors"]),
                      n_shards, overwrite=overwrite, progress=progress)
-    progress(f"extract ({cfg.method}, {models['backend']}: {models['llm']}): "
+    plans = call_plans(cfg, models)
+    progress(f"extract ({cfg.method}, {models['backend']}: {models['llm']}, calls: {plans['llm'].kind}): "
              f"{total:,} review(s) in {n_shards} shard(s) -> {cfg.out}")
     job.say_resumed()
     if job.todo:
-        if models["backend"] == "vllm":
-            _run_in_driver(cfg, models, job.output, parts, total, job.todo, progress)
-        else:
-            _run_on_actors(cfg, models, job, parts, total)
+        done = [0]
+
+        def on_shard(row: dict) -> None:
+            if row["written"]:
+                done[0] += 1
+                progress(_shard_line(row["shard"], done[0], len(job.todo), row["counts"]))
+
+        summary = run_stream(
+            source_rows(ShardReader(parts, total, cfg.shard_size), job.todo),
+            functools.partial(ExtractSteps, cfg, models), plans,
+            ShardWriter(cfg.method, job.output, models["llm"]), label="extract", progress=progress,
+            on_shard=on_shard)
+        if summary.input_errors:
+            raise SchemaError(**json.loads(summary.input_errors[0]))
+        if summary.awaiting:
+            progress("  " + awaiting_line(summary, "review(s)"))
+            job.finish_partial(summary.awaiting, "review(s)")  # raises AwaitingRerun
     manifest = job.finish(method=cfg.method, models=models)
     manifest["elapsed_s"] = round(time.time() - t0, 2)
     return manifest
@@ -209,45 +238,3 @@ def _shard_line(shard: int, n: int, total: int, c: dict) -> str:
     cached = f", {c['cached_calls']} cached" if c.get("cached_calls") else ""
     return (f"  shard {shard} done ({n}/{total}): reviews={c['in']} with statements={c['out']} "
             f"errors={c['errors']} statements={c['statements']} llm calls={c['llm_calls']}{cached}")
-
-
-def _run_on_actors(cfg, models, job: ShardedJob, parts: TableParts, total: int) -> None:
-    """Each actor reads its shards' reviews itself; an input row that breaks the schema
-    fails the job with that SchemaError once the other shards are saved."""
-    failures: list[SchemaError] = []
-
-    def report(row: dict, k: int, n: int) -> str:
-        if row.get("schema_error"):
-            failures.append(SchemaError(**json.loads(row["schema_error"])))
-            return f"  shard {row['shard']} failed ({k}/{n}): {failures[-1]}"
-        return _shard_line(row["shard"], k, n, row)
-
-    stage = ExtractStage(cfg, models, job.output, parts, total, worker_resources(cfg))
-    job.run(stage, workers=cfg.workers, report=report)
-    if failures:
-        raise failures[0]
-
-
-def _run_in_driver(cfg, models, out, parts: TableParts, total: int, todo, progress, group: int = 64) -> None:
-    """vLLM: one Extractor pass over up to `group` shards, so each round of calls is one
-    large ray.data.llm pass; the driver then writes the shards of the group (it reads
-    only the group's reviews)."""
-    generate, verify, close = make_generators(cfg, models)
-    extractor = Extractor(make_settings(cfg, models), generate, verify, make_topic_mapper(models))
-    try:
-        n = 0
-        for g in range(0, len(todo), group):
-            shards = todo[g:g + group]
-            reviews = {s: shard_reviews(parts, total, s, cfg.shard_size) for s in shards}
-            statements, errors, counters = extractor.run(pa.concat_tables(reviews.values()))
-            for k, s in enumerate(shards):
-                ids = reviews[s].column("review_id")
-                st = statements.filter(pc.is_in(statements.column("review_id"), value_set=ids))
-                er = errors.filter(pc.is_in(errors.column("row_id"), value_set=ids))
-                # The group's call counters are recorded once, on its first shard.
-                counts = shard_counts(reviews[s], st, er, cfg.method, counters if k == 0 else None)
-                out.write_shard(s, {"statements": st, "errors": er}, counts)
-                n += 1
-                progress(_shard_line(s, n, len(todo), counts))
-    finally:
-        close()

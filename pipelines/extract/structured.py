@@ -65,6 +65,35 @@ def _safe_generate(generate: Generate, requests: list[ChatRequest]) -> list[LLMR
     return results
 
 
+def record_answer(out: Outcome, convo: list[dict[str, str]], task: Task, res: LLMResult,
+                  sampling: SamplingParams, last: bool, feedback) -> list[dict[str, str]] | None:
+    """Take one answer into `out`; the conversation to send next (the answer shown back
+    with what was wrong) or None when the task is settled. Pure: the streaming job and
+    `answer_all` share it, so an answer means the same wherever it was asked."""
+    out.attempts += 1
+    out.prompt_tokens += res.prompt_tokens
+    out.completion_tokens += res.completion_tokens
+    out.cached_calls += int(res.cached)
+    if not res.ok:
+        # Backend errors are not retried here: transport failures are retried (or left
+        # for a re-run) by whoever calls; what remains is the model's or the request's.
+        out.error_type, out.message, out.raw = "backend_error", res.error or "no text", None
+        return None
+    out.raw = res.text
+    parsed = parse_output(res.text, task.spec, salvage=last)
+    if parsed.ok:
+        out.parsed, out.error_type, out.message = parsed, None, ""
+        out.repairs = parsed.repairs
+        return None
+    out.error_type, out.message = parsed.error_type, parsed.message
+    if res.finish_reason == "length":
+        out.message += f" (the answer hit the {sampling.max_tokens}-token limit)"
+    if last:
+        return None
+    return convo + [{"role": "assistant", "content": res.text},
+                    {"role": "user", "content": _feedback(out.message, task.spec, feedback)}]
+
+
 def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
                max_retries: int = 2) -> list[Outcome]:
     """Answer every task, batching each round's requests into one backend call."""
@@ -83,27 +112,9 @@ def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
         results = _safe_generate(generate, reqs)
         retry = []
         for i, res in zip(pending, results):
-            out = outcomes[i]
-            out.attempts += 1
-            out.prompt_tokens += res.prompt_tokens
-            out.completion_tokens += res.completion_tokens
-            out.cached_calls += int(res.cached)
-            if not res.ok:
-                # Backend errors are not retried here: backends retry what is transient.
-                out.error_type, out.message, out.raw = "backend_error", res.error or "no text", None
-                continue
-            out.raw = res.text
-            parsed = parse_output(res.text, tasks[i].spec, salvage=last)
-            if parsed.ok:
-                out.parsed, out.error_type, out.message = parsed, None, ""
-                out.repairs = parsed.repairs
-                continue
-            out.error_type, out.message = parsed.error_type, parsed.message
-            if res.finish_reason == "length":
-                out.message += f" (the answer hit the {sampling.max_tokens}-token limit)"
-            if not last:
-                convo[i] = convo[i] + [{"role": "assistant", "content": res.text},
-                                       {"role": "user", "content": _feedback(out.message, tasks[i].spec, feedback)}]
+            nxt = record_answer(outcomes[i], convo[i], tasks[i], res, sampling, last, feedback)
+            if nxt is not None:
+                convo[i] = nxt
                 retry.append(i)
         pending = retry
     return outcomes

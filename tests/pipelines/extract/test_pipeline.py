@@ -103,16 +103,23 @@ def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_s
     assert calls(tmp_path / "calls.log") <= calls(tmp_path / "ref.log") + 4
 
 
-def test_vllm_style_driver_path_gives_the_same_rows(tmp_path, ray_session, monkeypatch):
-    """The driver path (used for vLLM) and the actor path write identical shards."""
+def test_streamed_job_writes_what_the_extractor_gives_in_one_process(tmp_path, ray_session):
+    """The streamed job (passes over Ray Data, shards written by workers) and the
+    extractor's own loop in this process give the same rows, shard by shard."""
     import rexeval.pipelines.extract.pipeline as ep
+    from rexeval.pipelines.extract.extractor import Extractor
+    from tests.doubles.llm import ScriptedLLM
 
     write_reviews(tmp_path / "reviews.parquet", 10)
-    run_extract(config(tmp_path, "actors", "a.sqlite", "a.log"), progress=lambda s: None)
-    cfg = config(tmp_path, "driver", "d.sqlite", "d.log")
+    cfg = config(tmp_path, "out", "a.sqlite", "a.log")
+    run_extract(cfg, progress=lambda s: None)
     models = ep.resolve_models(cfg)
-    out = ep.ShardedOutput(cfg.out, "extract", ep.output_config(cfg, models), ["statements", "errors"])
-    out.open()
-    ep._run_in_driver(cfg, models, out, *ep.review_parts(cfg), [0, 1, 2], lambda s: None, group=2)
-    out.finish(3)
-    assert files(tmp_path / "actors") == files(tmp_path / "driver")
+    llm = ScriptedLLM.make(default=TRIPLETS)
+    parts, total = ep.review_parts(cfg)
+    for shard in range(3):
+        extractor = Extractor(ep.make_settings(cfg, models), llm.generate)
+        st, er, _ = extractor.run(ep.shard_reviews(parts, total, shard, cfg.shard_size))
+        assert pq.read_table(tmp_path / "out" / "statements" / f"part-{shard:05d}.parquet").equals(st)
+        assert pq.read_table(tmp_path / "out" / "errors" / f"part-{shard:05d}.parquet").equals(er)
+
+

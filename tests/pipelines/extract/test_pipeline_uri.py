@@ -11,12 +11,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS, SchemaError
-from rexeval.pipelines.core.stage import Resources
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.extract.config import ExtractConfig, GroundTruthConfig, QualityConfig
-from rexeval.pipelines.extract.pipeline import ExtractStage, review_parts, run_extract
+from rexeval.pipelines.extract.pipeline import ShardReader, review_parts, run_extract
 from rexeval.pipelines.extract.quality import SamplePlan, run_quality, sample_statements
 from rexeval.pipelines.extract.rows import TableParts
 from tests.pipelines.extract.test_ground_truth import make_extract
@@ -102,8 +100,8 @@ def test_workers_get_where_the_reviews_are_not_the_reviews(tmp_path):
         cfg = extract_config(tmp_path, str(tmp_path / "reviews.parquet"), str(tmp_path / "o"))
         parts, total = review_parts(cfg)
         assert total == n
-        stage = ExtractStage(cfg, {}, ShardedOutput(cfg.out, "extract", {}, []), parts, total, Resources())
-        sizes.append(len(pickle.dumps(stage)))
+        reader = ShardReader(parts, total, cfg.shard_size)
+        sizes.append(len(pickle.dumps(reader)))
     assert abs(sizes[0] - sizes[1]) < 16
 
 
