@@ -232,11 +232,13 @@ class JudgeServer:
 
     async def chat(self, request: dict):
         """`ray.data.llm`'s ServeDeploymentProcessor calls this (with a streaming handle):
-        {"request": ChatRequest dict, ...} -> one {"result": LLMResult JSON}. Like
-        `generate`, it answers bad or over-limit requests with an error result and never
-        raises for the model: an exception here would be a transport failure."""
+        {"request_json": ChatRequest JSON, ...} (or "request": its dict) -> one
+        {"result": LLMResult JSON}. Like `generate`, it answers bad or over-limit requests
+        with an error result and never raises for the model: an exception here would be a
+        transport failure."""
+        raw = request.get("request_json")
         with self.metrics.timed("handle.chat"):
-            [result] = await self._generate_checked([request.get("request")])
+            [result] = await self._generate_checked([json.loads(raw) if raw else request.get("request")])
         yield {"result": json.dumps(result)}
 
     async def info(self) -> dict[str, Any]:

@@ -127,6 +127,8 @@ def parse_chat_completion(body: bytes, served_model: str, max_body_bytes: int) -
 def chat_completion(result: LLMResult, model_id: str) -> dict[str, Any]:
     """Our LLMResult -> an OpenAI ChatCompletion body (raise OpenAIError on an error result)."""
     if not result.ok:
+        if result.transient:  # the backend's call failed, not the request: worth a retry (OpenAI clients retry 503)
+            raise OpenAIError(503, result.error or "the judge backend is unavailable", "unavailable", "server_error")
         raise OpenAIError(500, result.error or "the judge backend gave no text", "backend_error", "server_error")
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}",

@@ -9,7 +9,7 @@ travels through. The processor is chosen by where the model is (`CallPlan.kind`)
 - "serve": `ServeDeploymentProcessorConfig` against a running rexeval judge deployment
   (its streaming `chat` method), inside the cluster;
 - "http": `HttpRequestProcessorConfig` against any OpenAI-compatible endpoint: the
-  `openai` backend's `base_url`, or a judge app reached by URL (its `/chat/completions`);
+  `openai` backend's `base_url`, or a judge app reached by URL (its `/v1/chat/completions`);
 - "local": the `hf` backend (or a `module:Class` backend of your own) built once per
   actor of a Ray Data actor pool, behind the call cache: the laptop path, same shape.
 
@@ -143,6 +143,7 @@ class LocalCaller:
 
         use_cpus(plan.resources)
         self.plan = plan
+        self.backoff_s = float(plan.options.get("backoff_s", 0.2))
         self.llm = build_cached_backend(plan.backend, plan.model, plan.options, plan.cache)
 
     def _generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
@@ -162,7 +163,7 @@ class LocalCaller:
             again = [i for i, r in enumerate(results) if r.transient]
             if not again:
                 break
-            time.sleep(min(30.0, 0.2 * 2 ** attempt) * random.uniform(0.5, 1.0))
+            time.sleep(min(30.0, self.backoff_s * 2 ** attempt) * random.uniform(0.5, 1.0))
             for i, r in zip(again, self._generate([requests[i] for i in again])):
                 results[i] = r
         return _set(batch, "result", pa.array([result_json(r) for r in results], pa.string()))
@@ -183,7 +184,9 @@ def _serve_processor(plan: CallPlan):
         request_timeout_s=float(plan.options.get("timeout_s", 600.0)))
 
     def pre(row: dict) -> dict:
-        return {**row, "method": "chat", "request_kwargs": {"request": json.loads(row["request"])}}
+        # As JSON text: through Arrow a nested request would come back as numpy arrays,
+        # and requests with different schemas would not share one column type.
+        return {**row, "method": "chat", "request_kwargs": {"request_json": row["request"]}}
 
     def post(row: dict) -> dict:
         out = {k: v for k, v in row.items() if k not in _SERVE_INTERNAL}
@@ -200,8 +203,8 @@ _SERVE_INTERNAL = {"method", "request_kwargs", "request_id", "batch_uuid", "time
 
 def chat_url(plan: CallPlan) -> tuple[str, str]:
     """(chat completions URL, model name to send) for the http kind."""
-    if plan.address.startswith(("http://", "https://")):
-        return plan.address.rstrip("/") + "/chat/completions", plan.model
+    if plan.address.startswith(("http://", "https://")):  # a judge app: whatever model it serves
+        return plan.address.rstrip("/") + "/v1/chat/completions", "auto"
     base = str(plan.options.get("base_url") or "").rstrip("/")
     if not base:
         raise ValueError("the openai backend needs backend_options.base_url (e.g. http://127.0.0.1:8000/v1)")
@@ -246,10 +249,13 @@ def _http_processor(plan: CallPlan):
         try:
             out["result"] = result_json(parse_response(body))
         except ValueError as exc:
-            # An error body (4xx the stage does not retry) or a malformed one: the
-            # request's problem, recorded, not retried.
+            # An error body the stage did not retry: a 4xx is the request's problem
+            # (recorded); a server error (OpenAI's type "server_error", e.g. a 500) is
+            # the endpoint's, so the row is tried again later. A malformed body too.
             detail = body.get("error") if isinstance(body, dict) else None
-            out["result"] = result_json(LLMResult(error=f"{detail or exc}"))
+            server = detail is None or (isinstance(detail, dict) and detail.get("type") == "server_error")
+            message = detail.get("message") if isinstance(detail, dict) else None
+            out["result"] = result_json(LLMResult(error=f"HTTP endpoint: {message or exc}", transient=server))
         return out
 
     return build_processor(config, preprocess=pre, postprocess=post)

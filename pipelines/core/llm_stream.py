@@ -305,6 +305,14 @@ def _call_keeping_rows(part, plan: CallPlan, hosts: list | None):
     ctx.max_errored_blocks = -1  # a block whose calls failed is counted below, not fatal
     try:
         got = call_cached(part, plan, hosts).materialize()
+    except Exception as exc:  # noqa: BLE001  (the pass itself failed: a dead replica, a bad answer body)
+        from rexeval.failures import reason_of
+
+        # Nothing of this pass is taken as answered; every row is tried again in the
+        # next pass (what was answered is in the call cache) or left for a re-run.
+        why = transient_result(f"the {plan.kind} pass failed: {reason_of(exc)}")
+        return part.map_batches(lambda b: b.append_column("result", pa.array([why] * b.num_rows, pa.string())),
+                                batch_format="pyarrow", num_cpus=0).materialize()
     finally:
         ctx.max_errored_blocks = before
     n_in, n_out = part.count(), got.count()

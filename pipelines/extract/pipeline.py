@@ -223,7 +223,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
             source_rows(ShardReader(parts, total, cfg.shard_size), job.todo),
             functools.partial(ExtractSteps, cfg, models), plans,
             ShardWriter(cfg.method, job.output, models["llm"]), label="extract", progress=progress,
-            on_shard=on_shard)
+            on_shard=on_shard, backoff_s=float(cfg.backend_options.get("backoff_s", 1.0)))
         if summary.input_errors:
             raise SchemaError(**json.loads(summary.input_errors[0]))
         if summary.awaiting:

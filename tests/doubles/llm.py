@@ -8,6 +8,11 @@ first, good answer after the feedback"). Special answers:
   "!exit"   the process exits at once (kills a Ray actor mid-job), only while the
             file named by the `exit_flag` option exists
 Option `delay_s` makes each generate() call slow (to kill a job mid-way).
+Transport faults (results with `transient` set, as a 503 or a dead replica gives):
+  `flaky` (0..1)      that fraction of requests fails the first time this process sees it
+                      (chosen by a hash of the request, so the same ones in every run)
+  `down_while` PATH + `down_for` TEXT: a request whose last user message holds TEXT
+                      fails every time while the file PATH exists
 Every request is appended to the file named by the `log` option (one JSON line), so
 tests count calls across Ray worker processes.
 
@@ -32,6 +37,9 @@ class ScriptedLLM(LLMBackend):
         self.log = spec.options.get("log")
         self.exit_flag = spec.options.get("exit_flag")
         self.delay_s = float(spec.options.get("delay_s", 0))
+        self.flaky = float(spec.options.get("flaky", 0))
+        self.down_while, self.down_for = spec.options.get("down_while"), spec.options.get("down_for")
+        self._seen: set[str] = set()
         self.calls: list[ChatRequest] = []
 
     @classmethod
@@ -46,6 +54,20 @@ class ScriptedLLM(LLMBackend):
             if needle in last:
                 return answer
         return self.default
+
+    def _fault(self, req: ChatRequest) -> str | None:
+        import hashlib
+
+        last = next(m["content"] for m in reversed(req.messages) if m["role"] == "user")
+        if self.down_while and self.down_for and self.down_for in last and os.path.exists(self.down_while):
+            return "scripted outage: HTTP 503"
+        if self.flaky:
+            key = req.model_dump_json()
+            share = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+            if share < self.flaky and key not in self._seen:
+                self._seen.add(key)
+                return "scripted flake: connection reset"
+        return None
 
     def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
         answers = [self._answer(r) for r in requests]
@@ -64,8 +86,11 @@ class ScriptedLLM(LLMBackend):
         if "!exit" in answers and self.exit_flag and os.path.exists(self.exit_flag):
             os._exit(1)
         out = []
-        for a in answers:
-            if a == "!error":
+        for r, a in zip(requests, answers):
+            fault = self._fault(r)
+            if fault:
+                out.append(LLMResult(error=fault, transient=True))
+            elif a == "!error":
                 out.append(LLMResult(error="scripted request failure"))
             elif a == "!exit":
                 out.append(LLMResult(text="[]", prompt_tokens=10, completion_tokens=1))

@@ -121,6 +121,9 @@ def test_chat_completion_response_shape():
     with pytest.raises(OpenAIError) as err:
         chat_completion(LLMResult(error="boom"), "m")
     assert err.value.status == 500
+    with pytest.raises(OpenAIError) as err:  # the backend's call failed: a client may retry
+        chat_completion(LLMResult(error="connection reset", transient=True), "m")
+    assert err.value.status == 503 and err.value.body()["error"]["type"] == "server_error"
 
 
 # -- both endpoints on one Serve, built from the config file's args ---------------------
