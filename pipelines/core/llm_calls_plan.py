@@ -68,10 +68,6 @@ class CallPlan:
 # -- rows <-> requests and results ------------------------------------------------------
 
 
-def request_of(row: dict) -> ChatRequest:
-    return ChatRequest.model_validate_json(row["request"])
-
-
 def result_json(res: LLMResult) -> str:
     return res.model_dump_json()
 

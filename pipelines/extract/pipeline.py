@@ -143,23 +143,10 @@ def call_plans(cfg: ExtractConfig, models: dict[str, Any]) -> dict[str, CallPlan
     return plans
 
 
-class ExtractSteps:
-    """The extractor's per-review steps for the stream (built once per worker)."""
-
-    def __init__(self, cfg: ExtractConfig, models: dict[str, Any]):
-        self.extractor = Extractor(make_settings(cfg, models), None, None, make_topic_mapper(models))
-
-    def start(self, row: dict) -> dict:
-        return self.extractor.start(row)
-
-    def request(self, work: dict):
-        return self.extractor.request(work)
-
-    def role(self, work: dict) -> str:
-        return self.extractor.role(work)
-
-    def advance(self, work: dict, result) -> dict:
-        return self.extractor.advance(work, result)
+def extract_steps(cfg: ExtractConfig, models: dict[str, Any]) -> Extractor:
+    """The stream's per-review steps (built once per worker): the Extractor itself, whose
+    start / request / role / advance are what `llm_stream.StreamSteps` asks for."""
+    return Extractor(make_settings(cfg, models), None, None, make_topic_mapper(models))
 
 
 class ShardReader:
@@ -221,7 +208,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
 
         summary = run_stream(
             source_rows(ShardReader(parts, total, cfg.shard_size), job.todo),
-            functools.partial(ExtractSteps, cfg, models), plans,
+            functools.partial(extract_steps, cfg, models), plans,
             ShardWriter(cfg.method, job.output, models["llm"]), label="extract", progress=progress,
             on_shard=on_shard, backoff_s=float(cfg.backend_options.get("backoff_s", 1.0)))
         if summary.input_errors:
