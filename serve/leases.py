@@ -173,6 +173,10 @@ class RayBook:
         import ray
 
         def call(*args):
+            if not ray.is_initialized():
+                # This process has left Ray (a driver shutting down): calling now would
+                # start or join a Ray of its own through Ray's auto-init.
+                raise ConnectionError(f"lease book: no Ray connection for {method}")
             try:
                 return ray.get(keeper().call.remote(method, *args), timeout=60)
             except (ray.exceptions.RayActorError, ray.exceptions.RaySystemError):

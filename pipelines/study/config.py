@@ -143,8 +143,8 @@ def parse_sets(items: list[str] | tuple[str, ...]) -> dict[str, Any]:
 
 
 def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFile:
-    """Read and validate a study file; dataset paths become absolute (relative to the
-    file), environment variables are expanded, `sets` override `vars`. Raises
+    """Read and validate a study file; dataset paths are resolved against the file's
+    folder (`_beside`), environment variables are expanded, `sets` override `vars`. Raises
     StudyError naming each bad key."""
     path = Path(path)
     if not path.is_file():
@@ -186,6 +186,19 @@ def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFil
 
 
 def _beside(here: Path, path: str) -> str:
-    """A dataset file as the stages get it: a URI as written, a local path made absolute
-    against the study file's folder."""
-    return path if is_uri(path) else str((here / path).resolve())
+    """A dataset file as the stages get it: a URI as written, a local path against the
+    study file's folder, relative to the working directory when it lies inside it and
+    absolute otherwise.
+
+    Why relative: a study submitted as a Ray job runs in its working dir unpacked under
+    a folder of each node's own, so an absolute path there names one node's copy. Kept
+    relative, the path names the same file on every node, and what the stages record
+    from it (ingested rows' `source`, and so every table downstream and the upstream
+    file sizes a job's settings hash counts) is the same whichever node's driver wrote
+    it: a study killed on the head resumes from the worker instead of finding its
+    folders written under other settings."""
+    if is_uri(path):
+        return path
+    full = (here / path).resolve()
+    cwd = Path.cwd().resolve()
+    return str(full.relative_to(cwd)) if full.is_relative_to(cwd) else str(full)

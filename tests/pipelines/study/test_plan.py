@@ -56,7 +56,27 @@ def test_instances_references_and_order(tmp_path):
     assert stats.settings["name"] == "a" and stats.deps == {"split@a"}
     assert clusters.out == location(out / "clusters") and clusters.deps == {"ingest@a"}
     assert clusters.settings["profile"] == "local"  # the study's profile, where the job takes one
-    assert plan.instances["ingest@b"].settings["inputs"] == [str(SAMPLE / "reviews_noisy.jsonl")]
+    assert [Path(p).resolve() for p in plan.instances["ingest@b"].settings["inputs"]] == \
+        [SAMPLE / "reviews_noisy.jsonl"]
+
+
+def test_a_dataset_file_inside_the_working_dir_is_named_relative_to_it(tmp_path, monkeypatch):
+    """Inside the working dir (what a Ray job ships to every node, unpacked under a folder
+    of each node's own) a dataset file is named relative to it, so it names the same file,
+    and the rows ingested from it record the same `source`, whichever node runs the
+    stage; a file outside it stays absolute; a URI stays as written."""
+    (tmp_path / "work" / "data").mkdir(parents=True)
+    (tmp_path / "work" / "data" / "r.jsonl").write_text("{}")
+    (tmp_path / "elsewhere.jsonl").write_text("{}")
+    data = study_dict()
+    data["datasets"]["a"]["inputs"] = ["data/r.jsonl", "../elsewhere.jsonl", "s3://bucket/r.jsonl"]
+    f = tmp_path / "work" / "study.yaml"
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+    monkeypatch.chdir(tmp_path / "work")
+    assert load_study(f).datasets["a"].inputs == [
+        "data/r.jsonl", str(tmp_path / "elsewhere.jsonl"), "s3://bucket/r.jsonl"]
+    monkeypatch.chdir(tmp_path / "work" / "data")  # the study file lies above the working dir
+    assert load_study(f).datasets["a"].inputs[0] == "r.jsonl"
 
 
 def test_list_references_env_defaults_and_paths_relative_to_the_file(tmp_path, monkeypatch):
