@@ -71,6 +71,168 @@ def conversation_key(messages: Sequence[dict]) -> str:
     return json.dumps(list(messages), sort_keys=True, ensure_ascii=False)
 
 
+def parser_ref(parse: Parser) -> dict:
+    """A parser as data a worker can rebuild (`rebuild_parser`): a module-level function,
+    or a `functools.partial` of one with keyword arguments."""
+    import functools
+
+    fn, kwargs = (parse.func, dict(parse.keywords)) if isinstance(parse, functools.partial) else (parse, {})
+    if isinstance(parse, functools.partial) and parse.args:
+        raise ValueError("a parser partial may bind keyword arguments only")
+    where = f"{fn.__module__}:{fn.__qualname__}"
+    if "<" in where:
+        raise ValueError(f"the parser {where} is not a module-level function: a worker cannot import it")
+    return {"fn": where, "kwargs": kwargs}
+
+
+def rebuild_parser(ref: dict) -> Parser:
+    import functools
+    import importlib
+
+    module, name = ref["fn"].split(":")
+    fn = importlib.import_module(module)
+    for part in name.split("."):
+        fn = getattr(fn, part)
+    return functools.partial(fn, **ref["kwargs"]) if ref["kwargs"] else fn
+
+
+def question(messages: Sequence[dict], parse: Parser, *, sampling, max_retries: int, expected: str,
+             json_schema: dict | None) -> dict:
+    """One conversation to ask, with how to read and retry its answer, as plain data."""
+    return {"messages": list(messages), "parser": parser_ref(parse), "sampling": sampling.model_dump(),
+            "json_schema": json_schema, "max_retries": int(max_retries), "expected": expected}
+
+
+class AskSteps:
+    """`ask`'s loop for one question as steps (`start` / `request` / `role` / `advance`):
+    what `ask` runs in-process and a streamed job (`llm_stream.StreamSteps`) runs over
+    passes, so both read, retry and count alike. The work is a plain JSON dict."""
+
+    def __init__(self):
+        from rexeval.prompts import load_prompt
+
+        self.retry = load_prompt("judge_retry")
+        self._parsers: dict[str, Parser] = {}
+
+    def start(self, q: dict) -> dict:
+        return {"q": q, "messages": list(q["messages"]), "attempts": 0, "value": None, "raw": None,
+                "problem": None, "error": None, "done": False, "usage": []}
+
+    def request(self, work: dict):
+        from rexeval.models.llm.base import ChatRequest, SamplingParams
+
+        if work["done"]:
+            return None
+        q = work["q"]
+        return ChatRequest(messages=work["messages"], sampling=SamplingParams(**q["sampling"]),
+                           json_schema=q["json_schema"])
+
+    def role(self, work: dict) -> str:
+        return "llm"
+
+    def _parser(self, ref: dict) -> Parser:
+        key = json.dumps(ref, sort_keys=True)
+        if key not in self._parsers:
+            self._parsers[key] = rebuild_parser(ref)
+        return self._parsers[key]
+
+    def advance(self, work: dict, res) -> dict:
+        w = dict(work)
+        q = w["q"]
+        w["usage"] = [*w["usage"], res.model_dump(include={"error", "cached", "prompt_tokens",
+                                                          "completion_tokens", "seconds"})]
+        w["attempts"] += 1
+        w["raw"], w["error"] = res.text, res.error
+        if res.error is not None:
+            # A model-side failure is not retried here (transport failures never reach
+            # advance: the backend or the stream retries them).
+            w.update(problem=None, done=True)
+            return w
+        value, problem = self._parser(q["parser"])(res.text or "")
+        if value is not None:
+            w.update(value=value, problem=None, done=True)
+            return w
+        w["problem"] = problem or "it could not be read"
+        if w["attempts"] <= q["max_retries"]:
+            w["messages"] = w["messages"] + [{"role": "assistant", "content": res.text or ""},
+                                             self.retry.render(problem=w["problem"], expected=q["expected"])[-1]]
+        else:
+            w["done"] = True
+        return w
+
+
+def answer_of(work: dict) -> Answer:
+    return Answer(value=work["value"], raw=work["raw"], problem=work["problem"], error=work["error"],
+                  attempts=work["attempts"])
+
+
+def count_works(works: Sequence[dict], stats: CallStats) -> CallStats:
+    """Add settled questions' calls and outcomes to `stats` (as `ask` counts them)."""
+    from rexeval.models.llm.base import LLMResult
+
+    stats.asked += len(works)
+    for w in works:
+        stats.retries += max(0, w["attempts"] - 1)
+        for u in w["usage"]:
+            stats.usage.add(LLMResult(text=None if u["error"] else "", **u))
+        if w["value"] is None:
+            if w["error"] is not None:
+                stats.errors += 1
+            else:
+                stats.unparseable += 1
+                if len(stats.examples_unparseable) < 5:
+                    stats.examples_unparseable.append((w["raw"] or "")[:300])
+    return stats
+
+
+class AskPlayback:
+    """What stands in for the LLM when a streamed job runs a task function (`ask` hands
+    it its questions): `Recorder` collects them, `Replayer` answers them from the
+    stream's settled questions."""
+
+    model_id: str = "?"
+
+    def ask(self, questions: list[dict], stats: CallStats) -> list[Answer]:
+        raise NotImplementedError
+
+
+def question_key(q: dict) -> str:
+    return json.dumps(q, sort_keys=True, ensure_ascii=False)
+
+
+class Recorder(AskPlayback):
+    """Collects every question a task function asks (distinct, in order); the answers it
+    gives back are empty, and the function's output is thrown away. A task function
+    whose later questions depend on earlier answers cannot be streamed this way: the
+    `Replayer` then finds a question nobody asked, and says so."""
+
+    def __init__(self, model_id: str):
+        self.model_id = model_id
+        self.questions: dict[str, dict] = {}
+
+    def ask(self, questions: list[dict], stats: CallStats) -> list[Answer]:
+        for q in questions:
+            self.questions.setdefault(question_key(q), q)
+        return [Answer(problem="not asked yet") for _ in questions]
+
+
+class Replayer(AskPlayback):
+    """Answers a task function's questions from the stream's settled works."""
+
+    def __init__(self, model_id: str, works: Sequence[dict]):
+        self.model_id = model_id
+        self.works = {question_key(w["q"]): w for w in works if "q" in w}
+
+    def ask(self, questions: list[dict], stats: CallStats) -> list[Answer]:
+        keys = [question_key(q) for q in questions]
+        missing = [k for k in keys if k not in self.works]
+        if missing:
+            raise RuntimeError("the task asked a question that was not streamed (its questions must not depend "
+                               f"on earlier answers): {missing[0][:200]}")
+        count_works([self.works[k] for k in dict.fromkeys(keys)], stats)
+        return [answer_of(self.works[k]) for k in keys]
+
+
 def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sampling=None,
         max_retries: int = 2, expected: str = "the requested format",
         stats: CallStats | None = None, json_schema: dict | None = None) -> tuple[list[Answer], CallStats]:
@@ -78,53 +240,28 @@ def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sa
     (a greedy judge would answer them alike); an unreadable answer is asked again with
     the parser's reason, at most `max_retries` times. With `json_schema`, backends that
     can constrain decoding (hf with xgrammar, vLLM, OpenAI-compatible servers) are held
-    to it; the parser still reads the answer, so a backend that cannot is no worse off."""
-    from rexeval.models.llm.base import ChatRequest, SamplingParams
-    from rexeval.prompts import load_prompt
+    to it; the parser still reads the answer, so a backend that cannot is no worse off.
+
+    `llm` is a backend (the loop runs here, over `AskSteps`) or an `AskPlayback` (a
+    streamed job: the questions go through the job's stream instead)."""
+    from rexeval.models.llm.base import SamplingParams
 
     sampling = sampling or SamplingParams(temperature=0.0, max_tokens=512)
     stats = stats if stats is not None else CallStats()
-    retry = load_prompt("judge_retry")
+    qs = [question(c, parse, sampling=sampling, max_retries=max_retries, expected=expected,
+                   json_schema=json_schema) for c in conversations]
+    if isinstance(llm, AskPlayback):
+        return llm.ask(qs, stats), stats
     index: dict[str, int] = {}
     inverse = [index.setdefault(conversation_key(c), len(index)) for c in conversations]
-    first = {}
-    for c, i in zip(conversations, inverse):
-        first.setdefault(i, list(c))
-    convs = [first[i] for i in range(len(index))]
-    stats.asked += len(convs)
-    answers = [Answer() for _ in convs]
-    todo = list(range(len(convs)))
-    for attempt in range(max_retries + 1):
-        if not todo:
-            break
-        results = llm.generate([ChatRequest(messages=convs[i], sampling=sampling, json_schema=json_schema)
-                                for i in todo])
-        stats.retries += len(todo) if attempt else 0
-        again = []
+    first: dict[int, dict] = {}
+    for q, i in zip(qs, inverse):
+        first.setdefault(i, q)
+    steps = AskSteps()
+    works = [steps.start(first[i]) for i in range(len(index))]
+    while todo := [i for i, w in enumerate(works) if steps.request(w) is not None]:
+        results = llm.generate([steps.request(works[i]) for i in todo])
         for i, res in zip(todo, results):
-            stats.usage.add(res)
-            a = answers[i]
-            a.attempts += 1
-            a.raw, a.error = res.text, res.error
-            if res.error is not None:
-                a.problem = None  # a failed call is not retried here: the backend retries transport
-                continue
-            value, problem = parse(res.text or "")
-            if value is not None:
-                a.value, a.problem = value, None
-                continue
-            a.problem = problem or "it could not be read"
-            if attempt < max_retries:
-                convs[i] = convs[i] + [{"role": "assistant", "content": res.text or ""},
-                                       retry.render(problem=a.problem, expected=expected)[-1]]
-                again.append(i)
-        todo = again
-    for a in answers:
-        if a.value is None:
-            if a.error is not None:
-                stats.errors += 1
-            else:
-                stats.unparseable += 1
-                if len(stats.examples_unparseable) < 5:
-                    stats.examples_unparseable.append((a.raw or "")[:300])
-    return [answers[i] for i in inverse], stats
+            works[i] = steps.advance(works[i], res)
+    count_works(works, stats)
+    return [answer_of(works[i]) for i in inverse], stats

@@ -168,6 +168,19 @@ class LocalCaller:
 # -- the ray.data.llm kinds -----------------------------------------------------------------
 
 
+NO_CPU_MAPS = {"preprocess_map_kwargs": {"num_cpus": 0}, "postprocess_map_kwargs": {"num_cpus": 0}}
+
+
+def as_client(processor):
+    """A processor whose stages only wait on a model elsewhere (a Serve deployment, an
+    HTTP endpoint), its actors holding no CPU. Ray Data gives them a CPU each by default,
+    and on a small cluster they then hold the CPU a judge replica needs to restart after
+    a crash: the pass waits on a replica that can never be scheduled."""
+    for stage in processor.stages.values():
+        stage.map_batches_kwargs = {**stage.map_batches_kwargs, "num_cpus": 0}
+    return processor
+
+
 def _serve_processor(plan: CallPlan):
     from ray.data.llm import ServeDeploymentProcessorConfig, build_processor
 
@@ -190,7 +203,7 @@ def _serve_processor(plan: CallPlan):
         out["result"] = transient_result(f"judge deployment call failed: {error}") if error else row["result"]
         return out
 
-    return build_processor(config, preprocess=pre, postprocess=post)
+    return as_client(build_processor(config, preprocess=pre, postprocess=post, **NO_CPU_MAPS))
 
 
 _SERVE_INTERNAL = {"method", "request_kwargs", "request_id", "batch_uuid", "time_taken", ERROR_COLUMN,
@@ -254,7 +267,7 @@ def _http_processor(plan: CallPlan):
             out["result"] = result_json(LLMResult(error=f"HTTP endpoint: {message or exc}", transient=server))
         return out
 
-    return build_processor(config, preprocess=pre, postprocess=post)
+    return as_client(build_processor(config, preprocess=pre, postprocess=post, **NO_CPU_MAPS))
 
 
 def _vllm_processor(plan: CallPlan):

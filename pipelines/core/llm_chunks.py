@@ -1,20 +1,27 @@
-"""LLM jobs on Ray in chunks of work, each a resumable shard, calling the LLM through
-the judge Serve deployment (or an in-process backend).
+"""LLM jobs over chunks of rows, each a resumable shard, streamed through Ray Data.
 
-`rexeval judge likert|pairwise|detect` and `rexeval generate llm` share this runner: the
-driver writes the rows to work on (`payload.parquet`), splits them into chunks, and a
-Ray Data actor pool runs one task function per chunk (`fn(llm, rows, settings)` ->
-(tables, CallStats); the judges' are in `pipelines/judge/tasks.py`, the prompted
-generators' in `pipelines/generate/prompted/`). Each actor holds one LLM client: a handle
-to the `rexeval-judge` Serve deployment (it serves any chat LLM; the job starts it when
-none is running and stops it at the end), an HTTP client of a remote one, or, with
-`judge_service: none`, an in-process backend behind the call cache. Every chunk writes
-its tables and a one-row `usage` table (calls, tokens, seconds, retries, unreadable
-answers), so a re-run skips finished chunks and the report's totals still count every
-call the results cost.
+`rexeval judge likert|pairwise|detect` and `rexeval generate llm` share this runner. A
+job gives a task function `fn(llm, rows, settings)` -> (tables, CallStats) that asks its
+LLM through `llm_calls.ask` (the judges' tasks are in `pipelines/judge/tasks.py`, the
+prompted generators' in `pipelines/generate/prompted/`). The function runs twice per
+chunk, on workers, never calling a model itself:
 
-The output folder may be a URI (`pipelines/core/storage.py`): the payload, the shards
-and the report go there, and each actor reads the payload from there.
+1. with a `Recorder` for its LLM: it says which questions it asks (conversations, how
+   to read and retry their answers);
+2. the questions of every chunk go through one stream (`llm_stream.run_stream` with
+   `llm_calls.AskSteps`): one pass per round of calls, an unreadable answer asked again
+   with the reason in the next pass, over those questions only, through the processor of
+   the job's backend (`llm_calls_plan`: the judge Serve deployment, an OpenAI-compatible
+   server, vLLM engines, or the job's own model actors with `judge_service: none`);
+3. with a `Replayer` over the chunk's settled questions: it turns the answers into the
+   chunk's tables, which the worker commits as the chunk's shard, with a one-row `usage`
+   table (calls, tokens, seconds, retries, unreadable answers), so a re-run skips
+   finished chunks and the report's totals still count every call the results cost.
+
+A call that failed in transport is retried and, if it keeps failing, leaves its chunk
+unwritten: the job then raises `AwaitingRerun` after saving the rest, and a plain re-run
+does the rest. The output folder may be a URI (`pipelines/core/storage.py`): the payload,
+the shards and the report go there, and every worker reads the payload from there.
 """
 from __future__ import annotations
 
@@ -29,8 +36,9 @@ from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_pa
 from rexeval.pipelines.core.job_metrics import record_llm_usage
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
+from rexeval.pipelines.core.llm_calls_plan import CallPlan
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.stage import Resources, worker_resources
 
 # fn(llm, rows, settings) -> ({table name: DataFrame | pa.Table}, CallStats)
 ChunkTask = Callable[[Any, pd.DataFrame, dict], tuple[dict, Any]]
@@ -53,18 +61,6 @@ def llm_spec(cfg: ChunkedLLMSettings, profile, role: str = "judge_llm", model: s
             "options": dict(cfg.backend_options), "cache": c.cache_path()}
     check_model_here(spec["backend"], spec["model"])
     return spec
-
-
-def build_llm(spec: dict, address: str):
-    """The LLM a task calls: a client of the judge deployment (which keeps the call
-    cache), or an in-process backend behind the cache."""
-    if address != "none":
-        from rexeval.models.llm.base import BackendSpec, build_backend
-
-        return build_backend(BackendSpec(backend="serve", model="auto", options={"address": address}))
-    from rexeval.pipelines.core.llm_cache import build_cached_backend
-
-    return build_cached_backend(spec["backend"], spec["model"], spec["options"], spec["cache"])
 
 
 class JudgeService:
@@ -123,67 +119,135 @@ def _stats_row(stats) -> pa.Table:
     return pa.table({k: pa.array([float(d.get(k, 0) or 0)], pa.float64()) for k in USAGE_FIELDS})
 
 
-class LLMChunkStage(Stage):
-    """Runs one task function over chunks of the payload and writes each as a shard."""
+class ChunkQuestions:
+    """`source_rows`' reader: the questions a chunk's task function asks (one row each, the
+    question as JSON; a chunk that asks nothing gives one empty row, so it is still written)."""
 
-    batch_size = 1
+    def __init__(self, fn: ChunkTask, payload: str, chunk: int, settings: dict, model_id: str):
+        self.fn, self.payload, self.chunk, self.settings, self.model_id = fn, payload, chunk, settings, model_id
 
-    def __init__(self, task: str, fn: ChunkTask, spec: dict, address: str, payload: str, chunk: int,
-                 output: ShardedOutput, settings: dict, resources: Resources):
-        # `fn` is a module-level function: Ray pickles it by reference, so each actor
-        # imports the module that defines it.
-        self.task, self.fn, self.spec, self.address, self.payload = task, fn, spec, address, payload
-        self.chunk, self.output, self.settings, self.resources = chunk, output, settings, resources
-        self.name = f"llm:{task}"
-
-    def setup(self) -> None:
-        from rexeval.pipelines.core.stage import use_cpus
-
-        use_cpus(self.resources)
+    def rows(self, shard: int) -> pd.DataFrame:
         with location(self.payload).open_input() as fh:
-            self.rows = pd.read_parquet(fh)
-        self.llm = build_llm(self.spec, self.address) if self.spec else None
+            rows = pd.read_parquet(fh)
+        return rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
 
-    def process(self, batch: pa.Table) -> pa.Table:
-        out = []
-        for shard in batch.column("shard").to_pylist():
-            part = self.rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
-            tables, stats = self.fn(self.llm, part, self.settings)
-            record_llm_usage(self.name, getattr(self.llm, "model_id", None) or self.spec.get("model"), stats.usage)
-            tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
-                      for k, v in tables.items()}
-            tables["usage"] = _stats_row(stats)
-            counts = {"rows": len(part), "unparseable": int(stats.unparseable), "errors": int(stats.errors)}
-            self.output.write_shard(shard, tables, counts)
-            out.append({"shard": shard, "rows": len(part)})
-        return pa.Table.from_pylist(out)
+    def __call__(self, shard: int) -> pa.Table:
+        import json
+
+        from rexeval.pipelines.core.llm_calls import Recorder
+
+        recorder = Recorder(self.model_id)
+        self.fn(recorder, self.rows(shard), self.settings)
+        qs = [json.dumps(q) for q in recorder.questions.values()] or [None]
+        return pa.table({"question": pa.array(qs, pa.string())})
+
+
+class ChunkSteps:
+    """The stream's steps for one question (`llm_calls.AskSteps`); an empty row settles at once."""
+
+    def __init__(self):
+        from rexeval.pipelines.core.llm_calls import AskSteps
+
+        self.ask = AskSteps()
+
+    def start(self, row: dict) -> dict:
+        import json
+
+        return self.ask.start(json.loads(row["question"])) if row.get("question") else {"done": True}
+
+    def request(self, work: dict):
+        return None if work.get("done") and "q" not in work else self.ask.request(work)
+
+    def role(self, work: dict) -> str:
+        return "llm"
+
+    def advance(self, work: dict, result) -> dict:
+        return self.ask.advance(work, result)
+
+
+class ChunkWriter:
+    """A chunk's settled questions -> its task function's tables, committed as its shard."""
+
+    def __init__(self, task: str, questions: ChunkQuestions, output: ShardedOutput):
+        self.task, self.questions, self.output = task, questions, output
+
+    def __call__(self, shard: int, works: list[dict]) -> dict:
+        from rexeval.pipelines.core.llm_calls import Replayer
+
+        q = self.questions
+        part = q.rows(shard)
+        tables, stats = q.fn(Replayer(q.model_id, works), part, q.settings)
+        record_llm_usage(f"llm:{self.task}", q.model_id, stats.usage)
+        tables = {k: v if isinstance(v, pa.Table) else pa.Table.from_pandas(v, preserve_index=False)
+                  for k, v in tables.items()}
+        tables["usage"] = _stats_row(stats)
+        counts = {"rows": len(part), "unparseable": int(stats.unparseable), "errors": int(stats.errors)}
+        self.output.write_shard(shard, tables, counts)
+        return counts
+
+
+def chunk_plan(spec: dict, address: str, cfg: ChunkedLLMSettings) -> CallPlan:
+    """Where a chunked job's calls go: the judge deployment (serve:APP) or a judge app's
+    URL when the job has one, else the spec's backend (vLLM engines, an OpenAI-compatible
+    server, or the job's own model actors, which take the CPUs free now)."""
+    from rexeval.pipelines.core.stage import pool_size
+
+    opts = dict(spec.get("options") or {})
+    if address != "none":
+        return CallPlan(backend="serve", model=spec["model"], options=opts, address=address,
+                        resources=Resources(cpus=0.25), concurrency=(1, max(1, cfg.workers or 1)),
+                        batch_size=int(opts.get("batch_size", 16)))
+    plan = dict(backend=spec["backend"], model=spec["model"], options=opts, cache=spec.get("cache"),
+                batch_size=int(opts.get("batch_size", 16)))
+    if spec["backend"] == "vllm":
+        c = opts.get("concurrency", 1)
+        return CallPlan(**plan, concurrency=tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c)))
+    if spec["backend"] == "openai":
+        return CallPlan(**plan, resources=Resources(cpus=0.25), concurrency=(1, int(opts.get("concurrency", 4))))
+    lo, hi = pool_size(cfg.workers)
+    return CallPlan(**plan, resources=worker_resources(cfg, free=True), concurrency=(lo, hi or lo))
 
 
 def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tables: list[str], settings: dict,
                spec: dict | None, address: str, cfg: ChunkedLLMSettings,
                progress: Callable[[str], None]) -> ShardedOutput:
     """Run `fn` (named `task` in the output's config and progress) over `rows` in
-    chunks, resuming finished ones; returns the output."""
+    chunks, streamed (module docstring), resuming finished ones; returns the output.
+    Raises `AwaitingRerun` when calls that failed in transport left chunks unwritten."""
     from rexeval.pipelines.core.io import config_hash
+    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.runtime import init_ray
 
+    if not spec:
+        raise ValueError(f"{task}: an LLM chunk job needs the LLM's spec (llm_spec)")
     root = location(root)
     root.mkdir()
     payload = root / "payload.parquet"
     conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
-            "settings": settings, "model": (spec or {}).get("model"), "chunk": cfg.chunk_size}
+            "settings": settings, "model": spec.get("model"), "chunk": cfg.chunk_size}
     n = max(1, -(-len(rows) // cfg.chunk_size))
     job = ShardedJob(ShardedOutput(root, f"llm:{task}", conf, [*tables, "usage"]), n, overwrite=True,
                      progress=progress)
     write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
     job.say_chunks(task, f"{len(rows)} rows")
     if job.todo:
-        # A client of the Serve deployment needs little CPU; an in-process model takes
-        # the CPUs free now, shared by `workers` actors.
-        res = Resources(cpus=0.25) if address != "none" or not spec else worker_resources(cfg, free=True)
-        stage = LLMChunkStage(task, fn, spec or {}, address, str(payload), cfg.chunk_size, job.output, settings, res)
-        t0 = time.time()
-        job.run(stage, workers=cfg.workers, report=lambda row, k, todo: (
-            f"    {task}: chunk {row['shard'] + 1}/{n} done ({k}/{todo}, {time.time() - t0:.0f}s)"))
+        init_ray()
+        plan = chunk_plan(spec, address, cfg)
+        questions = ChunkQuestions(fn, str(payload), cfg.chunk_size, settings, spec["model"])
+        t0, k = time.time(), [0]
+
+        def done(row: dict) -> None:
+            if row["written"]:
+                k[0] += 1
+                progress(f"    {task}: chunk {row['shard'] + 1}/{n} done ({k[0]}/{len(job.todo)}, "
+                         f"{time.time() - t0:.0f}s)")
+
+        summary = run_stream(source_rows(questions, sorted(job.todo)), ChunkSteps, {"llm": plan},
+                             ChunkWriter(task, questions, job.output), label=task, progress=progress,
+                             on_shard=done, backoff_s=float(plan.options.get("backoff_s", 1.0)))
+        if summary.awaiting:
+            progress("  " + awaiting_line(summary, "question(s)"))
+            job.finish_partial(summary.awaiting, "question(s)")  # raises AwaitingRerun
     job.finish()
     return job.output
 

@@ -56,9 +56,9 @@ def _judged(cfg, spec: dict, progress, work: Callable[[str], object]):
     served model's id (what prices and provenance name)."""
     service = JudgeService(cfg, spec, progress)
     try:
-        result = work(service.address())
-        spec["model"] = service.model_id
-        return result
+        address = service.address()
+        spec["model"] = service.model_id  # what the answers' rows name as their judge
+        return work(address)
     finally:
         service.stop()
 

@@ -6,7 +6,8 @@ first, good answer after the feedback"). Special answers:
   "!raise"  the whole generate() call raises (a crashing backend)
   "!error"  that request gets an error result
   "!exit"   the process exits at once (kills a Ray actor mid-job), only while the
-            file named by the `exit_flag` option exists
+            file named by the `exit_flag` option exists (with `exit_once`, the exit
+            removes that file first: one kill, then the restarted process answers "[]")
 Option `delay_s` makes each generate() call slow (to kill a job mid-way).
 Transport faults (results with `transient` set, as a 503 or a dead replica gives):
   `flaky` (0..1)      that fraction of requests fails the first time this process sees it
@@ -36,6 +37,7 @@ class ScriptedLLM(LLMBackend):
         self.default = spec.options.get("default", "[]")
         self.log = spec.options.get("log")
         self.exit_flag = spec.options.get("exit_flag")
+        self.exit_once = bool(spec.options.get("exit_once", False))
         self.delay_s = float(spec.options.get("delay_s", 0))
         self.flaky = float(spec.options.get("flaky", 0))
         self.down_while, self.down_for = spec.options.get("down_while"), spec.options.get("down_for")
@@ -84,6 +86,8 @@ class ScriptedLLM(LLMBackend):
         if "!raise" in answers:
             raise RuntimeError("scripted backend failure")
         if "!exit" in answers and self.exit_flag and os.path.exists(self.exit_flag):
+            if self.exit_once:
+                os.remove(self.exit_flag)
             os._exit(1)
         out = []
         for r, a in zip(requests, answers):

@@ -74,6 +74,7 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
     answers, outputs = {}, []
     try:
         address = service.address()
+        spec["model"] = service.model_id
         for name, rows in live.items():
             progress(f"  {name}: {len(rows)} prompt(s) ({rows['messages'].nunique()} distinct)")
             settings = {"explain": {"min_words": s.min_words, "max_words": s.max_words, "max_tokens": s.max_tokens,
@@ -83,7 +84,6 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
                              location(cfg.out) / name / "calls", ["answers"], settings, spec, address, cfg, progress)
             answers[name] = out.read("answers").to_pandas()
             outputs.append(out)
-        spec["model"] = service.model_id
     finally:
         service.stop()
     return answers, usage_totals(outputs, cfg.price_table, spec["model"])
