@@ -65,6 +65,26 @@ class CallPlan:
         return self.model
 
 
+def job_plan(cfg, backend: str, model: str) -> CallPlan:
+    """Where one model's calls go for an LLM job's settings (`cfg`: backend options,
+    workers, cache): in-process actors for hf (or a backend of your own), vLLM engines, a
+    judge deployment (`backend: serve` with `backend_options.address` serve:APP or a URL),
+    or an OpenAI-compatible server."""
+    from rexeval.pipelines.core.stage import pool_size, worker_resources
+
+    opts = dict(cfg.backend_options)
+    address = str(opts.get("address") or "serve:rexeval-judge") if backend == "serve" else "none"
+    local = backend not in ("serve", "openai") and address == "none"
+    res = worker_resources(cfg) if local else Resources(cpus=0.25)
+    lo, hi = pool_size(cfg.workers)
+    conc = (lo, hi or lo) if local else (1, int(opts.get("concurrency", max(1, cfg.workers or 1))))
+    if backend == "vllm":
+        c = opts.get("concurrency", 1)
+        conc = tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c))
+    return CallPlan(backend=backend, model=model, options=opts, cache=cfg.cache_path(), address=address,
+                    resources=res, concurrency=conc, batch_size=int(opts.get("batch_size", 16)))
+
+
 # -- rows <-> requests and results ------------------------------------------------------
 
 

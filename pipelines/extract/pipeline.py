@@ -28,11 +28,10 @@ from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.job_metrics import record_llm_calls
 from rexeval.models.llm.base import check_model_here
-from rexeval.pipelines.core.llm_calls_plan import CallPlan
+from rexeval.pipelines.core.llm_calls_plan import CallPlan, job_plan
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.inputs import resolved_text, reviews_path
-from rexeval.pipelines.core.stage import Resources, worker_resources
 from rexeval.pipelines.core.storage import location
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
@@ -122,24 +121,10 @@ def make_topic_mapper(models: dict[str, Any]):
 
 
 def call_plans(cfg: ExtractConfig, models: dict[str, Any]) -> dict[str, CallPlan]:
-    """The model behind each role ("llm", and "verify" for STAR): in-process actors for
-    hf (or a backend of your own), vLLM engines, a judge deployment (`backend: serve`
-    with `backend_options.address` serve:APP or a URL), or an OpenAI-compatible server."""
-    from rexeval.pipelines.core.stage import pool_size
-
-    opts = dict(cfg.backend_options)
-    address = str(opts.get("address") or "serve:rexeval-judge") if models["backend"] == "serve" else "none"
-    local = models["backend"] not in ("serve", "openai") and address == "none"
-    res = worker_resources(cfg) if local else Resources(cpus=0.25)
-    lo, hi = pool_size(cfg.workers)
-    conc = (lo, hi or lo) if local else (1, int(opts.get("concurrency", max(1, cfg.workers))))
-    if models["backend"] == "vllm":
-        c = opts.get("concurrency", 1)
-        conc = tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c))
-    plan = dict(backend=models["backend"], options=opts, cache=cfg.cache_path(), address=address,
-                resources=res, concurrency=conc, batch_size=int(opts.get("batch_size", 16)))
-    plans = {"llm": CallPlan(model=models["llm"], **plan)}
-    plans["verify"] = CallPlan(model=models["verify"], **plan) if models["verify"] != models["llm"] else plans["llm"]
+    """The model behind each role: "llm", and "verify" for STAR (`llm_calls_plan.job_plan`)."""
+    plans = {"llm": job_plan(cfg, models["backend"], models["llm"])}
+    plans["verify"] = (job_plan(cfg, models["backend"], models["verify"]) if models["verify"] != models["llm"]
+                       else plans["llm"])
     return plans
 
 

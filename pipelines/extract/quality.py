@@ -25,15 +25,13 @@ import pyarrow.parquet as pq
 from rexeval.models.llm.base import SamplingParams, check_model_here
 from rexeval.pipelines.extract.config import QualityConfig
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
-from rexeval.pipelines.core.llm_cache import build_cached_backend
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.extract.outputs import QUALITY
 from rexeval.pipelines.core.schema import SchemaError, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
-from rexeval.pipelines.extract.structured import Task, answer_all
+from rexeval.pipelines.extract.structured import Task
 
 JUDGEMENTS = pa.schema([
     pa.field("statement_id", pa.string(), nullable=False),
@@ -146,64 +144,119 @@ def format_table2(label: str, summary: dict[str, dict]) -> str:
                       f"| {label} | {pct(t.get('explanatory_pct'))} | {pct(t.get('atomic_pct'))} |"])
 
 
-class JudgeStage(Stage):
-    """One shard of sampled statements per call: judge each, write the shard."""
+class QualityReader:
+    """`source_rows`' reader: shard `k` of the sample, read from the input by the worker
+    (with each statement's review text when judged with the review)."""
 
-    name = "extract-quality"
-    batch_size = 1
+    def __init__(self, statements: TableParts, plan: SamplePlan, reviews: TableParts | None, size: int):
+        self.statements, self.plan, self.reviews, self.size = statements, plan, reviews, size
 
-    def __init__(self, cfg: QualityConfig, model: dict, output: ShardedOutput, statements: TableParts,
-                 plan: SamplePlan, reviews: TableParts | None, resources: Resources):
-        self.cfg, self.model, self.output, self.statements = cfg, model, output, statements
-        self.plan, self.reviews, self.resources = plan, reviews, resources
+    def __call__(self, shard: int) -> pa.Table:
+        part = self.plan.shard(self.statements, shard, self.size).select(
+            ["statement_id", "review_id", "stage", "statement"])
+        texts: dict[str, str] = {}
+        if self.reviews is not None:
+            ids = sorted(set(part.column("review_id").to_pylist()))
+            found = self.reviews.read_where("review_id", ids, ["review_id", "text"])
+            texts = dict(zip(found.column("review_id").to_pylist(), found.column("text").to_pylist()))
+        review = [texts.get(r) for r in part.column("review_id").to_pylist()]
+        return part.append_column("review", pa.array(review, pa.string()))
 
-    def setup(self) -> None:
+
+class QualitySteps:
+    """One statement's judgement as stream steps (`llm_stream.StreamSteps`): the prompt,
+    then `structured.record_answer` on each answer (the reading and bounded retries of
+    every structured answer, extraction's included)."""
+
+    def __init__(self, max_tokens: int, max_retries: int):
         from rexeval.prompts import load_prompt
 
-        use_cpus(self.resources)
-        self.llm = build_cached_backend(self.model["backend"], self.model["judge"], self.cfg.backend_options,
-                                        self.cfg.cache_path())
-        self.prompt = load_prompt("extract_quality")
+        self.prompt, self.feedback = load_prompt("extract_quality"), load_prompt("retry_feedback")
+        self.sampling = SamplingParams(max_tokens=max_tokens)
+        self.max_retries = max_retries
 
-    def process(self, batch: pa.Table) -> pa.Table:
-        rows = []
-        for shard in batch.column("shard").to_pylist():
-            part = self.plan.shard(self.statements, shard, self.cfg.shard_size)
-            texts = None
-            if self.reviews is not None:
-                ids = sorted(set(part.column("review_id").to_pylist()))
-                found = self.reviews.read_where("review_id", ids, ["review_id", "text"])
-                texts = dict(zip(found.column("review_id").to_pylist(), found.column("text").to_pylist()))
-            judged, errors = judge(part, self.llm.generate, self.prompt, self.cfg, texts)
-            counts = {"in": part.num_rows, "out": judged.num_rows - errors.num_rows,
-                      "errors": errors.num_rows}
-            self.output.write_shard(shard, {"judgements": judged, "errors": errors}, counts)
-            rows.append({"shard": shard, **counts})
-        return pa.Table.from_pylist(rows)
+    def start(self, row: dict) -> dict:
+        review = row.pop("review", None)  # None unless judged with the review (QualityReader)
+        messages = self.prompt.render(statement=row["statement"], review=review)
+        return {"row": row, "convo": messages, "attempts": 0, "done": False, "explanatory": None,
+                "atomic": None, "error_type": None, "message": "", "raw": None}
 
+    def request(self, work: dict):
+        from rexeval.models.llm.base import ChatRequest
 
-def judge(part: pa.Table, generate, prompt, cfg: QualityConfig,
-          reviews: dict[str, str] | None) -> tuple[pa.Table, pa.Table]:
-    """Judge each statement of `part`; unusable answers get null labels and an error row."""
-    rows = part.to_pylist()
-    tasks = []
-    for r in rows:
-        review = reviews.get(r["review_id"]) if reviews is not None else None
-        tasks.append(Task(prompt.render(statement=r["statement"], review=review), QUALITY,
-                          QUALITY.json_schema()))
-    sampling = SamplingParams(max_tokens=cfg.max_tokens)
-    outcomes = answer_all(tasks, generate, sampling, cfg.max_retries)
-    judged, errors = [], []
-    for r, out in zip(rows, outcomes):
+        if work["done"]:
+            return None
+        return ChatRequest(messages=work["convo"], sampling=self.sampling, json_schema=QUALITY.json_schema())
+
+    def role(self, work: dict) -> str:
+        return "llm"
+
+    def advance(self, work: dict, res) -> dict:
+        from rexeval.pipelines.extract.structured import Outcome, record_answer
+
+        task = Task(work["convo"], QUALITY, QUALITY.json_schema())
+        out = Outcome(attempts=work["attempts"])
+        nxt = record_answer(out, work["convo"], task, res, self.sampling,
+                            work["attempts"] >= self.max_retries, self.feedback)
+        w = {**work, "attempts": out.attempts, "error_type": out.error_type, "message": out.message,
+             "raw": out.raw}
+        if nxt is not None:
+            return {**w, "convo": nxt}
         j = out.parsed.items[0] if out.ok else None
-        judged.append({"statement_id": r["statement_id"], "review_id": r["review_id"],
-                       "stage": r["stage"], "statement": r["statement"],
-                       "explanatory": j.explanatory if j else None,
-                       "atomic": j.atomic if j else None})
-        if j is None:
-            errors.append({"row_id": r["statement_id"],
-                           "error_type": out.error_type, "message": out.message, "raw": out.raw})
-    return pa.Table.from_pylist(judged, schema=JUDGEMENTS), error_rows("extract-quality", errors)
+        return {**w, "done": True, "explanatory": j.explanatory if j else None, "atomic": j.atomic if j else None}
+
+
+class QualityWriter:
+    """A shard's settled judgements -> its tables, committed."""
+
+    def __init__(self, output: ShardedOutput):
+        self.output = output
+
+    def __call__(self, shard: int, works: list[dict]) -> dict:
+        judged, errors = [], []
+        for w in works:
+            r = w["row"]
+            judged.append({**{k: r[k] for k in ("statement_id", "review_id", "stage", "statement")},
+                           "explanatory": w["explanatory"], "atomic": w["atomic"]})
+            if w["explanatory"] is None:
+                errors.append({"row_id": r["statement_id"], "error_type": w["error_type"],
+                               "message": w["message"], "raw": w["raw"]})
+        judged_t = pa.Table.from_pylist(judged, schema=JUDGEMENTS)
+        errors_t = error_rows("extract-quality", errors)
+        counts = {"in": len(works), "out": len(judged) - len(errors), "errors": len(errors)}
+        self.output.write_shard(shard, {"judgements": judged_t, "errors": errors_t}, counts)
+        return counts
+
+
+def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements: TableParts,
+                    plan: SamplePlan, reviews: TableParts | None, progress: Callable[[str], None]) -> None:
+    """The shards still to do, through the streaming LLM path (`core.llm_stream`) with the
+    judge's processor (`llm_calls_plan.job_plan`); raises AwaitingRerun when transport
+    failures left shards unwritten."""
+    import functools
+
+    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.runtime import init_ray
+    from rexeval.pipelines.core.llm_calls_plan import job_plan
+
+    init_ray()
+    done = [0]
+
+    def on_shard(row: dict) -> None:
+        if row["written"]:
+            done[0] += 1
+            c = row["counts"]
+            progress(f"  shard {row['shard']} judged ({done[0]}/{len(job.todo)}): {c['out']} ok, "
+                     f"{c['errors']} unusable answer(s)")
+
+    steps = functools.partial(QualitySteps, cfg.max_tokens, cfg.max_retries)
+    summary = run_stream(source_rows(QualityReader(statements, plan, reviews, cfg.shard_size), job.todo), steps,
+                         {"llm": job_plan(cfg, model["backend"], model["judge"])}, QualityWriter(job.output),
+                         label="extract-quality", progress=progress, on_shard=on_shard,
+                         backoff_s=float(cfg.backend_options.get("backoff_s", 1.0)))
+    if summary.awaiting:
+        progress("  " + awaiting_line(summary, "statement(s)"))
+        job.finish_partial(summary.awaiting, "statement(s)")  # raises AwaitingRerun
 
 
 def run_quality(cfg: QualityConfig, overwrite: bool = False,
@@ -248,9 +301,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     progress(f"extract-quality ({model['backend']}: {model['judge']}): {plan.num_rows:,} "
              f"statement(s) of {n_reviews:,} review(s) -> {cfg.out}")
     if job.todo:
-        stage = JudgeStage(cfg, model, out, statements, plan, reviews, worker_resources(cfg))
-        job.run(stage, workers=cfg.workers, report=lambda row, k, n: (
-            f"  shard {row['shard']} judged ({k}/{n}): {row['out']} ok, {row['errors']} unusable answer(s)"))
+        _judge_streamed(cfg, model, job, statements, plan, reviews, progress)
     judgements = out.read("judgements")
     errors = out.read("errors")
     unparsed: dict[str, int] = {}

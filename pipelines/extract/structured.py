@@ -68,8 +68,9 @@ def _safe_generate(generate: Generate, requests: list[ChatRequest]) -> list[LLMR
 def record_answer(out: Outcome, convo: list[dict[str, str]], task: Task, res: LLMResult,
                   sampling: SamplingParams, last: bool, feedback) -> list[dict[str, str]] | None:
     """Take one answer into `out`; the conversation to send next (the answer shown back
-    with what was wrong) or None when the task is settled. Pure: the streaming job and
-    `answer_all` share it, so an answer means the same wherever it was asked."""
+    with what was wrong) or None when the task is settled. Pure: the extraction and
+    extraction-quality steps share it, in a stream or in-process, so an answer means
+    the same wherever it was asked."""
     out.attempts += 1
     out.prompt_tokens += res.prompt_tokens
     out.completion_tokens += res.completion_tokens
@@ -92,32 +93,6 @@ def record_answer(out: Outcome, convo: list[dict[str, str]], task: Task, res: LL
         return None
     return convo + [{"role": "assistant", "content": res.text},
                     {"role": "user", "content": _feedback(out.message, task.spec, feedback)}]
-
-
-def answer_all(tasks: list[Task], generate: Generate, sampling: SamplingParams,
-               max_retries: int = 2) -> list[Outcome]:
-    """Answer every task, batching each round's requests into one backend call."""
-    from rexeval.prompts import load_prompt
-
-    feedback = load_prompt("retry_feedback")  # read once per call, not once per retry
-    outcomes = [Outcome() for _ in tasks]
-    convo = [list(t.messages) for t in tasks]
-    pending = list(range(len(tasks)))
-    for attempt in range(max_retries + 1):
-        if not pending:
-            break
-        last = attempt == max_retries
-        reqs = [ChatRequest(messages=convo[i], sampling=sampling, json_schema=tasks[i].schema)
-                for i in pending]
-        results = _safe_generate(generate, reqs)
-        retry = []
-        for i, res in zip(pending, results):
-            nxt = record_answer(outcomes[i], convo[i], tasks[i], res, sampling, last, feedback)
-            if nxt is not None:
-                convo[i] = nxt
-                retry.append(i)
-        pending = retry
-    return outcomes
 
 
 def items_json(items: list[Any], key: str | None = None) -> str:

@@ -10,8 +10,10 @@ exactly one row.
 
 The split and the output may be local folders or URIs (`pipelines/core/storage.py`).
 The driver plans the shards from counts alone (how many distinct users and items the
-training reviews have); each actor reads the training reviews from storage itself, once,
-and works out the same sorted entities, so no table passes through the driver.
+training reviews have); each worker reads the training reviews from storage itself, once
+per job, and works out the same sorted entities, so no table passes through the driver.
+The calls go through the streaming LLM path (`pipelines/core/llm_stream.py`), like
+extraction's: the backend's processor, transport failures left for a plain re-run.
 """
 from __future__ import annotations
 
@@ -28,11 +30,9 @@ from rexeval.models.llm.pricing import Usage
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, read_table, table_files
 from rexeval.pipelines.core.job_metrics import record_llm_usage
-from rexeval.pipelines.core.llm_cache import build_cached_backend
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.schema import TABLES, error_rows, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, use_cpus, worker_resources
 from rexeval.pipelines.core.storage import PathLike, location
 
 PROFILES = pa.schema([
@@ -130,14 +130,6 @@ def render(entity: dict, prompts: dict) -> list[dict[str, str]]:
     return prompts["item"].render(item_title=entity["item_title"], reviews=entity["reviews"])
 
 
-def ask(entities: list[dict], llm, prompts: dict, settings: ProfileSettings) -> list[LLMResult]:
-    """One greedy call per entity, in one `generate()` (the backend batches them)."""
-    if not entities:
-        return []
-    sampling = settings.sampling()
-    return llm.generate([ChatRequest(messages=render(e, prompts), sampling=sampling) for e in entities])
-
-
 def shard_tables(entities: list[dict], results: list[LLMResult], model_id: str, prompts: dict,
                  source: str) -> tuple[pa.Table, pa.Table, dict[str, int]]:
     """(PROFILES rows, error rows, counts) of one shard's answers."""
@@ -177,34 +169,62 @@ def shard_slice(entities: list[dict], shard: int, size: int) -> list[dict]:
 # ------------------------------------------------------------------ the job
 
 
-class ProfileStage(Stage):
-    """One shard of users or items per call: ask for their profiles, write the shard."""
+_ENTITIES: dict[ProfileSettings, list[dict]] = {}  # a worker process's entities, per job settings
 
-    name = JOB
-    batch_size = 1
 
-    def __init__(self, llm: LLMJobSettings, models: dict, prompts: dict, output: ShardedOutput,
-                 settings: ProfileSettings, resources: Resources):
-        self.llm_cfg, self.models, self.prompts, self.output = llm, models, prompts, output
-        self.settings, self.resources = settings, resources
+class EntityReader:
+    """`source_rows`' reader: one row per user or item of shard `k` (the entity as JSON).
+    A worker process reads the training reviews once per job and keeps the entities."""
 
-    def setup(self) -> None:
-        use_cpus(self.resources)
-        self.entities = read_entities(self.settings)
-        self.llm = build_cached_backend(self.models["backend"], self.models["llm"],
-                                        self.llm_cfg.backend_options, self.llm_cfg.cache_path())
+    def __init__(self, settings: ProfileSettings):
+        self.settings = settings
 
-    def process(self, batch: pa.Table) -> pa.Table:
-        rows = []
-        for shard in batch.column("shard").to_pylist():
-            part = shard_slice(self.entities, shard, self.settings.shard_size)
-            results = ask(part, self.llm, self.prompts, self.settings)
-            record_llm_usage(self.name, self.llm.model_id, Usage().add_all(results))
-            profiles, errors, counts = shard_tables(part, results, self.llm.model_id, self.prompts,
-                                                    self.settings.source)
-            self.output.write_shard(shard, {"profiles": profiles, "errors": errors}, counts)
-            rows.append({"shard": shard, **counts})
-        return pa.Table.from_pylist(rows)
+    def __call__(self, shard: int) -> pa.Table:
+        import json
+
+        if self.settings not in _ENTITIES:
+            _ENTITIES.clear()
+            _ENTITIES[self.settings] = read_entities(self.settings)
+        part = shard_slice(_ENTITIES[self.settings], shard, self.settings.shard_size)
+        return pa.table({"entity": pa.array([json.dumps(e) for e in part], pa.string())})
+
+
+class ProfileSteps:
+    """One entity's profile as stream steps (`llm_stream.StreamSteps`): one greedy call."""
+
+    def __init__(self, prompts: dict, settings: ProfileSettings):
+        self.prompts, self.sampling = prompts, settings.sampling()
+
+    def start(self, row: dict) -> dict:
+        import json
+
+        return {"entity": json.loads(row["entity"]), "result": None}
+
+    def request(self, work: dict):
+        if work["result"] is not None:
+            return None
+        return ChatRequest(messages=render(work["entity"], self.prompts), sampling=self.sampling)
+
+    def role(self, work: dict) -> str:
+        return "llm"
+
+    def advance(self, work: dict, res: LLMResult) -> dict:
+        return {**work, "result": res.model_dump()}
+
+
+class ProfileWriter:
+    """A shard's answered entities -> its profile and error rows, committed."""
+
+    def __init__(self, output: ShardedOutput, model_id: str, prompts: dict, source: str):
+        self.output, self.model_id, self.prompts, self.source = output, model_id, prompts, source
+
+    def __call__(self, shard: int, works: list[dict]) -> dict:
+        entities = [w["entity"] for w in works]
+        results = [LLMResult.model_validate(w["result"]) for w in works]
+        record_llm_usage(JOB, self.model_id, Usage().add_all(results))
+        profiles, errors, counts = shard_tables(entities, results, self.model_id, self.prompts, self.source)
+        self.output.write_shard(shard, {"profiles": profiles, "errors": errors}, counts)
+        return counts
 
 
 def resolve_models(llm: LLMJobSettings) -> dict[str, str]:
@@ -259,10 +279,7 @@ def write_profiles(split: PathLike, out: PathLike, llm: LLMJobSettings, *,
              f"in {n_shards} shard(s) -> {out}")
     job.say_resumed()
     if job.todo:
-        if models["backend"] == "vllm":
-            _run_in_driver(llm, models, prompts, job, settings)
-        else:
-            _run_on_actors(llm, models, prompts, job, settings)
+        _run_streamed(llm, models, prompts, job, settings)
     manifest = job.finish(backend=models["backend"], model=models["llm"], prompts=prompt_versions)
     c = manifest["counts"]
     progress(f"{JOB}: {c.get('ok', 0):,} profile(s), {c.get('errors', 0):,} error(s) -> {out}")
@@ -276,35 +293,33 @@ def _shard_line(shard: int, k: int, n: int, c: dict) -> str:
             f"{c['ok']} profile(s), {c['errors']} error(s){cached}")
 
 
-def _run_on_actors(llm, models, prompts, job: ShardedJob, settings) -> None:
+def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
+    """The shards still to do through the streaming LLM path (`core.llm_stream`): workers
+    read the entities, the backend's processor answers (`llm_calls_plan.job_plan`),
+    workers write the shards; raises AwaitingRerun when transport failures left some."""
+    import functools
+
+    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
+    from rexeval.pipelines.core.llm_calls_plan import job_plan
 
     init_ray()
-    stage = ProfileStage(llm, models, prompts, job.output, settings, worker_resources(llm))
-    job.run(stage, workers=llm.workers, report=lambda row, k, n: _shard_line(row["shard"], k, n, row))
+    done = [0]
 
+    def on_shard(row: dict) -> None:
+        if row["written"]:
+            done[0] += 1
+            job.progress(_shard_line(row["shard"], done[0], len(job.todo), row["counts"]))
 
-def _run_in_driver(llm, models, prompts, job: ShardedJob, settings, group: int = 64) -> None:
-    """vLLM: one `ray.data.llm` pass over up to `group` shards at a time (the engine then
-    streams over many requests); the driver, which runs the engine, reads the entities
-    and writes the shards."""
-    entities = read_entities(settings)
-    backend = build_cached_backend(models["backend"], models["llm"], llm.backend_options, llm.cache_path())
-    try:
-        done = 0
-        for g in range(0, len(job.todo), group):
-            shards = job.todo[g:g + group]
-            parts = [shard_slice(entities, s, settings.shard_size) for s in shards]
-            results = ask([e for p in parts for e in p], backend, prompts, settings)
-            start = 0
-            for s, part in zip(shards, parts):
-                res, start = results[start:start + len(part)], start + len(part)
-                profiles, errors, counts = shard_tables(part, res, backend.model_id, prompts, settings.source)
-                job.output.write_shard(s, {"profiles": profiles, "errors": errors}, counts)
-                done += 1
-                job.progress(_shard_line(s, done, len(job.todo), counts))
-    finally:
-        backend.close()
+    summary = run_stream(source_rows(EntityReader(settings), job.todo),
+                         functools.partial(ProfileSteps, prompts, settings),
+                         {"llm": job_plan(llm, models["backend"], models["llm"])},
+                         ProfileWriter(job.output, models["llm"], prompts, settings.source), label=JOB,
+                         progress=job.progress, on_shard=on_shard,
+                         backoff_s=float(llm.backend_options.get("backoff_s", 1.0)))
+    if summary.awaiting:
+        job.progress("  " + awaiting_line(summary, "profile(s)"))
+        job.finish_partial(summary.awaiting, "profile(s)")  # raises AwaitingRerun
 
 
 def read_profiles(out: PathLike) -> dict[tuple[str, str], str]:

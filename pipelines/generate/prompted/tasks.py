@@ -1,7 +1,8 @@
 """The chunk task of the prompted generators: ask the LLM each planned prompt, read the
 explanation out of the answer (retrying an unreadable one with the reason), and return
 one row per prompt: the explanation, or why there is none. Run by
-`pipelines.core.llm_chunks.run_chunks`, one call per chunk of the plan."""
+`pipelines.core.llm_chunks.run_chunks`, which records its questions per chunk, streams
+them, and runs it again over the answers to write the chunk."""
 from __future__ import annotations
 
 import functools
