@@ -26,6 +26,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+RAY = str(Path(sys.executable).parent / "ray")  # the venv's, whether or not it is on PATH
 sys.path.insert(0, str(REPO))
 from benchmarks.bench_cluster_storage import CSV, run_measured  # noqa: E402
 
@@ -58,7 +59,7 @@ def run_arm(tree: Path, ingest: Path, out: Path, n: int, judge: dict, port: int)
     script = out.parent / f"driver-{out.name}.py"
     script.write_text(DRIVER)
     measured = run_measured([sys.executable, str(script), args], {**env, "PWD": str(tree)})
-    subprocess.run(["ray", "stop", "--force"], capture_output=True)
+    subprocess.run([RAY, "stop", "--force"], capture_output=True)
     job = json.loads(result.read_text())
     return {**measured, "job_seconds": round(job["seconds"], 2), "counts": job["counts"]}
 
@@ -76,7 +77,7 @@ def main() -> None:
         ingest = tmp / "ingest"
         subprocess.run([sys.executable, "-m", "rexeval.ray_jobs.cli", "ingest", str(CSV), "--out", str(ingest)],
                        check=True, capture_output=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
-        subprocess.run(["ray", "stop", "--force"], capture_output=True)
+        subprocess.run([RAY, "stop", "--force"], capture_output=True)
         smol = {"backend": "hf", "model": "SmolLM2-135M-Instruct"}
         old = run_arm(base, ingest, tmp / "old", a.n, smol, 8011)
         new = run_arm(REPO, ingest, tmp / "new", a.n, smol, 8012)

@@ -187,11 +187,15 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     OpenAI client at base_url http://HOST:PORT<route>/v1); GET <route> (model, limits,
     counters); GET <route>/healthz. Calls from all clients are batched together.
 
+    With --backend vllm the endpoint is Ray's own LLM app (ray.serve.llm's
+    build_openai_app: vLLM engines as autoscaled replicas) under the same route, in the
+    OpenAI shape only; jobs reach it with --backend openai and its base_url.
+
     Examples:
 
       rexeval serve judge                      # the local profile's SmolLM2 on the CPU
 
-      rexeval serve judge --profile paper --backend vllm --num-gpus 1 --max-replicas 4 --host 0.0.0.0
+      rexeval serve judge --profile paper --backend vllm --max-replicas 4   # Ray's vLLM OpenAI app (ray.serve.llm)
 
       rexeval judge likert runs/mi/explanations --out runs/mi/likert --judge-service http://127.0.0.1:8000/judge
     """
@@ -210,6 +214,9 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     spec = BackendSpec(backend=backend or prof.llm_backend, model=model,
                        options=parse_backend_options(backend_options))
     check_model_here(spec.backend, spec.model)  # in the driver first: a missing model package is named here
+    if spec.backend == "vllm":
+        _serve_vllm_judge(spec, flags)
+        return
     settings = _replica_settings(flags)
     extra = {"max_batch_requests": max_batch_requests} if max_batch_requests else {}
     cfg = JudgeServeConfig(backend=spec, cache=job.cache_path(), **extra, **settings)
@@ -219,6 +226,31 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
            [f"model:   {model} ({spec.backend})",
             "judge:   POST {base}  {\"requests\": [{\"messages\": [...], \"sampling\": {...}}]}",
             "openai:  base_url {base}/v1  (POST /chat/completions, GET /models)"])
+
+
+def _serve_vllm_judge(spec, flags: dict) -> None:
+    """`serve judge --backend vllm`: Ray's OpenAI LLM app (`serve.judge_vllm`), not
+    vLLM inside rexeval's replica. It checks no bearer token: off 127.0.0.1, put it
+    behind your gateway."""
+    from rexeval.serve.judge_vllm import llm_config_args, start_vllm_judge, vllm_judge_app
+
+    if flags.get("num_gpus"):
+        click.echo("--num-gpus: vLLM engines take their GPUs from the engine settings "
+                   "(--backend-option tensor_parallel_size=N), not from --num-gpus", err=True)
+    args = llm_config_args(spec, min_replicas=flags["min_replicas"], max_replicas=flags["max_replicas"],
+                           max_ongoing_requests=flags.get("max_ongoing_requests"))
+    if flags["host"] not in ("127.0.0.1", "localhost"):
+        click.echo(f"warning: Ray's OpenAI app checks no token; on {flags['host']} anyone who reaches the port "
+                   "can call it", err=True)
+    app = vllm_judge_app(args)  # before Ray starts: without vLLM this says what to install
+    model_id = args["model_loading_config"]["model_id"]
+    _serve("judge (vLLM, ray.serve.llm)", {**flags, "token_sha256": None},
+           lambda: start_vllm_judge(app, host=flags["host"], port=flags["port"], route=flags["route"],
+                                    name=flags["name"]),
+           [f"model:   {model_id} (vllm engines: {args['engine_kwargs']})",
+            "openai:  base_url {base}/v1  (POST /chat/completions, GET /models)",
+            "jobs:    --backend openai --backend-option base_url={base}/v1 --model " + model_id
+            + " --judge-service none"])
 
 
 def main():  # python -m rexeval.ray_jobs.serve_cmd

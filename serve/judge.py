@@ -158,6 +158,7 @@ class JudgeServer:
 
         self.cfg = JudgeServeConfig(**cfg)
         spec = self.cfg.backend
+        refuse_engines_in_replica(spec)
         self.llm = build_cached_backend(spec.backend, spec.model, spec.options, self.cfg.cache)
         self.generate_calls = self.requests_served = self.largest_batch = 0
         self.metrics = ReplicaMetrics(APP_NAME)
@@ -307,8 +308,18 @@ def app(args: dict[str, Any]):
     return judge_app(JudgeServeConfig(**JudgeAppArgs.model_validate(args).deployment_settings()))
 
 
+def refuse_engines_in_replica(spec: BackendSpec) -> None:
+    """A backend that starts engines of its own (vllm) cannot be a replica's model."""
+    if spec.backend == "vllm":
+        from rexeval.serve.judge_vllm import VLLM_IN_REPLICA
+
+        raise ValueError(VLLM_IN_REPLICA)
+
+
 def judge_app(cfg: JudgeServeConfig):
-    """The Serve application for `cfg` (deployment options from the config)."""
+    """The Serve application for `cfg` (deployment options from the config); refuses a
+    backend that would start engines inside the replica (`refuse_engines_in_replica`)."""
+    refuse_engines_in_replica(cfg.backend)
     dep = serve.deployment(
         JudgeServer, name=DEPLOYMENT,
         autoscaling_config=cfg.autoscaling(),

@@ -73,7 +73,15 @@ class JudgeService:
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
 
-        explicit = cfg.judge_service != "auto"
+        service = cfg.judge_service
+        if spec["backend"] == "vllm" and service == "auto":
+            # vLLM cannot be a judge replica's model (`serve.judge_vllm`): the job runs its
+            # own engine pool through Ray Data instead, for the whole job.
+            progress("  vllm: the job runs its own vLLM engines through Ray Data (vLLM cannot be a judge "
+                     "replica's model; a vLLM judge served by `rexeval serve judge --backend vllm` is "
+                     "reached with --backend openai and its base_url)")
+            service = "none"
+        explicit = service != "auto"
         backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
                               options=spec["options"])
         # The deployment (serve layer) opens only a local SQLite cache; in-process calls
@@ -81,7 +89,7 @@ class JudgeService:
         serve_cfg = JudgeServeConfig(backend=backend, cache=node_cache(spec["cache"]),
                                      max_replicas=cfg.judge_replicas,
                                      num_gpus=cfg.judge_gpus)
-        self.service = Service(serve_cfg, service=cfg.judge_service, port=cfg.serve_port, progress=progress)
+        self.service = Service(serve_cfg, service=service, port=cfg.serve_port, progress=progress)
         self.model_id = spec["model"]
         self.wanted = None if explicit else spec["model"]
 

@@ -118,3 +118,16 @@ def test_a_replica_that_cannot_start_is_named_in_one_line(tmp_path, ray_session)
     assert "Failed to update the deployments" not in result.output and "Traceback" not in result.output
     assert "tokenizer" in error[0].lower() or "not-a-model" in error[0], error[0]
     assert not serve_running()  # the command started Serve, so it shut it down
+
+
+def test_serve_judge_on_vllm_is_rays_llm_app_and_names_what_to_install_without_vllm(tmp_path):
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vLLM is installed here: the app would start")
+    except ImportError:
+        pass
+    result = CliRunner().invoke(cli, ["serve", "judge", "--backend", "vllm", "--model", str(tmp_path)])
+    assert result.exit_code != 0
+    assert "rexeval[gpu]" in result.output and "vLLM judge app" in result.output
+    out = CliRunner().invoke(cli, ["serve", "judge", "--help"]).output
+    assert "ray.serve.llm" in out and "--backend openai" in out

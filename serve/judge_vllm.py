@@ -1,0 +1,92 @@
+"""The judge on vLLM the Ray way: `ray.serve.llm`'s OpenAI app, not vLLM in our replica.
+
+rexeval's own judge deployment (`serve/judge.py`) holds its model in the replica (hf, or
+a client of an OpenAI-compatible upstream). vLLM cannot live there: our `vllm` backend
+starts its engines as Ray Data actors of their own, which would ask for a second GPU
+while the replica holds the first. So `rexeval serve judge --backend vllm` builds Ray's
+LLM serving app instead (`LLMConfig` + `build_openai_app`: vLLM engines as Serve
+replicas, autoscaled, OpenAI routes), under the same route (`/judge`). Jobs reach it, and
+any OpenAI-compatible server, through the OpenAI shape: `--backend openai --backend-option
+base_url=http://HOST:PORT/judge/v1 --judge-service none`, whose calls go through Ray
+Data's `HttpRequestProcessorConfig` (`pipelines/core/llm_calls_plan.py`).
+
+`llm_config_args` is pure (what the app would run, checked on machines without vLLM);
+`vllm_judge_app` imports `ray.serve.llm`, which needs vLLM installed (the `[gpu]` extra).
+The same dict is what `deploy/serve/cluster.yaml` gives `ray.serve.llm:build_openai_app`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rexeval.models.llm.base import BackendSpec
+
+# Options of our vllm backend that map onto Ray's LLMConfig; any other is refused, so a
+# setting is never silently dropped.
+ENGINE_OPTIONS = ("engine_kwargs", "tensor_parallel_size", "accelerator_type", "model_id")
+
+
+def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: int = 1,
+                    max_ongoing_requests: int | None = None) -> dict[str, Any]:
+    """The `LLMConfig` (as a dict) serving `spec` (backend vllm): the model's resolved
+    folder as `model_source`, its id (`model_id` option, else the reference) for the
+    OpenAI routes, our engine defaults under the spec's `engine_kwargs`."""
+    from rexeval.models.llm.vllm_backend import DEFAULT_ENGINE_KWARGS
+    from rexeval.models.refs import resolve
+
+    if spec.backend != "vllm":
+        raise ValueError(f"a vLLM judge app serves backend vllm, not {spec.backend!r}")
+    opts = dict(spec.options)
+    unknown = sorted(set(opts) - set(ENGINE_OPTIONS) - {"batch_size", "concurrency", "max_concurrent_batches"})
+    if unknown:
+        raise ValueError(f"backend option(s) {', '.join(unknown)} have no meaning for a vLLM judge app "
+                         f"(known: {', '.join(ENGINE_OPTIONS)})")
+    engine = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}
+    if opts.get("tensor_parallel_size"):
+        engine["tensor_parallel_size"] = int(opts["tensor_parallel_size"])
+    deployment: dict[str, Any] = {"autoscaling_config": {"min_replicas": int(min_replicas),
+                                                         "max_replicas": int(max(min_replicas, max_replicas))}}
+    if max_ongoing_requests:
+        deployment["max_ongoing_requests"] = int(max_ongoing_requests)
+    args: dict[str, Any] = {
+        "model_loading_config": {"model_id": str(opts.get("model_id") or spec.model),
+                                 "model_source": resolve(spec.model, prepare=False).location},
+        "engine_kwargs": engine,
+        "deployment_config": deployment,
+    }
+    if opts.get("accelerator_type"):
+        args["accelerator_type"] = str(opts["accelerator_type"])
+    return args
+
+
+def vllm_judge_app(llm_config: dict[str, Any]):
+    """Ray's OpenAI app for one LLMConfig dict (needs vLLM: the `[gpu]` extra)."""
+    try:
+        from ray.serve.llm import LLMConfig, build_openai_app
+    except ImportError as exc:
+        from rexeval.models.refs import PackageNotInstalled
+
+        raise PackageNotInstalled("a vLLM judge app needs vLLM on this machine (pip install 'rexeval[gpu]'); "
+                           "on a CPU machine serve the hf backend, or point jobs at an OpenAI-compatible "
+                           f"server with --backend openai ({exc})") from None
+    return build_openai_app({"llm_configs": [LLMConfig(**llm_config)]})
+
+
+def start_vllm_judge(app, host: str = "127.0.0.1", port: int = 8000,
+                     route: str = "/judge", name: str = "rexeval-judge"):
+    """Serve's HTTP proxy and Ray's OpenAI app (`vllm_judge_app`) under `route`."""
+    from ray import serve
+
+    from rexeval.serve.common import run_app
+
+    serve.start(http_options={"host": host, "port": port})
+    return run_app(app, name, route)
+
+
+VLLM_IN_REPLICA = (
+    "the vllm backend cannot run inside rexeval's judge replica: it starts its engines as "
+    "Ray Data actors of their own, which would want a second GPU while the replica holds "
+    "the first. Serve a vLLM judge with `rexeval serve judge --backend vllm` (Ray's "
+    "ray.serve.llm OpenAI app; in a Serve config, import_path ray.serve.llm:build_openai_app "
+    "as in deploy/serve/cluster.yaml) and point jobs at it with --backend openai "
+    "--backend-option base_url=http://HOST:PORT/judge/v1 --judge-service none; batch jobs "
+    "can also run vLLM themselves with --backend vllm --judge-service none")
