@@ -34,10 +34,10 @@ CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
 REXEVAL = str(Path(sys.executable).parent / "rexeval")
 
 
-def run_measured(cmd: list[str], env: dict[str, str]) -> dict:
-    """Run `cmd`; its wall time and the peak RSS of that process alone."""
+def run_measured(cmd: list[str], env: dict[str, str], cwd: str | Path | None = None) -> dict:
+    """Run `cmd` (in `cwd`); its wall time and the peak RSS of that process alone."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak = [0]
 
     def poll():

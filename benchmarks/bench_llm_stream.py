@@ -7,6 +7,10 @@ machine (`--backend serve`): the streaming path from this checkout, the old path
 git worktree of `--baseline` (default d7bcde6, the last commit before the change). Each
 arm is its own process with its own Ray and judge app, run one after the other.
 
+Both arms get `cpus_per_worker=0.5`: at its defaults the old path asks for an actor
+holding every CPU of the node, which never schedules beside the judge replica's CPU (it
+waits forever; the streaming path's Serve clients hold no CPU).
+
 Reported: wall seconds of each run (the job only, not Ray's or Serve's start), reviews
 per second, the ratio (streaming / old, target >= 1.0), and the driver's peak RSS at 1x
 and 10x input for the streaming path (with a scripted judge model, so 10x stays quick;
@@ -43,7 +47,7 @@ DRIVER = textwrap.dedent('''
     start_judge_service(JudgeServeConfig(backend=model, cache=None, num_cpus=1), port=args["port"])
     cfg = ExtractConfig(input=args["input"], out=args["out"], backend="serve", limit=args["n"],
                         backend_options={"address": "serve:rexeval-judge"}, models={"embedder": "none"},
-                        use_cache=False, shard_size=8)
+                        use_cache=False, shard_size=8, cpus_per_worker=0.5, domain="instruments")
     t0 = time.perf_counter()
     m = run_extract(cfg, progress=lambda s: None)
     open(args["result"], "w").write(json.dumps({"seconds": time.perf_counter() - t0, "counts": m["counts"]}))
@@ -58,9 +62,13 @@ def run_arm(tree: Path, ingest: Path, out: Path, n: int, judge: dict, port: int)
                        "result": str(result)})
     script = out.parent / f"driver-{out.name}.py"
     script.write_text(DRIVER)
-    measured = run_measured([sys.executable, str(script), args], {**env, "PWD": str(tree)})
+    # In the tree: Ray puts the driver's working directory first on its workers' path,
+    # so the workers import that tree's rexeval (the driver's, via PYTHONPATH).
+    measured = run_measured([sys.executable, str(script), args], env, cwd=tree)
     subprocess.run([RAY, "stop", "--force"], capture_output=True)
     job = json.loads(result.read_text())
+    if not job["counts"].get("llm_calls"):
+        raise RuntimeError(f"{out.name}: the job made no LLM call, so it measures nothing: {job['counts']}")
     return {**measured, "job_seconds": round(job["seconds"], 2), "counts": job["counts"]}
 
 

@@ -97,10 +97,14 @@ def rebuild_parser(ref: dict) -> Parser:
 
 
 def question(messages: Sequence[dict], parse: Parser, *, sampling, max_retries: int, expected: str,
-             json_schema: dict | None) -> dict:
-    """One conversation to ask, with how to read and retry its answer, as plain data."""
-    return {"messages": list(messages), "parser": parser_ref(parse), "sampling": sampling.model_dump(),
-            "json_schema": json_schema, "max_retries": int(max_retries), "expected": expected}
+             json_schema: dict | None, retry_prompt: str = "judge_retry") -> dict:
+    """One conversation to ask, with how to read and retry its answer (the prompt that
+    sends an unreadable answer back), as plain data."""
+    q = {"messages": list(messages), "parser": parser_ref(parse), "sampling": sampling.model_dump(),
+         "json_schema": json_schema, "max_retries": int(max_retries), "expected": expected}
+    if retry_prompt != "judge_retry":
+        q["retry_prompt"] = retry_prompt
+    return q
 
 
 class AskSteps:
@@ -109,10 +113,15 @@ class AskSteps:
     passes, so both read, retry and count alike. The work is a plain JSON dict."""
 
     def __init__(self):
+        self._retry: dict[str, Any] = {}
+        self._parsers: dict[str, Parser] = {}
+
+    def _retry_prompt(self, name: str):
         from rexeval.prompts import load_prompt
 
-        self.retry = load_prompt("judge_retry")
-        self._parsers: dict[str, Parser] = {}
+        if name not in self._retry:
+            self._retry[name] = load_prompt(name)
+        return self._retry[name]
 
     def start(self, q: dict) -> dict:
         return {"q": q, "messages": list(q["messages"]), "attempts": 0, "value": None, "raw": None,
@@ -155,7 +164,8 @@ class AskSteps:
         w["problem"] = problem or "it could not be read"
         if w["attempts"] <= q["max_retries"]:
             w["messages"] = w["messages"] + [{"role": "assistant", "content": res.text or ""},
-                                             self.retry.render(problem=w["problem"], expected=q["expected"])[-1]]
+                                             self._retry_prompt(q.get("retry_prompt", "judge_retry")).render(
+                                                 problem=w["problem"], expected=q["expected"])[-1]]
         else:
             w["done"] = True
         return w
@@ -235,7 +245,8 @@ class Replayer(AskPlayback):
 
 def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sampling=None,
         max_retries: int = 2, expected: str = "the requested format",
-        stats: CallStats | None = None, json_schema: dict | None = None) -> tuple[list[Answer], CallStats]:
+        stats: CallStats | None = None, json_schema: dict | None = None,
+        retry_prompt: str = "judge_retry") -> tuple[list[Answer], CallStats]:
     """One Answer per conversation, in order. Identical conversations are asked once
     (a greedy judge would answer them alike); an unreadable answer is asked again with
     the parser's reason, at most `max_retries` times. With `json_schema`, backends that
@@ -249,7 +260,7 @@ def ask(llm, conversations: Sequence[list[dict[str, str]]], parse: Parser, *, sa
     sampling = sampling or SamplingParams(temperature=0.0, max_tokens=512)
     stats = stats if stats is not None else CallStats()
     qs = [question(c, parse, sampling=sampling, max_retries=max_retries, expected=expected,
-                   json_schema=json_schema) for c in conversations]
+                   json_schema=json_schema, retry_prompt=retry_prompt) for c in conversations]
     if isinstance(llm, AskPlayback):
         return llm.ask(qs, stats), stats
     index: dict[str, int] = {}

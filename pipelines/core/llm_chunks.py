@@ -223,7 +223,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     chunks, streamed (module docstring), resuming finished ones; returns the output.
     Raises `AwaitingRerun` when calls that failed in transport left chunks unwritten."""
     from rexeval.pipelines.core.io import config_hash
-    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
 
     if not spec:
@@ -252,7 +252,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
 
         summary = run_stream(source_rows(questions, sorted(job.todo)), ChunkSteps, {"llm": plan},
                              ChunkWriter(task, questions, job.output), label=task, progress=progress,
-                             on_shard=done, backoff_s=float(plan.options.get("backoff_s", 1.0)))
+                             on_shard=done, **retry_settings(plan.options))
         if summary.awaiting:
             progress("  " + awaiting_line(summary, "question(s)"))
             job.finish_partial(summary.awaiting, "question(s)")  # raises AwaitingRerun

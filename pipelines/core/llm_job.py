@@ -21,7 +21,8 @@ BACKENDS.add_lazy("serve", "rexeval.serve.judge_client")
 
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
-TRANSPORT_OPTIONS = ("concurrency", "timeout_s", "api_key", "api_key_env", "max_retries", "backoff_s")
+TRANSPORT_OPTIONS = ("concurrency", "timeout_s", "api_key", "api_key_env", "max_retries", "backoff_s",
+                     "transport_retries")
 
 
 class LLMJobSettings(BaseModel):

@@ -331,6 +331,14 @@ def _call_keeping_rows(part, plan: CallPlan, hosts: list | None):
     return got.union(part.map_batches(lost, batch_format="pyarrow", num_cpus=0)).materialize()
 
 
+def retry_settings(options: dict) -> dict[str, Any]:
+    """`run_stream`'s retry settings from a job's backend options: `backoff_s` (the first
+    wait between passes, doubled each pass) and `transport_retries` (passes that retry a
+    transport failure before its row is left for a re-run)."""
+    return {"backoff_s": float(options.get("backoff_s", 1.0)),
+            "transport_retries": int(options.get("transport_retries", 3))}
+
+
 def awaiting_line(summary: StreamSummary, what: str = "row(s)") -> str | None:
     """The summary line for rows left by transport failures (None when there are none)."""
     if not summary.awaiting:

@@ -408,7 +408,9 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
     job = ShardedJob(ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]),
                      n_chunks, overwrite=True, progress=progress)
     job.say_chunks(cls.name, f"{len(rows)} examples")
-    if job.todo:
+    if job.todo and cls.uses_llm:
+        _run_family_streamed(cls, ctx, cfg, root, rows, job, n_chunks, progress)
+    elif job.todo:
         res = _family_resources(cls, cfg)
         stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output, res)
         # Model families: `workers` actors (each loads the model); the others: as many
@@ -416,6 +418,75 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
         job.run(stage, workers=cfg.workers if (cls.uses_llm or cls.roles) else None,
                 report=lambda row, k, n: f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{n})")
     return job.finish()["counts"]
+
+
+class FamilyChunk:
+    """One chunk of a family's examples, scored on a worker by the family itself with a
+    stand-in for its LLM (`llm_calls.Recorder`: which questions, `Replayer`: the streamed
+    answers), so an LLM family streams through `core.llm_stream` like any LLM job."""
+
+    def __init__(self, family: type[Family], ctx: EvalContext, examples_path: str, rows: np.ndarray,
+                 chunk: int, output: ShardedOutput):
+        self.family, self.ctx, self.examples_path = family, ctx, examples_path
+        self.rows, self.chunk, self.output = rows, chunk, output
+
+    def columns(self, shard: int) -> dict[str, list]:
+        rows = self.rows[shard * self.chunk:(shard + 1) * self.chunk]
+        part = read_table(self.examples_path, EXAMPLES).take(pa.array(rows))
+        return {c: part.column(c).to_pylist() for c in part.column_names}
+
+    def scored(self, llm, cols: dict[str, list]):
+        impl = self.family(self.ctx)
+        impl.llm = llm  # in place of what `setup` would load
+        return impl.score(cols)
+
+    def questions(self, shard: int) -> pa.Table:
+        import json
+
+        from rexeval.pipelines.core.llm_calls import Recorder
+
+        recorder = Recorder(self.ctx.llm["model"])
+        self.scored(recorder, self.columns(shard))
+        qs = [json.dumps(q) for q in recorder.questions.values()] or [None]
+        return pa.table({"question": pa.array(qs, pa.string())})
+
+    def write(self, shard: int, works: list[dict]) -> dict:
+        from rexeval.pipelines.core.llm_calls import Replayer
+
+        cols = self.columns(shard)
+        values, counts = self.scored(Replayer(self.ctx.llm["model"], works), cols)
+        table = long_scores(cols["example_id"], cols["system"], values, self.family.metrics())
+        counts = {"examples": len(cols["example_id"]), **{k: v for k, v in counts.items() if k != "n_examples"}}
+        self.output.write_shard(shard, {"scores": table}, counts)
+        return counts
+
+
+def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Location,
+                         rows: np.ndarray, job: ShardedJob, n_chunks: int, progress) -> None:
+    """An LLM family's chunks through the streaming LLM path (`core.llm_stream`), its calls
+    through the backend's processor (`llm_calls_plan.job_plan`); raises AwaitingRerun
+    when transport failures left chunks unwritten."""
+    from rexeval.pipelines.core.llm_calls_plan import job_plan
+    from rexeval.pipelines.core.llm_chunks import ChunkSteps
+    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.runtime import init_ray
+
+    init_ray()
+    chunk = FamilyChunk(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output)
+    plan = job_plan(cfg.with_resolved_cache(cfg.out), ctx.llm["backend"], ctx.llm["model"])
+    done = [0]
+
+    def on_shard(row: dict) -> None:
+        if row["written"]:
+            done[0] += 1
+            progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({done[0]}/{len(job.todo)})")
+
+    summary = run_stream(source_rows(chunk.questions, sorted(job.todo)), ChunkSteps, {"llm": plan}, chunk.write,
+                         label=cls.name, progress=progress, on_shard=on_shard,
+                         **retry_settings(cfg.backend_options))
+    if summary.awaiting:
+        progress("  " + awaiting_line(summary, "verifier question(s)"))
+        job.finish_partial(summary.awaiting, "verifier question(s)")  # raises AwaitingRerun
 
 
 def collect_scores(root: Location, families: list[str]) -> pa.Table:

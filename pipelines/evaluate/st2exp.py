@@ -43,48 +43,33 @@ class VerifierStats:
             "raw_unparseable_examples": self.raw_unparseable[:5]}
 
 
+def read_vote(text: str) -> tuple[int | None, str | None]:
+    """The verifier's vote in an answer, or why there is none (`llm_calls.Parser`)."""
+    vote = parse_binary_verdict(text)
+    if vote is not None:
+        return vote, None
+    return None, "it was empty" if not (text or "").strip() else "it held no single 1 or 0"
+
+
 def verify(tasks: Sequence[tuple[str, str]], llm, max_retries: int = 1,
            max_tokens: int = MAX_TOKENS) -> tuple[list[int | None], VerifierStats]:
-    """Votes (1, 0 or None) for (statement, document) tasks; distinct tasks asked once."""
-    from rexeval.models.llm.base import ChatRequest, SamplingParams
+    """Votes (1, 0 or None) for (statement, document) tasks; distinct tasks asked once,
+    through `llm_calls.ask` (in-process, or a streamed job's questions: `ask`'s docstring)."""
+    from rexeval.models.llm.base import SamplingParams
+    from rexeval.pipelines.core.llm_calls import ask
     from rexeval.prompts import load_prompt
 
-    prompt, retry = load_prompt("st2exp_verify"), load_prompt("verdict_retry")
-    index: dict[tuple[str, str], int] = {}
-    inverse = [index.setdefault((s, d), len(index)) for s, d in tasks]
-    unique = list(index)
-    stats = VerifierStats(asked=len(unique))
+    prompt = load_prompt("st2exp_verify")
     sampling = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    convs = [prompt.render(statement=s, document=d) for s, d in unique]
-    votes: list[int | None] = [None] * len(unique)
-    failed = [False] * len(unique)
-    todo = list(range(len(unique)))
-    for attempt in range(max_retries + 1):
-        if not todo:
-            break
-        results = llm.generate([ChatRequest(messages=convs[i], sampling=sampling) for i in todo])
-        stats.calls += len(todo)
-        stats.retries += len(todo) if attempt else 0
-        again = []
-        for i, res in zip(todo, results):
-            stats.prompt_tokens += res.prompt_tokens
-            stats.completion_tokens += res.completion_tokens
-            stats.seconds += res.seconds
-            failed[i] = res.error is not None
-            votes[i] = None if failed[i] else parse_binary_verdict(res.text)
-            if votes[i] is None and not failed[i]:
-                problem = "it was empty" if not (res.text or "").strip() else "it held no single 1 or 0"
-                convs[i] = convs[i] + [{"role": "assistant", "content": res.text or ""},
-                                       retry.render(problem=problem, expected="1 or 0")[-1]]
-                again.append(i)
-        todo = again
-    for i, v in enumerate(votes):
-        if v is None:
-            stats.errors += failed[i]
-            stats.unparseable += not failed[i]
-            if not failed[i] and len(stats.raw_unparseable) < 5:
-                stats.raw_unparseable.append(convs[i][-2]["content"])
-    return [votes[j] for j in inverse], stats
+    answers, calls = ask(llm, [prompt.render(statement=s, document=d) for s, d in tasks], read_vote,
+                         sampling=sampling, max_retries=max_retries, expected="1 or 0",
+                         retry_prompt="verdict_retry")
+    u = calls.usage
+    stats = VerifierStats(asked=calls.asked, calls=u.calls, retries=calls.retries, unparseable=calls.unparseable,
+                          errors=calls.errors, prompt_tokens=u.prompt_tokens + u.cached_prompt_tokens,
+                          completion_tokens=u.completion_tokens + u.cached_completion_tokens,
+                          seconds=u.seconds, raw_unparseable=list(calls.examples_unparseable))
+    return [a.value for a in answers], stats
 
 
 def score_st2exp(gen_statements: Sequence[Sequence[str]], ref_texts: Sequence[str],

@@ -170,7 +170,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
     """Run extraction end to end (resuming finished shards) and return the manifest.
     Reviews whose calls failed in transport leave their shards unwritten: the manifest
     says how many (`awaiting_rerun`) and stays "running", so a re-run does them."""
-    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
 
     t0 = time.time()
     cfg = cfg.with_resolved_cache(cfg.out)
@@ -195,7 +195,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
             source_rows(ShardReader(parts, total, cfg.shard_size), job.todo),
             functools.partial(extract_steps, cfg, models), plans,
             ShardWriter(cfg.method, job.output, models["llm"]), label="extract", progress=progress,
-            on_shard=on_shard, backoff_s=float(cfg.backend_options.get("backoff_s", 1.0)))
+            on_shard=on_shard, **retry_settings(cfg.backend_options))
         if summary.input_errors:
             raise SchemaError(**json.loads(summary.input_errors[0]))
         if summary.awaiting:

@@ -235,7 +235,7 @@ def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements
     failures left shards unwritten."""
     import functools
 
-    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
     from rexeval.pipelines.core.llm_calls_plan import job_plan
 
@@ -253,7 +253,7 @@ def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements
     summary = run_stream(source_rows(QualityReader(statements, plan, reviews, cfg.shard_size), job.todo), steps,
                          {"llm": job_plan(cfg, model["backend"], model["judge"])}, QualityWriter(job.output),
                          label="extract-quality", progress=progress, on_shard=on_shard,
-                         backoff_s=float(cfg.backend_options.get("backoff_s", 1.0)))
+                         **retry_settings(cfg.backend_options))
     if summary.awaiting:
         progress("  " + awaiting_line(summary, "statement(s)"))
         job.finish_partial(summary.awaiting, "statement(s)")  # raises AwaitingRerun

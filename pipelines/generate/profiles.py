@@ -299,7 +299,7 @@ def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
     workers write the shards; raises AwaitingRerun when transport failures left some."""
     import functools
 
-    from rexeval.pipelines.core.llm_stream import awaiting_line, run_stream, source_rows
+    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
     from rexeval.pipelines.core.llm_calls_plan import job_plan
 
@@ -316,7 +316,7 @@ def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
                          {"llm": job_plan(llm, models["backend"], models["llm"])},
                          ProfileWriter(job.output, models["llm"], prompts, settings.source), label=JOB,
                          progress=job.progress, on_shard=on_shard,
-                         backoff_s=float(llm.backend_options.get("backoff_s", 1.0)))
+                         **retry_settings(llm.backend_options))
     if summary.awaiting:
         job.progress("  " + awaiting_line(summary, "profile(s)"))
         job.finish_partial(summary.awaiting, "profile(s)")  # raises AwaitingRerun

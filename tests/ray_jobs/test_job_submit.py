@@ -146,3 +146,60 @@ def test_a_detached_endpoint_outlives_its_command(cluster, tmp_path):
             return True
 
     wait_for(gone, 60, "the endpoint to go away after serve shutdown")
+
+
+def serve_apps(cluster: LocalCluster) -> set[str] | None:
+    """The Serve applications running on the cluster (None while the dashboard is silent)."""
+    got = cluster._get("/api/serve/applications/")
+    return None if got is None else set((got.get("applications") or {}))
+
+
+def test_two_submitted_judge_jobs_share_one_judge_app_until_the_last_ends(cluster, tmp_path):
+    """Two `ray job submit` drivers run `rexeval judge pairwise` with the same judge: one
+    starts the `rexeval-judge` app, both use it (the cluster-wide lease book counts them).
+    The first to finish leaves it running for the second, which is still calling it; the
+    app goes when the last one ends. The second driver's calls on one pair fail in
+    transport (an outage, while a flag file exists) so it is surely still running when
+    the first finishes; once the flag goes, its next pass succeeds."""
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
+
+    sample = REPO / "pipelines" / "sample"
+    paths = write_flip_benchmark(statements_from_annotations(sample / "statements.jsonl", stage="triplet"),
+                                 tmp_path / "inputs")
+    expl = pq.read_table(paths["explanations"]).to_pandas()
+    baseline = "ground_truth" if "ground_truth" in set(expl["system"]) else sorted(set(expl["system"]))[0]
+    other = expl[expl["system"] != baseline]["explanation"].tolist()
+    held = other[2]  # in the long job's first 3 examples, not in the short job's first one
+    assert held != other[0]
+    outage = tmp_path / "outage"
+    outage.write_text("on")
+    port = free_port()
+
+    def judge(limit: int, name: str) -> str:
+        # The same backend options for both: the same app (its settings hash) serves them.
+        options = {"default": "[[A]]", "down_while": str(outage), "down_for": held, "backoff_s": "2",
+                   "transport_retries": "30"}
+        flags = [f for k, v in options.items() for f in ("--backend-option", f"{k}={v}")]
+        return submit(cluster, "rexeval", "judge", "pairwise", str(paths["explanations"]), "--baseline", baseline,
+                      "--limit", str(limit), "--no-divide", "--one-order", "--chunk-size", "1", "--no-cache",
+                      "--backend", "tests.doubles.llm:ScriptedLLM", "--model", "judge_llm=scripted-judge",
+                      "--serve-port", str(port), "--out", str(tmp_path / name), *flags)
+
+    long_job = judge(3, "long")
+    short_job = judge(1, "short")
+    info, logs = cluster.wait_job(short_job, JOB_TIMEOUT_S)
+    assert info.status == "SUCCEEDED", f"{info.status}: {info.message}\n{logs[-4000:]}"
+    client = cluster.job_client()
+    assert not client.get_job_status(long_job).is_terminal(), client.get_job_logs(long_job)[-4000:]
+    assert "rexeval-judge" in (serve_apps(cluster) or set()), "the first job to finish removed the shared app"
+
+    outage.unlink()  # the second job's next pass gets its answers
+    info, logs = cluster.wait_job(long_job, JOB_TIMEOUT_S + 120)
+    assert info.status == "SUCCEEDED", f"{info.status}: {info.message}\n{logs[-4000:]}"
+    assert "failed in transport" in logs, logs[-4000:]
+    verdicts = pq.read_table(tmp_path / "long" / "verdicts.parquet").to_pandas()
+    assert len(verdicts) == 3 and verdicts["verdict"].notna().all()
+    # The last user gone, the app goes (its driver deletes it on the way out).
+    wait_for(lambda: (apps := serve_apps(cluster)) is not None and "rexeval-judge" not in apps, 60,
+             "the judge app to go with its last user")
