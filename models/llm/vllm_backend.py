@@ -1,13 +1,12 @@
 """The `vllm` backend: vLLM on GPUs through `ray.data.llm` (Ray 2.60, vLLM 0.32).
 
-Two ways in:
+The way in:
 - `build_request_processor(spec)` gives a `ray.data.llm` Processor for a Dataset whose
   rows carry `messages`, `temperature`, `top_p`, `max_tokens`, `seed` and optionally
   `json_schema` (JSON text) and `request_index`. Big jobs apply it to their own Dataset:
   the engine replicas then stream over the whole job.
-- `VLLMBackend.generate(requests)` (the common `LLMBackend` interface) builds a small
-  Dataset from the requests and runs that processor; it starts the engine on every call,
-  so it suits small jobs and tests only.
+- There is no per-call path: `VLLMBackend.generate` refuses, saying what to use (an
+  engine started for every call was what made LLM work "called, not streamed").
 
 vLLM is never imported here: `ray.data.llm` builds configs and processors without it,
 and the engine actors import it on the GPU workers. Rows the engine fails come back
@@ -24,7 +23,6 @@ max_concurrent_batches.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any, Sequence
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
@@ -147,23 +145,12 @@ def request_rows(requests: list[ChatRequest]) -> list[dict[str, Any]]:
 
 @register_backend("vllm")
 class VLLMBackend(LLMBackend):
-    """`generate()` over `ray.data.llm`; one engine start per call (small jobs only)."""
+    """The `vllm` backend has no per-call path: its engines serve a job's whole stream
+    (`build_request_processor` inside `pipelines/core/llm_stream.py`), started once per
+    job, never once per call."""
 
     def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:
-        if not requests:
-            return []
-        import ray
-
-        t0 = time.perf_counter()
-        processor = build_request_processor(self.spec)
-        rows = processor(ray.data.from_items(request_rows(requests))).take_all()
-        share = (time.perf_counter() - t0) / len(requests)  # includes the engine start
-        results: list[LLMResult] = [LLMResult(error="no output row from the vLLM engine")
-                                    for _ in requests]
-        for row in rows:
-            results[int(row["request_index"])] = LLMResult(
-                text=row.get("text"), prompt_tokens=int(row.get("prompt_tokens") or 0),
-                completion_tokens=int(row.get("completion_tokens") or 0),
-                finish_reason=row.get("finish_reason"), error=row.get("error"),
-                seconds=share)
-        return results
+        raise ValueError(
+            "the vllm backend runs inside a job's Ray Data stream, not call by call: run the job with "
+            "--backend vllm (judges with --judge-service none or auto), or serve the model with "
+            "`rexeval serve judge --backend vllm` and call it with --backend openai")

@@ -103,18 +103,30 @@ def _cuda() -> bool:
 @pytest.mark.gpu
 @pytest.mark.skipif(not os.environ.get("REXEVAL_TEST_VLLM_MODEL") or not _cuda(),
                     reason="needs CUDA and REXEVAL_TEST_VLLM_MODEL (a small chat model path)")
-def test_vllm_generate_on_gpu(ray_session):
+def test_vllm_answers_through_the_stream_processor_on_gpu(ray_session):
     pytest.importorskip("vllm")
-    backend = build_backend(BackendSpec(backend="vllm", model=os.environ["REXEVAL_TEST_VLLM_MODEL"],
-                                        options={"engine_kwargs": {"max_model_len": 2048,
-                                                                   "gpu_memory_utilization": 0.4}}))
+    import ray
+
+    from rexeval.models.llm import LLMResult
+    from rexeval.pipelines.core.llm_calls_plan import CallPlan, call
+
+    plan = CallPlan(backend="vllm", model=os.environ["REXEVAL_TEST_VLLM_MODEL"],
+                    options={"engine_kwargs": {"max_model_len": 2048, "gpu_memory_utilization": 0.4}})
     schema = {"type": "object", "additionalProperties": False, "required": ["sentiment"],
               "properties": {"sentiment": {"type": "string", "enum": ["positive", "negative"]}}}
     reqs = [ChatRequest(messages=[{"role": "user", "content": f"Say hello number {i}."}],
                         sampling=SamplingParams(max_tokens=16)) for i in range(3)]
     reqs.append(ChatRequest(messages=[{"role": "user", "content": "Great strings! Sentiment?"}],
                             sampling=SamplingParams(max_tokens=32), json_schema=schema))
-    results = backend.generate(reqs)
+    # Through the streaming path's vLLM processor, as every job sends its calls.
+    rows = call(ray.data.from_items([{"key": str(i), "request": r.model_dump_json()} for i, r in enumerate(reqs)]),
+                plan).take_all()
+    results = [LLMResult.model_validate_json(r["result"]) for r in sorted(rows, key=lambda r: int(r["key"]))]
     assert all(r.ok for r in results), [r.error for r in results]
     assert all(r.prompt_tokens > 0 and r.completion_tokens > 0 for r in results)
     assert json.loads(results[-1].text)["sentiment"] in {"positive", "negative"}
+
+
+def test_the_vllm_backend_has_no_per_call_path(spec):
+    with pytest.raises(ValueError, match="Ray Data stream"):
+        build_backend(spec).generate([ChatRequest(messages=[{"role": "user", "content": "hi"}])])
