@@ -9,6 +9,7 @@ caller's policy decides what an unreadable answer means (seed 001: a Likert scor
 """
 from __future__ import annotations
 
+import abc
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -195,15 +196,16 @@ def count_works(works: Sequence[dict], stats: CallStats) -> CallStats:
     return stats
 
 
-class AskPlayback:
+class AskPlayback(abc.ABC):
     """What stands in for the LLM when a streamed job runs a task function (`ask` hands
     it its questions): `Recorder` collects them, `Replayer` answers them from the
     stream's settled questions."""
 
     model_id: str = "?"
 
+    @abc.abstractmethod
     def ask(self, questions: list[dict], stats: CallStats) -> list[Answer]:
-        raise NotImplementedError
+        """One Answer per question, in order (counting what they cost into `stats`)."""
 
 
 def question_key(q: dict) -> str:
