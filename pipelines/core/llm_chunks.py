@@ -131,12 +131,18 @@ class ChunkQuestions:
     """`source_rows`' reader: the questions a chunk's task function asks (one row each, the
     question as JSON; a chunk that asks nothing gives one empty row, so it is still written)."""
 
-    def __init__(self, fn: ChunkTask, payload: str, chunk: int, settings: dict, model_id: str):
+    def __init__(self, fn: ChunkTask, payload: str, chunk: int, settings: dict, model_id: str, rows_hash: str):
         self.fn, self.payload, self.chunk, self.settings, self.model_id = fn, payload, chunk, settings, model_id
+        self.rows_hash = rows_hash  # the payload's content: what a worker's copy is kept by
+
+    def _payload(self) -> pd.DataFrame:
+        with location(self.payload).open_input() as fh:
+            return pd.read_parquet(fh)
 
     def rows(self, shard: int) -> pd.DataFrame:
-        with location(self.payload).open_input() as fh:
-            rows = pd.read_parquet(fh)
+        from rexeval.pipelines.core.llm_stream import kept
+
+        rows = kept(("payload", self.payload, self.rows_hash), self._payload)
         return rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
 
     def __call__(self, shard: int) -> pa.Table:
@@ -231,7 +237,8 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     root = location(root)
     root.mkdir()
     payload = root / "payload.parquet"
-    conf = {"task": task, "rows": config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()}),
+    rows_hash = config_hash({"rows": pd.util.hash_pandas_object(rows, index=False).tolist()})
+    conf = {"task": task, "rows": rows_hash,
             "settings": settings, "model": spec.get("model"), "chunk": cfg.chunk_size}
     n = max(1, -(-len(rows) // cfg.chunk_size))
     job = ShardedJob(ShardedOutput(root, f"llm:{task}", conf, [*tables, "usage"]), n, overwrite=True,
@@ -241,7 +248,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     if job.todo:
         init_ray()
         plan = chunk_plan(spec, address, cfg)
-        questions = ChunkQuestions(fn, str(payload), cfg.chunk_size, settings, spec["model"])
+        questions = ChunkQuestions(fn, str(payload), cfg.chunk_size, settings, spec["model"], rows_hash)
         t0, k = time.time(), [0]
 
         def done(row: dict) -> None:

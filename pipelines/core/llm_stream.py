@@ -70,6 +70,18 @@ class StreamSummary:
 
 
 _BUILT: dict[str, StreamSteps] = {}  # a worker process's steps, per job run (`token`)
+_KEPT: dict[Any, Any] = {}  # a worker process's job input (`kept`)
+
+
+def kept(key: Any, load: Callable[[], Any]) -> Any:
+    """`load()` once per worker process for `key` (the last key only): a job's readers
+    and writers run as Ray tasks on reused worker processes, so a table every shard
+    slices (a payload, the examples) is read once per process, not once per shard. The
+    key must change when the content may (a hash of it, the job's settings)."""
+    if key not in _KEPT:
+        _KEPT.clear()
+        _KEPT[key] = load()
+    return _KEPT[key]
 
 
 def _steps_task(batch: pa.Table, factory: Callable[[], StreamSteps], token: str, mode: str) -> pa.Table:

@@ -309,12 +309,9 @@ class St2Exp(Family):
     needs_statements = True
     uses_llm = True
     batch_size = 64
-
-    def setup(self):
-        from rexeval.pipelines.core.llm_cache import build_cached_backend
-
-        spec = self.ctx.llm
-        self.llm = build_cached_backend(spec["backend"], spec["model"], spec.get("options", {}), spec.get("cache"))
+    # Given by the job, not loaded in `setup`: the streamed chunk's `Recorder` or
+    # `Replayer` (`evaluate.pipeline.FamilyChunk`), or any backend when used in-process.
+    llm = None
 
     def score(self, batch):
         from rexeval.pipelines.evaluate.st2exp import score_st2exp

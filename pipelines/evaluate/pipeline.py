@@ -150,8 +150,9 @@ def _hash_file(path: PathLike) -> str:
 
 def _family_resources(cls: type[Family], cfg: EvaluateConfig) -> Resources:
     """NLI and model-free families: one CPU per actor. Model families: the CPUs free now
-    (a running Serve replica may hold some) shared by `workers` actors."""
-    if cls.uses_nli or not (cls.roles or cls.uses_llm):
+    (a running Serve replica may hold some) shared by `workers` actors. (LLM families
+    stream instead: `_run_family_streamed`.)"""
+    if cls.uses_nli or not cls.roles:
         return Resources(cpus=1)
     return worker_resources(cfg, free=True)
 
@@ -409,13 +410,13 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
                      n_chunks, overwrite=True, progress=progress)
     job.say_chunks(cls.name, f"{len(rows)} examples")
     if job.todo and cls.uses_llm:
-        _run_family_streamed(cls, ctx, cfg, root, rows, job, n_chunks, progress)
+        _run_family_streamed(cls, ctx, cfg, root, rows, examples_hash, job, n_chunks, progress)
     elif job.todo:
         res = _family_resources(cls, cfg)
         stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output, res)
         # Model families: `workers` actors (each loads the model); the others: as many
         # as the CPUs free now allow.
-        job.run(stage, workers=cfg.workers if (cls.uses_llm or cls.roles) else None,
+        job.run(stage, workers=cfg.workers if cls.roles else None,
                 report=lambda row, k, n: f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{n})")
     return job.finish()["counts"]
 
@@ -425,14 +426,18 @@ class FamilyChunk:
     stand-in for its LLM (`llm_calls.Recorder`: which questions, `Replayer`: the streamed
     answers), so an LLM family streams through `core.llm_stream` like any LLM job."""
 
-    def __init__(self, family: type[Family], ctx: EvalContext, examples_path: str, rows: np.ndarray,
-                 chunk: int, output: ShardedOutput):
-        self.family, self.ctx, self.examples_path = family, ctx, examples_path
+    def __init__(self, family: type[Family], ctx: EvalContext, examples_path: str, examples_hash: str,
+                 rows: np.ndarray, chunk: int, output: ShardedOutput):
+        self.family, self.ctx, self.examples_path, self.examples_hash = family, ctx, examples_path, examples_hash
         self.rows, self.chunk, self.output = rows, chunk, output
 
     def columns(self, shard: int) -> dict[str, list]:
+        from rexeval.pipelines.core.llm_stream import kept
+
         rows = self.rows[shard * self.chunk:(shard + 1) * self.chunk]
-        part = read_table(self.examples_path, EXAMPLES).take(pa.array(rows))
+        examples = kept(("examples", self.examples_path, self.examples_hash),
+                        lambda: read_table(self.examples_path, EXAMPLES))
+        part = examples.take(pa.array(rows))
         return {c: part.column(c).to_pylist() for c in part.column_names}
 
     def scored(self, llm, cols: dict[str, list]):
@@ -462,7 +467,8 @@ class FamilyChunk:
 
 
 def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Location,
-                         rows: np.ndarray, job: ShardedJob, n_chunks: int, progress) -> None:
+                         rows: np.ndarray, examples_hash: str, job: ShardedJob, n_chunks: int,
+                         progress) -> None:
     """An LLM family's chunks through the streaming LLM path (`core.llm_stream`), its calls
     through the backend's processor (`llm_calls_plan.job_plan`); raises AwaitingRerun
     when transport failures left chunks unwritten."""
@@ -472,7 +478,7 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
     from rexeval.pipelines.core.runtime import init_ray
 
     init_ray()
-    chunk = FamilyChunk(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output)
+    chunk = FamilyChunk(cls, ctx, str(root / "examples.parquet"), examples_hash, rows, cfg.chunk_size, job.output)
     plan = job_plan(cfg.with_resolved_cache(cfg.out), ctx.llm["backend"], ctx.llm["model"])
     done = [0]
 

@@ -169,9 +169,6 @@ def shard_slice(entities: list[dict], shard: int, size: int) -> list[dict]:
 # ------------------------------------------------------------------ the job
 
 
-_ENTITIES: dict[ProfileSettings, list[dict]] = {}  # a worker process's entities, per job settings
-
-
 class EntityReader:
     """`source_rows`' reader: one row per user or item of shard `k` (the entity as JSON).
     A worker process reads the training reviews once per job and keeps the entities."""
@@ -182,10 +179,10 @@ class EntityReader:
     def __call__(self, shard: int) -> pa.Table:
         import json
 
-        if self.settings not in _ENTITIES:
-            _ENTITIES.clear()
-            _ENTITIES[self.settings] = read_entities(self.settings)
-        part = shard_slice(_ENTITIES[self.settings], shard, self.settings.shard_size)
+        from rexeval.pipelines.core.llm_stream import kept
+
+        entities = kept(("profiles", self.settings), lambda: read_entities(self.settings))
+        part = shard_slice(entities, shard, self.settings.shard_size)
         return pa.table({"entity": pa.array([json.dumps(e) for e in part], pa.string())})
 
 
