@@ -218,6 +218,12 @@ class NLIScorer(BatchedPairModel):
     def _forward(self, batch: list[Row]) -> np.ndarray:
         return self._probabilities(pad_rows(self.tokenizer, batch, self.device))
 
+    def _launch(self, batch: list[Row]):
+        import torch
+
+        logits = classifier_logits(self.model, pad_rows(self.tokenizer, batch, self.device))
+        return torch.softmax(logits, dim=-1)[:, list(self.columns)]
+
     def _probabilities(self, inputs: dict[str, Any]) -> np.ndarray:
         import torch
 

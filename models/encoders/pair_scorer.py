@@ -109,12 +109,15 @@ class CrossEncoderScorer(PairScorer):
                                             truncation=True, max_length=self.max_length))
 
     def _forward(self, batch):
+        return self._launch(batch).cpu().numpy()
+
+    def _launch(self, batch):
         import torch
 
         logits = classifier_logits(self.model, pad_rows(self.tokenizer, batch, self.device))
         if self.num_labels == 1:
-            return torch.sigmoid(logits[:, 0]).cpu().numpy()
-        return torch.softmax(logits, dim=-1)[:, self.positive_index].cpu().numpy()
+            return torch.sigmoid(logits[:, 0])
+        return torch.softmax(logits, dim=-1)[:, self.positive_index]
 
 
 def _positive_index(id2label: dict | None, positive_label: str | int | None) -> int:

@@ -162,6 +162,51 @@ def test_batched_equals_one_at_a_time_in_input_order(nli):
         len(chunk) * max(chunk) for chunk in (lengths[i:i + 3] for i in range(0, 6, 3)))
 
 
+def test_the_overlapped_gpu_loop_gives_the_same_rows_in_input_order(tiny_bert, monkeypatch):
+    """The CUDA loop (tokenising chunk k+1 in a thread while chunk k's batches are queued,
+    one copy back) forced on here on the CPU: the same probabilities as the plain loop,
+    over several chunks and with duplicates."""
+    import rexeval.models.encoders.pair_batching as pb
+
+    monkeypatch.setattr(pb, "OVERLAP_CHUNK_BATCHES", 2)  # 2 batches of 2: chunks of 4 pairs
+    plain = NLIScorer(str(tiny_bert[3]), device="cpu", overlap=False)
+    over = NLIScorer(str(tiny_bert[3]), device="cpu", overlap=True)
+    assert over.overlaps() and not plain.overlaps()
+    order = [5, 0, 1, 0, 2, 3, 4, 5, 1, 2, 3]
+    prem, hyp = [PREMISES[i] for i in order], [HYPOTHESES[i] for i in order]
+    want = plain.score(prem, hyp, batch_size=2)
+    got = over.score(prem, hyp, batch_size=2)
+    assert got.dtype == np.float32 and got.shape == (11, 3)
+    # Other batches (sorted within a chunk) than the plain loop's: float rounding only,
+    # where rows differ from each other by up to ~0.6.
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    stats = over.last_stats
+    assert (stats.pairs, stats.unique_pairs) == (11, 6)
+    assert stats.batches == 3  # chunks of 4 and 2 distinct pairs: 2 + 1 batches
+    assert over.score([], []).shape == (0, 3)
+
+
+def test_overlap_is_chosen_on_cuda_only_for_models_that_launch(tiny_bert):
+    from rexeval.models.encoders.pair_batching import BatchedPairModel
+
+    nli = NLIScorer(str(tiny_bert[3]), device="cpu")
+    assert nli.overlap == "auto" and not nli.overlaps()
+    nli.device = "cuda:0"  # what the choice reads; nothing runs
+    assert nli.overlaps()
+
+    class NoLaunch(BatchedPairModel):
+        def _encode(self, pairs):
+            return []
+
+        def _forward(self, batch):
+            return np.zeros(0)
+
+    other = NoLaunch(str(tiny_bert[3]), device="cpu", overlap=True)
+    assert not other.overlaps()  # no _launch: the plain loop, whatever is asked
+    with pytest.raises(ValueError, match="overlap"):
+        NLIScorer(str(tiny_bert[3]), device="cpu", overlap="yes")
+
+
 def test_forward_batches_give_the_same_probabilities(nli):
     batches = nli.prepare_batches(PREMISES + PREMISES[:2], HYPOTHESES + HYPOTHESES[:2],
                                   batch_size=4)
