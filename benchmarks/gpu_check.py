@@ -402,7 +402,7 @@ def part_nli(args, ctx) -> dict:
             side["actual_dtype"] = str(next(scorer.model.parameters()).dtype)
             side["model_device"] = str(next(scorer.model.parameters()).device)
             res[dtype] = side
-            del scorer, batches
+            scorer = batches = None  # free the model before the next dtype
             _free(args.device)
         f32, b16 = probs["float32"], probs["bfloat16"]
         top2 = np.sort(f32, axis=1)[:, -2:]
