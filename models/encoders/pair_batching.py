@@ -14,14 +14,18 @@ methods: `_encode(pairs)` (the tokenizer's unpadded row for each pair) and
   3. gives the results back in input order, and records what it did in `last_stats`.
 Results equal one-at-a-time scoring up to float rounding (padding is masked out).
 
-On a GPU (`overlap`, on by default on CUDA, for a model that also writes `_launch`: a
-batch's result as a device tensor, not waited for) the loop keeps the GPU busy instead:
-a background thread tokenises the next chunk of distinct pairs (`OVERLAP_CHUNK_BATCHES`
-batches' worth, sorted by length within the chunk) while the main thread pads batches
-into pinned memory and queues their forward passes; results stay on the device and come
-back in one copy at the end. Measured on an H200 (benchmarks/gpu_check.py, 28k distinct
-NLI pairs, MiniLM size): tokenising, padding and a wait for every batch's result had
-kept `score` at 0.29x (fp32) and 0.08x (bf16) of the forward passes alone.
+On a GPU a model that also writes `_launch` (a batch's result as a device tensor, not
+waited for) can take an overlapped loop (`overlap`): a background thread tokenises the
+next chunk of distinct pairs (`OVERLAP_CHUNK_BATCHES` batches' worth, sorted by length
+within the chunk) while the main thread pads batches into pinned memory and queues their
+forward passes; results stay on the device and come back in one copy at the end. It pays
+only where the GPU, not the CPU, is the bottleneck. Measured on an H200
+(benchmarks/gpu_check.py, results in benchmarks/results/gpu/): for a BERT-large-size
+classifier in bfloat16 (the size of the seeds' NLI models) `score` went from 0.75x to
+0.95x of the forward passes alone; for a MiniLM-size one, whose forward passes are
+shorter than the tokenising and padding in Python, the thread's share of the GIL made
+`score` 10-30% slower than the plain loop (medians of 3). So "auto" overlaps on CUDA for
+models of at least `OVERLAP_MIN_PARAMETERS` parameters only.
 """
 from __future__ import annotations
 
@@ -45,6 +49,8 @@ Row = dict[str, Any]
 
 OVERLAP_CHUNK_BATCHES = 32
 """Batches' worth of pairs tokenised at a time by the overlapped loop (see module doc)."""
+OVERLAP_MIN_PARAMETERS = 100_000_000
+"""The smallest model "auto" overlaps on CUDA (MiniLM, 23M: slower; BERT-large, 335M: faster)."""
 
 
 def check_pairs(pairs: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -112,8 +118,9 @@ class BatchedPairModel(abc.ABC):
     Options: device ("auto" | "cpu" | "cuda[:N]"), batch_size (pairs per forward pass),
     max_length (tokens per pair; longer pairs are truncated), num_threads (torch CPU
     threads, process-wide), dtype ("auto": float32 on CPU, bfloat16 on CUDA; or a torch
-    dtype name such as "float16"), overlap ("auto": on CUDA when the model writes
-    `_launch`; True or False to force it; see the module docstring).
+    dtype name such as "float16"), overlap ("auto": on CUDA for a model that writes
+    `_launch` and has at least `OVERLAP_MIN_PARAMETERS` parameters; True or False to
+    force it; see the module docstring).
     """
 
     last_stats: BatchStats = BatchStats()
@@ -146,7 +153,11 @@ class BatchedPairModel(abc.ABC):
         """Whether `_run` takes the overlapped loop (see the module docstring)."""
         if type(self)._launch is BatchedPairModel._launch or self.overlap is False:
             return False
-        return self.overlap is True or str(self.device).startswith("cuda")
+        if self.overlap is True:
+            return True
+        model = getattr(self, "model", None)
+        size = sum(p.numel() for p in model.parameters()) if model is not None else 0
+        return str(self.device).startswith("cuda") and size >= OVERLAP_MIN_PARAMETERS
 
     def _run(self, pairs: list[tuple[str, str]], batch_size: int | None = None,
              width: tuple[int, ...] = ()) -> np.ndarray:

@@ -47,6 +47,9 @@ def test_the_figures_that_say_whether_a_gpu_path_is_right(tiny_run):
     for dtype in ("float32", "bfloat16"):
         assert nli[dtype]["actual_dtype"] == f"torch.{dtype}"
         assert nli[dtype]["score_s"] > 0 and nli[dtype]["ours_over_bound"] > 0
+        # The GPU's overlapped loop, run here on the CPU beside the plain one: same rows.
+        assert nli[dtype]["loop"] == "plain" and nli[dtype]["other_loop"] == "overlapped"
+        assert nli[dtype]["max_abs_diff_other_loop"] < 1e-4
     assert 0.0 <= nli["label_agreement_bf16_vs_fp32"] <= 1.0
     # The same vectors: our exact torch top-k and FAISS's exact index find the same neighbours.
     assert parts["embed"]["recall_at_k_torch_vs_faiss_ties_counted"] == 1.0

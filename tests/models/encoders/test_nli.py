@@ -186,13 +186,19 @@ def test_the_overlapped_gpu_loop_gives_the_same_rows_in_input_order(tiny_bert, m
     assert over.score([], []).shape == (0, 3)
 
 
-def test_overlap_is_chosen_on_cuda_only_for_models_that_launch(tiny_bert):
+def test_overlap_is_chosen_on_cuda_only_for_large_models_that_launch(tiny_bert, monkeypatch):
+    import rexeval.models.encoders.pair_batching as pb
     from rexeval.models.encoders.pair_batching import BatchedPairModel
 
     nli = NLIScorer(str(tiny_bert[3]), device="cpu")
     assert nli.overlap == "auto" and not nli.overlaps()
     nli.device = "cuda:0"  # what the choice reads; nothing runs
+    assert not nli.overlaps()  # a small model: the CPU is the bottleneck, the plain loop wins
+    size = sum(p.numel() for p in nli.model.parameters())
+    monkeypatch.setattr(pb, "OVERLAP_MIN_PARAMETERS", size)
     assert nli.overlaps()
+    nli.overlap = False
+    assert not nli.overlaps()
 
     class NoLaunch(BatchedPairModel):
         def _encode(self, pairs):
@@ -205,6 +211,20 @@ def test_overlap_is_chosen_on_cuda_only_for_models_that_launch(tiny_bert):
     assert not other.overlaps()  # no _launch: the plain loop, whatever is asked
     with pytest.raises(ValueError, match="overlap"):
         NLIScorer(str(tiny_bert[3]), device="cpu", overlap="yes")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_scores_match_the_cpu_with_either_loop(tiny_bert):
+    cpu = NLIScorer(str(tiny_bert[3]), device="cpu").score(PREMISES * 3, HYPOTHESES[::-1] * 3)
+    for dtype, tol in (("float32", 1e-4), ("bfloat16", 0.05)):
+        gpu = NLIScorer(str(tiny_bert[3]), device="cuda", dtype=dtype, batch_size=4)
+        assert next(gpu.model.parameters()).dtype == getattr(torch, dtype)
+        for overlap in (False, True):
+            gpu.overlap = overlap
+            got = gpu.score(PREMISES * 3, HYPOTHESES[::-1] * 3)
+            assert got.dtype == np.float32
+            np.testing.assert_allclose(got, cpu, atol=tol)
 
 
 def test_forward_batches_give_the_same_probabilities(nli):

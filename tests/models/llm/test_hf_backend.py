@@ -313,3 +313,21 @@ def test_fast_greedy_true_needs_support(tiny_model_dir):
     with pytest.raises(ValueError):
         HFBackend(BackendSpec(model=str(tiny_model_dir),
                               options={"fast_greedy": True, "attn_implementation": "sdpa"}))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_batched_greedy_equals_one_at_a_time(tiny_model_dir, dtype):
+    """On CUDA (DynamicCache, transformers' attention, the dtype asked for): padding and
+    the shared prefix must not change a row (benchmarks/gpu_check.py's hf part, small)."""
+    opts = {"device": "cuda", "dtype": dtype}
+    batched = HFBackend(BackendSpec(model=str(tiny_model_dir), options={**opts, "batch_size": 4}))
+    alone = HFBackend(BackendSpec(model=str(tiny_model_dir), options={**opts, "batch_size": 1}))
+    assert batched.model.device.type == "cuda" and str(batched.model.dtype) == f"torch.{dtype}"
+    reqs = [ChatRequest(messages=[{"role": "system", "content": LONG_SYSTEM},
+                                  {"role": "user", "content": p}],
+                        sampling=SamplingParams(max_tokens=10)) for p in PROMPTS]
+    got = batched.generate(reqs)
+    assert all(r.ok for r in got), [r.error for r in got]
+    assert [r.text for r in got] == [r.text for r in alone.generate(reqs)]
