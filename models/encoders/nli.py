@@ -219,17 +219,17 @@ class NLIScorer(BatchedPairModel):
         return self._probabilities(pad_rows(self.tokenizer, batch, self.device))
 
     def _launch(self, batch: list[Row]):
-        import torch
-
-        logits = classifier_logits(self.model, pad_rows(self.tokenizer, batch, self.device))
-        return torch.softmax(logits, dim=-1)[:, list(self.columns)]
+        return self._device_probabilities(pad_rows(self.tokenizer, batch, self.device))
 
     def _probabilities(self, inputs: dict[str, Any]) -> np.ndarray:
+        return self._device_probabilities(inputs).cpu().numpy().astype(np.float32, copy=False)
+
+    def _device_probabilities(self, inputs: dict[str, Any]):
+        """float32 [b, 3] (ENT, NEU, CON) as a tensor on the model's device."""
         import torch
 
         logits = classifier_logits(self.model, inputs)
-        probs = torch.softmax(logits, dim=-1)[:, list(self.columns)]
-        return probs.cpu().numpy().astype(np.float32, copy=False)
+        return torch.softmax(logits, dim=-1)[:, list(self.columns)]
 
 
 def score_unique(pairs: list[tuple[str, str]], scorer) -> tuple[np.ndarray, int]:

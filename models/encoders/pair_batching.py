@@ -145,9 +145,12 @@ class BatchedPairModel(abc.ABC):
         """float32 results for one batch of `_encode` rows, one row per pair."""
 
     def _launch(self, batch: list[Row]):
-        """`_forward`'s result as a torch tensor left on the device and not waited for,
-        for the overlapped loop; a model without one (this default) is never overlapped."""
-        raise NotImplementedError
+        """`_forward`'s result as a torch tensor, for the overlapped loop. A model writes
+        its own to leave the result on the device, not waited for; one that keeps this
+        default (`_forward`, on the CPU) is never overlapped."""
+        import torch
+
+        return torch.from_numpy(np.asarray(self._forward(batch), dtype=np.float32))
 
     def overlaps(self) -> bool:
         """Whether `_run` takes the overlapped loop (see the module docstring)."""

@@ -205,10 +205,11 @@ def test_overlap_is_chosen_on_cuda_only_for_large_models_that_launch(tiny_bert, 
             return []
 
         def _forward(self, batch):
-            return np.zeros(0)
+            return np.ones(len(batch))
 
     other = NoLaunch(str(tiny_bert[3]), device="cpu", overlap=True)
-    assert not other.overlaps()  # no _launch: the plain loop, whatever is asked
+    assert not other.overlaps()  # no _launch of its own: the plain loop, whatever is asked
+    assert other._launch([{}, {}]).tolist() == [1.0, 1.0]  # the default wraps _forward
     with pytest.raises(ValueError, match="overlap"):
         NLIScorer(str(tiny_bert[3]), device="cpu", overlap="yes")
 
