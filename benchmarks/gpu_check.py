@@ -438,9 +438,7 @@ def _free(device: str) -> None:
 
 def part_embed(args, ctx) -> dict:
     import numpy as np
-    import torch
 
-    from rexeval.metrics.ranking import top_k
     from rexeval.models.encoders.embedder import Embedder
 
     texts = sample_texts(60 if args.tiny else 20_000)  # distinct: the neighbours' input
@@ -468,16 +466,7 @@ def part_embed(args, ctx) -> dict:
     x = vecs["float32"]
     out["mean_cos_bf16_to_fp32"] = round(float((x * vecs["bfloat16"]).sum(1).mean()), 5)
 
-    def torch_neighbours(v: np.ndarray) -> tuple[np.ndarray, float]:
-        t = torch.from_numpy(v).to(args.device)
-        sync(args.device)
-        t0 = time.perf_counter()
-        scores = t @ t.T
-        scores.fill_diagonal_(-float("inf"))  # a text is not its own neighbour
-        idx = top_k(scores, k, chunk=4096).cpu().numpy()
-        return idx, time.perf_counter() - t0
-
-    ours, secs = torch_neighbours(x)
+    ours, secs = exact_neighbours(x, k, args.device)
     out["torch_top_k_s"] = round(secs, 4)
     try:
         from rexeval.pipelines.cluster.index import load_faiss
@@ -491,17 +480,15 @@ def part_embed(args, ctx) -> dict:
         # FAISS's list holds the query itself (or, for a duplicate vector, its twin): drop
         # the row's own id, keep k.
         theirs = np.array([[j for j in row if j != i][:k] for i, row in enumerate(theirs)])
-        out["recall_at_k_torch_vs_faiss"] = float(np.mean(
-            [len(set(a) & set(b)) / k for a, b in zip(ours, theirs)]))
+        out["recall_at_k_torch_vs_faiss"] = recall_at_k(ours, theirs)
         out["recall_at_k_torch_vs_faiss_ties_counted"] = tie_aware_recall(x, ours, theirs)
         out["faiss"] = faiss.__version__
     except ImportError as exc:
         out["recall_at_k_torch_vs_faiss"] = None
         out["faiss"] = f"absent: {exc}"
-    cpu_idx, _ = (ours, 0.0) if args.device == "cpu" else _cpu_top_k(x, k)
+    cpu_idx = ours if args.device == "cpu" else exact_neighbours(x, k, "cpu")[0]
     out["torch_top_k_same_on_cpu"] = bool((cpu_idx == ours).all())
-    b16, _ = torch_neighbours(vecs["bfloat16"])
-    out["recall_at_k_bf16_vs_fp32_vectors"] = float(np.mean([len(set(a) & set(b)) / k for a, b in zip(ours, b16)]))
+    out["recall_at_k_bf16_vs_fp32_vectors"] = recall_at_k(ours, exact_neighbours(vecs["bfloat16"], k, args.device)[0])
     ctx["report"].log(f"embed: {json.dumps(out)}")
     return out
 
@@ -520,15 +507,24 @@ def tie_aware_recall(x, ours, theirs, eps: float = 1e-6) -> float:
     return hits / (len(ours) * ours.shape[1])
 
 
-def _cpu_top_k(x, k: int):
+def exact_neighbours(x, k: int, device: str):
+    """Each row's k nearest other rows by inner product, with rexeval's torch `top_k`
+    (metrics/ranking.py) on `device`; and the seconds it took."""
     import torch
 
     from rexeval.metrics.ranking import top_k
 
-    t = torch.from_numpy(x)
+    t = torch.from_numpy(x).to(device)
+    sync(device)
+    t0 = time.perf_counter()
     scores = t @ t.T
-    scores.fill_diagonal_(-float("inf"))
-    return top_k(scores, k, chunk=4096).numpy(), 0.0
+    scores.fill_diagonal_(-float("inf"))  # a text is not its own neighbour
+    idx = top_k(scores, k, chunk=4096).cpu().numpy()
+    return idx, time.perf_counter() - t0
+
+
+def recall_at_k(ours, theirs) -> float:
+    return float(sum(len(set(a) & set(b)) for a, b in zip(ours, theirs)) / (len(ours) * ours.shape[1]))
 
 
 # --- part c: the hf LLM backend ---------------------------------------------------------------
@@ -767,6 +763,8 @@ def part_train(args, ctx) -> dict:
         dev_l, dev_s = generator_steps(copy.deepcopy(base), b.to(dev), k, dev)
         res = {**curves_compare(cpu_l, dev_l), "batch": len(b), "cpu_step_s": round(cpu_s, 5),
                "device_step_s_fp32": round(dev_s, 5)}
+        if not dev.startswith("cuda"):  # the steps trained copies: `base` is untouched
+            res["decode"] = decode_rate(base, b, words, dev)
         del base
         _free(dev)
         if dev.startswith("cuda"):  # as the trainer builds it on a GPU: the backbone in bf16
@@ -778,9 +776,6 @@ def part_train(args, ctx) -> dict:
                            "lm_dtype": str(bf.lm_dtype), "decreases": bl[-1] < bl[0]}
             res["decode"] = decode_rate(bf, bb, words, dev)
             del bf
-        else:
-            res["decode"] = decode_rate(copy.deepcopy(PEPLER(n_u, n_i, vocab_size=n_lm + OFFSET, max_words=words,
-                                                             lm=lm, dtype="float32")), b, words, dev)
         out["pepler"] = res
         _free(dev)
     ctx["report"].log(f"train: {json.dumps(out, default=_plain)}")
