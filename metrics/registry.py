@@ -7,6 +7,10 @@ reports ask for a metric's direction (`get_metric`), and `rexeval evaluate` asks
 metrics a family computes (`group_metrics`, the `group` a metric was registered with:
 the metrics that one pass of one model yields together, e.g. "bertscore" for
 BERTScore P/R/F1) and which are corpus-level.
+
+Every module of this folder that calls `register_metric` is found by the registry's scan
+(`rexeval.registry.Registry`'s `scan`), so a new metric file needs no list edited; with
+`table=` and `label=` it also appears in `rexeval evaluate`'s tables.
 """
 from __future__ import annotations
 
@@ -20,13 +24,10 @@ KINDS = ("per_example", "corpus")
 
 F = TypeVar("F", bound=Callable)
 
-METRIC_MODULES = (
-    "rexeval.metrics.statement_level", "rexeval.metrics.st2exp", "rexeval.metrics.text_overlap",
-    "rexeval.metrics.features", "rexeval.metrics.similarity", "rexeval.metrics.summac",
-    "rexeval.metrics.alignment", "rexeval.metrics.learned", "rexeval.metrics.questeval",
-    "rexeval.metrics.questeval_published", "rexeval.metrics.ranking",
-)
-"""The modules whose import registers the built-in metrics (loaded when names are listed)."""
+TEXTS_GROUP = "texts"
+"""The group of metrics that need no model: a function of (explanations, references), both
+lists of strings, returning one float per example. `rexeval evaluate`'s `texts` family
+computes every metric registered with it, so such a metric is one file in this folder."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class MetricInfo:
     kind is "per_example" (one value per interaction, averaged later and usable in
     paired tests) or "corpus" (one value for a whole run); group names the metrics
     computed together (see the module docstring), None for metrics no job groups.
+    table and label place the metric in `rexeval evaluate`'s tables (a seed's table
+    title, or a title of its own) under a display name; None: the seed's own tables
+    (`pipelines/evaluate/report.py`) already list it, or no table does.
     """
 
     name: str
@@ -44,9 +48,11 @@ class MetricInfo:
     inputs: tuple[str, ...]
     description: str
     group: str | None = None
+    table: str | None = None
+    label: str | None = None
 
 
-METRICS: Registry[Callable] = Registry("metric", modules=METRIC_MODULES, name_attr=None)
+METRICS: Registry[Callable] = Registry("metric", scan=("rexeval.metrics", "register_metric"), name_attr=None)
 
 
 def register_metric(
@@ -57,6 +63,8 @@ def register_metric(
     inputs: tuple[str, ...] = (),
     description: str = "",
     group: str | None = None,
+    table: str | None = None,
+    label: str | None = None,
 ) -> Callable[[F], F]:
     """Decorator: record `name` in METRICS and attach the info as `fn.metric_info`.
 
@@ -72,7 +80,8 @@ def register_metric(
     def wrap(fn: F) -> F:
         METRICS.add(name, fn)
         fn.metric_info = MetricInfo(name=name, higher_is_better=bool(higher_is_better), kind=kind,
-                                    inputs=tuple(inputs), description=description, group=group)
+                                    inputs=tuple(inputs), description=description, group=group,
+                                    table=table, label=label)
         return fn
 
     return wrap
@@ -106,3 +115,8 @@ def group_metrics(group: str, kind: str | None = None) -> tuple[str, ...]:
     """The metrics registered with `group` (and `kind`), in registration order."""
     return tuple(n for n, fn in METRICS.items() if fn.metric_info.group == group
                  and (kind is None or fn.metric_info.kind == kind))
+
+
+def tabled_metrics() -> list[MetricInfo]:
+    """The metrics registered with a `table`, in registration order."""
+    return [fn.metric_info for fn in METRICS.values() if fn.metric_info.table]

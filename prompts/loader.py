@@ -94,6 +94,22 @@ def load_prompt(name: str, directory: str | os.PathLike | None = None) -> Prompt
     return _prompt_from_bytes(str(path), path.read_bytes())
 
 
+def inline_prompt(text: str, origin: str, directory: str | os.PathLike | None = None) -> PromptTemplate:
+    """A prompt written as YAML text inside a plug-in's own module (so that a new prompted
+    generator is one file), checked like a prompt file. A file of the same name in
+    `directory` or $REXEVAL_PROMPTS_DIR still wins, as it does over the shipped files;
+    `origin` (e.g. the module's name), then the prompt's name, stand for its path in messages."""
+    raw = text.encode("utf-8")
+    data = _parse_yaml(origin, raw)
+    name = data.get("name") if isinstance(data, dict) else None
+    if isinstance(name, str) and _NAME.match(name):
+        for d in search_path(directory)[:-1]:  # the user's layers, not the package's
+            path = d / f"{name}.yaml"
+            if path.is_file():
+                return _prompt_from_bytes(str(path), path.read_bytes())
+    return _prompt_from_bytes(f"{origin}/{name}.yaml" if isinstance(name, str) else origin, raw)
+
+
 def load_domain(name: str, directory: str | os.PathLike | None = None) -> Domain:
     """The domain `name` with its topic table and examples (cached while unchanged)."""
     path = _find(name, directory, "domains", "domain")

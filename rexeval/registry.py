@@ -9,6 +9,10 @@ using one is `REGISTRY.lookup("name")`. Every registry behaves the same way:
   to "module:attr"), and `modules` lists modules imported before a name is reported
   unknown or the names are listed. CPU machines therefore never import a GPU backend
   they do not use.
+- `scan` = (package, marker) makes a new module in that package an entry with no list to
+  edit: every module of the package whose source contains `marker` (the decorator's
+  name, e.g. "register_metric") is imported with `modules`. Modules without the marker
+  are not imported, so listing names stays cheap (no torch for a `--help`).
 - A name of the form "package.module:attr" loads `attr` from that module without
   registering it, so a user's own implementation plugs in from a config file (the
   module must be importable wherever it runs, Ray workers included).
@@ -43,6 +47,32 @@ def load_object(spec: str) -> Any:
         raise ValueError(f"module {module!r} has no {attr!r} (from {spec!r})") from None
 
 
+def scanned_modules(package: str, marker: str) -> tuple[str, ...]:
+    """The modules of `package` (not its subpackages, none starting with "_") whose source
+    mentions `marker`, sorted by name; read as text, so nothing else is imported."""
+    import importlib.util
+    import pkgutil
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError(f"{package!r} is not a package")
+    found = []
+    for info in pkgutil.iter_modules(list(spec.submodule_search_locations)):
+        if info.ispkg or info.name.startswith("_"):
+            continue
+        path = getattr(info.module_finder, "path", None)
+        if path is None:
+            continue
+        try:
+            with open(f"{path}/{info.name}.py", encoding="utf-8") as f:
+                text = f.read()
+        except OSError:
+            continue
+        if marker in text:
+            found.append(f"{package}.{info.name}")
+    return tuple(sorted(set(found)))
+
+
 def _same_definition(a: Any, b: Any) -> bool:
     """Identity, or the same definition seen again (e.g. after a module reload)."""
     if a is b:
@@ -65,12 +95,14 @@ class Registry(Mapping[str, T], Generic[T]):
     modules      modules imported before a miss is reported or names are listed
     normalize    maps a requested name to its key (e.g. str.lower)
     name_attr    attribute set on a registered class to its registered name
+    scan         (package, marker): also import the package's modules that mention marker
     """
 
     def __init__(self, kind: str, *, base: type | None = None, lazy: Mapping[str, str] | None = None,
                  modules: tuple[str, ...] = (), normalize: Callable[[str], str] | None = None,
-                 name_attr: str | None = "name"):
+                 name_attr: str | None = "name", scan: tuple[str, str] | None = None):
         self.kind = kind
+        self.scan = scan
         self.base = base
         self.lazy: dict[str, str] = dict(lazy or {})
         self.modules = tuple(modules)
@@ -111,7 +143,7 @@ class Registry(Mapping[str, T], Generic[T]):
     def copy(self) -> Registry[T]:
         """An independent registry with the same entries (tests register into copies)."""
         twin = Registry(self.kind, base=self.base, lazy=self.lazy, modules=self.modules,
-                        normalize=self.normalize, name_attr=self.name_attr)
+                        normalize=self.normalize, name_attr=self.name_attr, scan=self.scan)
         twin._entries, twin._loaded = dict(self._entries), self._loaded
         return twin
 
@@ -147,7 +179,8 @@ class Registry(Mapping[str, T], Generic[T]):
     def load_all(self) -> None:
         """Import the modules that register the built-in entries (once)."""
         if not self._loaded:
-            for module in self.modules:
+            scanned = scanned_modules(*self.scan) if self.scan else ()
+            for module in (*self.modules, *scanned):
                 importlib.import_module(module)
             self._loaded = True
 

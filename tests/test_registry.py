@@ -125,3 +125,29 @@ def test_every_registry_of_the_product_is_one_registry_instance():
     assert {"hf", "openai", "vllm"} <= set(BACKENDS.names())
     assert {"random", "userpop", "itempop", "globalpop", "bper+", "expgcn"} <= set(RANKERS.names())
     assert {"likert", "pairwise", "detect_generate"} <= set(TASKS)
+
+
+def test_scan_imports_the_packages_modules_that_use_the_marker_and_no_other(tmp_path, monkeypatch):
+    pkg = tmp_path / "rexeval_scan_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("from rexeval.registry import Registry\n"
+                                 "THINGS = Registry('thing', scan=('rexeval_scan_pkg', '@register_thing'))\n"
+                                 "register_thing = THINGS.register\n")
+    (pkg / "new_one.py").write_text("from rexeval_scan_pkg.base import register_thing\n\n"
+                                    "@register_thing('new')\nclass New:\n    pass\n")
+    (pkg / "heavy.py").write_text("raise RuntimeError('imported although it registers nothing')\n")
+    (pkg / "_private.py").write_text("# @register_thing, but private\nraise RuntimeError('private')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("rexeval_scan_pkg")]:
+        monkeypatch.delitem(sys.modules, name)
+    from rexeval.registry import scanned_modules
+
+    # base.py names the marker itself (harmless: it is the registry's own module)
+    assert scanned_modules("rexeval_scan_pkg", "@register_thing") == ("rexeval_scan_pkg.base",
+                                                                      "rexeval_scan_pkg.new_one")
+    base = __import__("rexeval_scan_pkg.base", fromlist=["THINGS"])
+    assert base.THINGS.names() == ["new"]  # no list names new_one.py; heavy.py stays unimported
+    assert "rexeval_scan_pkg.heavy" not in sys.modules
+    for name in [m for m in sys.modules if m.startswith("rexeval_scan_pkg")]:
+        monkeypatch.delitem(sys.modules, name)

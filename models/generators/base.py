@@ -37,11 +37,10 @@ from rexeval.registry import Registry
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 """Reserved word ids, the same in every vocabulary."""
 
-GENERATORS: Registry[type] = Registry("generator", normalize=str.lower, modules=(
-    "rexeval.models.generators.nrt", "rexeval.models.generators.att2seq",
-    "rexeval.models.generators.peter", "rexeval.models.generators.cer", "rexeval.models.generators.pepler",
-    "rexeval.models.generators.xrec"))
-"""Trained explanation generators by name; built-in modules load on first look-up."""
+GENERATORS: Registry[type] = Registry("generator", normalize=str.lower,
+                                      scan=("rexeval.models.generators", "@register_generator"))
+"""Trained explanation generators by name; the modules of this folder that use
+`@register_generator` load on first look-up (a new generator is one file here)."""
 
 register_generator = GENERATORS.register
 generator_class = GENERATORS.lookup

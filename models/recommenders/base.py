@@ -21,9 +21,8 @@ import torch
 
 from rexeval.registry import Registry
 
-RANKERS: Registry[type] = Registry("ranker", normalize=str.lower, modules=(
-    "rexeval.models.recommenders.popularity", "rexeval.models.recommenders.bper",
-    "rexeval.models.recommenders.expgcn"))
+RANKERS: Registry[type] = Registry("ranker", normalize=str.lower,
+                                   scan=("rexeval.models.recommenders", "@register_ranker"))
 """Rankers by name (case-insensitive); the built-in modules load on the first look-up
 of a name not registered yet."""
 

@@ -51,9 +51,9 @@ METRIC_CORRELATIONS = pa.schema([
 
 def report_order() -> tuple[list[str], dict[str, str]]:
     """Metric keys in the results tables' order, and their labels there."""
-    from rexeval.pipelines.evaluate.report import TABLES
+    from rexeval.pipelines.evaluate.report import tables_for
 
-    rows = [(m, lab) for _, table in TABLES for m, lab in table]
+    rows = [(m, lab) for _, table in tables_for() for m, lab in table]
     return [m for m, _ in rows], dict(rows)
 
 

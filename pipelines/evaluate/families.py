@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rexeval.metrics.registry import group_metrics
+from rexeval.metrics.registry import TEXTS_GROUP, group_metrics
 from rexeval.registry import Registry
 
 
@@ -65,6 +65,7 @@ class Family:
     # only needed when no service address is given
     uses_llm: ClassVar[bool] = False
     batch_size: ClassVar[int] = 256
+    in_all: ClassVar[bool] = True  # run by "all" (the default); False: only when asked for by name
 
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
@@ -130,6 +131,27 @@ class Meteor(Family):
         from rexeval.metrics.text_overlap import meteor_scores
 
         return {"meteor": meteor_scores(*_texts(batch))}, {}
+
+
+@register_family("texts")
+class Texts(Family):
+    """The metrics that need no model (`metrics.registry.TEXTS_GROUP`): each registered
+    function of (explanations, references). Not part of "all", which is seed 000's metrics:
+    they run when asked for (`--metrics texts` or a metric's own name), so adding one never
+    changes an existing study's tables."""
+
+    in_all = False
+    batch_size = 1024
+
+    @classmethod
+    def metrics(cls) -> tuple[str, ...]:
+        return group_metrics(TEXTS_GROUP, kind="per_example")
+
+    def score(self, batch):
+        from rexeval.metrics.registry import METRICS
+
+        gen, ref = _texts(batch)
+        return {m: np.asarray(METRICS.lookup(m)(gen, ref), dtype=np.float64) for m in self.metrics()}, {}
 
 
 # ------------------------------------------------------------- encoder models
@@ -360,7 +382,7 @@ def select_families(names: list[str], skip: list[str]) -> list[str]:
         out = []
         for x in items:
             if x == ALL:
-                out += [*FAMILIES, "corpus"]
+                out += [*(f for f, cls in FAMILIES.items() if cls.in_all), "corpus"]
             elif x in FAMILIES or x == "corpus":
                 out.append(x)
             elif x in by_metric:

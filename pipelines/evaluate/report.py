@@ -11,7 +11,8 @@ from rexeval.metrics.aggregate import format_results_table
 from rexeval.metrics.registry import higher_is_better
 from rexeval.pipelines.core.storage import location
 
-# (title, [(metric, label)]): the seed's tables, in its order and naming.
+# (title, [(metric, label)]): the seed's tables, in its order and naming. A metric
+# registered with `table=`/`label=` (metrics.registry) joins these in `tables_for`.
 TABLES: list[tuple[str, list[tuple[str, str]]]] = [
     ("Table III: LLM-based statement-level metrics",
      [("st2exp_p", "St2Exp-P"), ("st2exp_r", "St2Exp-R"), ("st2exp_f1", "St2Exp-F1")]),
@@ -38,11 +39,25 @@ REVIEW_TABLE = "Table VII: text similarity metrics on review generation"
 
 
 def tables_for(task: str = "explanation") -> list[tuple[str, list[tuple[str, str]]]]:
-    """The seed's tables for `task`: on review generation (references = the reviews) the
-    text similarity metrics are its Table VII, not Table VI."""
+    """The seed's tables for `task`, then the metrics registered with a table: appended to
+    a seed table of that title, or in a table of their own after the seed's. On review
+    generation (references = the reviews) the text similarity metrics are the seed's
+    Table VII, not Table VI."""
+    from rexeval.metrics.registry import tabled_metrics
+
+    tables = [(title, list(rows)) for title, rows in TABLES]
+    listed = {m for _, rows in tables for m, _ in rows}
+    for info in tabled_metrics():
+        if info.name in listed:
+            continue
+        rows = next((rows for title, rows in tables if title == info.table), None)
+        if rows is None:
+            rows = []
+            tables.append((info.table, rows))
+        rows.append((info.name, info.label or info.name))
     if task != "review":
-        return TABLES
-    return [(REVIEW_TABLE if title == SIMILARITY_TABLE else title, rows) for title, rows in TABLES]
+        return tables
+    return [(REVIEW_TABLE if title == SIMILARITY_TABLE else title, rows) for title, rows in tables]
 
 
 def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | None = None,
@@ -50,9 +65,10 @@ def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | 
     """Every table that has at least one computed metric; best system per metric in
     bold, worst in italics (direction from the metric registry)."""
     systems = systems or sorted(agg["system"].unique())
-    labels = {m: lab for _, rows in TABLES for m, lab in rows}
+    tables = tables_for(task)
+    labels = {m: lab for _, rows in tables for m, lab in rows}
     out = []
-    for title, rows in tables_for(task):
+    for title, rows in tables:
         present = [m for m, _ in rows if m in set(agg["metric"])]
         if not present:
             continue
@@ -66,11 +82,12 @@ def results_markdown(agg: pd.DataFrame, dataset: str = "", systems: list[str] | 
 
 def results_csv(agg: pd.DataFrame, task: str = "explanation") -> str:
     """One row per (table, metric, system) with mean, std, n, n_missing and the interval."""
-    order = {m: (i, j, lab, title) for i, (title, rows) in enumerate(tables_for(task))
+    tables = tables_for(task)
+    order = {m: (i, j, lab, title) for i, (title, rows) in enumerate(tables)
              for j, (m, lab) in enumerate(rows)}
     rows = []
     for r in agg.to_dict("records"):
-        i, j, label, title = order.get(r["metric"], (len(TABLES), 0, r["metric"], "other"))
+        i, j, label, title = order.get(r["metric"], (len(tables), 0, r["metric"], "other"))
         rows.append({"table": title, "metric": label, "key": r["metric"], "system": r["system"],
                      **{k: r.get(k) for k in ("mean", "std", "n", "n_missing", "ci_low", "ci_high", "kind")},
                      "_o": (i, j)})

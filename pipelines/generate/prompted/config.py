@@ -10,8 +10,8 @@ from rexeval.pipelines.generate.prompted.methods import ANSWER_TOKENS, DEFAULT_A
 
 class PromptedJob(ChunkedLLMSettings):
     input: ReadPath = Field(description="`rexeval ingest` or `rexeval split` output folder")
-    methods: list[str] = Field(description="user_based | item_based | review_extract | review_summary | "
-                               "preference_logic (one or more)")
+    methods: list[str] = Field(description="prompted generators by name, one or more (the METHODS registry: "
+                               "user_based, item_based, review_extract, review_summary, preference_logic, ...)")
     split: str = Field("test", description="split to explain (split folders only)")
     min_reviews: int = Field(2, ge=1, description="ingest folders: users with this many reviews are explained "
                              "(their latest one)")

@@ -28,7 +28,10 @@ _HERE = "rexeval.pipelines.generate.prompted"
 METHODS: Registry[type] = Registry("prompted generator", lazy={
     "user_based": f"{_HERE}.similar", "item_based": f"{_HERE}.similar",
     "review_extract": f"{_HERE}.reviews", "review_summary": f"{_HERE}.reviews",
-    "preference_logic": f"{_HERE}.preference_logic"})
+    "preference_logic": f"{_HERE}.preference_logic"}, scan=(_HERE, "@register_method"))
+"""Prompted generators by name. The built-ins load on first look-up; any module of this
+folder with a `@register_method` class is found when names are listed or a name is not
+known yet, so a new generator is one file here."""
 register_method = METHODS.register
 
 

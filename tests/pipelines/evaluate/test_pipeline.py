@@ -134,3 +134,20 @@ def test_extract_runs_the_extraction_stage_for_systems_without_statements(ray_se
     assert {r["system"] for r in st} == {"flipped"} and len({r["example_id"] for r in st}) == 3
     assert rep["families_run"] == ["statement_nli"]
     assert np.isfinite(_means(out)[("flipped", "stent_p")])
+
+
+def test_a_metric_from_one_file_runs_when_asked_and_never_by_default(ray_session, bench, tmp_path):
+    """metrics/repetition.py (the extension guide's example) reaches the scores and the
+    tables through the registries alone; `all` (seed 000's metrics) leaves it out."""
+    from rexeval.pipelines.evaluate.families import select_families
+
+    assert "texts" not in select_families(["all"], [])
+    assert select_families(["distinct-2"], []) == ["texts"]
+    out = tmp_path / "eval"
+    rep = run_evaluate(_cfg(bench, out, metrics=["distinct-2"], limit=8), progress=lambda s: None)
+    assert rep["families_run"] == ["texts"]
+    means = _means(out)
+    assert {m for _, m in means} == {"distinct-2"}
+    assert all(0.0 < v <= 1.0 for v in means.values())
+    tables = (out / "tables.md").read_text()
+    assert "### Repetition inside an explanation" in tables and "| Distinct-2 |" in tables

@@ -14,7 +14,8 @@ from rexeval.pipelines.generate.prompted.methods import METHODS, PromptedSetting
 from rexeval.pipelines.generate.prompted.mf import MFResult
 from tests.doubles.planted_shop import DRUM, DRUMMERS, GUITAR, GUITARISTS, planted_ingest
 
-ALL = ("user_based", "item_based", "review_extract", "review_summary", "preference_logic")
+SEED004 = ("user_based", "item_based", "review_extract", "review_summary", "preference_logic")
+ALL = (*SEED004, "item_only")  # item_only: the extension guide's one-file example (docs/extending.md)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +51,7 @@ def test_targets_are_each_users_latest_review_and_known_leaves_them_out(shop):
 
 def test_every_registered_method_is_planned_for_every_interaction(shop):
     inputs, plans = shop
-    assert sorted(METHODS.names()) == sorted(ALL)
+    assert sorted(METHODS.names()) == sorted(ALL)  # item_only found by the folder's scan, listed nowhere
     for name, plan in plans.items():
         assert plan["example_id"].tolist() == inputs.targets["example_id"].tolist(), name
         served = plan["skip"].isna()
@@ -123,6 +124,20 @@ def test_preference_logic_sees_the_users_earlier_purchases_and_the_item(shop):
     assert "<<<HISTORY" in prompt and "<<<ITEM" in prompt
     # the loner's only earlier purchase; SOLO has no other review, so no description
     assert "HL-loner-G0" in _prompt(plans["preference_logic"], "loner")
+
+
+def test_item_only_sees_the_item_and_nothing_of_the_shopper(shop):
+    inputs, plans = shop
+    plan = plans["item_only"].set_index("user_id")
+    assert plan.loc["loner", "skip"] == "no_description"  # SOLO: no title, no other buyer
+    for t in inputs.targets.itertuples(index=False):
+        if t.user_id == "loner":
+            continue
+        prompt = _prompt(plans["item_only"], t.user_id)
+        assert "<<<ITEM" in prompt and "<<<HISTORY" not in prompt
+        assert f"HL-{t.user_id}-" not in prompt and f"TXT-{t.user_id}-" not in prompt  # none of the user's reviews
+        assert json.loads(plan.loc[t.user_id, "context"])["item_description"] in prompt
+    assert plan["prompt_version"].str.startswith("explain_item_only/v1-").all()
 
 
 def test_review_text_cannot_close_its_block(tmp_path):
