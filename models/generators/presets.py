@@ -9,7 +9,7 @@ from, and says so where a value is our own choice or where seed 000 did somethin
 not offer. `paper` values are the models' `DEFAULTS` (plus `COMMON`), so the classes stay
 the one place they are written; `SEED000` lists its values in full. `tests/models/
 generators/test_presets.py` pins both tables against a hand-written copy of the sources,
-and the README prints them (`python -m rexeval.models.generators.presets`).
+and docs/methods/generators.md prints them (`python -m rexeval.models.generators.presets`).
 
 Beyond the tables: `seed000` cuts explanation targets at `max_words` too (seed 000 pads or
 cuts every target at 128 words), where `paper` lets explanation targets take the 95th
@@ -266,7 +266,7 @@ def check_preset(preset: str) -> Preset:
 
 
 def markdown(models: tuple[str, ...] = ("nrt", "att2seq", "peter", "cer", "pepler", "xrec")) -> str:
-    """The README's tables: one per preset, a row per generator, `value` then (source) per setting."""
+    """The docs' presets tables (docs/methods/generators.md): one per preset, a row per generator, `value` then (source) per setting."""
     out = []
     for name, p in PRESETS.items():
         out.append(f"**`{name}`**: {p.description}.\n\n| generator | settings (source) |\n|---|---|")
