@@ -46,11 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ray import serve
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMResult, check_model_here
-from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, check_bearer,
-                                  error_response, run_app, sub_path, validation_summary)
+from rexeval.serve.common import HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, validation_summary
+from rexeval.serve.deployment import HttpRoutes, answer_http, config_from_args, deployment_app, start_app
 from rexeval.serve.openai_compat import (CHAT_PATH, MODELS_PATH, OpenAIError, chat_completion, models_list,
                                          parse_chat_completion)
-from rexeval.serve.telemetry import ReplicaMetrics, route_label
+from rexeval.serve.telemetry import ReplicaMetrics
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
@@ -58,6 +58,21 @@ DEPLOYMENT = "JudgeServer"
 HTTP_ROUTES = {("", "POST"): "judge", ("", "GET"): "info", (CHAT_PATH, "POST"): "chat_completions",
                (MODELS_PATH, "GET"): "models", (HEALTH_PATH, "GET"): None}
 """(path below the route, method) -> the route tag its requests are counted under."""
+
+
+def _error_body(path: str, exc: RequestError) -> dict | None:
+    """OpenAI clients read errors in OpenAI's shape: a refusal on the /v1 routes is one."""
+    if isinstance(exc, OpenAIError):
+        return exc.body()
+    if path in (CHAT_PATH, MODELS_PATH):
+        return OpenAIError(exc.status, str(exc)).body()
+    return None
+
+
+_NO_SUCH_ROUTE = ("no {method} {path!r}: POST or GET the route, "
+                  f"POST <route>{CHAT_PATH}, GET <route>{MODELS_PATH}, GET <route>{HEALTH_PATH}")
+HTTP = HttpRoutes(HTTP_ROUTES, not_found=_NO_SUCH_ROUTE, not_allowed=_NO_SUCH_ROUTE, error_body=_error_body)
+"""The judge's routes and refusals (the opening every request meets: serve/deployment.py)."""
 
 
 class JudgeLimits(BaseModel):
@@ -250,33 +265,22 @@ class JudgeServer:
                 "largest_batch": self.largest_batch, "auth": self.cfg.token_sha256 is not None}
 
     async def __call__(self, request) -> Any:
-        path, method = sub_path(request), request.method
-        return await self.metrics.http(route_label(path, method, HTTP_ROUTES), self._respond(request, path, method))
+        return await answer_http(request, HTTP, self.metrics, self.cfg.token_sha256, self._respond)
 
     async def _respond(self, request, path: str, method: str) -> Any:
+        """One of HTTP_ROUTES but the health probe (authenticated: the opening let it in)."""
         from starlette.responses import JSONResponse
 
-        if path == HEALTH_PATH and method == "GET":
-            return JSONResponse({"status": "ok"})
         try:
-            check_bearer(request.headers, self.cfg.token_sha256)
-            if path == CHAT_PATH and method == "POST":
+            if path == CHAT_PATH:
                 return JSONResponse(await self._chat_completion(await request.body()))
-            if path == MODELS_PATH and method == "GET":
+            if path == MODELS_PATH:
                 return JSONResponse(models_list(self.llm.model_id))
-            if path != "" or method not in ("GET", "POST"):
-                raise RequestError(404 if path else 405,
-                                   f"no {method} {request.url.path!r}: POST or GET the route, POST "
-                                   f"<route>{CHAT_PATH}, GET <route>{MODELS_PATH}, GET <route>{HEALTH_PATH}")
             if method == "GET":
                 return JSONResponse(await self.info())
             requests = parse_judge_body(await request.body(), self.cfg.limits)
-        except OpenAIError as exc:
-            return error_response(exc, exc.body())
         except RequestError as exc:
-            if path in (CHAT_PATH, MODELS_PATH):  # OpenAI clients read errors in OpenAI's shape
-                return error_response(exc, OpenAIError(exc.status, str(exc)).body())
-            return error_response(exc)
+            return HTTP.refusal(path, exc)
         results = await self._generate(requests)
         return JSONResponse({"results": results, "model_id": self.llm.model_id})
 
@@ -305,7 +309,7 @@ def _share_seconds(results: list[LLMResult], wall: float) -> list[LLMResult]:
 def app(args: dict[str, Any]):
     """Serve application builder (`import_path: rexeval.serve.judge:app`): the deployment
     from `args` (JudgeAppArgs); with auth "token", the token comes from `token_env`."""
-    return judge_app(JudgeServeConfig(**JudgeAppArgs.model_validate(args).deployment_settings()))
+    return judge_app(config_from_args(args, JudgeAppArgs, JudgeServeConfig))
 
 
 def refuse_engines_in_replica(spec: BackendSpec) -> None:
@@ -320,14 +324,7 @@ def judge_app(cfg: JudgeServeConfig):
     """The Serve application for `cfg` (deployment options from the config); refuses a
     backend that would start engines inside the replica (`refuse_engines_in_replica`)."""
     refuse_engines_in_replica(cfg.backend)
-    dep = serve.deployment(
-        JudgeServer, name=DEPLOYMENT,
-        autoscaling_config=cfg.autoscaling(),
-        max_ongoing_requests=cfg.max_ongoing_requests,
-        max_queued_requests=cfg.max_queued_requests,
-        ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus},
-    )
-    return dep.bind(cfg.model_dump())
+    return deployment_app(JudgeServer, DEPLOYMENT, cfg)
 
 
 def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: int = 8000,
@@ -336,8 +333,7 @@ def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: in
     The route defaults to /judge for the default app name, else /<name> (routes must
     differ between apps). If Serve already runs, its proxy keeps its host and port."""
     check_model_here(cfg.backend.backend, cfg.backend.model)
-    serve.start(http_options={"host": host, "port": port})
-    return run_app(judge_app(cfg), name, route or _route_for(name))
+    return start_app(lambda: judge_app(cfg), name, route or _route_for(name), host, port)
 
 
 def _route_for(name: str) -> str:

@@ -74,12 +74,9 @@ def vllm_judge_app(llm_config: dict[str, Any]):
 def start_vllm_judge(app, host: str = "127.0.0.1", port: int = 8000,
                      route: str = "/judge", name: str = "rexeval-judge"):
     """Serve's HTTP proxy and Ray's OpenAI app (`vllm_judge_app`) under `route`."""
-    from ray import serve
+    from rexeval.serve.deployment import start_app
 
-    from rexeval.serve.common import run_app
-
-    serve.start(http_options={"host": host, "port": port})
-    return run_app(app, name, route)
+    return start_app(lambda: app, name, route, host, port)
 
 
 VLLM_IN_REPLICA = (

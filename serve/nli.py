@@ -35,14 +35,18 @@ from ray import serve
 
 from rexeval.registry import load_object
 from rexeval.serve.common import (HEALTH_PATH, TOKEN_ENV, AppAuth, ReplicaSettings, RequestError, auth_headers,
-                                  check_bearer, error_response, forget_a_dead_controller, run_app,
-                                  running_apps, serve_running, sub_path)  # noqa: F401
-from rexeval.serve.telemetry import ReplicaMetrics, route_label
+                                  forget_a_dead_controller, running_apps, serve_running)  # noqa: F401
+from rexeval.serve.deployment import HttpRoutes, answer_http, config_from_args, deployment_app, start_app
+from rexeval.serve.telemetry import ReplicaMetrics
 
 DEFAULT_ROUTE = "/nli"
 APP_NAME = "rexeval-nli"
 HTTP_ROUTES = {("", "POST"): "score", ("", "GET"): "info", (HEALTH_PATH, "GET"): None}
 """(path below the route, method) -> the route tag its requests are counted under."""
+HTTP = HttpRoutes(HTTP_ROUTES,
+                  not_found=f"no such endpoint {{path!r}}: POST or GET the route, GET <route>{HEALTH_PATH}",
+                  not_allowed="use POST (score) or GET (info)")
+"""The NLI app's routes and refusals (the opening every request meets: serve/deployment.py)."""
 
 
 class ServeLimits(BaseModel):
@@ -175,26 +179,18 @@ class NLIServer:
                        auth=self.cfg.token_sha256 is not None).model_dump()
 
     async def __call__(self, request) -> Any:
-        path, method = sub_path(request), request.method
-        return await self.metrics.http(route_label(path, method, HTTP_ROUTES), self._respond(request, path, method))
+        return await answer_http(request, HTTP, self.metrics, self.cfg.token_sha256, self._respond)
 
     async def _respond(self, request, path: str, method: str) -> Any:
+        """GET or POST the route (authenticated: the opening let it in)."""
         from starlette.responses import JSONResponse
 
-        if path == HEALTH_PATH and method == "GET":
-            return JSONResponse({"status": "ok"})
+        if method == "GET":
+            return JSONResponse(self.info())
         try:
-            check_bearer(request.headers, self.cfg.token_sha256)
-            if path != "":
-                raise RequestError(404, f"no such endpoint {request.url.path!r}: POST or GET the route, "
-                                        f"GET <route>{HEALTH_PATH}")
-            if method == "GET":
-                return JSONResponse(self.info())
-            if method != "POST":
-                raise RequestError(405, "use POST (score) or GET (info)")
             pairs = parse_pairs(await request.body(), self.cfg.limits)
         except RequestError as exc:
-            return error_response(exc)
+            return HTTP.refusal(path, exc)
         probs = await self._score_pairs(pairs)
         return JSONResponse({"probs": probs, "labels": self.labels})
 
@@ -202,19 +198,12 @@ class NLIServer:
 def app(args: dict[str, Any]):
     """Serve application builder (`import_path: rexeval.serve.nli:app`): the deployment
     from `args` (NLIAppArgs); with auth "token", the token comes from `token_env`."""
-    return nli_app(NLIServeConfig(**NLIAppArgs.model_validate(args).deployment_settings()))
+    return nli_app(config_from_args(args, NLIAppArgs, NLIServeConfig))
 
 
 def nli_app(cfg: NLIServeConfig):
     """The Serve application for `cfg` (deployment options from the config)."""
-    dep = serve.deployment(
-        NLIServer, name="NLIServer",
-        autoscaling_config=cfg.autoscaling(),
-        max_ongoing_requests=cfg.max_ongoing_requests,
-        max_queued_requests=cfg.max_queued_requests,
-        ray_actor_options={"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus},
-    )
-    return dep.bind(cfg.model_dump())
+    return deployment_app(NLIServer, "NLIServer", cfg)
 
 
 def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 8000,
@@ -223,8 +212,7 @@ def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 
     from rexeval.models.refs import resolve
 
     resolve(cfg.model, prepare=False)  # a missing model package or URI fails here, not in a replica's log
-    serve.start(http_options={"host": host, "port": port})
-    return run_app(nli_app(cfg), name, route)
+    return start_app(lambda: nli_app(cfg), name, route, host, port)
 
 
 class ServeNLIClient:
