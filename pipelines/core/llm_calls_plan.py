@@ -3,7 +3,9 @@ an in-process backend on an actor pool, all with the same rows in and out.
 
 A pass gives the processor rows with a `request` column (a `ChatRequest` as JSON) and
 gets them back with a `result` column (an `LLMResult` as JSON) added; every other column
-travels through. The processor is chosen by where the model is (`CallPlan.kind`):
+travels through. The processor is chosen by where the model is (`CallPlan.kind`), which
+`pipelines/core/llm_placement.py` decides for every LLM stage (`job_plan` here and
+`llm_chunks.chunk_plan` only wrap its `place_llm`):
 
 - "vllm": `vLLMEngineProcessorConfig`, engines on GPUs for the pass, as a (min, max) pool;
 - "serve": `ServeDeploymentProcessorConfig` against a running rexeval judge deployment
@@ -11,7 +13,7 @@ travels through. The processor is chosen by where the model is (`CallPlan.kind`)
 - "http": `HttpRequestProcessorConfig` against any OpenAI-compatible endpoint: the
   `openai` backend's `base_url`, or a judge app reached by URL (its `/v1/chat/completions`);
 - "local": the `hf` backend (or a `module:Class` backend of your own) built once per
-  actor of a Ray Data actor pool, behind the call cache: the laptop path, same shape.
+  model actor of the job (`start_hosts`), behind the call cache: the laptop path, same shape.
 
 Transport failures come back as results with `transient` set (the processors' own
 retries spent, or a block Ray Data gave up on: see `pipelines/core/llm_stream.py`), never
@@ -31,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.models.llm.base import ChatRequest, LLMResult
+from rexeval.pipelines.core.llm_placement import Placement, actors_now, call_kind, describe, place_llm
 from rexeval.pipelines.core.stage import Resources
 
 ERROR_COLUMN = "__inference_error__"
@@ -49,40 +52,41 @@ class CallPlan:
     concurrency: tuple[int, int] = (1, 1)
     batch_size: int = 16
     transport_retries: int = 3  # in-actor tries of a transient failure before it is left
+    reason: str = field(default="", compare=False)  # why it runs there (`llm_placement.place_llm`)
+
+    @classmethod
+    def placed(cls, placement: Placement, model: str, options: dict[str, Any] | None,
+               cache: str | None) -> CallPlan:
+        """A model's plan where `placement` (`llm_placement.place_llm`) puts it: the job's
+        call cache kept unless a judge deployment keeps its own."""
+        opts = dict(options or {})
+        return cls(backend=placement.backend, model=model, options=opts,
+                   cache=cache if placement.keeps_cache else None, address=placement.address,
+                   resources=placement.resources, concurrency=placement.concurrency,
+                   batch_size=int(opts.get("batch_size", 16)), reason=placement.reason)
 
     @property
     def kind(self) -> str:
-        if self.address.startswith("serve:"):
-            return "serve"
-        if self.address.startswith(("http://", "https://")) or self.backend == "openai":
-            return "http"
-        if self.backend == "vllm":
-            return "vllm"
-        return "local"
+        return call_kind(self.backend, self.address)
 
     @property
     def model_id(self) -> str:
         return self.model
 
+    def describe(self, actors: int | None = None) -> str:
+        """Where the calls go, for a progress line (`llm_placement.describe`)."""
+        return describe(self.kind, self.backend, self.address, self.concurrency, self.resources, actors,
+                        self.reason)
+
 
 def job_plan(cfg, backend: str, model: str) -> CallPlan:
-    """Where one model's calls go for an LLM job's settings (`cfg`: backend options,
-    workers, cache): in-process actors for hf (or a backend of your own), vLLM engines, a
-    judge deployment (`backend: serve` with `backend_options.address` serve:APP or a URL),
-    or an OpenAI-compatible server."""
-    from rexeval.pipelines.core.stage import pool_size, worker_resources
-
-    opts = dict(cfg.backend_options)
-    address = str(opts.get("address") or "serve:rexeval-judge") if backend == "serve" else "none"
-    local = backend not in ("serve", "openai") and address == "none"
-    res = worker_resources(cfg) if local else Resources(cpus=0.25)
-    lo, hi = pool_size(cfg.workers)
-    conc = (lo, hi or lo) if local else (1, int(opts.get("concurrency", max(1, cfg.workers or 1))))
-    if backend == "vllm":
-        c = opts.get("concurrency", 1)
-        conc = tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c))
-    return CallPlan(backend=backend, model=model, options=opts, cache=cfg.cache_path(), address=address,
-                    resources=res, concurrency=conc, batch_size=int(opts.get("batch_size", 16)))
+    """Where one model's calls go for a streamed LLM job's settings (`cfg`: backend
+    options, workers, cache), as `llm_placement.place_llm` decides for every LLM stage:
+    in-process actors for hf (or a backend of your own), vLLM engines, a judge deployment
+    (`backend: serve` with `backend_options.address` serve:APP or a URL), or an
+    OpenAI-compatible server."""
+    where = place_llm(backend, cfg.backend_options, cfg, job="stream")
+    return CallPlan.placed(where, model, cfg.backend_options, cfg.cache_path())
 
 
 # -- rows <-> requests and results ------------------------------------------------------
@@ -352,10 +356,7 @@ def start_hosts(plan: CallPlan) -> list:
     for every pass). Up to `plan.concurrency[1]` of them, as many as fit now."""
     import ray
 
-    from rexeval.pipelines.core.stage import fits_now
-
-    lo, hi = plan.concurrency
-    n = max(lo, min(hi, fits_now(plan.resources) or lo))
+    n = actors_now(plan.concurrency, plan.resources)
     # The actors reserve 3/4 of the CPUs they use as torch threads: Ray Data schedules
     # nothing, not even the stream's 0-CPU tasks, on a cluster with no CPU free.
     actor = ray.remote(num_cpus=plan.resources.cpus * 0.75, num_gpus=plan.resources.gpus or 0)(LocalCaller)

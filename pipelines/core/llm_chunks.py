@@ -38,7 +38,7 @@ from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.llm_calls_plan import CallPlan
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
-from rexeval.pipelines.core.stage import Resources, worker_resources
+from rexeval.pipelines.core.llm_placement import judge_service_for, place_llm
 
 # fn(llm, rows, settings) -> ({table name: DataFrame | pa.Table}, CallStats)
 ChunkTask = Callable[[Any, pd.DataFrame, dict], tuple[dict, Any]]
@@ -73,14 +73,9 @@ class JudgeService:
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
 
-        service = cfg.judge_service
-        if spec["backend"] == "vllm" and service == "auto":
-            # vLLM cannot be a judge replica's model (`serve.judge_vllm`): the job runs its
-            # own engine pool through Ray Data instead, for the whole job.
-            progress("  vllm: the job runs its own vLLM engines through Ray Data (vLLM cannot be a judge "
-                     "replica's model; a vLLM judge served by `rexeval serve judge --backend vllm` is "
-                     "reached with --backend openai and its base_url)")
-            service = "none"
+        service, note = judge_service_for(spec["backend"], cfg.judge_service)  # `llm_placement`
+        if note:
+            progress(note)
         explicit = service != "auto"
         backend = BackendSpec(backend=spec["backend"], model="auto" if explicit else spec["model"],
                               options=spec["options"])
@@ -201,25 +196,12 @@ class ChunkWriter:
 
 
 def chunk_plan(spec: dict, address: str, cfg: ChunkedLLMSettings) -> CallPlan:
-    """Where a chunked job's calls go: the judge deployment (serve:APP) or a judge app's
-    URL when the job has one, else the spec's backend (vLLM engines, an OpenAI-compatible
-    server, or the job's own model actors, which take the CPUs free now)."""
-    from rexeval.pipelines.core.stage import pool_size
-
-    opts = dict(spec.get("options") or {})
-    if address != "none":
-        return CallPlan(backend="serve", model=spec["model"], options=opts, address=address,
-                        resources=Resources(cpus=0.25), concurrency=(1, max(1, cfg.workers or 1)),
-                        batch_size=int(opts.get("batch_size", 16)))
-    plan = dict(backend=spec["backend"], model=spec["model"], options=opts, cache=spec.get("cache"),
-                batch_size=int(opts.get("batch_size", 16)))
-    if spec["backend"] == "vllm":
-        c = opts.get("concurrency", 1)
-        return CallPlan(**plan, concurrency=tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c)))
-    if spec["backend"] == "openai":
-        return CallPlan(**plan, resources=Resources(cpus=0.25), concurrency=(1, int(opts.get("concurrency", 4))))
-    lo, hi = pool_size(cfg.workers)
-    return CallPlan(**plan, resources=worker_resources(cfg, free=True), concurrency=(lo, hi or lo))
+    """Where a chunked job's calls go, as `llm_placement.place_llm` decides for every LLM
+    stage: the judge deployment (serve:APP) or a judge app's URL when the job has one,
+    else the spec's backend (vLLM engines, an OpenAI-compatible server, or the job's own
+    model actors, which take the CPUs free now)."""
+    where = place_llm(spec["backend"], spec.get("options"), cfg, job="chunks", address=address)
+    return CallPlan.placed(where, spec["model"], spec.get("options"), spec.get("cache"))
 
 
 def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tables: list[str], settings: dict,

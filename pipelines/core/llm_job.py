@@ -1,7 +1,9 @@
 """What every LLM-backed job shares: model, backend, cache and worker settings.
 
 `rexeval extract`, `extract-quality`, `evaluate` and the judges take the same
-profile/backend/cache settings and size their actors the same way; each actor builds its
+profile/backend/cache settings, and where their model runs (actors, vLLM engines, a judge
+deployment or an OpenAI-compatible server) is decided in one place for all of them
+(`pipelines/core/llm_placement.py`); each model actor builds its
 LLM with `rexeval.pipelines.core.llm_cache.build_cached_backend` from these settings
 (the cache may be a local SQLite file or a URI: `pipelines/core/llm_cache.py`).
 """

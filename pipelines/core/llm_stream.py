@@ -242,13 +242,28 @@ def run_stream(source, factory: Callable[[], StreamSteps], plans: dict[str, Call
     summary = StreamSummary()
     token = uuid.uuid4().hex
     steps = dict(batch_format="pyarrow", batch_size=64, num_cpus=steps_resources.cpus)
-    hosts = {id(p): start_hosts(p) for p in plans.values() if p.kind == "local"}
+    # One set of model actors per plan object: extract gives the same plan to llm and verify
+    # when they are one model, and that model loads once.
+    unique = {id(p): p for p in plans.values() if p.kind == "local"}
+    hosts = {key: start_hosts(p) for key, p in unique.items()}
     try:
+        _say_placements(plans, hosts, label, progress)
         return _run(source, factory, plans, write, hosts, token, steps, summary, label, progress,
                     transport_retries, backoff_s, max_passes, on_shard)
     finally:
         for h in hosts.values():
             stop_hosts(h)
+
+
+def _say_placements(plans: dict[str, CallPlan], hosts: dict[int, list], label: str,
+                    progress: Callable[[str], None]) -> None:
+    """One line per model: where its calls go (`llm_placement.place_llm` decided)."""
+    roles: dict[int, tuple[CallPlan, list[str]]] = {}
+    for role, plan in plans.items():
+        roles.setdefault(id(plan), (plan, []))[1].append(role)
+    for plan, names in roles.values():
+        actors = len(hosts[id(plan)]) if id(plan) in hosts else None
+        progress(f"    {label} {'/'.join(names)}: {plan.describe(actors)}")
 
 
 def _run(source, factory, plans, write, hosts, token, steps, summary, label, progress, transport_retries,
