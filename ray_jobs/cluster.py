@@ -1,14 +1,13 @@
 """`rexeval cluster` and `rexeval cluster-report` (python -m ray_jobs.cluster)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.cluster.pipeline import run_cluster
 from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 
 @click.command("cluster")
@@ -53,7 +52,7 @@ from rexeval.ray_jobs.common import Where, config_option, load_config, summary, 
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def cluster_cmd(input, out, overwrite, config_file, **flags):
+def cluster_cmd(overwrite, config_file, **flags):
     """Group paraphrased statements into clusters with one canonical statement each.
 
     INPUT is an `rexeval extract` output folder (or a statements Parquet file), a local
@@ -75,20 +74,20 @@ def cluster_cmd(input, out, overwrite, config_file, **flags):
 
       rexeval cluster runs/toys/star --out runs/toys/clusters --profile paper --gpus-per-worker 1
     """
-    started = time.time()
-    cfg = load_config(ClusterConfig, config_file, input=input, out=out, **flags)
-    init_ray()
-    manifest = run_cluster(cfg, overwrite=overwrite, progress=click.echo)
+    return run_job(lambda cfg, m: f"cluster ({m.get('method', cfg.method)})", ClusterConfig,
+                   partial(run_cluster, overwrite=overwrite), config_file, flags, counts=_counts,
+                   outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in ("clusters", "canonical", "errors")}
+                   | {"report": f"{cfg.out}/report.md"},
+                   notes=lambda cfg, m: [f"pair filter: {m.get('pair_filter')}"])
+
+
+def _counts(cfg, manifest: dict) -> dict:
     c, q = manifest["counts"], manifest.get("quality", {})
-    summary(f"cluster ({manifest.get('method', cfg.method)})", {
-        "statements in": c.get("statements_in", 0), "distinct statements": c.get("distinct_statements", 0),
-        "candidate pairs": c.get("candidate_pairs", "-"), "validated pairs": c.get("validated_pairs", "-"),
-        "refined components": c.get("refined_components", "-"), "clusters": c.get("clusters", 0),
-        "reduction %": f"{q.get('reduction_pct', 0):.2f}", "SSE": f"{q.get('sse', 0):.4f}",
-        "SSB": f"{q.get('ssb', 0):.4f}", "error rows": c.get("errors", 0),
-    }, started, {n: f"{cfg.out}/{n}" for n in ("clusters", "canonical", "errors")}
-        | {"report": f"{cfg.out}/report.md"}, notes=[f"pair filter: {manifest.get('pair_filter')}"])
-    return manifest
+    return {"statements in": c.get("statements_in", 0), "distinct statements": c.get("distinct_statements", 0),
+            "candidate pairs": c.get("candidate_pairs", "-"), "validated pairs": c.get("validated_pairs", "-"),
+            "refined components": c.get("refined_components", "-"), "clusters": c.get("clusters", 0),
+            "reduction %": f"{q.get('reduction_pct', 0):.2f}", "SSE": f"{q.get('sse', 0):.4f}",
+            "SSB": f"{q.get('ssb', 0):.4f}", "error rows": c.get("errors", 0)}
 
 
 @click.command("cluster-report")

@@ -1,4 +1,5 @@
-"""What every job shares: config from YAML + flags, clean errors, the closing summary."""
+"""What every job shares: config from YAML + flags, clean errors, the closing summary, and
+`run_job`, which runs a job through them; option types that read rexeval's registries."""
 from __future__ import annotations
 
 import functools
@@ -13,9 +14,11 @@ from pydantic import BaseModel, ValidationError
 
 from rexeval.failures import AwaitingRerun, ServeStartFailed, WorkerFailed
 from rexeval.models.refs import ModelUnavailable
+from rexeval.pipelines.core.runtime import init_ray
 from rexeval.pipelines.core.schema import SchemaError
 
 C = TypeVar("C", bound=BaseModel)
+R = TypeVar("R")
 
 
 class Where(click.ParamType):
@@ -46,6 +49,63 @@ class Where(click.ParamType):
         if is_file and not self.file_okay:
             self.fail(f"{text!r} is a file; a folder is expected.", param, ctx)
         return text
+
+
+class RegistryName(click.ParamType):
+    """A name that one of rexeval's registries knows, or a `package.module:Name` plug-in:
+    checked with the registry's own look-up, whose error (it lists the known names) is
+    the usage error. `registry` returns the registry and runs only when a value is
+    checked or --help lists the names, so importing a command imports no implementation
+    (no torch for `rexeval --help`). `where` keeps the entries this option takes (e.g.
+    the trainable rankers). The value stays the string given."""
+
+    name = "name"
+
+    def __init__(self, registry: Callable[[], Any], where: Callable[[Any], bool] | None = None):
+        self.registry, self.where = registry, where
+
+    def names(self) -> list[str]:
+        reg = self.registry()
+        return [n for n in reg.names() if self.where is None or self.where(reg.lookup(n))]
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            entry = self.registry().lookup(text)
+        except ValueError as exc:
+            if self.where is None or ":" in text:  # the registry's own message: the known names, or the import error
+                self.fail(str(exc), param, ctx)
+            entry = None
+        if self.where is not None and (entry is None or not self.where(entry)):
+            self.fail(f"{text!r} is not one of {', '.join(self.names())} (or package.module:Name)", param, ctx)
+        return text
+
+    def shell_complete(self, ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from click.shell_completion import CompletionItem
+
+        return [CompletionItem(n) for n in self.names() if n.startswith(incomplete)]
+
+
+class ListedOption(click.Option):
+    """An option whose help says "{names}" where a registry's names go: `names`, or the
+    option's RegistryName type, gives them when the help is shown (not at import)."""
+
+    def __init__(self, *args: Any, names: Callable[[], list[str]] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.names = names or getattr(self.type, "names", None)
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        record = super().get_help_record(ctx)
+        if record is None or self.names is None:
+            return record
+        return record[0], record[1].replace("{names}", ", ".join(self.names()))
+
+
+def backend_names() -> list[str]:
+    """The LLM backends a job can name (`serve` is declared by llm_job)."""
+    from rexeval.pipelines.core.llm_job import BACKENDS
+
+    return BACKENDS.names()
 
 
 config_option = click.option(
@@ -94,7 +154,8 @@ _LLM_OPTIONS = [
     click.option("--model", "models", multiple=True, metavar="ROLE=REF",
                  help="Override one model of the profile, e.g. --model llm=/models/qwen3-8b "
                       "or --model judge_llm=/models/llama-3.1-8b-instruct."),
-    click.option("--backend", help="LLM backend: hf, openai, vllm (default: the profile's)."),
+    click.option("--backend", cls=ListedOption, names=backend_names,
+                 help="LLM backend: {names}, or package.module:Class (default: the profile's)."),
     click.option("--backend-option", "backend_options", multiple=True, metavar="KEY=VALUE",
                  help="Backend setting, e.g. batch_size=16, base_url=http://127.0.0.1:8000/v1, "
                       "concurrency=8, device=cuda."),
@@ -136,13 +197,14 @@ def tune_options(fn: Callable) -> Callable:
     return fn
 
 
-def llm_options(fn: Callable | None = None, *, model_help: str | None = None) -> Callable:
+def llm_options(fn: Callable | None = None, *, model_help: str | None = None,
+                model_names: Callable[[], list[str]] | None = None) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
     (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict.
     `model_help` replaces the help of --model (a command that also takes other values
-    there says so)."""
+    there says so); "{names}" in it is filled from `model_names` when the help is shown."""
     if fn is None:
-        return functools.partial(llm_options, model_help=model_help)
+        return functools.partial(llm_options, model_help=model_help, model_names=model_names)
 
     @functools.wraps(fn)
     def wrapper(*args, profile, models, backend, backend_options, max_retries, workers, cache,
@@ -155,7 +217,8 @@ def llm_options(fn: Callable | None = None, *, model_help: str | None = None) ->
 
     options = list(_LLM_OPTIONS)
     if model_help:
-        options[1] = click.option("--model", "models", multiple=True, metavar="NAME|ROLE=REF", help=model_help)
+        options[1] = click.option("--model", "models", multiple=True, metavar="NAME|ROLE=REF", help=model_help,
+                                  cls=ListedOption, names=model_names)
     for option in reversed(options):
         wrapper = option(wrapper)
     return wrapper
@@ -194,6 +257,30 @@ def summary(title: str, counts: dict[str, Any], started: float, outputs: dict[st
         click.echo(f"  {k:<10} {v}")
     for n in notes or []:
         click.echo(f"  note: {n}")
+
+
+def run_job(title: str | Callable[[C, R], str], config_cls: type[C], run: Callable[..., R],
+            config_file: str | None, flags: dict[str, Any], *, ray: bool = True,
+            show: Callable[[C, R], None] | None = None,
+            counts: Callable[[C, R], dict[str, Any]] = lambda cfg, result: result["counts"],
+            outputs: Callable[[C, R], dict[str, str]] = lambda cfg, result: {},
+            notes: Callable[[C, R], list[str] | None] = lambda cfg, result: None) -> R:
+    """One job, as every command runs it: its settings from the YAML file and the flags
+    given (`load_config(config_cls, config_file, **flags)`), a local Ray or the cluster's
+    (unless ray=False), `run(cfg, progress=click.echo)`, then `show` prints the result
+    and the closing summary gives the counts, the output paths and the notes (each a
+    function of the settings and the result; the title may be one too). Returns the
+    result."""
+    started = time.time()
+    cfg = load_config(config_cls, config_file, **flags)
+    if ray:
+        init_ray()
+    result = run(cfg, progress=click.echo)
+    if show is not None:
+        show(cfg, result)
+    summary(title if isinstance(title, str) else title(cfg, result), counts(cfg, result), started,
+            outputs(cfg, result), notes(cfg, result))
+    return result
 
 
 def echo_json(obj: Any) -> None:

@@ -1,14 +1,21 @@
 """`rexeval evaluate`: score explanations against references (python -m ray_jobs.evaluate)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EvaluateConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import ListedOption, Where, config_option, llm_options, run_job, user_errors
+
+
+def metric_family_names() -> list[str]:
+    """What --metrics and --skip take by family: every registered family, and corpus
+    (the corpus-level metrics, computed per system)."""
+    from rexeval.pipelines.evaluate.families import FAMILIES
+
+    return [*FAMILIES.names(), "corpus"]
 
 
 @click.command("evaluate")
@@ -24,11 +31,9 @@ from rexeval.ray_jobs.common import Where, config_option, llm_options, load_conf
               help="Extract statements (seed 000 triplets, with the profile's llm) for the systems "
                    "that came without them.")
 @click.option("--domain", help="Topic table used by --extract (default: none).")
-@click.option("--metrics", "metrics_", multiple=True,
-              help="Families or metric names to run (default all): overlap, meteor, bertscore, sts, "
-                   "statement_nli, summac_zs, summac_conv, alignscore, bartscore, bleurt, questeval "
-                   "(the published score), questeval_f1 (token-F1 variant), st2exp, corpus; "
-                   "or e.g. stent_p.")
+@click.option("--metrics", "metrics", multiple=True, cls=ListedOption, names=metric_family_names,
+              help="Families or metric names to run (default all): {names} (questeval is the published "
+                   "score, questeval_f1 its token-F1 variant); or e.g. stent_p.")
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
@@ -60,9 +65,7 @@ from rexeval.ray_jobs.common import Where, config_option, llm_options, load_conf
 @llm_options
 @config_option
 @user_errors
-def evaluate_cmd(explanations, out, references, statements, extract, domain, metrics_, skip, systems, limit,
-                 empty, unparseable, nli_service, nli_scorer, nli_replicas, nli_gpus, serve_port, device, chunk_size,
-                 bootstrap, dataset, task, overwrite, config_file, llm):
+def evaluate_cmd(overwrite, config_file, llm, **flags):
     """Score generated explanations against ground truth with seed 000's metrics.
 
     EXPLANATIONS are tables of explanations (example_id, system, user_id, item_id,
@@ -90,21 +93,11 @@ def evaluate_cmd(explanations, out, references, statements, extract, domain, met
 
       rexeval evaluate runs/nrt-review-test --metrics bertscore --metrics sts --out runs/eval-review
     """
-    started = time.time()
-    cfg = load_config(EvaluateConfig, config_file, explanations=list(explanations) or None, out=out,
-                      references=references, statements=statements, extract=extract, domain=domain,
-                      metrics=metrics_, skip=skip, systems=systems, limit=limit, empty=empty,
-                      unparseable=unparseable, nli_service=nli_service, nli_scorer=nli_scorer,
-                      nli_replicas=nli_replicas,
-                      nli_gpus=nli_gpus, serve_port=serve_port, device=device, chunk_size=chunk_size,
-                      bootstrap=bootstrap, dataset=dataset, task=task, **llm)
-    init_ray()
-    report = run_evaluate(cfg, overwrite=overwrite, progress=click.echo)
-    print_report(report)
-    summary("evaluate", report["counts"], started,
-            {"scores": f"{cfg.out}/scores.parquet", "tables": f"{cfg.out}/tables.md",
-             "agreement": f"{cfg.out}/metric_correlations.md", "report": f"{cfg.out}/report.json"})
-    return report
+    return run_job("evaluate", EvaluateConfig, partial(run_evaluate, overwrite=overwrite), config_file,
+                   {**flags, **llm}, show=lambda cfg, report: print_report(report),
+                   outputs=lambda cfg, report: {
+                       "scores": f"{cfg.out}/scores.parquet", "tables": f"{cfg.out}/tables.md",
+                       "agreement": f"{cfg.out}/metric_correlations.md", "report": f"{cfg.out}/report.json"})
 
 
 def print_report(report: dict) -> None:

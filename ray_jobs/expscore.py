@@ -3,7 +3,6 @@ factor-based explanation metric."""
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable
 
 import click
@@ -11,7 +10,7 @@ import click
 from rexeval.pipelines.expscore.pipeline import run_score, run_train
 from rexeval.pipelines.expscore.config import ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.report import report_markdown
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])
 
@@ -82,7 +81,7 @@ def expscore_group():
 @input_options
 @config_option
 @user_errors
-def train_cmd(inputs, overwrite, config_file, **flags):
+def train_cmd(overwrite, config_file, **flags):
     """Train ExpScore on rated explanations and report how well it agrees with people.
 
     INPUTS are Parquet, CSV or JSON-lines tables with an explanation, its item id and a
@@ -102,11 +101,8 @@ def train_cmd(inputs, overwrite, config_file, **flags):
       rexeval expscore train rated.parquet --reviews reviews.parquet --languagetool http://127.0.0.1:8081
       --out runs/es-gc
     """
-    started = time.time()
-    cfg = load_config(ExpScoreTrainConfig, config_file, inputs=list(inputs) or None, **flags)
-    report = run_train(cfg, overwrite=overwrite, progress=click.echo)
-    _finish("expscore train", report, cfg.out, started, model=f"{cfg.out}/model")
-    return report
+    return _job("expscore train", ExpScoreTrainConfig, functools.partial(run_train, overwrite=overwrite),
+                config_file, flags, model=True)
 
 
 @expscore_group.command("score")
@@ -117,7 +113,7 @@ def train_cmd(inputs, overwrite, config_file, **flags):
 @input_options
 @config_option
 @user_errors
-def score_cmd(inputs, overwrite, config_file, **flags):
+def score_cmd(overwrite, config_file, **flags):
     """Score explanations with a trained ExpScore model.
 
     INPUTS are tables like those of `train`; the rating column is optional (when
@@ -131,20 +127,20 @@ def score_cmd(inputs, overwrite, config_file, **flags):
 
       rexeval expscore score gen.parquet --model runs/expscore/model/nn --reviews-column reviews --out runs/es-nn
     """
-    started = time.time()
-    cfg = load_config(ExpScoreScoreConfig, config_file, inputs=list(inputs) or None, **flags)
-    report = run_score(cfg, overwrite=overwrite, progress=click.echo)
-    _finish("expscore score", report, cfg.out, started)
-    return report
+    return _job("expscore score", ExpScoreScoreConfig, functools.partial(run_score, overwrite=overwrite),
+                config_file, flags)
 
 
-def _finish(title: str, report: dict, out: str, started: float, **outputs: str) -> None:
-    click.echo("")
-    click.echo(report_markdown(report))
-    summary(title, report["counts"], started,
-            {**outputs, "scores": f"{out}/scores.parquet", "errors": f"{out}/errors.parquet",
-             "report": f"{out}/report.md"},
-            notes=report.get("notes"))
+def _job(title: str, config_cls, run, config_file, flags: dict, model: bool = False) -> dict:
+    """An ExpScore job (no Ray): its report as Markdown, then the summary (with the
+    model folder when `model`)."""
+    return run_job(title, config_cls, run, config_file, flags, ray=False,
+                   show=lambda cfg, report: click.echo("\n" + report_markdown(report)),
+                   outputs=lambda cfg, report: {**({"model": f"{cfg.out}/model"} if model else {}),
+                                                "scores": f"{cfg.out}/scores.parquet",
+                                                "errors": f"{cfg.out}/errors.parquet",
+                                                "report": f"{cfg.out}/report.md"},
+                   notes=lambda cfg, report: report.get("notes"))
 
 
 def main():  # python -m ray_jobs.expscore

@@ -1,14 +1,13 @@
 """`rexeval extract`: reviews -> statements with an LLM (python -m ray_jobs.extract)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.extract.pipeline import run_extract
 from rexeval.pipelines.extract.config import ExtractConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
 
 
 @click.command("extract")
@@ -32,8 +31,7 @@ from rexeval.ray_jobs.common import Where, config_option, llm_options, load_conf
 @llm_options
 @config_option
 @user_errors
-def extract_cmd(input, out, method, verify_model, domain, max_tokens, temperature,
-                max_review_words, constrained, limit, shard_size, overwrite, config_file, llm):
+def extract_cmd(overwrite, config_file, llm, **flags):
     """Extract explanatory, atomic statements from reviews with an LLM.
 
     INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder. Each
@@ -50,16 +48,9 @@ def extract_cmd(input, out, method, verify_model, domain, max_tokens, temperatur
 
       rexeval extract runs/mi/ingest --out runs/mi/star --method star --profile paper
     """
-    started = time.time()
-    cfg = load_config(ExtractConfig, config_file, input=input, out=out, method=method,
-                      verify_model=verify_model, domain=domain, max_tokens=max_tokens,
-                      temperature=temperature, max_review_words=max_review_words,
-                      constrained=constrained, limit=limit, shard_size=shard_size, **llm)
-    init_ray()
-    manifest = run_extract(cfg, overwrite=overwrite, progress=click.echo)
-    summary("extract", manifest["counts"], started,
-            {"statements": f"{cfg.out}/statements", "errors": f"{cfg.out}/errors"})
-    return manifest
+    return run_job("extract", ExtractConfig, partial(run_extract, overwrite=overwrite), config_file,
+                   {**flags, **llm},
+                   outputs=lambda cfg, m: {"statements": f"{cfg.out}/statements", "errors": f"{cfg.out}/errors"})
 
 
 def main():  # python -m ray_jobs.extract

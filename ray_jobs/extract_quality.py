@@ -1,14 +1,13 @@
 """`rexeval extract-quality`: judge a sample of extracted statements (seed 002, Table 2)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.extract.quality import run_quality
 from rexeval.pipelines.extract.config import QualityConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
 
 
 @click.command("extract-quality")
@@ -24,7 +23,7 @@ from rexeval.ray_jobs.common import Where, config_option, llm_options, load_conf
 @llm_options
 @config_option
 @user_errors
-def extract_quality_cmd(input, out, sample, seed, label, with_review, overwrite, config_file, llm):
+def extract_quality_cmd(overwrite, config_file, llm, **flags):
     """Judge how explanatory and atomic extracted statements are.
 
     INPUT is an `rexeval extract` output folder. A seeded sample of interactions is
@@ -36,16 +35,9 @@ def extract_quality_cmd(input, out, sample, seed, label, with_review, overwrite,
 
     Example: rexeval extract-quality runs/demo/star --out runs/demo/quality --sample 50
     """
-    started = time.time()
-    cfg = load_config(QualityConfig, config_file, input=input, out=out, sample=sample, seed=seed,
-                      label=label, with_review=with_review, **llm)
-    init_ray()
-    manifest = run_quality(cfg, overwrite=overwrite, progress=click.echo)
-    click.echo("")
-    click.echo(manifest["table"])
-    summary("extract-quality", manifest["counts"], started,
-            {"report": f"{cfg.out}/report.md", "judgements": f"{cfg.out}/judgements"})
-    return manifest
+    return run_job("extract-quality", QualityConfig, partial(run_quality, overwrite=overwrite), config_file,
+                   {**flags, **llm}, show=lambda cfg, m: click.echo("\n" + m["table"]),
+                   outputs=lambda cfg, m: {"report": f"{cfg.out}/report.md", "judgements": f"{cfg.out}/judgements"})
 
 
 def main():  # python -m ray_jobs.extract_quality

@@ -2,36 +2,54 @@
 explanation generators (NRT, Att2Seq, PETER, CER, PEPLER, XRec)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.models.generators.presets import PRESETS
-from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import (
+    ListedOption,
+    RegistryName,
     Where,
     config_option,
     llm_options,
-    load_config,
     parse_backend_options,
     parse_grid,
-    summary,
+    run_job,
     tune_options,
     user_errors,
 )
 
-MODELS = ("nrt", "att2seq", "peter", "cer", "pepler", "xrec")
+
+def _generators():
+    """The trained generators' registry (imported when a name is checked or listed: torch)."""
+    from rexeval.models.generators.base import GENERATORS
+
+    return GENERATORS
+
+
+def _methods():
+    """The prompted generators' registry."""
+    from rexeval.pipelines.generate.prompted.methods import METHODS
+
+    return METHODS
 
 
 def split_model_flags(values: list | tuple | None) -> tuple[str | None, list[str]]:
-    """--model values: one generator name, and ROLE=REF overrides of the profile."""
+    """--model values: one generator (a registered name, lower-cased, or a
+    package.module:Class), and ROLE=REF overrides of the profile."""
     names = [v for v in values or () if "=" not in v]
     if len(names) > 1:
         raise click.BadParameter(f"one generator at a time, got {', '.join(names)}", param_hint="--model")
-    if names and names[0].lower() not in MODELS:
-        raise click.BadParameter(f"unknown generator {names[0]!r}; choose from {', '.join(MODELS)} "
-                                 "(or give ROLE=REF to override a model of the profile)", param_hint="--model")
-    return (names[0].lower() if names else None), [v for v in values or () if "=" in v]
+    model = None
+    if names:
+        model = names[0] if ":" in names[0] else names[0].lower()
+        try:
+            _generators().lookup(model)
+        except ValueError as exc:
+            raise click.BadParameter(f"{exc}; or give ROLE=REF to override a model of the profile",
+                                     param_hint="--model") from None
+    return model, [v for v in values or () if "=" in v]
 
 
 @click.group("generate")
@@ -68,7 +86,7 @@ def generate_group():
 @click.option("--preset", type=click.Choice(list(PRESETS)),
               help="The settings table to start from: paper (default: each original paper) or seed000 "
                    "(what seed 000 ran: its released main.sh/main.py, 128-word targets). Every value and its "
-                   "source: --show-settings, or the README's presets tables.")
+                   "source: --show-settings, or the presets tables in docs/methods/generators.md.")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A setting over the preset's, e.g. --set epochs=20 --set emsize=256.")
 @tune_options
@@ -78,10 +96,10 @@ def generate_group():
 @click.option("--overwrite", is_flag=True, help="Start over instead of restoring the experiment.")
 @click.option("--show-settings", is_flag=True, help="Print the model's settings with their defaults and sources, "
                                                     "then exit.")
-@llm_options(model_help="The generator: nrt, att2seq, peter (default), cer, pepler or xrec; and, as ROLE=REF, "
+@llm_options(model_help="The generator: {names} (default peter) or package.module:Class; and, as ROLE=REF, "
                         "a model of the profile, e.g. --model pepler --model generator_lm=/models/gpt2, "
                         "--model xrec --model generator_llm=/models/llama-2-7b-chat --model llm=/models/qwen3-8b "
-                        "(the LLM that writes XRec's profiles).")
+                        "(the LLM that writes XRec's profiles).", model_names=lambda: _generators().names())
 @config_option
 @user_errors
 def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
@@ -131,7 +149,6 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     from rexeval.pipelines.generate.config import TrainJob
     from rexeval.pipelines.generate.pipeline import run_train
 
-    started = time.time()
     settings = parse_backend_options(sets)
     model, overrides = split_model_flags(llm.pop("models"))
     llm["models"] = overrides or None
@@ -149,22 +166,24 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
             src = "--set" if k in settings else sources[k][1] if k in sources else ""
             click.echo(f"{k} = {v!r}" + (f"    # {src}" if src else ""))
         return
-    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
-                      **flags, **llm)
-    init_ray()
-    report = run_train(job, progress=click.echo)
-    best = report["best"]
-    counts = {"train examples": report["data"]["train"], "valid examples": report["data"]["valid"],
-              "test examples": report["data"]["test"], "reviews without a target": report["data"]["no_target"],
-              "trials": len(report["trials"]), "trials with errors": report["trial_errors"],
-              "best epoch": best["epoch"], "valid loss": f"{best['val_loss']:.4f}",
-              "valid perplexity": f"{best['val_ppl']:.2f}"}
+    return run_job("generate train", TrainJob, run_train, config_file,
+                   {"data": data, "settings": settings or None, "grid": parse_grid(grids) or None, **flags, **llm},
+                   counts=_train_counts,
+                   outputs=lambda job, report: {
+                       "checkpoint": report["best"]["checkpoint"], "experiment": report["experiment"],
+                       "report": f"{job.out}/train.json", "errors": f"{job.out}/data/errors.parquet"},
+                   notes=lambda job, report: [f"best settings: {report['best']['config'] or 'single configuration'}"])
+
+
+def _train_counts(job, report: dict) -> dict:
+    best, data = report["best"], report["data"]
+    counts = {"train examples": data["train"], "valid examples": data["valid"], "test examples": data["test"],
+              "reviews without a target": data["no_target"], "trials": len(report["trials"]),
+              "trials with errors": report["trial_errors"], "best epoch": best["epoch"],
+              "valid loss": f"{best['val_loss']:.4f}", "valid perplexity": f"{best['val_ppl']:.2f}"}
     if "val_rmse" in best:
         counts["valid RMSE"] = f"{best['val_rmse']:.4f}"
-    summary("generate train", counts, started,
-            {"checkpoint": best["checkpoint"], "experiment": report["experiment"],
-             "report": f"{job.out}/train.json", "errors": f"{job.out}/data/errors.parquet"},
-            notes=[f"best settings: {best['config'] or 'single configuration'}"])
+    return counts
 
 
 @generate_group.command("run")
@@ -182,7 +201,7 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def run_cmd(checkpoint, config_file, overwrite, **flags):
+def run_cmd(config_file, overwrite, **flags):
     """Decode a split with a trained generator, batched, on a Ray Data actor pool.
 
     CHECKPOINT is a `generate train` output folder (its best/ checkpoint) or one epoch
@@ -201,21 +220,20 @@ def run_cmd(checkpoint, config_file, overwrite, **flags):
     from rexeval.pipelines.generate.config import RunConfig
     from rexeval.pipelines.generate.decode import run_generate
 
-    started = time.time()
-    cfg = load_config(RunConfig, config_file, checkpoint=checkpoint, **flags)
-    init_ray()
-    manifest = run_generate(cfg, overwrite=overwrite, progress=click.echo)
+    return run_job("generate run", RunConfig, partial(run_generate, overwrite=overwrite), config_file, flags,
+                   counts=_run_counts, outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in
+                                                               ("explanations", "ratings", "errors")},
+                   notes=lambda cfg, m: [f"`rexeval evaluate {cfg.out} --references <ground-truth folder>` "
+                                         "scores them"])
+
+
+def _run_counts(cfg, manifest: dict) -> dict:
     c = manifest["counts"]
     counts = {"examples": c.get("in", 0), "explanations": c.get("out", 0), "error rows": c.get("errors", 0),
               "reviews without a target": c.get("no_target", 0)}
     if "rmse" in manifest:
         counts.update({"RMSE": f"{manifest['rmse']:.4f}", "MAE": f"{manifest['mae']:.4f}"})
-    summary("generate run", counts, started,
-            {n: f"{cfg.out}/{n}" for n in ("explanations", "ratings", "errors")},
-            notes=[f"`rexeval evaluate {cfg.out} --references <ground-truth folder>` scores them"])
-
-
-LLM_METHODS = ("user_based", "item_based", "review_extract", "review_summary", "preference_logic")
+    return counts
 
 
 def prompted_settings(sets: tuple[str, ...]) -> dict | None:
@@ -231,9 +249,9 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
 
 @generate_group.command("llm")
 @click.argument("data", required=False, type=Where(exists=True, file_okay=False))
-@click.option("--method", "methods", multiple=True, type=click.Choice(LLM_METHODS),
-              help="Generator(s) to run (repeatable): user_based, item_based, review_extract, review_summary, "
-                   "preference_logic (seed 004's baseline).")
+@click.option("--method", "methods", multiple=True, type=RegistryName(_methods), cls=ListedOption,
+              help="Generator(s) to run (repeatable): {names} (preference_logic is seed 004's baseline), "
+                   "or package.module:Class.")
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
                                                 "(explanations.parquet, errors.parquet, report.json, "
                                                 "<method>/plan.parquet, mf/).")
@@ -260,7 +278,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
                         "`llm` role, e.g. --model llm=/models/qwen3-8b.")
 @config_option
 @user_errors
-def llm_cmd(data, methods, sets, config_file, llm, **flags):
+def llm_cmd(data, sets, config_file, llm, **flags):
     """Seed 004's explanation generators, prompted (no training of the LLM).
 
     DATA is a `rexeval ingest` folder (each user's latest review is explained, as seed
@@ -297,13 +315,17 @@ def llm_cmd(data, methods, sets, config_file, llm, **flags):
     from rexeval.pipelines.generate.prompted.config import PromptedJob
     from rexeval.pipelines.generate.prompted.job import run_prompted
 
-    started = time.time()
-    cfg = load_config(PromptedJob, config_file, input=data, methods=list(methods) or None,
-                      settings=prompted_settings(sets), **flags, **llm)
-    init_ray()
-    report = run_prompted(cfg, progress=click.echo)
-    click.echo("")
-    click.echo(report.pop("table_md"))
+    return run_job("generate llm", PromptedJob, run_prompted, config_file,
+                   {"input": data, "settings": prompted_settings(sets), **flags, **llm},
+                   show=lambda cfg, report: click.echo("\n" + report.pop("table_md")), counts=_llm_counts,
+                   outputs=lambda cfg, report: {k: f"{cfg.out}/{v}" for k, v in (
+                       ("explanations", "explanations.parquet"), ("errors", "errors.parquet"),
+                       ("report", "report.json"))},
+                   notes=lambda cfg, report: [f"`rexeval judge pairwise {cfg.out}/explanations.parquet --baseline "
+                                              "preference_logic --reviews <ingest folder>` compares them"])
+
+
+def _llm_counts(cfg, report: dict) -> dict:
     counts = {"interactions": report["interactions"], "explanations": report["explanations"],
               "error rows": report["errors"]}
     usage = report.get("usage") or {}
@@ -312,12 +334,7 @@ def llm_cmd(data, methods, sets, config_file, llm, **flags):
     if report.get("biased_mf"):
         m = report["biased_mf"]
         counts["BiasedMF valid RMSE"] = f"{m['val_rmse']:.4f} (global mean {m['global_mean_rmse']:.4f})"
-    summary("generate llm", counts, started,
-            {k: f"{cfg.out}/{v}" for k, v in (("explanations", "explanations.parquet"),
-                                               ("errors", "errors.parquet"), ("report", "report.json"))},
-            notes=["`rexeval judge pairwise " + f"{cfg.out}/explanations.parquet --baseline preference_logic "
-                   "--reviews <ingest folder>` compares them"])
-    return report
+    return counts
 
 
 def main():  # python -m rexeval.ray_jobs.generate

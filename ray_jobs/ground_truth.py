@@ -1,14 +1,13 @@
 """`rexeval ground-truth`: statements -> ground-truth explanations (python -m ray_jobs.ground_truth)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, run_ground_truth
 from rexeval.pipelines.extract.config import GroundTruthConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 
 @click.command("ground-truth")
@@ -22,7 +21,7 @@ from rexeval.ray_jobs.common import Where, config_option, load_config, summary, 
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def ground_truth_cmd(input, out, stage, workers, overwrite, config_file):
+def ground_truth_cmd(overwrite, config_file, **flags):
     """Write the rule-based ground-truth explanation of every review (seed 000).
 
     INPUT is an `rexeval extract` output folder (its statements/ shards) or a
@@ -35,20 +34,18 @@ def ground_truth_cmd(input, out, stage, workers, overwrite, config_file):
 
     Example: rexeval ground-truth runs/mi/extract --out runs/mi/ground-truth
     """
-    started = time.time()
-    cfg = load_config(GroundTruthConfig, config_file, input=input, out=out, stage=stage,
-                      workers=workers)
-    init_ray()
-    manifest = run_ground_truth(cfg, overwrite=overwrite, progress=click.echo)
+    return run_job("ground-truth", GroundTruthConfig, partial(run_ground_truth, overwrite=overwrite), config_file,
+                   flags, counts=_counts,
+                   outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in ("explanations", "sentences", "errors")}
+                   | {"manifest": f"{cfg.out}/manifest.json"})
+
+
+def _counts(cfg, manifest: dict) -> dict:
     c = manifest["counts"]
-    summary("ground-truth", {
-        "statements used": manifest.get("stage", cfg.stage),
-        "reviews in": c.get("in", 0), "explanations out": c.get("out", 0),
-        "statements in": c.get("statements", 0), "sentences out": c.get("sentences", 0),
-        "duplicate statements": c.get("duplicates", 0), "error rows": c.get("errors", 0),
-    }, started, {n: f"{cfg.out}/{n}" for n in ("explanations", "sentences", "errors")}
-        | {"manifest": f"{cfg.out}/manifest.json"})
-    return manifest
+    return {"statements used": manifest.get("stage", cfg.stage),
+            "reviews in": c.get("in", 0), "explanations out": c.get("out", 0),
+            "statements in": c.get("statements", 0), "sentences out": c.get("sentences", 0),
+            "duplicate statements": c.get("duplicates", 0), "error rows": c.get("errors", 0)}
 
 
 def main():  # python -m ray_jobs.ground_truth

@@ -1,22 +1,21 @@
 """`rexeval ingest`: review files -> validated reviews + errors (python -m ray_jobs.ingest)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.ingest.formats import FORMATS
 from rexeval.pipelines.ingest.pipeline import run_ingest
 from rexeval.pipelines.ingest.config import IngestConfig
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 
 @click.command("ingest")
 @click.argument("inputs", nargs=-1, type=Where(exists=True, dir_okay=False))
 @click.option("--out", "-o", type=Where(),
               help="Output folder (reviews/, errors/, manifest.json); a path or a URI.")
-@click.option("--format", "format_", type=click.Choice(FORMATS), default=None,
+@click.option("--format", "format", type=click.Choice(FORMATS), default=None,
               help="Input layout; 'auto' (default) looks at the name and first record.")
 @click.option("--columns", help="Map our fields to the file's columns for csv/parquet, e.g. "
               "'user_id=reviewer,item_id=product,rating=stars,text=body,timestamp=time' "
@@ -31,8 +30,7 @@ from rexeval.ray_jobs.common import Where, config_option, load_config, summary, 
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def ingest_cmd(inputs, out, format_, columns, meta, category, min_rating, max_rating, chunk_mb,
-               workers, overwrite, config_file):
+def ingest_cmd(overwrite, config_file, **flags):
     """Read Amazon review dumps (2014/2018 JSON lines, 2023 JSONL, the Kaggle CSV) or any
     CSV/Parquet with --columns, validate every row, and write Parquet shards.
 
@@ -44,18 +42,11 @@ def ingest_cmd(inputs, out, format_, columns, meta, category, min_rating, max_ra
 
     Example: rexeval ingest Musical_Instruments_5.json.gz --out runs/mi/ingest
     """
-    started = time.time()
-    cfg = load_config(IngestConfig, config_file, inputs=inputs, out=out, format=format_,
-                      columns=columns, meta=meta, category=category, min_rating=min_rating,
-                      max_rating=max_rating, chunk_mb=chunk_mb, workers=workers)
-    init_ray()
-    manifest = run_ingest(cfg, overwrite=overwrite, progress=click.echo)
-    c = manifest["counts"]
-    summary("ingest", {"rows in": c.get("in", 0), "reviews out": c.get("out", 0),
-                       "error rows": c.get("errors", 0)}, started,
-            {"reviews": f"{cfg.out}/reviews", "errors": f"{cfg.out}/errors",
-             "manifest": f"{cfg.out}/manifest.json"})
-    return manifest
+    return run_job("ingest", IngestConfig, partial(run_ingest, overwrite=overwrite), config_file, flags,
+                   counts=lambda cfg, m: {"rows in": m["counts"].get("in", 0), "reviews out": m["counts"].get("out", 0),
+                                          "error rows": m["counts"].get("errors", 0)},
+                   outputs=lambda cfg, m: {"reviews": f"{cfg.out}/reviews", "errors": f"{cfg.out}/errors",
+                                           "manifest": f"{cfg.out}/manifest.json"})
 
 
 def main():  # python -m ray_jobs.ingest

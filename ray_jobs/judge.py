@@ -1,15 +1,12 @@
 """`rexeval judge likert|pairwise|detect|winrate`: LLM judges of explanations (python -m ray_jobs.judge)."""
 from __future__ import annotations
 
-import time
-
 import click
 
 from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.cost import reward_line
-from rexeval.pipelines.core.runtime import init_ray
-from rexeval.ray_jobs.common import Where, config_option, llm_options, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
 
 
 def _judge_options(fn):
@@ -56,7 +53,15 @@ def judge_group():
     """
 
 
-def _finish(title: str, report: dict, started: float, out: str, files: dict[str, str]) -> None:
+def _judge_job(title: str, config_cls, run, config_file, flags: dict, files) -> dict:
+    """A judge job: its table and each model's calls, tokens and cost, then the summary;
+    `files(cfg)` are its outputs, relative to --out."""
+    return run_job(title, config_cls, run, config_file, flags, show=lambda cfg, report: _show(report),
+                   counts=lambda cfg, report: {k: v for k, v in report.items() if isinstance(v, int)},
+                   outputs=lambda cfg, report: {k: f"{cfg.out}/{v}" for k, v in files(cfg).items()})
+
+
+def _show(report: dict) -> None:
     click.echo("")
     click.echo(report.pop("table_md"))
     usage = report.get("usage", {})
@@ -68,8 +73,6 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
                        f"{u['seconds']:.1f}s of model time{cost}; {u.get('unparseable', 0)} unreadable")
     if isinstance(report.get("usage_disc"), dict):
         click.echo(f"  {reward_line(report['usage_disc'])}")
-    counts = {k: v for k, v in report.items() if isinstance(v, int)}
-    summary(title, counts, started, {k: f"{out}/{v}" for k, v in files.items()})
 
 
 @judge_group.command("likert")
@@ -96,9 +99,7 @@ def _finish(title: str, report: dict, started: float, out: str, files: dict[str,
 @llm_options
 @config_option
 @user_errors
-def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examples, ensemble_missing,
-               max_tokens, out, contexts, reviews, max_history, judge_service, judge_replicas, judge_gpus,
-               serve_port, price_table, chunk_size, seed, constrained, config_file, llm):
+def likert_cmd(config_file, llm, **flags):
     """Rate explanations 1-5 on persuasiveness, transparency, accuracy and satisfaction.
 
     Writes likert_scores.parquet (example_id, system, judge, aspect, score; NaN with the
@@ -113,19 +114,8 @@ def likert_cmd(explanations, systems, limit, judges, aspects, mode, shots, examp
       rexeval judge likert expl.parquet --contexts ctx.parquet --mode single --shots personalised
       --examples rated.parquet --judge /models/llama-3.1-8b --judge /models/qwen3-8b --out runs/likert
     """
-    started = time.time()
-    cfg = load_config(LikertJobConfig, config_file, explanations=list(explanations) or None, systems=systems,
-                      limit=limit, judges=judges, aspects=aspects, mode=mode, shots=shots, examples=examples,
-                      ensemble_missing=ensemble_missing, max_tokens=max_tokens, out=out, contexts=contexts,
-                      reviews=reviews, max_history=max_history, judge_service=judge_service,
-                      judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed,
-                      constrained=constrained, **llm)
-    init_ray()
-    report = run_likert(cfg, progress=click.echo)
-    _finish("judge likert", report, started, cfg.out,
-            {"scores": "likert_scores.parquet", "table": "likert.md", "report": "report.json"})
-    return report
+    return _judge_job("judge likert", LikertJobConfig, run_likert, config_file, {**flags, **llm},
+                      lambda cfg: {"scores": "likert_scores.parquet", "table": "likert.md", "report": "report.json"})
 
 
 def _pairwise_flags(fn):
@@ -171,10 +161,7 @@ def _evaluator_flags(fn):
 @llm_options
 @config_option
 @user_errors
-def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, evaluators, reward_model, criteria,
-                 divide, both_orders, disagreement, max_tokens, out, contexts, reviews, max_history, judge_service,
-                 judge_replicas, judge_gpus, serve_port, price_table, chunk_size, seed, constrained, config_file,
-                 llm):
+def pairwise_cmd(config_file, llm, **flags):
     """Compare each system's explanations with a baseline's (ALERT-Gen and ALERT-Disc, seed 004).
 
     For every example both systems explained, the LLM judge (--evaluator gen, the
@@ -199,23 +186,10 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, eval
       --reviews runs/demo/ingest --evaluator gen --evaluator disc --reward-model /models/armorm
       --out runs/pairwise
     """
-    started = time.time()
-    cfg = load_config(PairwiseJobConfig, config_file, explanations=list(explanations) or None, baseline=baseline,
-                      systems=systems, limit=limit, only=only, temperature=temperature, evaluators=evaluators,
-                      reward_model=reward_model, criteria=criteria,
-                      divide=divide, both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens,
-                      out=out, contexts=contexts, reviews=reviews, max_history=max_history,
-                      judge_service=judge_service, judge_replicas=judge_replicas, judge_gpus=judge_gpus,
-                      serve_port=serve_port, price_table=price_table, chunk_size=chunk_size, seed=seed,
-                      constrained=constrained, **llm)
-    init_ray()
-    report = run_pairwise(cfg, progress=click.echo)
-    files = {"verdicts": "verdicts.parquet"} if "gen" in cfg.evaluators else {}
-    if "disc" in cfg.evaluators:
-        files["disc"] = "verdicts_disc.parquet"
-    _finish("judge pairwise", report, started, cfg.out,
-            {**files, "table": "pairwise.md", "report": "report.json"})
-    return report
+    return _judge_job("judge pairwise", PairwiseJobConfig, run_pairwise, config_file, {**flags, **llm},
+                      lambda cfg: {**({"verdicts": "verdicts.parquet"} if "gen" in cfg.evaluators else {}),
+                                   **({"disc": "verdicts_disc.parquet"} if "disc" in cfg.evaluators else {}),
+                                   "table": "pairwise.md", "report": "report.json"})
 
 
 @judge_group.command("detect")
@@ -234,10 +208,7 @@ def pairwise_cmd(explanations, baseline, systems, limit, only, temperature, eval
 @llm_options
 @config_option
 @user_errors
-def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_model, generation_max_tokens,
-               criteria, divide, both_orders, disagreement, max_tokens, out, contexts, reviews, max_history,
-               judge_service, judge_replicas, judge_gpus, serve_port, price_table, chunk_size, seed,
-               constrained, config_file, llm):
+def detect_cmd(config_file, llm, **flags):
     """Inferior-explanation detection test (seed 004, Table 1).
 
     An LLM writes a good explanation for each interaction and, per condition, a worse
@@ -251,20 +222,8 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
 
       rexeval judge detect --reviews runs/demo/ingest --limit 20 --out runs/detect
     """
-    started = time.time()
-    cfg = load_config(DetectJobConfig, config_file, interactions=interactions, limit=limit, conditions=conditions,
-                      generator=generator, evaluators=evaluators, reward_model=reward_model,
-                      generation_max_tokens=generation_max_tokens, criteria=criteria, divide=divide,
-                      both_orders=both_orders, disagreement=disagreement, max_tokens=max_tokens, out=out,
-                      contexts=contexts, reviews=reviews, max_history=max_history, judge_service=judge_service,
-                      judge_replicas=judge_replicas, judge_gpus=judge_gpus, serve_port=serve_port,
-                      price_table=price_table, chunk_size=chunk_size, seed=seed,
-                      constrained=constrained, **llm)
-    init_ray()
-    report = run_detect(cfg, progress=click.echo)
-    _finish("judge detect", report, started, cfg.out,
-            {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})
-    return report
+    return _judge_job("judge detect", DetectJobConfig, run_detect, config_file, {**flags, **llm},
+                      lambda cfg: {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})
 
 
 @judge_group.command("winrate")
@@ -276,7 +235,7 @@ def detect_cmd(interactions, limit, conditions, generator, evaluators, reward_mo
 @click.option("--baseline-label", help="The baseline's name in the figure and tables (default its system name).")
 @config_option
 @user_errors
-def winrate_cmd(runs, out, confidence, resamples, seed, baseline_label, config_file):
+def winrate_cmd(config_file, **flags):
     """Win-rate study against the baseline: seed 004's Figure 5 and Table 4.
 
     Reads one or more `rexeval judge pairwise` output folders (e.g. one per batch of
@@ -297,17 +256,11 @@ def winrate_cmd(runs, out, confidence, resamples, seed, baseline_label, config_f
     """
     from rexeval.pipelines.judge.winrate import WinrateConfig, run_winrate
 
-    started = time.time()
-    cfg = load_config(WinrateConfig, config_file, runs=list(runs) or None, out=out, confidence=confidence,
-                      resamples=resamples, seed=seed, baseline_label=baseline_label)
-    report = run_winrate(cfg, progress=click.echo)
-    click.echo("")
-    click.echo(report.pop("table_md"))
-    summary("judge winrate", report["counts"], started,
-            {k: f"{cfg.out}/{v}" for k, v in {"table": "winrate.md", "table4": "table4.md",
-                                               "figure": "figure5.png", "numbers": "winrate.csv",
-                                               "report": "report.json"}.items()})
-    return report
+    return run_job("judge winrate", WinrateConfig, run_winrate, config_file, flags, ray=False,
+                   show=lambda cfg, report: click.echo("\n" + report.pop("table_md")),
+                   outputs=lambda cfg, report: {k: f"{cfg.out}/{v}" for k, v in {
+                       "table": "winrate.md", "table4": "table4.md", "figure": "figure5.png",
+                       "numbers": "winrate.csv", "report": "report.json"}.items()})
 
 
 def main():  # python -m ray_jobs.judge

@@ -2,7 +2,7 @@
 (python -m ray_jobs.meta_evaluate). Small tabular work: runs in-process, without Ray."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
@@ -11,7 +11,7 @@ from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_CSV, SWEEP_FIGURE, SWEEP_FILE, SWEEP_TABLE
 from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
                                                       run_meta_evaluate)
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 
 def _null_policy(ctx, param, value):
@@ -75,9 +75,7 @@ def _null_policy(ctx, param, value):
 @click.option("--overwrite", is_flag=True, help="Replace results of another config in the output folder.")
 @config_option
 @user_errors
-def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_prefix, judge_cols, human_cols,
-                      evaluator, user_col, item_col, key, methods, levels, table_method, human_null, judge_null,
-                      bootstrap, seed, random_baseline, ensemble_sweep, ensemble_cap, overwrite, config_file):
+def meta_evaluate_cmd(overwrite, config_file, **flags):
     """Measure how well evaluators (LLM judges, metrics, annotators) agree with human
     ratings of the same explanations.
 
@@ -130,31 +128,32 @@ def meta_evaluate_cmd(scores, human, out, mode, aspects, judge_prefixes, human_p
       rexeval meta-evaluate runs/likert/likert_scores.parquet --human ratings.csv \\
           --ensemble-sweep --ensemble-cap 100 --out runs/meta-ensemble
     """
-    started = time.time()
-    cfg = load_config(MetaEvaluateConfig, config_file, scores=scores, human=human, out=out, mode=mode,
-                      aspects=aspects, judge_prefixes=judge_prefixes, human_prefix=human_prefix,
-                      judge_cols=judge_cols, human_cols=human_cols, evaluator=evaluator, user_col=user_col,
-                      item_col=item_col, key=key, methods=methods, levels=levels, table_method=table_method,
-                      human_null=human_null, judge_null=judge_null, bootstrap=bootstrap, seed=seed,
-                      random_baseline=random_baseline, ensemble_sweep=ensemble_sweep,
-                      ensemble_cap=ensemble_cap)
-    report = run_meta_evaluate(cfg, overwrite=overwrite, progress=click.echo)
+    return run_job("meta-evaluate", MetaEvaluateConfig, partial(run_meta_evaluate, overwrite=overwrite), config_file,
+                   flags, ray=False, show=_show, outputs=_outputs, notes=_notes)
+
+
+def _show(cfg, report: dict) -> None:
     click.echo("")
     click.echo(report["markdown"].split("\n## ")[0].rstrip())
     if "ensemble_markdown" in report:
         click.echo("")
         click.echo(report["ensemble_markdown"].split("\n## ")[0].rstrip())
+
+
+def _outputs(cfg, report: dict) -> dict[str, str]:
     names = {"results": RESULTS_FILE, "table": TABLE_FILE, "report": REPORT_FILE, "sweep": SWEEP_FILE,
              "sweep csv": SWEEP_CSV, "sweep md": SWEEP_TABLE, "figure": SWEEP_FIGURE, "errors": ERRORS_FILE}
-    outputs = {k: f"{cfg.out}/{name}" for k, name in names.items() if name in report["outputs"]}
+    return {k: f"{cfg.out}/{name}" for k, name in names.items() if name in report["outputs"]}
+
+
+def _notes(cfg, report: dict) -> list[str]:
     notes = []
     if not report["counts"]["joined"]:
         notes.append("no rows could be used: check the key columns (--key, --user-col, --item-col)")
     if report["counts"]["errors"]:
         notes.append(f"{report['counts']['errors']} row(s) or value(s) could not be used; see {cfg.out}/{ERRORS_FILE}")
     notes += (report.get("ensemble_sweep") or {}).get("notes", [])
-    summary("meta-evaluate", report["counts"], started, outputs, notes)
-    return report
+    return notes
 
 
 def main():  # python -m ray_jobs.meta_evaluate

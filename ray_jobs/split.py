@@ -1,13 +1,13 @@
 """`rexeval split`: reviews -> k-core -> train/valid/test (python -m ray_jobs.split)."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
 from rexeval.pipelines.ingest.split_pipeline import run_split
 from rexeval.pipelines.ingest.config import SplitConfig
-from rexeval.ray_jobs.common import Where, config_option, load_config, summary, user_errors
+from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 
 
 @click.command("split")
@@ -23,14 +23,13 @@ from rexeval.ray_jobs.common import Where, config_option, load_config, summary, 
 @click.option("--valid", type=float, help="Temporal: validation share (default 0.1).")
 @click.option("--min-interactions", type=int,
               help="Drop users with fewer reviews (default 5 temporal, 3 leave-last-two).")
-@click.option("--cold-start/--no-cold-start", "cold", default=None,
+@click.option("--cold-start/--no-cold-start", "drop_cold_start_items", default=None,
               help="Drop valid/test reviews of items never seen in train "
                    "(default: on for temporal, off for leave-last-two).")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def split_cmd(input, out, method, kcore_user, kcore_item, train, valid, min_interactions, cold,
-              overwrite, config_file):
+def split_cmd(overwrite, config_file, **flags):
     """Split reviews per user into train / validation / test.
 
     INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder (a
@@ -39,14 +38,8 @@ def split_cmd(input, out, method, kcore_user, kcore_item, train, valid, min_inte
 
     Example: rexeval split runs/mi/ingest --out runs/mi/split --kcore-user 5 --kcore-item 5
     """
-    started = time.time()
-    cfg = load_config(SplitConfig, config_file, input=input, out=out, method=method,
-                      kcore_user=kcore_user, kcore_item=kcore_item, train=train, valid=valid,
-                      min_interactions=min_interactions, drop_cold_start_items=cold)
-    manifest = run_split(cfg, overwrite=overwrite, progress=click.echo)
-    summary("split", manifest["counts"], started,
-            {n: f"{cfg.out}/{n}" for n in ("train", "valid", "test")})
-    return manifest
+    return run_job("split", SplitConfig, partial(run_split, overwrite=overwrite), config_file, flags, ray=False,
+                   outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in ("train", "valid", "test")})
 
 
 def main():  # python -m ray_jobs.split

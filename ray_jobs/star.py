@@ -2,24 +2,39 @@
 the statement-ranking benchmark of seed 002."""
 from __future__ import annotations
 
-import time
+from functools import partial
 
 import click
 
-from rexeval.pipelines.core.runtime import init_ray
 from rexeval.pipelines.core.storage import location
 from rexeval.ray_jobs.common import (
+    ListedOption,
+    RegistryName,
     Where,
     config_option,
-    load_config,
     parse_backend_options,
     parse_grid,
-    summary,
+    run_job,
     tune_options,
     user_errors,
 )
 
 LEVEL_CHOICE = click.Choice(["global", "item", "user"])
+SEED_BASELINES = ["random", "userpop", "itempop", "globalpop"]
+"""The popularity baselines of seed 002 (eq. 2-4), run when no --method is given."""
+
+
+def _rankers():
+    """The statement rankers' registry (imported when a name is checked or listed: torch)."""
+    from rexeval.models.recommenders.base import RANKERS
+
+    return RANKERS
+
+
+def _trainable(ranker) -> bool:
+    from rexeval.models.recommenders.base import TrainableRanker
+
+    return isinstance(ranker, type) and issubclass(ranker, TrainableRanker)
 
 
 @click.group("star")
@@ -54,7 +69,7 @@ def star_group():
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
-def build_cmd(statements, out, overwrite, config_file, **flags):
+def build_cmd(overwrite, config_file, **flags):
     """Build the ranking benchmark: interactions (reviews with statements), their
     statements (S_ui, deduplicated), a leave-last-two split per user, and Table 6's
     statistics before and after clustering.
@@ -76,19 +91,16 @@ def build_cmd(statements, out, overwrite, config_file, **flags):
     from rexeval.pipelines.star.pipeline import run_build
     from rexeval.pipelines.star.config import BuildConfig
 
-    started = time.time()
-    cfg = load_config(BuildConfig, config_file, statements=statements, out=out, **flags)
-    manifest = run_build(cfg, overwrite=overwrite, progress=click.echo)
-    click.echo((location(cfg.out) / "stats.md").read_text())
-    c = manifest["counts"]
-    summary("star build", {k: c.get(k, 0) for k in (
-        "statement_rows", "statement_rows_used", "statement_rows_merged", "error_rows", "interactions",
-        "train", "valid", "test", "users", "items", "statements", "triplets")}, started,
-        {n: f"{cfg.out}/{n}" for n in ("interactions", "triplets", "candidates", "errors")}
-        | {"stats": f"{cfg.out}/stats.md"},
-        notes=[("statement_rows = used + errors; merged = rows whose statement was already in "
-                "the same interaction (counted once, seed 002 eq. 2-4)")])
-    return manifest
+    return run_job("star build", BuildConfig, partial(run_build, overwrite=overwrite), config_file, flags, ray=False,
+                   show=lambda cfg, m: click.echo((location(cfg.out) / "stats.md").read_text()),
+                   counts=lambda cfg, m: {k: m["counts"].get(k, 0) for k in (
+                       "statement_rows", "statement_rows_used", "statement_rows_merged", "error_rows", "interactions",
+                       "train", "valid", "test", "users", "items", "statements", "triplets")},
+                   outputs=lambda cfg, m: {n: f"{cfg.out}/{n}"
+                                           for n in ("interactions", "triplets", "candidates", "errors")}
+                   | {"stats": f"{cfg.out}/stats.md"},
+                   notes=lambda cfg, m: [("statement_rows = used + errors; merged = rows whose statement was already "
+                                          "in the same interaction (counted once, seed 002 eq. 2-4)")])
 
 
 _EVAL_OPTIONS = [
@@ -112,14 +124,13 @@ def eval_options(fn):
 
 @star_group.command("baselines")
 @click.argument("data", required=False, type=Where())
-@click.option("--method", "methods", multiple=True,
-              type=click.Choice(["random", "userpop", "itempop", "globalpop"]),
-              help="Baseline, repeatable (default: all four).")
+@click.option("--method", "methods", multiple=True, type=RegistryName(_rankers, where=lambda r: not _trainable(r)),
+              cls=ListedOption, help="Baseline, repeatable: {names} (default: " + ", ".join(SEED_BASELINES) + ").")
 @click.option("--seed", type=int, help="RANDOM's seed (default 0).")
 @eval_options
 @config_option
 @user_errors
-def baselines_cmd(data, methods, config_file, **flags):
+def baselines_cmd(methods, config_file, **flags):
     """Rank with RANDOM, USERPOP, ITEMPOP and GLOBALPOP (seed 002 eq. 2-4; counts from the
     training interactions, a statement once per interaction) and score P/R/NDCG/hit@k.
 
@@ -128,10 +139,12 @@ def baselines_cmd(data, methods, config_file, **flags):
     from rexeval.pipelines.star.pipeline import run_baselines
     from rexeval.pipelines.star.config import EvalSettings
 
-    started = time.time()
-    cfg = load_config(EvalSettings, config_file, data=data, **flags)
-    methods = list(methods) or ["random", "userpop", "itempop", "globalpop"]
-    res = run_baselines(cfg, methods, progress=click.echo)
+    return run_job("star baselines", EvalSettings, partial(run_baselines, methods=list(methods) or SEED_BASELINES),
+                   config_file, flags, ray=False, counts=_baseline_counts,
+                   outputs=lambda cfg, res: {"results": f"{cfg.out}/results"})
+
+
+def _baseline_counts(cfg, res: dict) -> dict:
     counts = {}
     for m, levels in res.items():
         for lv, s in levels.items():
@@ -140,12 +153,13 @@ def baselines_cmd(data, methods, config_file, **flags):
     for lv, s in first.items():
         counts[f"{lv}: interactions scored"] = s["n_scored"]
         counts[f"{lv}: without positives"] = s["n_without_positives"]
-    summary("star baselines", counts, started, {"results": f"{cfg.out}/results"})
+    return counts
 
 
 @star_group.command("train")
 @click.argument("data", required=False, type=Where())
-@click.option("--model", type=click.Choice(["expgcn", "bper+"]), help="Model (default expgcn).")
+@click.option("--model", type=RegistryName(_rankers, where=_trainable), cls=ListedOption,
+              help="Model: {names} (default expgcn).")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A training setting, e.g. --set epochs=50 --set dim=64 --set mu=0.7 "
                    "(see the settings list below).")
@@ -196,15 +210,17 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     from rexeval.pipelines.star.pipeline import run_train
     from rexeval.pipelines.star.config import TrainJob
 
-    started = time.time()
     settings = parse_backend_options(sets)
     if model:
         settings["model"] = model
     models = {"statement_encoder": encoder} if encoder else None
-    job = load_config(TrainJob, config_file, data=data, settings=settings or None, grid=parse_grid(grids) or None,
-                      models=models, **flags)
-    init_ray()
-    report = run_train(job, progress=click.echo)
+    return run_job("star train", TrainJob, run_train, config_file,
+                   {"data": data, "settings": settings or None, "grid": parse_grid(grids) or None, "models": models,
+                    **flags}, counts=_train_counts, outputs=_train_outputs,
+                   notes=lambda job, report: [f"best settings: {report['best']['config'] or 'single configuration'}"])
+
+
+def _train_counts(job, report: dict) -> dict:
     t = report["test"]
     counts = {"trials": len(report["trials"]), "trials with errors": report["trial_errors"],
               "best epoch": report["best"]["epoch"]}
@@ -219,13 +235,16 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
         if runs:  # the mean over runs, ± their sample standard deviation
             sd = float(np.std([r["test"][lv].get("ndcg@10", float("nan")) for r in runs], ddof=1))
             counts[f"test {lv} N@10"] += f" ± {sd:.4f} (mean of {len(runs)} runs)"
+    return counts
+
+
+def _train_outputs(job, report: dict) -> dict[str, str]:
     name = job.experiment_name(job.settings.get("model", "expgcn"))
     outputs = {"experiment": report["experiment"], "results": f"{job.out}/results",
                "report": f"{job.out}/train-{name}.json"}
     if report.get("sensitivity"):
         outputs["plot"] = f"{job.out}/sensitivity-{name}.png"
-    summary("star train", counts, started, outputs,
-            notes=[f"best settings: {report['best']['config'] or 'single configuration'}"])
+    return outputs
 
 
 @star_group.command("evaluate")
@@ -238,7 +257,7 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
 @eval_options
 @config_option
 @user_errors
-def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
+def evaluate_cmd(checkpoint, method, features, config_file, **flags):
     """Evaluate a trained checkpoint on a split at every level.
 
     Example: rexeval star evaluate runs/mi/bench --checkpoint runs/mi/rank/tune/expgcn/<trial>/checkpoint_000009 --out runs/mi/rank
@@ -246,11 +265,12 @@ def evaluate_cmd(data, checkpoint, method, features, config_file, **flags):
     from rexeval.pipelines.star.pipeline import evaluate_checkpoint
     from rexeval.pipelines.star.config import EvalSettings
 
-    started = time.time()
-    cfg = load_config(EvalSettings, config_file, data=data, **flags)
-    res = evaluate_checkpoint(cfg, checkpoint, method, features, progress=click.echo)
-    summary("star evaluate", {f"{lv} N@10": f"{s.get('ndcg@10', float('nan')):.4f}" for lv, s in res.items()},
-            started, {"results": f"{cfg.out}/results"})
+    return run_job("star evaluate", EvalSettings,
+                   partial(evaluate_checkpoint, checkpoint=checkpoint, method=method, features_path=features),
+                   config_file, flags, ray=False,
+                   counts=lambda cfg, res: {f"{lv} N@10": f"{s.get('ndcg@10', float('nan')):.4f}"
+                                            for lv, s in res.items()},
+                   outputs=lambda cfg, res: {"results": f"{cfg.out}/results"})
 
 
 @star_group.command("report")

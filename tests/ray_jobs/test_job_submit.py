@@ -2,7 +2,7 @@
 
 A real cluster started with `ray start --head` (tests/doubles/local_cluster.py); from the
 repository root the test submits `rexeval ingest` on the shared reviews, then `rexeval
-split` on its output, exactly as the README shows:
+split` on its output, exactly as docs/cluster.md shows:
 
     ray job submit --address http://127.0.0.1:8265 --working-dir . \\
         --runtime-env-json '{"excludes": [...RUNTIME_ENV_EXCLUDES...]}' --no-wait \\
@@ -38,7 +38,7 @@ RUNTIME_ENV_EXCLUDES = [
 """What `--working-dir .` must not upload: the virtualenv (GBs), git history, caches, job
 outputs and data (jobs read data by path, from storage every node sees). Anchored with a
 leading "/" so that only the repository's top-level folders of those names are left out,
-never a nested one of the same name. The README's `ray job submit` uses exactly
+never a nested one of the same name. docs/cluster.md's `ray job submit` uses exactly
 this JSON."""
 RUNTIME_ENV_JSON = json.dumps({"excludes": RUNTIME_ENV_EXCLUDES})
 UPLOAD_MAX_BYTES = 20 << 20  # what is left of the checkout is ~4 MB
@@ -54,7 +54,7 @@ def cluster():
 
 def submit(cluster: LocalCluster, *entrypoint: str) -> str:
     """`ray job submit ... --no-wait -- <entrypoint>` from the repository root with the
-    README's runtime env; returns the submission id it prints."""
+    runtime env of docs/cluster.md; returns the submission id it prints."""
     return cluster.submit(*entrypoint, cwd=REPO, runtime_env_json=RUNTIME_ENV_JSON)
 
 

@@ -71,7 +71,7 @@ def cluster_command(src: str, out: str, config: str) -> list[str]:
 
 
 def submit(cluster: LocalCluster, command: list[str]) -> str:
-    """`ray job submit` from the repository root with the README's runtime env."""
+    """`ray job submit` from the repository root with docs/cluster.md's runtime env."""
     return cluster.submit(*command, cwd=REPO, runtime_env_json=RUNTIME_ENV_JSON)
 
 
