@@ -6,7 +6,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rexeval.models.profiles import ModelOverrides
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
+
+# What `rexeval cluster` writes in its folder (pipelines/core/outputs.py); `statements`
+# only for EXTRA, which makes its own from the review sentences.
+CLUSTER_OUTPUTS = table_outputs("clusters", "canonical", "errors", "statements") | Outputs(
+    report=Output(REPORT_OUTPUT, "seed 002's Table 3 numbers, the size histogram, examples"),
+    report_md=Output("report.md", "the same as Markdown"),
+    sizes=Output("cluster_sizes.csv", "clusters and statements per cluster size"),
+    sizes_figure=Output("cluster_sizes.png", "the size histogram"),
+    work=Output("_work", "nodes, embeddings, pairs and pair scores (resumable work files)", folder=True),
+)
 
 
 

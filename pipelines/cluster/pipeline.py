@@ -31,14 +31,14 @@ from typing import Any, Callable
 import pyarrow as pa
 
 from rexeval.pipelines.cluster import steps
-from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
 JOB = "cluster"
-TABLES = ["clusters", "canonical", "errors"]
+TABLES = [CLUSTER_OUTPUTS.clusters, CLUSTER_OUTPUTS.canonical, CLUSTER_OUTPUTS.errors]
 CLUSTER_RULES_VERSION = 1  # bump when node building or output rules change
 
 
@@ -214,12 +214,12 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                      "pair_batch_size", "device"})
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
-    job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + (["statements"] if stage == "extra" else [])), 1,
+    job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else [])), 1,
                      overwrite=overwrite, progress=progress)
     if (manifest := job.finished("cluster")) is not None:
         return manifest
     out = job.output
-    work = out.root / "_work"
+    work = out.root / CLUSTER_OUTPUTS.work
     # A local input or output exists on this machine only: the steps run on its node then.
     options = reads_here([cfg.input, cfg.out])
     one_process = Resources(cpus=cfg.cpus_per_worker or 1)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from rexeval.pipelines.cluster.graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
+from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS as OUT
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
 
@@ -202,8 +203,8 @@ def write_report(folder: PathLike, summary: dict) -> dict[str, Location]:
     (a local folder or a URI)."""
     folder = location(folder)
     folder.mkdir()
-    paths = {"md": folder / "report.md", "json": folder / "report.json",
-             "csv": folder / "cluster_sizes.csv", "png": folder / "cluster_sizes.png"}
+    paths = {"md": folder / OUT.report_md, "json": folder / OUT.report,
+             "csv": folder / OUT.sizes, "png": folder / OUT.sizes_figure}
     hist = summary.get("histogram", [])
     md = [f"# Statement clustering: {summary['method']}", "",
           (f"{summary['statements_in']} statements in, {summary['statements']} unique, "

@@ -6,8 +6,39 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
+from rexeval.pipelines.core.schema import SCORE_AGGREGATES
 from rexeval.pipelines.evaluate.families import ALL, select_families
+
+# What `rexeval evaluate` writes in its folder (pipelines/core/outputs.py): the job writes
+# these names, the study report reads them.
+EVALUATE_OUTPUTS = Outputs(
+    manifest=MANIFEST_OUTPUT,
+    examples=Output("examples.parquet", "the examples scored: explanation, reference, statements"),
+    errors=Output("errors.parquet", "explanations that could not be scored, with the reason"),
+    scores=Output("scores.parquet", "one value per example, system and metric"),
+    aggregates=Output("aggregates.parquet", "mean, std and bootstrap interval per system and metric",
+                      columns=SCORE_AGGREGATES.names),
+    tables_md=Output("tables.md", "seed 000's Tables III-VI (Table VII for review generation)"),
+    tables_csv=Output("tables.csv", "the tables' numbers, with spreads and intervals"),
+    figure2=Output("figure2.png", "seed 000's Figure 2 (StEnt-bin P/R/F1), when computed"),
+    figure2_svg=Output("figure2.svg", "Figure 2 as SVG"),
+    report=Output(REPORT_OUTPUT, "counts, task, families run and skipped, models"),
+    correlations=Output("metric_correlations.parquet", "Kendall tau between every pair of metrics"),
+    correlations_csv=Output("metric_correlations.csv", "the same as CSV"),
+    correlations_md=Output("metric_correlations.md", "the same as lower-triangle Markdown tables"),
+    correlation_figures=Output("metric_correlations_{dataset}_{over}.png", "one heat map per dataset and level"),
+    families=Output("families", "each metric family's resumable shards", folder=True),
+    extract=Output("extract", "statements extracted with `extract: true`", folder=True),
+)
+# What the study's `flip_benchmark` job writes (`inputs.write_flip_benchmark`).
+FLIP_OUTPUTS = Outputs(
+    references=Output("ground_truth", "a ground-truth folder (explanations/, sentences/)", folder=True),
+    explanations=Output("explanations.parquet", "the ground truth and its sentiment-flipped copy"),
+    statements=Output("statements.parquet", "the statements of both systems"),
+    manifest=MANIFEST_OUTPUT,
+)
 
 
 

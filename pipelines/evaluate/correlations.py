@@ -32,8 +32,8 @@ from rexeval.metrics.correlation import (
 from rexeval.pipelines.core.io import read_table, write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES, SCORES
 from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT
 
-NAME = "metric_correlations"
 DEFAULT_DATASET = "all"  # the dataset label when the job was given no --dataset
 SIGNIFICANT = 0.05
 
@@ -65,10 +65,10 @@ def slug(dataset: str) -> str:
 def frames_from_job(root: PathLike, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-example values, per-system values) as wide frames, from the job's files."""
     root = location(root)
-    scores = read_table(root / "scores.parquet", SCORES).to_pandas()
+    scores = read_table(root / OUT.scores, SCORES).to_pandas()
     examples = (scores.set_index(["system", "example_id", "metric"])["value"].unstack("metric")
                 .reset_index() if len(scores) else pd.DataFrame(columns=["system", "example_id"]))
-    agg = read_table(root / "aggregates.parquet", SCORE_AGGREGATES).select(["system", "metric", "mean"]).to_pandas()
+    agg = read_table(root / OUT.aggregates, SCORE_AGGREGATES).select(["system", "metric", "mean"]).to_pandas()
     systems = (agg.set_index(["system", "metric"])["mean"].unstack("metric").reset_index()
                if len(agg) else pd.DataFrame(columns=["system"]))
     for frame in (examples, systems):
@@ -87,21 +87,22 @@ def write_metric_correlations(root: PathLike, dataset: str = "",
     examples, systems = frames_from_job(root, dataset)
     long = metric_correlations(examples, systems, order=order)
     table = pa.Table.from_pandas(long, schema=METRIC_CORRELATIONS, preserve_index=False)
-    write_parquet_atomic(root / f"{NAME}.parquet", table)
+    write_parquet_atomic(root / OUT.correlations, table)
     buf = io.StringIO()
     long.to_csv(buf, index=False, float_format="%.6g")
-    write_bytes_atomic(root / f"{NAME}.csv", buf.getvalue().encode())
-    for old in root.glob(f"{NAME}_*.png"):  # heat maps of an earlier run (another dataset name)
+    write_bytes_atomic(root / OUT.correlations_csv, buf.getvalue().encode())
+    for old in root.glob(OUT.correlation_figures.pattern):  # heat maps of an earlier run (another dataset name)
         old.unlink()
     drawn = 0
     for (ds, over), part in long.groupby(["dataset", "over"], sort=True):
         metrics = ordered_metrics([*part["metric_a"], *part["metric_b"]], order)
-        drawn += plot_heatmap(part, metrics, root / f"{NAME}_{slug(ds)}_{over}.png", labels, ds, over)
+        png = root / OUT.correlation_figures.format(dataset=slug(ds), over=over)
+        drawn += plot_heatmap(part, metrics, png, labels, ds, over)
     md = correlations_markdown(long, order, labels)
-    write_bytes_atomic(root / f"{NAME}.md", md.encode())
+    write_bytes_atomic(root / OUT.correlations_md, md.encode())
     n_ok = int(long["tau"].notna().sum())
     progress(f"evaluate: Kendall tau for {len(long)} metric pair(s) ({n_ok} defined), {drawn} heat map(s) "
-             f"-> {root / (NAME + '.csv')}")
+             f"-> {root / OUT.correlations_csv}")
     return md
 
 
@@ -121,7 +122,7 @@ def correlations_markdown(long: pd.DataFrame, order: list[str], labels: dict[str
            "Seed 000's research questions on how far the metrics agree when they rank systems. "
            "Kendall τ-b between every pair of metrics: over systems (each system's mean, or its corpus-level "
            "value) and over examples (every (system, example) row; pairs with a NaN left out). "
-           f"* p < {SIGNIFICANT}; – undefined. Full table: {NAME}.csv.", ""]
+           f"* p < {SIGNIFICANT}; – undefined. Full table: {OUT.correlations_csv}.", ""]
     if long.empty:
         return "\n".join([*out, "No pair of metrics to correlate (fewer than two metrics were computed).", ""])
     for (ds, over) in [(d, o) for d in dict.fromkeys(long["dataset"]) for o in LEVELS]:

@@ -33,6 +33,7 @@ from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import json_lines, read_table
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
 
 STAGE = "evaluate"
 FLIP = {"positive": "negative", "negative": "positive", "neutral": "neutral"}
@@ -251,12 +252,11 @@ def write_flip_benchmark(statements: pa.Table, root: PathLike, system: str = "fl
                                  pa.array([system] * flipped.num_rows, pa.string()))
     gt_system = truth.column("system")[0].as_py() if truth.num_rows else "ground_truth"
     # The paths returned as the caller named the folder (a URI, or a local path as given).
-    names = {"references": "ground_truth", "explanations": "explanations.parquet",
-             "statements": "statements.parquet"}
+    names = {k: FLIP_OUTPUTS[k] for k in ("references", "explanations", "statements")}
     paths = {k: str(root / n) if is_uri(given) else str(PurePath(given) / n) for k, n in names.items()}
-    write_parquet_atomic(root / "ground_truth" / "explanations" / "part-00000.parquet", truth)
-    write_parquet_atomic(root / "ground_truth" / "sentences" / "part-00000.parquet", sentences)
-    write_parquet_atomic(root / "explanations.parquet", pa.concat_tables([truth, flipped]))
-    write_parquet_atomic(root / "statements.parquet", pa.concat_tables(
+    write_parquet_atomic(root / FLIP_OUTPUTS.references / "explanations" / "part-00000.parquet", truth)
+    write_parquet_atomic(root / FLIP_OUTPUTS.references / "sentences" / "part-00000.parquet", sentences)
+    write_parquet_atomic(root / FLIP_OUTPUTS.explanations, pa.concat_tables([truth, flipped]))
+    write_parquet_atomic(root / FLIP_OUTPUTS.statements, pa.concat_tables(
         [explanation_statements(statements, gt_system), explanation_statements(flipped_st, system)]))
     return paths

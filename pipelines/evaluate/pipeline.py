@@ -37,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.evaluate.config import EvaluateConfig
+from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS, EvaluateConfig
 from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_metrics, corpus_scores,
                                                  select_families)
 from rexeval.pipelines.evaluate.inputs import (
@@ -228,15 +228,15 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     extract_errors, extracted = None, []
     if cfg.extract:
         path, extract_errors, extracted = extract_statements(cfg, explanations, statement_files,
-                                                             root / "extract", progress)
+                                                             root / EVALUATE_OUTPUTS.extract, progress)
         if path:
             statement_files.append(path)
     examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
                                               cfg.systems, known_systems=extracted)
     if extract_errors is not None and extract_errors.num_rows:
         errors = pa.concat_tables([errors, extract_errors])
-    write_parquet_atomic(root / "examples.parquet", examples)
-    write_parquet_atomic(root / "errors.parquet", errors)
+    write_parquet_atomic(root / EVALUATE_OUTPUTS.examples, examples)
+    write_parquet_atomic(root / EVALUATE_OUTPUTS.errors, errors)
     systems = systems_of(examples)
     progress(f"evaluate: {examples.num_rows} example(s) of {len(systems)} system(s) "
              f"({', '.join(systems)}); {errors.num_rows} error row(s) -> {root}")
@@ -287,7 +287,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
                       device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
                       nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm)
     service = NLIService(cfg, profile, progress)
-    examples_hash = _hash_file(root / "examples.parquet")
+    examples_hash = _hash_file(root / EVALUATE_OUTPUTS.examples)
     family_counts: dict[str, dict] = {}
     # Families that call the NLI service run last, so the deployment's replica does
     # not hold CPUs the other families' actor pools wait for.
@@ -320,14 +320,14 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     from rexeval.pipelines.evaluate.report import plot_stent_bin, results_csv, results_markdown
 
     md = results_markdown(agg, dataset=cfg.dataset, systems=systems, task=task)
-    (root / "tables.md").write_text(md)
-    (root / "tables.csv").write_text(results_csv(agg, task=task))
-    plot_stent_bin(agg, root / "figure2.png", dataset=cfg.dataset, systems=systems)
+    (root / EVALUATE_OUTPUTS.tables_md).write_text(md)
+    (root / EVALUATE_OUTPUTS.tables_csv).write_text(results_csv(agg, task=task))
+    plot_stent_bin(agg, root / EVALUATE_OUTPUTS.figure2, dataset=cfg.dataset, systems=systems)
     report = {"counts": {**counts, "scores": n_scores}, "task": task,
               "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
               "family_counts": family_counts, "nli_service": ctx.nli_service,
               "models": refs, "elapsed_s": round(time.time() - t0, 2)}
-    write_json_atomic(root / "report.json", report)
+    write_json_atomic(root / EVALUATE_OUTPUTS.report, report)
     for line in summary["said"]:
         progress(line)
     top.finish(0, counts={**counts, "scores": n_scores})
@@ -345,13 +345,13 @@ def summarise(root: str, families: list[str], corpus: pd.DataFrame | None, cfg: 
 
     root = location(root)
     scores = collect_scores(root, families)
-    write_parquet_atomic(root / "scores.parquet", scores)
+    write_parquet_atomic(root / EVALUATE_OUTPUTS.scores, scores)
     agg = aggregate(scores, cfg)
     if corpus is not None:
         agg = pd.concat([agg, corpus], ignore_index=True)
     agg_table = validate_table(pa.Table.from_pandas(agg, preserve_index=False), SCORE_AGGREGATES,
                                source="aggregates")
-    write_parquet_atomic(root / "aggregates.parquet", agg_table)
+    write_parquet_atomic(root / EVALUATE_OUTPUTS.aggregates, agg_table)
     said: list[str] = []
     corr_md = write_metric_correlations(root, dataset=cfg.dataset, progress=said.append)
     return {"scores": scores.num_rows, "aggregates": agg, "correlations_md": corr_md, "said": said}
@@ -385,7 +385,7 @@ def family_done(root: Location, cls: type[Family], fconf: dict) -> bool:
     need not start for it)."""
     from rexeval.pipelines.core.io import config_hash
 
-    p = root / "families" / cls.name / "manifest.json"
+    p = root / EVALUATE_OUTPUTS.families / cls.name / "manifest.json"
     if not p.exists():
         return False
     m = p.read_json()
@@ -406,14 +406,14 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
     fconf = family_config(cls, ctx, cfg, rows, examples_hash)
     n_chunks = max(1, -(-len(rows) // cfg.chunk_size))
     # A family's folder holds derived results only: other settings replace them.
-    job = ShardedJob(ShardedOutput(root / "families" / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]),
+    job = ShardedJob(ShardedOutput(root / EVALUATE_OUTPUTS.families / cls.name, f"{JOB}:{cls.name}", fconf, ["scores"]),
                      n_chunks, overwrite=True, progress=progress)
     job.say_chunks(cls.name, f"{len(rows)} examples")
     if job.todo and cls.uses_llm:
         _run_family_streamed(cls, ctx, cfg, root, rows, examples_hash, job, n_chunks, progress)
     elif job.todo:
         res = _family_resources(cls, cfg)
-        stage = FamilyStage(cls, ctx, str(root / "examples.parquet"), rows, cfg.chunk_size, job.output, res)
+        stage = FamilyStage(cls, ctx, str(root / EVALUATE_OUTPUTS.examples), rows, cfg.chunk_size, job.output, res)
         # Model families: `workers` actors (each loads the model); the others: as many
         # as the CPUs free now allow.
         job.run(stage, workers=cfg.workers if cls.roles else None,
@@ -478,7 +478,8 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
     from rexeval.pipelines.core.runtime import init_ray
 
     init_ray()
-    chunk = FamilyChunk(cls, ctx, str(root / "examples.parquet"), examples_hash, rows, cfg.chunk_size, job.output)
+    chunk = FamilyChunk(cls, ctx, str(root / EVALUATE_OUTPUTS.examples), examples_hash, rows, cfg.chunk_size,
+                        job.output)
     plan = job_plan(cfg.with_resolved_cache(cfg.out), ctx.llm["backend"], ctx.llm["model"])
     done = [0]
 
@@ -496,8 +497,8 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
 
 
 def collect_scores(root: Location, families: list[str]) -> pa.Table:
-    parts = [read_table(root / "families" / f / "scores", SCORES) for f in families
-             if (root / "families" / f / "scores").exists()]
+    parts = [read_table(root / EVALUATE_OUTPUTS.families / f / "scores", SCORES) for f in families
+             if (root / EVALUATE_OUTPUTS.families / f / "scores").exists()]
     return pa.concat_tables(parts) if parts else SCORES.empty_table()
 
 

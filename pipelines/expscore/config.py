@@ -6,8 +6,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.expscore import TrainSettings
+from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath, ReadPaths
 
+# What `rexeval expscore score` writes in its folder, and `expscore train` besides its
+# model (pipelines/core/outputs.py).
+EXPSCORE_SCORE_OUTPUTS = Outputs(
+    manifest=MANIFEST_OUTPUT,
+    scores=Output("scores.parquet", "each explanation's factors and ExpScore"),
+    errors=Output("errors.parquet", "rows that could not be scored, with the reason"),
+    report=Output(REPORT_OUTPUT, "Pearson and Kendall of each head and each factor against the human ratings"),
+    report_md=Output("report.md", "the same as Markdown (the seed's Tables 1-4 on this data)"),
+)
+EXPSCORE_TRAIN_OUTPUTS = EXPSCORE_SCORE_OUTPUTS | Outputs(
+    model=Output("model", "the trained heads and factor settings (what `expscore score` reads)", folder=True),
+)
 
 ENCODER_ROLE = "sts"  # sentence similarity role: all-MiniLM-L6-v2 (sentence-BERT) in both profiles
 

@@ -37,7 +37,8 @@ from rexeval.models.languagetool import (
     LANGUAGETOOL_ENV,
     open_grammar_checker,
 )
-from rexeval.pipelines.expscore.config import ENCODER_ROLE, ExpScoreInputs, ExpScoreScoreConfig, ExpScoreTrainConfig
+from rexeval.pipelines.expscore.config import (ENCODER_ROLE, EXPSCORE_SCORE_OUTPUTS, EXPSCORE_TRAIN_OUTPUTS, ExpScoreInputs,
+                                             ExpScoreScoreConfig, ExpScoreTrainConfig)
 from rexeval.pipelines.expscore.inputs import (
     attach_reviews,
     error_row,
@@ -205,10 +206,10 @@ def scores_table(rows: list[dict], split: Sequence[str], values: pd.DataFrame,
 
 
 def _write_outputs(out: Location, scores: pa.Table, errors: list[dict], report: dict) -> None:
-    write_parquet_atomic(out / "scores.parquet", scores)
-    write_parquet_atomic(out / "errors.parquet", error_rows(STAGE, errors))
-    write_json_atomic(out / "report.json", report)
-    (out / "report.md").write_text(report_markdown(report))
+    write_parquet_atomic(out / EXPSCORE_SCORE_OUTPUTS.scores, scores)
+    write_parquet_atomic(out / EXPSCORE_SCORE_OUTPUTS.errors, error_rows(STAGE, errors))
+    write_json_atomic(out / EXPSCORE_SCORE_OUTPUTS.report, report)
+    (out / EXPSCORE_SCORE_OUTPUTS.report_md).write_text(report_markdown(report))
 
 
 def _encoder_ref(cfg: ExpScoreInputs) -> str:
@@ -277,7 +278,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
                        "max_reviews_per_item": cfg.max_reviews_per_item,
                        "stop_words": "scikit-learn ENGLISH_STOP_WORDS", "factors": used,
                        "unavailable": unavailable}
-    model_dir = out / "model"
+    model_dir = out / EXPSCORE_TRAIN_OUTPUTS.model
     model_dir.mkdir()
     write_json_atomic(model_dir / FACTORS_JSON, factor_settings)
     heads: dict[str, dict] = {}

@@ -7,7 +7,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.llm.base import SamplingParams
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
+
+# What the jobs write in their folders (pipelines/core/outputs.py).
+EXTRACT_OUTPUTS = table_outputs("statements", "errors")
+QUALITY_OUTPUTS = table_outputs("judgements", "errors") | Outputs(
+    report_md=Output("report.md", "seed 002's Table 2: explanatory and atomic shares"),
+    report=Output(REPORT_OUTPUT, "the same numbers, the label and the settings"),
+)
+GROUND_TRUTH_OUTPUTS = table_outputs("explanations", "sentences", "errors")
 
 
 

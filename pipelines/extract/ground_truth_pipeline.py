@@ -16,7 +16,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.extract.config import GroundTruthConfig
+from rexeval.pipelines.extract.config import GROUND_TRUTH_OUTPUTS, GroundTruthConfig
 from rexeval.pipelines.extract.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
 from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.pipelines.core.sharded import ShardedJob
@@ -25,7 +25,7 @@ from rexeval.pipelines.core.stage import Resources, Stage
 from rexeval.pipelines.core.inputs import check_schemas, file_record, resolve_stage, statement_files
 
 STAGES = ("auto", "triplet", "candidate", "verified")
-TABLES = ["explanations", "sentences", "errors"]
+TABLES = [GROUND_TRUTH_OUTPUTS.explanations, GROUND_TRUTH_OUTPUTS.sentences, GROUND_TRUTH_OUTPUTS.errors]
 COUNT_KEYS = ("in", "out", "statements", "sentences", "duplicates", "errors")
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.extract.config import ExtractConfig
+from rexeval.pipelines.extract.config import EXTRACT_OUTPUTS, ExtractConfig
 from rexeval.pipelines.extract.extractor import ExtractSettings, Extractor, settle_works
 from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.core.io import ShardedOutput
@@ -177,7 +177,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
     models = resolve_models(cfg)
     parts, total = review_parts(cfg)
     n_shards = max(1, -(-total // cfg.shard_size))
-    job = ShardedJob(ShardedOutput(cfg.out, "extract", output_config(cfg, models), ["statements", "errors"]),
+    job = ShardedJob(ShardedOutput(cfg.out, "extract", output_config(cfg, models), [EXTRACT_OUTPUTS.statements, EXTRACT_OUTPUTS.errors]),
                      n_shards, overwrite=overwrite, progress=progress)
     plans = call_plans(cfg, models)
     progress(f"extract ({cfg.method}, {models['backend']}: {models['llm']}, calls: {plans['llm'].kind}): "

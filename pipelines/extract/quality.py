@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rexeval.models.llm.base import SamplingParams, check_model_here
-from rexeval.pipelines.extract.config import QualityConfig
+from rexeval.pipelines.extract.config import QUALITY_OUTPUTS, QualityConfig
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.inputs import resolved_text
@@ -284,7 +284,7 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
             "max_retries": cfg.max_retries, "shard_size": cfg.shard_size,
             "prompt": load_prompt("extract_quality").version,
             "backend_options": cfg.hashed_backend_options()}
-    job = ShardedJob(ShardedOutput(cfg.out, "extract-quality", conf, ["judgements", "errors"]), n_shards,
+    job = ShardedJob(ShardedOutput(cfg.out, "extract-quality", conf, [QUALITY_OUTPUTS.judgements, QUALITY_OUTPUTS.errors]), n_shards,
                      overwrite=overwrite, progress=progress)
     out = job.output
     reviews = None
@@ -314,10 +314,10 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
     summary = summarise(judgements, unparsed)
     label = cfg.label or (Path(src.path).resolve().name if src.is_local else src.name)
     table = format_table2(label, summary)
-    (out.root / "report.md").write_text(
+    (out.root / QUALITY_OUTPUTS.report_md).write_text(
         f"# Extraction quality: {label}\n\nJudge: {model['judge']} ({model['backend']}), "
         f"{n_reviews} interaction(s) sampled with seed {cfg.seed}.\n\n{table}\n")
-    write_json_atomic(out.root / "report.json", {"label": label, "summary": summary,
+    write_json_atomic(out.root / QUALITY_OUTPUTS.report, {"label": label, "summary": summary,
                                                  "interactions": n_reviews})
     manifest = job.finish(summary=summary)
     manifest["elapsed_s"] = round(time.time() - t0, 2)

@@ -7,7 +7,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.models.generators.presets import PRESETS
 from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.outputs import Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
+
+# What `rexeval generate train` and `rexeval generate run` write in their folders
+# (pipelines/core/outputs.py).
+GENERATE_TRAIN_OUTPUTS = Outputs(
+    data=Output("data", "the prepared examples, vocabulary and index", folder=True),
+    tune=Output("tune", "the Ray Tune experiment", folder=True),
+    best=Output("best", "the best checkpoint (what `generate run` decodes)", folder=True),
+    profiles=Output("profiles", "XRec's user and item profiles", folder=True),
+    report=Output("train.json", "settings, the best trial and epoch, its validation numbers, every trial"),
+)
+GENERATE_RUN_OUTPUTS = table_outputs("explanations", "ratings", "errors")
 
 Target = Literal["explanation", "review"]
 

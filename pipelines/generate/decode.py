@@ -36,11 +36,11 @@ from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, actor_count, cpu_share, use_cpus
 from rexeval.pipelines.core.storage import Location, PathLike, location
 from rexeval.pipelines.core.tune import STATE_FILE
-from rexeval.pipelines.generate.config import RunConfig
+from rexeval.pipelines.generate.config import GENERATE_RUN_OUTPUTS, RunConfig
 from rexeval.pipelines.generate.data import data_errors, read_index
 
 STAGE = "generate"
-TABLES = ["explanations", "ratings", "errors"]
+TABLES = [GENERATE_RUN_OUTPUTS.explanations, GENERATE_RUN_OUTPUTS.ratings, GENERATE_RUN_OUTPUTS.errors]
 RATINGS = pa.schema([
     pa.field("example_id", pa.string(), nullable=False),
     pa.field("system", pa.string(), nullable=False),

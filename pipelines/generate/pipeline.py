@@ -40,13 +40,13 @@ from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
-from rexeval.pipelines.generate.config import TrainJob
+from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS, TrainJob
 from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare, read_index, write_npz
 from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings
 
 NO_PROFILE = "(no profile: no training review)"
 
-BEST = "best"
+BEST = GENERATE_TRAIN_OUTPUTS.best
 
 
 def _default_cpus(job: TrainJob) -> float:
@@ -131,7 +131,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
               "data": index["counts"], "plan": {k: plan[k] for k in ("resources", "device", "scheduler")},
               "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
               "config_hash": config_hash(job.model_dump(exclude={"out", "overwrite"}))}
-    write_json_atomic(out / "train.json", report)
+    write_json_atomic(out / GENERATE_TRAIN_OUTPUTS.report, report)
     return report
 
 

@@ -6,8 +6,14 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from rexeval.pipelines.core.inputs import file_record, reviews_path
+from rexeval.pipelines.core.outputs import table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath, ReadPaths
+from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.ingest.formats import FORMATS, parse_columns
+
+# What `rexeval ingest` and `rexeval split` write in their folders (pipelines/core/outputs.py).
+INGEST_OUTPUTS = table_outputs("reviews", "errors")
+SPLIT_OUTPUTS = table_outputs(*SPLIT_NAMES)
 
 
 

@@ -19,12 +19,12 @@ from rexeval.pipelines.core.io import ShardedOutput, read_parquet, write_parquet
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.storage import as_text, location
 from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
-from rexeval.pipelines.ingest.config import IngestConfig
+from rexeval.pipelines.ingest.config import INGEST_OUTPUTS, IngestConfig
 from rexeval.pipelines.ingest.formats import detect_layout
 from rexeval.pipelines.ingest.metadata import load_titles
 from rexeval.pipelines.ingest.parse import ParseStage, commit_shard, find_shard_duplicates
 
-TABLES = ["reviews", "errors"]
+TABLES = [INGEST_OUTPUTS.reviews, INGEST_OUTPUTS.errors]
 
 
 def run_ingest(cfg: IngestConfig, overwrite: bool = False,

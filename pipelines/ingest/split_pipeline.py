@@ -8,7 +8,7 @@ import time
 from typing import Callable
 
 
-from rexeval.pipelines.ingest.config import SplitConfig
+from rexeval.pipelines.ingest.config import SPLIT_OUTPUTS, SplitConfig
 from rexeval.pipelines.core.inputs import reviews_path
 from rexeval.pipelines.core.io import ShardedOutput, read_table
 from rexeval.pipelines.core.sharded import ShardedJob
@@ -19,7 +19,8 @@ from rexeval.pipelines.ingest.split import kcore, leave_last_two, temporal_split
 def run_split(cfg: SplitConfig, overwrite: bool = False,
               progress: Callable[[str], None] = print) -> dict:
     t0 = time.time()
-    job = ShardedJob(ShardedOutput(cfg.out, "split", cfg.output_config(), ["train", "valid", "test"]), 1,
+    tables = [SPLIT_OUTPUTS.train, SPLIT_OUTPUTS.valid, SPLIT_OUTPUTS.test]
+    job = ShardedJob(ShardedOutput(cfg.out, "split", cfg.output_config(), tables), 1,
                      overwrite=overwrite, progress=progress)
     if not job.todo:
         progress(f"split: {cfg.out} is already complete for these settings")

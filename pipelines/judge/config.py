@@ -6,7 +6,38 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
+
+# What the judge jobs write in their folders (pipelines/core/outputs.py); report.json is
+# written by `core.llm_chunks.write_report`.
+JUDGE_REPORT = Output(REPORT_OUTPUT, "counts, LLM usage and cost, the settings")
+LIKERT_OUTPUTS = Outputs(
+    scores=Output("likert_scores.parquet", "one 1-5 score per explanation, judge and aspect"),
+    table=Output("likert.md", "mean score per judge, system and aspect"),
+    report=JUDGE_REPORT,
+    judges=Output("judges", "each judge's resumable LLM chunks (judge-<k>/)", folder=True),
+    inputs=Output("_inputs", "the one-shot pool, staged beside a URI output", folder=True),
+)
+PAIRWISE_OUTPUTS = Outputs(
+    errors=Output("errors.parquet", "explanations without a baseline to pair with"),
+    verdicts=Output("verdicts.parquet", "the LLM judge's verdict per pair (read by `judge winrate`)"),
+    calls=Output("calls.parquet", "each LLM call: order, raw answer, parsed verdict"),
+    verdicts_disc=Output("verdicts_disc.parquet", "the reward model's verdict per pair (read by `judge winrate`)"),
+    table=Output("pairwise.md", "win / tie / loss rates per evaluator, position bias, cost"),
+    report=JUDGE_REPORT,
+    chunks=Output("calls", "the LLM judge's resumable chunks", folder=True),
+)
+DETECT_OUTPUTS = Outputs(
+    verdicts=Output("verdicts_{evaluator}.parquet", "each evaluator's verdict per pair"),
+    pairs=Output("pairs.parquet", "the generated good / inferior explanation pairs",
+                 columns=("pair_id", "condition", "original_prompt_version", "inferior_prompt_version")),
+    errors=Output("errors.parquet", "pairs that could not be generated"),
+    table=Output("detection.md", "seed 004's Table 1: accuracy per condition"),
+    report=JUDGE_REPORT,
+    generate=Output("generate", "the generator's resumable LLM chunks", folder=True),
+    judge_gen=Output("judge_gen", "the LLM judge's resumable chunks", folder=True),
+)
 
 
 class JudgeJobSettings(ChunkedLLMSettings):

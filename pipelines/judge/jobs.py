@@ -27,7 +27,8 @@ import pyarrow as pa
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.storage import is_uri, location
-from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
+from rexeval.pipelines.judge.config import (DETECT_OUTPUTS, LIKERT_OUTPUTS, PAIRWISE_OUTPUTS, DetectJobConfig,
+                                            LikertJobConfig, PairwiseJobConfig)
 from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
 from rexeval.pipelines.judge.cost import cost_markdown
 from rexeval.pipelines.judge.tasks import TASKS
@@ -92,16 +93,16 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
         spec = llm_spec(cfg, profile, model=model)
         settings = {"likert": lcfg.model_dump(), **examples}
         out = _judged(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
-            "likert", TASKS.lookup("likert"), rows, root / "judges" / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
+            "likert", TASKS.lookup("likert"), rows, root / LIKERT_OUTPUTS.judges / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
         parts.append(_frame(out, "likert"))
         usage[spec["model"]] = usage_totals([out], cfg.price_table, spec["model"])
     scores = pd.concat(parts, ignore_index=True)
     fallbacks = int(count_fallbacks(scores)) if cfg.shots != "zero" else 0
     if len(judges) > 1:
         scores = pd.concat([scores, ensemble(scores, missing=cfg.ensemble_missing)], ignore_index=True)
-    write_parquet_atomic(root / "likert_scores.parquet", pa.Table.from_pandas(scores, preserve_index=False))
+    write_parquet_atomic(root / LIKERT_OUTPUTS.scores, pa.Table.from_pandas(scores, preserve_index=False))
     table = likert_table(scores)
-    (root / "likert.md").write_text(table)
+    (root / LIKERT_OUTPUTS.table).write_text(table)
     report = {"job": "judge likert", "explanations": len(rows), "no_context": no_ctx,
               "one_shot_fallbacks": fallbacks,
               "unreadable": int(scores["score"].isna().sum()), "usage": usage,
@@ -118,7 +119,7 @@ def _examples(cfg: LikertJobConfig, root) -> dict:
     given = resolved_text(cfg.examples)  # the config checked that examples are given
     if is_uri(given) or not is_uri(root):
         return {"examples": given}
-    staged = root / "_inputs" / "examples.parquet"
+    staged = root / LIKERT_OUTPUTS.inputs / "examples.parquet"
     staged.write_bytes(location(given).read_bytes())
     return {"examples": given, "examples_at": str(staged)}
 
@@ -184,7 +185,7 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     rows, no_ctx = _with_contexts(cfg, expl, progress)
     pairs, errors = baseline_pairs(rows, cfg.baseline)
     root.mkdir()
-    write_parquet_atomic(root / "errors.parquet", errors)
+    write_parquet_atomic(root / PAIRWISE_OUTPUTS.errors, errors)
     progress(f"judge pairwise: {len(pairs)} pair(s) against baseline {cfg.baseline!r}, "
              f"{errors.num_rows} error row(s); evaluators {', '.join(evaluators)}")
     cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
@@ -196,11 +197,11 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
         spec = llm_spec(cfg, profile)
         settings = _pairwise_settings(cfg)
         out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-            "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / "calls", ["verdicts", "detail"], settings, spec, addr, cfg, progress))
+            "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / PAIRWISE_OUTPUTS.chunks, ["verdicts", "detail"], settings, spec, addr, cfg, progress))
         verdicts = pairs[PAIR_KEYS].merge(_frame(out, "verdicts"), on="pair_id", how="left")
         detail = _frame(out, "detail")
-        write_parquet_atomic(root / "verdicts.parquet", pa.Table.from_pandas(verdicts, preserve_index=False))
-        write_parquet_atomic(root / "calls.parquet", pa.Table.from_pandas(detail, preserve_index=False))
+        write_parquet_atomic(root / PAIRWISE_OUTPUTS.verdicts, pa.Table.from_pandas(verdicts, preserve_index=False))
+        write_parquet_atomic(root / PAIRWISE_OUTPUTS.calls, pa.Table.from_pandas(detail, preserve_index=False))
         wins = win_rates(verdicts)
         bias = order_bias(detail) if cfg.both_orders else {}
         usage = usage_totals([out], cfg.price_table, spec["model"])
@@ -212,14 +213,14 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
         disc = pairs[PAIR_KEYS].merge(disc_verdicts, on="pair_id", how="left")
         verdict_cols = ["verdict"] + [c for c in disc.columns if c.startswith("verdict_")]
         disc = disc[PAIR_KEYS + verdict_cols + [c for c in disc.columns if c not in PAIR_KEYS + verdict_cols]]
-        write_parquet_atomic(root / "verdicts_disc.parquet", pa.Table.from_pandas(disc, preserve_index=False))
+        write_parquet_atomic(root / PAIRWISE_OUTPUTS.verdicts_disc, pa.Table.from_pandas(disc, preserve_index=False))
         wins = win_rates(disc)
         report.update(reward_model=cfg.reward_model, win_rates_disc=wins.to_dict("records"),
                       win_rates_per_criterion_disc=_per_criterion(disc), usage_disc=disc_usage)
         md_parts.append(pairwise_markdown(wins, {}, cfg.baseline, judge=f"reward model `{cfg.reward_model}`"))
         md_parts.append(cost_markdown(report))
     md = "\n".join(md_parts)
-    (root / "pairwise.md").write_text(md)
+    (root / PAIRWISE_OUTPUTS.table).write_text(md)
     report["elapsed_s"] = round(time.time() - t0, 2)
     write_report(root, report)
     report["table_md"] = md
@@ -296,7 +297,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
              f"evaluators {', '.join(cfg.evaluators)}")
     gen_spec = llm_spec(cfg, profile, role="llm", model=cfg.generator)
     gen = _judged(cfg, gen_spec, progress, lambda addr: run_chunks(
-        "detect_generate", TASKS.lookup("detect_generate"), plan, root / "generate", ["pairs", "errors"],
+        "detect_generate", TASKS.lookup("detect_generate"), plan, root / DETECT_OUTPUTS.generate, ["pairs", "errors"],
         {"generate": suite.model_dump()}, gen_spec, addr, cfg, progress))
     pairs = _frame(gen, "pairs")
     gen_errors = gen.read("errors")
@@ -306,7 +307,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     if "gen" in cfg.evaluators:
         spec = llm_spec(cfg, profile)
         out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-            "pairwise", TASKS.lookup("pairwise"), layout[cols], root / "judge_gen", ["verdicts", "detail"], _pairwise_settings(cfg), spec,
+            "pairwise", TASKS.lookup("pairwise"), layout[cols], root / DETECT_OUTPUTS.judge_gen, ["verdicts", "detail"], _pairwise_settings(cfg), spec,
             addr, cfg, progress))
         results["gen"] = layout[["pair_id", "condition", "original_position"]].merge(
             _frame(out, "verdicts")[["pair_id", "verdict"]], on="pair_id", how="left")
@@ -318,11 +319,11 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
             disc_verdicts[["pair_id", "verdict"]], on="pair_id", how="left")
     tables = {name: detection_accuracy(v) for name, v in results.items()}
     for name, v in results.items():
-        write_parquet_atomic(root / f"verdicts_{name}.parquet", pa.Table.from_pandas(v, preserve_index=False))
-    write_parquet_atomic(root / "pairs.parquet", pa.Table.from_pandas(pairs, preserve_index=False))
-    write_parquet_atomic(root / "errors.parquet", gen_errors)
+        write_parquet_atomic(root / DETECT_OUTPUTS.verdicts.format(evaluator=name), pa.Table.from_pandas(v, preserve_index=False))
+    write_parquet_atomic(root / DETECT_OUTPUTS.pairs, pa.Table.from_pandas(pairs, preserve_index=False))
+    write_parquet_atomic(root / DETECT_OUTPUTS.errors, gen_errors)
     md = detect_markdown(tables)
-    (root / "detection.md").write_text(md)
+    (root / DETECT_OUTPUTS.table).write_text(md)
     report = {"job": "judge detect", "interactions": len(contexts), "pairs": len(pairs),
               "generation_errors": gen_errors.num_rows,
               "accuracy": {k: t.to_dict("records") for k, t in tables.items()}, "usage": usage,

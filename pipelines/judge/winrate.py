@@ -43,11 +43,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from rexeval.metrics.preference import win_tie_loss
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPaths
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.pipelines.judge.config import PAIRWISE_OUTPUTS
 
-GEN_FILE = "verdicts.parquet"
-DISC_FILE = "verdicts_disc.parquet"
+GEN_FILE = PAIRWISE_OUTPUTS.verdicts  # what it reads of each pairwise folder
+DISC_FILE = PAIRWISE_OUTPUTS.verdicts_disc
+# What it writes (pipelines/core/outputs.py; see the module docstring).
+WINRATE_OUTPUTS = Outputs(
+    numbers=Output("winrate.csv", "every share with its interval, per judge, system and criterion"),
+    table4_csv=Output("table4.csv", "Table 4 as CSV"),
+    table4=Output("table4.md", "seed 004's Table 4: win rate per criterion"),
+    figure5_md=Output("winrate.md", "Figure 5 as a table"),
+    figure5=Output("figure5.png", "seed 004's Figure 5"),
+    figure5_svg=Output("figure5.svg", "Figure 5 as SVG"),
+    report=Output(REPORT_OUTPUT, "the inputs, the settings and the counts"),
+)
 OVERALL = "overall"
 REQUIRED = ("system", "baseline", "example_id", "verdict")
 LONG_COLUMNS = ("judge", "source", "system", "baseline", "example_id", "user_id", "item_id", "criterion",
@@ -345,13 +357,13 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
     stats = winrate_table(long, cfg.confidence, cfg.resamples, cfg.seed)
     root = location(cfg.out)
     root.mkdir()
-    (root / "winrate.csv").write_text(stats.to_csv(index=False))
+    (root / WINRATE_OUTPUTS.numbers).write_text(stats.to_csv(index=False))
     t4 = table4(stats)
-    (root / "table4.csv").write_text(t4.to_csv(index=False))
-    (root / "table4.md").write_text(table4_markdown(t4, label, cfg.confidence))
+    (root / WINRATE_OUTPUTS.table4_csv).write_text(t4.to_csv(index=False))
+    (root / WINRATE_OUTPUTS.table4).write_text(table4_markdown(t4, label, cfg.confidence))
     md = figure5_markdown(stats, label, cfg.confidence)
-    (root / "winrate.md").write_text(md)
-    plot_figure5(stats, label, root / "figure5")
+    (root / WINRATE_OUTPUTS.figure5_md).write_text(md)
+    plot_figure5(stats, label, root / WINRATE_OUTPUTS.figure5)
     overall = long[long["criterion"] == OVERALL]
     counts = {"folders": len(inputs), "judges": len(judges), "systems": int(overall["system"].nunique()),
               "criteria": int(long["criterion"].nunique()) - 1, "verdicts": len(overall),
@@ -364,6 +376,6 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
                            "interval": "percentile bootstrap over pairs"},
               "overall": stats[stats["criterion"] == OVERALL].to_dict("records"),
               "elapsed_s": round(time.time() - t0, 2)}
-    write_json_atomic(root / "report.json", report)
+    write_json_atomic(root / WINRATE_OUTPUTS.report, report)
     report["table_md"] = md
     return report

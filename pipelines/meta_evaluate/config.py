@@ -6,7 +6,21 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.metrics.agreement import LEVELS, METHODS
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
+
+# What `rexeval meta-evaluate` writes in its folder (pipelines/core/outputs.py).
+META_EVALUATE_OUTPUTS = Outputs(
+    results=Output("meta_evaluation.parquet", "one row per cell: evaluator, aspect, level, method, value, interval"),
+    table=Output("meta_evaluation.md", "seed 001's Table 1 / seed 004's Table 2, and every cell"),
+    report=Output(REPORT_OUTPUT, "mode, inputs, settings, counts"),
+    errors=Output("errors.parquet", "rows or values that could not be used, with the reason"),
+    sweep=Output("ensemble_sweep.parquet", "`ensemble_sweep`: mean [min, max] correlation per ensemble size"),
+    sweep_csv=Output("ensemble_sweep.csv", "the same as CSV"),
+    sweep_table=Output("ensemble_sweep.md", "the same as Markdown (Figure 4 as a table)"),
+    sweep_figure=Output("ensemble_sweep.png", "seed 001's Figure 4"),
+    subsets=Output("ensemble_subsets.parquet", "every ensemble subset's correlation"),
+)
 
 
 Method = Literal["pearson", "spearman", "kendall"]

@@ -17,12 +17,11 @@ from rexeval.metrics.agreement import Target
 from rexeval.metrics.ensemble import SUBSET_COLUMNS, SWEEP_COLUMNS, ensemble_sweep
 from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.core.storage import Location, location
-from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS as OUT, MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.report import ensemble_markdown
 
 SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE, SUBSETS_FILE = (
-    "ensemble_sweep.parquet", "ensemble_sweep.csv", "ensemble_sweep.md", "ensemble_sweep.png",
-    "ensemble_subsets.parquet")
+    OUT.sweep, OUT.sweep_csv, OUT.sweep_table, OUT.sweep_figure, OUT.subsets)
 SWEEP_OUTPUTS = (SWEEP_FILE, SWEEP_CSV, SWEEP_TABLE, SWEEP_FIGURE, SUBSETS_FILE)
 
 SWEEP_RESULTS = pa.schema([

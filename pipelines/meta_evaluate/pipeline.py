@@ -44,13 +44,14 @@ from rexeval.pipelines.meta_evaluate.inputs import (
     resolve_targets,
     verdict_targets,
 )
-from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
+from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS, MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_OUTPUTS, ensemble_groups, run_ensemble_sweep
 from rexeval.pipelines.meta_evaluate.report import correlation_markdown, pairwise_markdown
 from rexeval.pipelines.core.schema import error_rows
 
 RESULTS_FILE, TABLE_FILE, REPORT_FILE, ERRORS_FILE = (
-    "meta_evaluation.parquet", "meta_evaluation.md", "report.json", "errors.parquet")
+    META_EVALUATE_OUTPUTS.results, META_EVALUATE_OUTPUTS.table, META_EVALUATE_OUTPUTS.report,
+    META_EVALUATE_OUTPUTS.errors)
 
 
 CORRELATION_RESULTS = pa.schema([

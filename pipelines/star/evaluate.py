@@ -26,6 +26,7 @@ import torch
 from rexeval.metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.star.data import LEVELS, StarData
+from rexeval.pipelines.star.outputs import METHOD_SUMMARY, PER_INTERACTION, RESULTS
 
 KS = (1, 3, 5, 10, 20)
 MAX_ELEMENTS = 1 << 25
@@ -130,10 +131,10 @@ def write_results(results: dict[str, LevelResult], data: StarData, method: str, 
     """results/<method>/{per_interaction.parquet, summary.json} under `out`."""
     from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
 
-    folder = location(out) / "results" / method
+    folder = location(out) / RESULTS / method
     folder.mkdir()
-    write_parquet_atomic(folder / "per_interaction.parquet", per_interaction_table(results, data, method))
-    write_json_atomic(folder / "summary.json", {"method": method, **(extra or {}),
+    write_parquet_atomic(folder / PER_INTERACTION.name, per_interaction_table(results, data, method))
+    write_json_atomic(folder / METHOD_SUMMARY.name, {"method": method, **(extra or {}),
                                                 "levels": {lv: r.summary for lv, r in results.items()}})
     return folder
 
@@ -160,16 +161,16 @@ def write_run_results(runs: dict[int, dict[str, LevelResult]], data: StarData, m
     `levels` are the means over runs, with each run's own under `runs`."""
     from rexeval.pipelines.core.io import write_json_atomic, write_parquet_atomic
 
-    folder = location(out) / "results" / method
+    folder = location(out) / RESULTS / method
     folder.mkdir()
     tables = []
     for seed, results in runs.items():
         t = per_interaction_table(results, data, method)
         tables.append(t.append_column("run", pa.array([seed] * t.num_rows, pa.int64())))
-    write_parquet_atomic(folder / "per_interaction.parquet", pa.concat_tables(tables))
+    write_parquet_atomic(folder / PER_INTERACTION.name, pa.concat_tables(tables))
     per_run = [{"run": seed, **(run_extra or {}).get(seed, {}),
                 "levels": {lv: r.summary for lv, r in results.items()}} for seed, results in runs.items()]
-    write_json_atomic(folder / "summary.json", {"method": method, **(extra or {}), "seeds": list(runs),
+    write_json_atomic(folder / METHOD_SUMMARY.name, {"method": method, **(extra or {}), "seeds": list(runs),
                                                 "levels": mean_summary([r["levels"] for r in per_run]),
                                                 "runs": per_run})
     return folder

@@ -27,6 +27,7 @@ from rexeval.pipelines.core.storage import is_uri, local_copy, location
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, write_results
+from rexeval.pipelines.star.outputs import BUILD_TABLES, STAR_BASELINES_OUTPUTS, STAR_BUILD_OUTPUTS, STAR_TRAIN_OUTPUTS
 
 BUILD_JOB = "star-build"
 
@@ -75,7 +76,7 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
         stage = resolve_stage(files, cfg.stage)
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
-    job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, ["interactions", "triplets", "candidates", "errors"]),
+    job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES)),
                      1, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("star build")) is not None:
         return manifest
@@ -102,8 +103,8 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     if clusters is not None:
         stats["after"] = built.stats["after"]
     out.write_shard(0, {**built.tables, "errors": built.errors}, built.counts)
-    write_json_atomic(location(cfg.out) / "stats.json", {cfg.name: stats})
-    (location(cfg.out) / "stats.md").write_text(format_table6({cfg.name: stats}))
+    write_json_atomic(location(cfg.out) / STAR_BUILD_OUTPUTS.stats, {cfg.name: stats})
+    (location(cfg.out) / STAR_BUILD_OUTPUTS.stats_md).write_text(format_table6({cfg.name: stats}))
     manifest = out.finish(1, counts=built.counts, stage=stage, seconds=round(time.time() - t0, 2),
                           clustered=clusters is not None)
     return manifest
@@ -130,7 +131,7 @@ def run_baselines(cfg: EvalSettings, methods: list[str], progress: Callable[[str
         summaries[method.upper()] = {lv: r.summary for lv, r in res.items()}
         line = ", ".join(f"{lv} N@10 {r.summary.get('ndcg@10', float('nan')):.4f}" for lv, r in res.items())
         progress(f"  {method.upper():9s} {line} ({time.time() - t:.1f} s)")
-    write_json_atomic(location(cfg.out) / "baselines.json", {
+    write_json_atomic(location(cfg.out) / STAR_BASELINES_OUTPUTS.report, {
         "methods": summaries, "config": cfg.model_dump(),
         "config_hash": config_hash({**cfg.model_dump(exclude={"out"}), "methods": [m.upper() for m in methods]})})
     return summaries
@@ -205,14 +206,15 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
         from rexeval.models.profiles import load_profile
 
         ref = load_profile(job.profile, overrides=job.models).require("statement_encoder")
-        features_path = statement_features(data, ref, _joined(job.out, "_work"), progress=progress)
+        features_path = statement_features(data, ref, _joined(job.out, STAR_TRAIN_OUTPUTS.work),
+                                           progress=progress)
     name = job.experiment_name(settings.model)
     # A sensitivity sweep trains every value fully; several seeds are independent runs.
     asha = job.asha and not job.sweep and len(seeds) == 1
     progress(f"  Tune experiment {name}: {settings.model}, grid {grid or 'none'}, "
              f"{'ASHA' if asha else 'FIFO'} scheduler, {job.cpus_per_trial:g} CPU / {job.gpus_per_trial:g} GPU "
              "per trial")
-    results = run_tune(settings, job.data, _joined(job.out, "tune"), name, grid=grid,
+    results = run_tune(settings, job.data, _joined(job.out, STAR_TRAIN_OUTPUTS.tune), name, grid=grid,
                        num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
                        cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
                        max_concurrent=job.max_concurrent, features_path=features_path,
@@ -256,16 +258,17 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     sensitivity = None
     if job.sweep:
         sensitivity = _sensitivity(job, results, metric, data, features_path, device, multi=len(seeds) > 1)
-        plot_sensitivity(sensitivity, job.sweep, method, _joined(job.out, f"sensitivity-{name}"))
+        plot = _joined(job.out, STAR_TRAIN_OUTPUTS.sensitivity.format(name=name))
+        plot_sensitivity(sensitivity, job.sweep, method, plot)
     top = max(runs, key=lambda run: run["best"][metric])  # one run: that one
-    report = {"experiment": _joined(_joined(job.out, "tune"), name), "best": top["best"], "trials": trials,
-              "trial_errors": len(errors), "test": tests[0] if len(runs) == 1 else mean_summary(tests),
+    report = {"experiment": _joined(_joined(job.out, STAR_TRAIN_OUTPUTS.tune), name), "best": top["best"],
+              "trials": trials, "trial_errors": len(errors), "test": tests[0] if len(runs) == 1 else mean_summary(tests),
               "sensitivity": sensitivity, "seconds": round(time.time() - t0, 2), "job": job.model_dump(),
               "config_hash": config_hash(job.model_dump(exclude={"out"}))}
     if len(runs) > 1:
         report["seeds"] = seeds
         report["runs"] = [{"seed": run["seed"], "best": run["best"], "test": test} for run, test in zip(runs, tests)]
-    write_json_atomic(location(job.out) / f"train-{name}.json", report)
+    write_json_atomic(location(job.out) / STAR_TRAIN_OUTPUTS.report.format(name=name), report)
     return report
 
 

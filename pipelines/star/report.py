@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from rexeval.pipelines.core.storage import Location, location
+from rexeval.pipelines.star.outputs import PER_INTERACTION, RESULTS
 
 from rexeval.metrics.significance import compare
 
@@ -38,13 +39,13 @@ def load_results(run: str | Path | Location) -> dict[str, pd.DataFrame]:
     """method -> per-interaction table of a run folder (its results/<method>/), local or by URI."""
     from rexeval.pipelines.core.io import read_parquet
 
-    root = location(run) / "results"
+    root = location(run) / RESULTS
     if not root.is_dir():
         raise FileNotFoundError(f"{run}: no results/ folder (run `rexeval star baselines` or "
                                 "`rexeval star train` with --out there first)")
     out = {}
     for d in root.iterdir():
-        f = d / "per_interaction.parquet"
+        f = d / PER_INTERACTION.name
         if f.exists():
             out[d.name] = read_parquet(f).to_pandas()
     if not out:

@@ -4,7 +4,8 @@ Each stage becomes one instance per dataset ("extract@mi") or one instance ("win
 References in its settings are resolved to output folders, which gives the edges; the
 graph must be acyclic. Every problem a user can fix is found here, before any job
 starts: an unknown job, a reference to no stage or dataset, a cycle, a missing input
-file, settings the job's config refuses, a model role the profile lacks.
+file, a file read from another stage's folder that its job does not write (the jobs
+declare their outputs), settings the job's config refuses, a model role the profile lacks.
 
 The study's folder may be a URI (`s3://bucket/studies/x`): every instance's folder is
 then under it, and input files named by URI are checked and fingerprinted through the
@@ -230,6 +231,28 @@ def _missing_reads(instances: dict[str, Instance], root: Location) -> list[str]:
     return problems
 
 
+def _undeclared_reads(instances: dict[str, Instance]) -> list[str]:
+    """A path a stage reads inside an upstream stage's folder that the upstream job does
+    not write (`{flip}/explanation.parquet` for `explanations.parquet`): found now rather
+    than when the reader fails. What a job writes, its `outputs` declare
+    (`pipelines/core/outputs.py`); a path inside a declared folder counts as declared,
+    and a job that declares nothing is not checked."""
+    problems = []
+    for inst in instances.values():
+        for name, v in path_values(inst.job.config, inst.settings):
+            for up in (instances[d] for d in sorted(inst.deps)):
+                try:
+                    rel = location(v).relative_to(up.out)
+                except ValueError:
+                    continue
+                if rel and up.job.outputs and not up.job.outputs.declares(rel):
+                    ds = f" (dataset {inst.dataset})" if inst.dataset else ""
+                    problems.append(f"stages.{inst.stage}.with.{name}{ds}: {v}: job {up.job.name} (stage "
+                                    f"{up.stage}) writes no {rel}; it writes {', '.join(up.job.outputs.paths())}")
+                break
+    return problems
+
+
 def _uri_stamp(uri: str) -> list:
     """An input object's identity without reading it: its URI, size and time (the same
     from every node, and an overwritten object gets a new time)."""
@@ -293,9 +316,10 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
                     problems.append(f"datasets.{name}.{kind}: {p} {why}")
     outs: dict[str, Location] = {}
     declared: list[str] = []
+    jobs = STUDY_JOBS.names()  # the built-in jobs and every study_job module's
     for stage, spec in study.stages.items():
-        if spec.job not in STUDY_JOBS:
-            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(sorted(STUDY_JOBS))})")
+        if spec.job not in jobs:
+            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(jobs)})")
             continue
         for ds in spec.datasets or []:
             if ds not in study.datasets:
@@ -369,6 +393,7 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
     if problems:
         raise StudyError(file, problems)
     problems.extend(_missing_reads(instances, root))
+    problems.extend(_undeclared_reads(instances))
     problems.extend(_model_problems(study, instances, configs))
     if problems:
         raise StudyError(file, problems)

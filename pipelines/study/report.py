@@ -44,12 +44,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from rexeval.pipelines.core.outputs import Output, Outputs
 from rexeval.pipelines.core.storage import Location, PathLike, location
 from rexeval.pipelines.study.report_model import (JOB_ORDER, STUDY_FILE, Builder, Report, Section, Skip, Table, _time,
                                                   inline_html, inline_plain, instance_provenance, md_safe, md_text,
                                                   read_study)
 from rexeval.pipelines.study.report_sections import (COMBINED, GENERIC_TITLES, PER_INSTANCE, _safe, sample_explanations,
                                                      section_generic)
+
+# What `rexeval study report` writes in its folder (pipelines/core/outputs.py).
+STUDY_REPORT_OUTPUTS = Outputs(
+    html=Output("index.html", "the report: one self-contained page"),
+    md=Output("report.md", "the same as Markdown (figures beside it)"),
+    tables=Output("tables", "every table as <key>.csv", folder=True),
+    figures=Output("figures", "every figure as <key>.png|svg", folder=True),
+)
 
 
 def build_report(directory: PathLike) -> Report:
@@ -267,7 +276,7 @@ def _md_prov(report: Report, x) -> list[str]:
     return lines
 
 
-def render_markdown(report: Report, figure_dir: str = "figures") -> str:
+def render_markdown(report: Report, figure_dir: str = STUDY_REPORT_OUTPUTS.figures) -> str:
     """The same report as Markdown; figures are linked from `figure_dir` (written by
     `write_report`)."""
     out = [f"# Study {md_text(report.name)}", ""]
@@ -319,7 +328,7 @@ def write_report(report: Report, out: PathLike) -> dict[str, Path | Location]:
     from rexeval.pipelines.core.io import write_bytes_atomic
 
     out = location(out)
-    tables_dir, fig_dir = out / "tables", out / "figures"
+    tables_dir, fig_dir = out / STUDY_REPORT_OUTPUTS.tables, out / STUDY_REPORT_OUTPUTS.figures
     for d in (tables_dir, fig_dir):
         d.mkdir(parents=True, exist_ok=True)
         for old in d.iterdir():  # a previous report's files are not this one's
@@ -329,7 +338,7 @@ def write_report(report: Report, out: PathLike) -> dict[str, Path | Location]:
         write_bytes_atomic(tables_dir / f"{t.key}.csv", table_csv(t).encode("utf-8"))
     for f in report.figures():
         write_bytes_atomic(fig_dir / f"{f.key}{f.suffix}", f.data)
-    write_bytes_atomic(out / "report.md", render_markdown(report).encode("utf-8"))
-    write_bytes_atomic(out / "index.html", render_html(report).encode("utf-8"))
-    paths = {"html": out / "index.html", "md": out / "report.md", "tables": tables_dir, "figures": fig_dir}
+    write_bytes_atomic(out / STUDY_REPORT_OUTPUTS.md, render_markdown(report).encode("utf-8"))
+    write_bytes_atomic(out / STUDY_REPORT_OUTPUTS.html, render_html(report).encode("utf-8"))
+    paths = {name: out / path for name, path in STUDY_REPORT_OUTPUTS.items()}
     return {k: v.local_path() for k, v in paths.items()} if out.is_local else paths

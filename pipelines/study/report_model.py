@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT as MANIFEST, REPORT_OUTPUT as REPORT
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS
+from rexeval.pipelines.judge.config import DETECT_OUTPUTS
+from rexeval.pipelines.star.outputs import STAR_BASELINES_OUTPUTS, STAR_TRAIN_OUTPUTS
+from rexeval.pipelines.study.jobs import STATS_OUTPUTS
+from rexeval.pipelines.study.plan import STATE_FILE as STUDY_FILE
 
-STUDY_FILE = "study.json"
 STATUSES = ("complete", "failed", "skipped", "pending")
 # Section order: the order of a study's data flow (and of the seeds' tables).
 JOB_ORDER = ("ingest", "split", "stats", "extract", "ground_truth", "extract_quality", "cluster", "star_build",
@@ -443,7 +448,7 @@ def find_keys(sources: Iterable[Any], keys: set[str], strings_only: set[str] = f
 
 def _manifests_below(out: Location, limit: int = 8) -> list[tuple[str, dict]]:
     found = []
-    for pattern in ("*/manifest.json", "*/*/manifest.json"):
+    for pattern in (f"*/{MANIFEST}", f"*/*/{MANIFEST}"):  # sub-jobs' (LLM chunks, metric families)
         for p in glob_files(out, pattern):
             m = Reader.quiet_json(p)
             if isinstance(m, dict):
@@ -478,16 +483,16 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
     manifest = report = None
     subs: list[tuple[str, dict]] = []
     if inst.out is not None and inst.out.is_dir():
-        manifest = Reader.quiet_json(inst.out / "manifest.json")
-        report = Reader.quiet_json(inst.out / "report.json")
+        manifest = Reader.quiet_json(inst.out / MANIFEST)
+        report = Reader.quiet_json(inst.out / REPORT)
         if inst.job in ("star_train",):
-            report = {"train": [Reader.quiet_json(p) for p in inst.out.glob("train-*.json")][:4]}
+            report = {"train": [Reader.quiet_json(p) for p in inst.out.glob(STAR_TRAIN_OUTPUTS.report.pattern)][:4]}
         elif inst.job == "generate_train":
-            report = Reader.quiet_json(inst.out / "train.json")
+            report = Reader.quiet_json(inst.out / GENERATE_TRAIN_OUTPUTS.report)
         elif inst.job == "star_baselines":
-            report = Reader.quiet_json(inst.out / "baselines.json")
+            report = Reader.quiet_json(inst.out / STAR_BASELINES_OUTPUTS.report)
         elif inst.job == "stats":
-            report = Reader.quiet_json(inst.out / "stats.json")
+            report = Reader.quiet_json(inst.out / STATS_OUTPUTS.stats)
         subs = _manifests_below(inst.out)
     manifest = manifest if isinstance(manifest, dict) else {}
     report = report if isinstance(report, dict) else {}
@@ -512,7 +517,8 @@ def instance_provenance(inst: Instance) -> dict[str, str]:
     prompts = find_keys(sources, PROMPT_KEYS, strings_only={"criteria", "rubric"})
     sampling = find_keys(sources, SAMPLING_KEYS)
     if inst.job == "judge_detect" and inst.out is not None:  # versions live in the generated pairs
-        prompts += _column_values(inst.out / "pairs.parquet", ("original_prompt_version", "inferior_prompt_version"))
+        prompts += _column_values(inst.out / DETECT_OUTPUTS.pairs,
+                                  ("original_prompt_version", "inferior_prompt_version"))
     prov["models"] = "; ".join(models) if models else "–"
     prov["prompt versions"] = "; ".join(prompts) if prompts else "–"
     prov["sampling"] = "; ".join(sampling) if sampling else "–"
@@ -636,7 +642,7 @@ def _complete(b: Builder, job: str | tuple) -> list[Instance]:
 
 def _missing_out(inst: Instance, notes: list[str]) -> bool:
     if inst.out is None:
-        notes.append(f"{inst.name}: study.json gives no output folder")
+        notes.append(f"{inst.name}: {STUDY_FILE} gives no output folder")
         return True
     if not inst.out.is_dir():
         notes.append(f"{inst.name}: output folder missing: {inst.out}")

@@ -11,11 +11,27 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS as CLUSTER
 from rexeval.pipelines.core.io import read_parquet
+from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT as MANIFEST, REPORT_OUTPUT as REPORT
 from rexeval.pipelines.core.storage import Location, location
+from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as EVALUATE
+from rexeval.pipelines.expscore.config import EXPSCORE_SCORE_OUTPUTS, EXPSCORE_TRAIN_OUTPUTS
+from rexeval.pipelines.extract.config import QUALITY_OUTPUTS
+from rexeval.pipelines.generate.config import GENERATE_RUN_OUTPUTS
+from rexeval.pipelines.generate.prompted.config import PROMPTED_OUTPUTS
+from rexeval.pipelines.judge.config import DETECT_OUTPUTS, JUDGE_REPORT, LIKERT_OUTPUTS, PAIRWISE_OUTPUTS
+from rexeval.pipelines.judge.winrate import WINRATE_OUTPUTS as WINRATE
+from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS as META
+from rexeval.pipelines.star.outputs import PER_INTERACTION, RESULTS, STAR_BUILD_OUTPUTS, STAR_TRAIN_OUTPUTS
+from rexeval.pipelines.study.jobs import STATS_OUTPUTS
 
-from rexeval.pipelines.study.report_model import (MAX_SAMPLE_TEXT, Builder, Instance, Reader, Section, Skip, _complete,
-                                                  _missing_out, _number, inline_plain, markdown_tables, md_text)
+from rexeval.pipelines.study.report_model import (MAX_SAMPLE_TEXT, STUDY_FILE, Builder, Instance, Reader, Section, Skip,
+                                                  _complete, _missing_out, _number, inline_plain, markdown_tables,
+                                                  md_text)
+
+# Every file a section reads is named by the declaration of the job that writes it
+# (`outputs`, pipelines/core/outputs.py), never by a literal here.
 
 
 # ------------------------------------------------------------------ seed 000 Table II
@@ -49,9 +65,9 @@ def section_stats(b: Builder) -> list[Section]:
     for inst in insts:
         if _missing_out(inst, sec.notes):
             continue
-        stats = _stats_of(b.reader.json(inst.out / "stats.json", sec.notes, "Table II numbers"))
+        stats = _stats_of(b.reader.json(inst.out / STATS_OUTPUTS.stats, sec.notes, "Table II numbers"))
         if stats is None:
-            fallback = inst.out / "table2.md"
+            fallback = inst.out / STATS_OUTPUTS.table
             if fallback.exists():
                 text = b.reader.text(fallback, sec.notes)
                 if text and markdown_tables(text):
@@ -66,7 +82,7 @@ def section_stats(b: Builder) -> list[Section]:
         for name, s in stats.items():
             label = f"{inst.dataset or inst.name}: {name}" if clash else name
             columns[label] = s
-        sources.append(inst.out / "stats.json")
+        sources.append(inst.out / STATS_OUTPUTS.stats)
         used.append(inst.name)
     if columns:
         try:
@@ -85,17 +101,18 @@ def section_stats(b: Builder) -> list[Section]:
 def _evaluate_intervals(folder: Location, notes: list[str]) -> dict[tuple[str, str], tuple[float, float]] | None:
     """(metric, system) -> bootstrap interval, from aggregates.parquet (else tables.csv)."""
     out = {}
-    agg = folder / "aggregates.parquet"
+    agg, table = folder / EVALUATE.aggregates, folder / EVALUATE.tables_csv
     try:
         if agg.exists():
             rows = read_parquet(agg, columns=["system", "metric", "ci_low", "ci_high"]).to_pylist()
-        elif (folder / "tables.csv").exists():
-            text = (folder / "tables.csv").read_text(encoding="utf-8")
+        elif table.exists():
+            text = table.read_text(encoding="utf-8")
             rows = [{"system": r["system"], "metric": r["key"], "ci_low": r.get("ci_low"),
                      "ci_high": r.get("ci_high")} for r in csv.DictReader(io.StringIO(text, newline=""))]
-            notes.append(f"{agg} missing: intervals read from tables.csv")
+            notes.append(f"{agg} missing: intervals read from {EVALUATE.tables_csv}")
         else:
-            notes.append(f"missing aggregates.parquet and tables.csv in {folder}: tables shown without intervals")
+            notes.append(f"missing {EVALUATE.aggregates} and {EVALUATE.tables_csv} in {folder}: tables shown without "
+                         "intervals")
             return None
     except Exception as exc:  # noqa: BLE001
         notes.append(f"unreadable {agg}: {type(exc).__name__}: {exc}; tables shown without intervals")
@@ -112,14 +129,14 @@ def _evaluate_correlations(b: Builder, inst: Instance, sec: Section) -> None:
     metrics agree): the tables of metric_correlations.md and its heat maps, when the
     job wrote them (older evaluate folders have none: nothing to add)."""
     folder = inst.out
-    path = folder / "metric_correlations.md"
+    path = folder / EVALUATE.correlations_md
     if path.is_file():
         text = b.reader.text(path, sec.notes, "metric agreement")
         for k, md in enumerate(markdown_tables(text or "")):
             sec.tables.append(b.table((inst.name, "metric_correlations", str(k)),
                                       f"{md.heading or 'Kendall τ between metrics'} ({inst.name})", md,
-                                      sources=[path, folder / "metric_correlations.csv"], instances=[inst.name]))
-    for png in folder.glob("metric_correlations_*.png"):
+                                      sources=[path, folder / EVALUATE.correlations_csv], instances=[inst.name]))
+    for png in folder.glob(EVALUATE.correlation_figures.pattern):
         over = png.stem.rsplit("_", 1)[-1]
         fig = b.figure((inst.name, png.stem), f"Kendall τ between metrics over {over} ({inst.name})", png,
                        sec.notes, instances=[inst.name])
@@ -137,12 +154,12 @@ def section_evaluate(b: Builder, inst: Instance) -> Section:
     if _missing_out(inst, sec.notes):
         return sec
     folder = inst.out
-    report = b.reader.json(folder / "report.json", sec.notes, "counts, skipped metrics")
+    report = b.reader.json(folder / EVALUATE.report, sec.notes, "counts, skipped metrics")
     task = report.get("task") if isinstance(report, dict) else None
     if task == "review":  # generators trained on the reviews, scored against them
         sec.title = f"Review generation (seed 000, Table VII): {inst.name}"
         sec.intro += " The references are the reviews themselves, not ground-truth explanations."
-    text = b.reader.text(folder / "tables.md", sec.notes, "Table VII" if task == "review" else "Tables III–VI")
+    text = b.reader.text(folder / EVALUATE.tables_md, sec.notes, "Table VII" if task == "review" else "Tables III–VI")
     intervals = _evaluate_intervals(folder, sec.notes) if text else None
     keys_by_title = {title: {label: m for m, label in rows} for title, rows in tables_for(task or "explanation")}
     for md in markdown_tables(text or ""):
@@ -157,18 +174,18 @@ def section_evaluate(b: Builder, inst: Instance) -> Section:
                     if ci is not None and row[j] not in ("–", ""):
                         row[j] = f"{row[j]} [{ci[0]:.4f}, {ci[1]:.4f}]"
         sec.tables.append(b.table((inst.name, title.split(":")[0]), f"{title} ({inst.name})", md,
-                                  caption=" ", sources=[folder / "tables.md", folder / "aggregates.parquet"],
+                                  caption=" ", sources=[folder / EVALUATE.tables_md, folder / EVALUATE.aggregates],
                                   instances=[inst.name]))
     if text is not None and not sec.tables:
-        sec.notes.append(f"{folder / 'tables.md'} holds no table: no metric was computed")
-    if (folder / "figure2.png").is_file():  # seed 000's Figure 2 (StEnt-bin), drawn by the job
-        fig = b.figure((inst.name, "figure2"), f"Figure 2: StEnt-bin ({inst.name})", folder / "figure2.png",
+        sec.notes.append(f"{folder / EVALUATE.tables_md} holds no table: no metric was computed")
+    if (folder / EVALUATE.figure2).is_file():  # seed 000's Figure 2 (StEnt-bin), drawn by the job
+        fig = b.figure((inst.name, "figure2"), f"Figure 2: StEnt-bin ({inst.name})", folder / EVALUATE.figure2,
                        sec.notes, instances=[inst.name])
         if fig:
             sec.figures.append(fig)
     _evaluate_correlations(b, inst, sec)
     if isinstance(report, dict):
-        t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
+        t = b.counts_table(inst, report.get("counts") or {}, folder / EVALUATE.report)
         if t:
             sec.tables.append(t)
         for fam, why in (report.get("skipped") or {}).items():
@@ -188,26 +205,26 @@ def section_generic(b: Builder, inst: Instance, title: str | None = None, intro:
     sec = Section(b.key("sec", inst.name), title or f"{inst.job}: {inst.name}", inst.job, [inst.name], intro=intro)
     if _missing_out(inst, sec.notes):
         if inst.summary:
-            t = b.counts_table(inst, inst.summary, "study.json summary")
+            t = b.counts_table(inst, inst.summary, f"{STUDY_FILE} summary")
             if t:
                 sec.tables.append(t)
         return sec
     folder = inst.out
-    manifest = Reader.quiet_json(folder / "manifest.json")
-    report = Reader.quiet_json(folder / "report.json")
+    manifest = Reader.quiet_json(folder / MANIFEST)
+    report = Reader.quiet_json(folder / REPORT)
     counts, source = None, None
-    for src, name in ((manifest, "manifest.json"), (report, "report.json")):
+    for src, name in ((manifest, MANIFEST), (report, REPORT)):
         if isinstance(src, dict) and isinstance(src.get("counts"), dict) and src["counts"]:
             counts, source = src["counts"], folder / name
             break
     if counts is None and isinstance(report, dict):  # a report whose counts are its top-level numbers
         top = {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         if top:
-            counts, source = top, folder / "report.json"
+            counts, source = top, folder / REPORT
     if counts is None and inst.summary:
-        counts, source = inst.summary, "study.json summary"
+        counts, source = inst.summary, f"{STUDY_FILE} summary"
     if counts is None:
-        sec.notes.append(f"{folder}: no manifest.json or report.json with counts")
+        sec.notes.append(f"{folder}: no {MANIFEST} or {REPORT} with counts")
     else:
         t = b.counts_table(inst, counts, source)
         if t:
@@ -223,10 +240,13 @@ def section_generic(b: Builder, inst: Instance, title: str | None = None, intro:
 
 
 def _explanation_files(folder: Location) -> list[Location]:
-    if (folder / "explanations.parquet").is_file():
-        return [folder / "explanations.parquet"]
-    if (folder / "explanations").is_dir():
-        return [p for p in (folder / "explanations").glob("*.parquet") if not p.name.startswith(".")][:1]
+    """The explanations of a `generate llm` folder (one file), else the first part of a
+    `generate run` folder's table."""
+    if (folder / PROMPTED_OUTPUTS.explanations).is_file():
+        return [folder / PROMPTED_OUTPUTS.explanations]
+    if (folder / GENERATE_RUN_OUTPUTS.explanations).is_dir():
+        parts = (folder / GENERATE_RUN_OUTPUTS.explanations).glob("*.parquet")
+        return [p for p in parts if not p.name.startswith(".")][:1]
     return []
 
 
@@ -274,11 +294,11 @@ def section_cluster(b: Builder) -> list[Section]:
     for inst in insts:
         if _missing_out(inst, sec.notes):
             continue
-        rep = b.reader.json(inst.out / "report.json", sec.notes, "Table 3 numbers")
+        rep = b.reader.json(inst.out / CLUSTER.report, sec.notes, "Table 3 numbers")
         if not isinstance(rep, dict) or not all(k in rep for k in ("method", "clusters", "reduction_pct", "sse",
                                                                    "ssb")):
             if rep is not None:
-                sec.notes.append(f"{inst.out / 'report.json'} lacks Table 3's fields; left out")
+                sec.notes.append(f"{inst.out / CLUSTER.report} lacks Table 3's fields; left out")
             continue
         by_dataset.setdefault(inst.dataset or rep.get("dataset") or "", []).append((inst, rep))
     header, rows, sources, used = None, [], [], []
@@ -286,7 +306,7 @@ def section_cluster(b: Builder) -> list[Section]:
         md = markdown_tables(format_table3([r for _, r in items], dataset=dataset))[0]
         header, align = md.header, md.align
         rows += md.rows
-        sources += [i.out / "report.json" for i, _ in items]
+        sources += [i.out / CLUSTER.report for i, _ in items]
         used += [i.name for i, _ in items]
     if header:
         sec.tables.append(b.table(("table3",), "Table 3: clustering quality", columns=header, rows=rows,
@@ -303,8 +323,8 @@ def section_cluster(b: Builder) -> list[Section]:
             if lines:
                 sec.tables.append(b.table((inst.name, "examples"), f"Cluster examples ({inst.name})",
                                           columns=["cluster", "kind", "size", "representative", "members"],
-                                          rows=lines, sources=[inst.out / "report.json"], instances=[inst.name]))
-            figs = b.figures_in(inst.out, inst, sec.notes, names=["cluster_sizes.png"])
+                                          rows=lines, sources=[inst.out / CLUSTER.report], instances=[inst.name]))
+            figs = b.figures_in(inst.out, inst, sec.notes, names=[CLUSTER.sizes_figure])
             for f in figs:
                 f.title = f"Cluster sizes ({inst.name}, {rep.get('method')}, {len(hist)} distinct sizes)"
             sec.figures += figs
@@ -330,11 +350,12 @@ def section_star_build(b: Builder) -> list[Section]:
     for inst in insts:
         if _missing_out(inst, sec.notes):
             continue
-        stats = b.reader.json(inst.out / "stats.json", sec.notes, "Table 6 numbers")
+        stats = b.reader.json(inst.out / STAR_BUILD_OUTPUTS.stats, sec.notes, "Table 6 numbers")
         if isinstance(stats, dict) and stats:
             per.append((inst, stats))
-        elif (inst.out / "stats.md").exists():
-            sec.tables += b.md_file_tables(inst, inst.out / "stats.md", sec.notes, f"Table 6 ({inst.name})")
+        elif (inst.out / STAR_BUILD_OUTPUTS.stats_md).exists():
+            sec.tables += b.md_file_tables(inst, inst.out / STAR_BUILD_OUTPUTS.stats_md, sec.notes,
+                                           f"Table 6 ({inst.name})")
     names = [n for _, s in per for n in s]
     clash = len(names) != len(set(names))
     merged = {}
@@ -345,14 +366,14 @@ def section_star_build(b: Builder) -> list[Section]:
         try:
             md = markdown_tables(format_table6(merged))[0]
             sec.tables.insert(0, b.table(("table6",), "Table 6: benchmark statistics", md,
-                                         sources=[i.out / "stats.json" for i, _ in per],
+                                         sources=[i.out / STAR_BUILD_OUTPUTS.stats for i, _ in per],
                                          instances=[i.name for i, _ in per]))
         except Exception as exc:  # noqa: BLE001
             sec.notes.append(f"Table 6 could not be laid out: {type(exc).__name__}: {exc}")
     for inst, _ in per:
-        m = Reader.quiet_json(inst.out / "manifest.json")
+        m = Reader.quiet_json(inst.out / STAR_BUILD_OUTPUTS.manifest)
         if isinstance(m, dict) and isinstance(m.get("counts"), dict):
-            t = b.counts_table(inst, m["counts"], inst.out / "manifest.json")
+            t = b.counts_table(inst, m["counts"], inst.out / STAR_BUILD_OUTPUTS.manifest)
             if t:
                 sec.tables.append(t)
     return [sec]
@@ -379,7 +400,7 @@ def _link_method(d: Location, target: Path) -> None:
             shutil.copytree(d.local_path(), target)
         return
     target.mkdir(parents=True)
-    (d / "per_interaction.parquet").download(target / "per_interaction.parquet")
+    (d / PER_INTERACTION.name).download(target / PER_INTERACTION.name)
 
 
 def section_star_ranking(b: Builder) -> list[Section]:
@@ -399,31 +420,31 @@ def section_star_ranking(b: Builder) -> list[Section]:
     for inst in insts:
         if _missing_out(inst, sec.notes):
             continue
-        if not (inst.out / "results").is_dir():
+        if not (inst.out / RESULTS).is_dir():
             sec.notes.append(f"{inst.name}: no results/ folder in {inst.out}")
             continue
         folder = location(inst.out.local_path().resolve()) if inst.out.is_local else inst.out
         by_dataset.setdefault(inst.dataset or "all", {}).setdefault(folder, []).append(inst)
     used = [i.name for folders in by_dataset.values() for group in folders.values() for i in group]
-    sources = [f / "results" for folders in by_dataset.values() for f in folders]
+    sources = [f / RESULTS for folders in by_dataset.values() for f in folders]
     if by_dataset:
         tmp = Path(tempfile.mkdtemp(prefix="rexeval-report-"))
         try:
             runs = {}
             for k, (dataset, folders) in enumerate(by_dataset.items()):
                 run = tmp / f"run-{k}"
-                (run / "results").mkdir(parents=True)
+                (run / RESULTS).mkdir(parents=True)
                 taken: dict[str, Location] = {}  # method -> the folder Table 1 reads it from
                 for folder, group in folders.items():
-                    for d in (folder / "results").iterdir():
-                        if not (d / "per_interaction.parquet").is_file():
+                    for d in (folder / RESULTS).iterdir():
+                        if not (folder / PER_INTERACTION.format(method=d.name)).is_file():
                             continue
                         if d.name in taken:
                             sec.notes.append(f"{dataset}: method {d.name} is in more than one folder; Table 1 "
                                              f"shows the one of {taken[d.name]}, not {folder}")
                             continue
                         taken[d.name] = folder
-                        _link_method(d, run / "results" / d.name)
+                        _link_method(d, run / RESULTS / d.name)
                 runs[dataset] = run
             df = table1(runs)
             md = markdown_tables(format_table1(df))[0]
@@ -449,7 +470,7 @@ def section_star_ranking(b: Builder) -> list[Section]:
             continue
         if inst.job == "star_train":
             name = _train_name(inst.settings)
-            path = inst.out / f"train-{name}.json"
+            path = inst.out / STAR_TRAIN_OUTPUTS.report.format(name=name)
             rep = b.reader.json(path, sec.notes, "the training run")
             if isinstance(rep, dict):
                 best = rep.get("best") or {}
@@ -471,7 +492,7 @@ def section_star_ranking(b: Builder) -> list[Section]:
                                           sources=[path], instances=[inst.name]))
                 if rep.get("trial_errors"):
                     sec.notes.append(f"{inst.name}: {rep['trial_errors']} Tune trial(s) ended with an error")
-            sens = inst.out / f"sensitivity-{name}.png"
+            sens = inst.out / STAR_TRAIN_OUTPUTS.sensitivity.format(name=name)
             if sens.exists():
                 f = b.figure((inst.name, "sensitivity"), f"Sensitivity of {name} (seed 002, Figure 3 style)", sens,
                              sec.notes, [inst.name])
@@ -485,10 +506,13 @@ def section_star_ranking(b: Builder) -> list[Section]:
 
 def _judge_section(b: Builder, inst: Instance, title: str, intro: str, md_name: str, what: str,
                    table_title: str) -> tuple[Section, dict | None]:
+    """A judge job's section: the tables of its Markdown `md_name`, its counts and LLM
+    usage from its report (the same file for every judge job)."""
     sec = Section(b.key("sec", inst.name), f"{title}: {inst.name}", inst.job, [inst.name], intro=intro)
     if _missing_out(inst, sec.notes):
         return sec, None
-    report = b.reader.json(inst.out / "report.json", sec.notes, "counts and usage")
+    report_file = inst.out / JUDGE_REPORT
+    report = b.reader.json(report_file, sec.notes, "counts and usage")
     sec.tables += b.md_file_tables(inst, inst.out / md_name, sec.notes, f"{table_title} ({inst.name})", what)
     if isinstance(report, dict):
         counts = {k: v for k, v in report.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
@@ -499,14 +523,14 @@ def _judge_section(b: Builder, inst: Instance, title: str, intro: str, md_name: 
                 rows.append([md_text(u.get("model") or name), md_text(u.get("calls")), md_text(u.get("cached_calls")),
                              md_text(u.get("prompt_tokens")), md_text(u.get("completion_tokens")),
                              md_text(u.get("seconds")), md_text(u.get("unparseable")), md_text(u.get("cost_usd"))])
-        t = b.counts_table(inst, counts, inst.out / "report.json")
+        t = b.counts_table(inst, counts, report_file)
         if t:
             sec.tables.append(t)
         if rows:
             sec.tables.append(b.table((inst.name, "usage"), f"LLM usage ({inst.name})",
                                       columns=["model", "calls", "cached", "prompt tokens", "completion tokens",
                                                "seconds", "unreadable", "cost (USD)"], rows=rows,
-                                      align=["left"] + ["right"] * 7, sources=[inst.out / "report.json"],
+                                      align=["left"] + ["right"] * 7, sources=[report_file],
                                       instances=[inst.name]))
         if isinstance(report.get("usage_disc"), dict):  # a reward model judged too: seed 004 Table 3
             from rexeval.pipelines.judge.cost import COST_COLUMNS, cost_note, cost_rows
@@ -519,21 +543,21 @@ def _judge_section(b: Builder, inst: Instance, title: str, intro: str, md_name: 
             sec.tables.append(b.table((inst.name, "cost"), f"Judge cost, tokens vs GPU-hours ({inst.name})",
                                       columns=COST_COLUMNS, rows=[[md_text(c) for c in r] for r in cost_rows(report)],
                                       align=["left", "left"] + ["right"] * 5, note=md_text(cost_note(report)),
-                                      sources=[inst.out / "report.json"], instances=[inst.name]))
+                                      sources=[report_file], instances=[inst.name]))
     return sec, report if isinstance(report, dict) else None
 
 
 def section_likert(b: Builder, inst: Instance) -> Section:
     sec, _ = _judge_section(b, inst, "Likert ratings (seed 001)",
                             "Mean 1–5 score per judge, system and aspect (unreadable answers left out and "
-                            "counted; `rexeval judge likert`).", "likert.md", "the means", "Likert means")
+                            "counted; `rexeval judge likert`).", LIKERT_OUTPUTS.table, "the means", "Likert means")
     return sec
 
 
 def section_pairwise(b: Builder, inst: Instance) -> Section:
     sec, _ = _judge_section(b, inst, "Pairwise verdicts (seed 004)",
                             "Win / tie / loss shares of each system against the baseline, per evaluator, and "
-                            "the LLM judge's position bias (`rexeval judge pairwise`).", "pairwise.md",
+                            "the LLM judge's position bias (`rexeval judge pairwise`).", PAIRWISE_OUTPUTS.table,
                             "win rates", "Pairwise win rates")
     return sec
 
@@ -541,7 +565,7 @@ def section_pairwise(b: Builder, inst: Instance) -> Section:
 def section_detect(b: Builder, inst: Instance) -> Section:
     sec, _ = _judge_section(b, inst, "Inferior-explanation detection (seed 004, Table 1)",
                             "Accuracy per condition: how often the evaluator preferred the good explanation "
-                            "(random = 0.5; `rexeval judge detect`).", "detection.md", "Table 1",
+                            "(random = 0.5; `rexeval judge detect`).", DETECT_OUTPUTS.table, "Table 1",
                             "Table 1: detection accuracy")
     return sec
 
@@ -553,22 +577,22 @@ def section_winrate(b: Builder, inst: Instance) -> Section:
     if _missing_out(inst, sec.notes):
         return sec
     folder = inst.out
-    report = b.reader.json(folder / "report.json", sec.notes, "counts and settings")
-    sec.tables += b.md_file_tables(inst, folder / "winrate.md", sec.notes, f"Figure 5 as a table ({inst.name})",
+    report = b.reader.json(folder / WINRATE.report, sec.notes, "counts and settings")
+    sec.tables += b.md_file_tables(inst, folder / WINRATE.figure5_md, sec.notes, f"Figure 5 as a table ({inst.name})",
                                    "Figure 5's numbers")
-    sec.tables += b.md_file_tables(inst, folder / "table4.md", sec.notes, f"Table 4: win rate per criterion "
+    sec.tables += b.md_file_tables(inst, folder / WINRATE.table4, sec.notes, f"Table 4: win rate per criterion "
                                    f"({inst.name})", "Table 4")
-    png, svg = folder / "figure5.png", folder / "figure5.svg"
+    png, svg = folder / WINRATE.figure5, folder / WINRATE.figure5_svg
     path = png if png.exists() else svg if svg.exists() else None
     if path is None:
-        sec.notes.append(f"missing figure5.png / figure5.svg (Figure 5): {folder}")
+        sec.notes.append(f"missing {WINRATE.figure5} / {WINRATE.figure5_svg} (Figure 5): {folder}")
     else:
         f = b.figure((inst.name, "figure5"), f"Figure 5: win rate against the baseline ({inst.name})", path,
                      sec.notes, [inst.name])
         if f:
             sec.figures.append(f)
     if isinstance(report, dict):
-        t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
+        t = b.counts_table(inst, report.get("counts") or {}, folder / WINRATE.report)
         if t:
             sec.tables.append(t)
     return sec
@@ -579,7 +603,7 @@ def section_meta_evaluate(b: Builder, inst: Instance) -> Section:
     if _missing_out(inst, sec.notes):
         return sec
     folder = inst.out
-    report = b.reader.json(folder / "report.json", sec.notes, "mode and counts")
+    report = b.reader.json(folder / META.report, sec.notes, "mode and counts")
     mode = report.get("mode") if isinstance(report, dict) else None
     if mode == "pairwise":
         sec.title = f"Agreement with human verdicts (seed 004, Table 2): {inst.name}"
@@ -589,35 +613,34 @@ def section_meta_evaluate(b: Builder, inst: Instance) -> Section:
         first = "Table 1: correlation with human ratings (×100)"
     sec.intro = ("`rexeval meta-evaluate`; the second table gives every cell with its bootstrap 95% interval and "
                  "the rows or groups it rests on.")
-    text = b.reader.text(folder / "meta_evaluation.md", sec.notes, "the tables")
+    text = b.reader.text(folder / META.table, sec.notes, "the tables")
     for k, md in enumerate(markdown_tables(text or "")):
         title = first if k == 0 else ("Every cell, with its 95% interval" if md.heading == "Every cell" else
                                       md.heading or f"table {k + 1}")
         sec.tables.append(b.table((inst.name, "meta", str(k + 1)), f"{title} ({inst.name})", md,
-                                  sources=[folder / "meta_evaluation.md"], instances=[inst.name]))
+                                  sources=[folder / META.table], instances=[inst.name]))
     if isinstance(report, dict) and isinstance(report.get("ensemble_sweep"), dict):  # --ensemble-sweep
-        sweep_md = b.reader.text(folder / "ensemble_sweep.md", sec.notes, "the ensemble sweep")
+        sweep_md = b.reader.text(folder / META.sweep_table, sec.notes, "the ensemble sweep")
         found = markdown_tables(sweep_md or "")
         if found:  # the first table only (mean [min, max] per N); every cell stays in the file
             sec.tables.append(b.table((inst.name, "ensemble"), f"Figure 4 as a table: ensemble size ({inst.name})",
-                                      found[0], sources=[folder / "ensemble_sweep.md",
-                                                         folder / "ensemble_sweep.parquet"],
+                                      found[0], sources=[folder / META.sweep_table, folder / META.sweep],
                                       instances=[inst.name]))
-        png = folder / "ensemble_sweep.png"
+        png = folder / META.sweep_figure
         if png.is_file():
             fig = b.figure((inst.name, "ensemble"), f"Figure 4: correlation against ensemble size ({inst.name})",
                            png, sec.notes, [inst.name])
             if fig:
                 sec.figures.append(fig)
         else:
-            sec.notes.append(f"missing ensemble_sweep.png (Figure 4): {folder}")
+            sec.notes.append(f"missing {META.sweep_figure} (Figure 4): {folder}")
     if isinstance(report, dict):
-        t = b.counts_table(inst, report.get("counts") or {}, folder / "report.json")
+        t = b.counts_table(inst, report.get("counts") or {}, folder / META.report)
         if t:
             sec.tables.append(t)
         n_err = (report.get("counts") or {}).get("errors")
         if n_err:
-            sec.notes.append(f"{n_err} row(s) or value(s) could not be used; see {folder / 'errors.parquet'}")
+            sec.notes.append(f"{n_err} row(s) or value(s) could not be used; see {folder / META.errors}")
     return sec
 
 
@@ -638,10 +661,10 @@ GENERIC_TITLES = {
     "expscore_score": ("ExpScore scores (seed 003)", "`rexeval expscore score`."),
 }
 # The tables of a generic job's own Markdown, by (job, file).
-MD_TITLES = {("extract_quality", "report.md"): "Table 2: extraction quality",
-             ("expscore_train", "report.md"): "ExpScore against human ratings",
-             ("expscore_score", "report.md"): "ExpScore against human ratings",
-             ("generate_llm", "generate.md"): "Explanations and errors per method"}
+MD_TITLES = {("extract_quality", QUALITY_OUTPUTS.report_md): "Table 2: extraction quality",
+             ("expscore_train", EXPSCORE_TRAIN_OUTPUTS.report_md): "ExpScore against human ratings",
+             ("expscore_score", EXPSCORE_SCORE_OUTPUTS.report_md): "ExpScore against human ratings",
+             ("generate_llm", PROMPTED_OUTPUTS.table): "Explanations and errors per method"}
 PER_INSTANCE = {"evaluate": section_evaluate, "judge_likert": section_likert, "judge_pairwise": section_pairwise,
                 "judge_detect": section_detect, "judge_winrate": section_winrate,
                 "meta_evaluate": section_meta_evaluate}

@@ -4,8 +4,21 @@ from __future__ import annotations
 from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPath
 from rexeval.pipelines.generate.prompted.methods import ANSWER_TOKENS, DEFAULT_ANSWER_TOKENS, PromptedSettings
+
+
+# What `rexeval generate llm` writes in its folder (pipelines/core/outputs.py).
+PROMPTED_OUTPUTS = Outputs(
+    explanations=Output("explanations.parquet", "EXPLANATIONS: one row per explained interaction and method"),
+    errors=Output("errors.parquet", "each interaction a method could not explain, with the reason"),
+    report=Output(REPORT_OUTPUT, "counts, LLM usage, provenance (model, prompt versions, sampling)"),
+    table=Output("generate.md", "explanations and errors per method"),
+    plans=Output("{method}/plan.parquet", "what each method asks of the LLM"),
+    calls=Output("{method}/calls", "each method's resumable LLM chunks", folder=True),
+    mf=Output("mf", "the BiasedMF model the item-based methods use", folder=True),
+)
 
 
 class PromptedJob(ChunkedLLMSettings):

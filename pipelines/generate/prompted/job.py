@@ -36,7 +36,7 @@ import pyarrow as pa
 from rexeval.pipelines.core.io import config_hash, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import ERRORS, EXPLANATIONS
 from rexeval.pipelines.core.storage import location
-from rexeval.pipelines.generate.prompted.config import PromptedJob
+from rexeval.pipelines.generate.prompted.config import PROMPTED_OUTPUTS, PromptedJob
 
 STAGE = "generate_llm"
 
@@ -54,8 +54,8 @@ def _train_mf(cfg: PromptedJob, inputs, progress):
     cols = ["user_id", "item_id", "rating"]
     valid = None if inputs.valid is None else inputs.valid[cols]
     settings = {"seed": cfg.seed, **cfg.settings.mf}  # --seed, unless the MF settings name their own
-    return train_biased_mf(inputs.known[cols], valid, location(cfg.out) / "mf", settings, cpus=cfg.mf_cpus,
-                           gpus=cfg.mf_gpus, progress=progress)
+    return train_biased_mf(inputs.known[cols], valid, location(cfg.out) / PROMPTED_OUTPUTS.mf, settings,
+                           cpus=cfg.mf_cpus, gpus=cfg.mf_gpus, progress=progress)
 
 
 def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progress) -> tuple[dict, dict]:
@@ -80,8 +80,9 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
             settings = {"explain": {"min_words": s.min_words, "max_words": s.max_words, "max_tokens": s.max_tokens,
                                     "temperature": s.temperature, "max_retries": s.max_retries, "seed": cfg.seed,
                                     "asked_words": methods[name].asked_words}}
+            calls = location(cfg.out) / PROMPTED_OUTPUTS.calls.format(method=name)
             out = run_chunks(f"explain_{name}", explain_task, rows[["example_id", "messages"]].reset_index(drop=True),
-                             location(cfg.out) / name / "calls", ["answers"], settings, spec, address, cfg, progress)
+                             calls, ["answers"], settings, spec, address, cfg, progress)
             answers[name] = out.read("answers").to_pandas()
             outputs.append(out)
     finally:
@@ -160,14 +161,14 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
     for name, m in methods.items():
         plan = m.plan(inputs, cfg.settings, contexts, mf)
         (root / name).mkdir()
-        write_parquet_atomic(root / name / "plan.parquet", pa.Table.from_pandas(plan, preserve_index=False))
+        write_parquet_atomic(root / PROMPTED_OUTPUTS.plans.format(method=name), pa.Table.from_pandas(plan, preserve_index=False))
         plans[name] = plan
         progress(f"  {name}: {int(plan['skip'].isna().sum())} planned, {int(plan['skip'].notna().sum())} "
                  "interaction(s) it cannot serve (error rows)")
     answers, usage = _ask(cfg, plans, methods, progress)
     explanations, errors, counts = assemble(inputs, plans, answers)
-    write_parquet_atomic(root / "explanations.parquet", _table(explanations, EXPLANATIONS))
-    write_parquet_atomic(root / "errors.parquet", _table(errors, ERRORS))
+    write_parquet_atomic(root / PROMPTED_OUTPUTS.explanations, _table(explanations, EXPLANATIONS))
+    write_parquet_atomic(root / PROMPTED_OUTPUTS.errors, _table(errors, ERRORS))
     settings = cfg.settings.model_dump()
     report = {"job": "generate llm", "input": inputs.source, "kind": inputs.kind, "split": cfg.split,
               "interactions": len(inputs.targets), "known_reviews": len(inputs.known),
@@ -180,9 +181,9 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
                                           "max_tokens": cfg.settings.max_tokens, "seed": cfg.seed},
                              "settings": settings, "settings_hash": config_hash(settings)},
               "elapsed_s": round(time.time() - t0, 2)}
-    write_json_atomic(root / "report.json", report)
+    write_json_atomic(root / PROMPTED_OUTPUTS.report, report)
     md = markdown(counts, usage)
-    (root / "generate.md").write_text(md)
+    (root / PROMPTED_OUTPUTS.table).write_text(md)
     report["table_md"] = md
     return report
 

@@ -32,6 +32,7 @@ def test_every_study_job_declares_the_paths_it_reads():
 
     want = {
         "annotations": ["input"], "stats": ["input"], "flip_benchmark": ["input"],
+        "statement_stats": ["input", "statements"],  # pipelines/ingest/study_job.py
         "ingest": ["inputs", "meta"], "split": ["input"],
         "extract": ["input"], "extract_quality": ["input"], "ground_truth": ["input"],
         "cluster": ["input"],
