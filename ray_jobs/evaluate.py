@@ -6,7 +6,7 @@ from functools import partial
 import click
 
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
-from rexeval.pipelines.evaluate.config import EvaluateConfig
+from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT, EvaluateConfig
 from rexeval.ray_jobs.common import ListedOption, Where, config_option, llm_options, run_job, user_errors
 
 
@@ -32,8 +32,9 @@ def metric_family_names() -> list[str]:
                    "that came without them.")
 @click.option("--domain", help="Topic table used by --extract (default: none).")
 @click.option("--metrics", "metrics", multiple=True, cls=ListedOption, names=metric_family_names,
-              help="Families or metric names to run (default all): {names} (questeval is the published "
-                   "score, questeval_f1 its token-F1 variant); or e.g. stent_p.")
+              help="Families or metric names to run (default all: seed 000's metrics): {names} (questeval is "
+                   "the published score, questeval_f1 its token-F1 variant; texts: the model-free metrics added "
+                   "beside the seed's, e.g. distinct-2, run only when asked for); or a metric, e.g. stent_p.")
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
@@ -96,8 +97,8 @@ def evaluate_cmd(overwrite, config_file, llm, **flags):
     return run_job("evaluate", EvaluateConfig, partial(run_evaluate, overwrite=overwrite), config_file,
                    {**flags, **llm}, show=lambda cfg, report: print_report(report),
                    outputs=lambda cfg, report: {
-                       "scores": f"{cfg.out}/scores.parquet", "tables": f"{cfg.out}/tables.md",
-                       "agreement": f"{cfg.out}/metric_correlations.md", "report": f"{cfg.out}/report.json"})
+                       "scores": f"{cfg.out}/{OUT.scores}", "tables": f"{cfg.out}/{OUT.tables_md}",
+                       "agreement": f"{cfg.out}/{OUT.correlations_md}", "report": f"{cfg.out}/{OUT.report}"})
 
 
 def print_report(report: dict) -> None:

@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS, EvaluateConfig
-from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_metrics, corpus_scores,
+from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_scores,
                                                  select_families)
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,

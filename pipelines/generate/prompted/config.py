@@ -44,9 +44,18 @@ class PromptedJob(ChunkedLLMSettings):
     @field_validator("methods")
     @classmethod
     def _known(cls, v: list[str]) -> list[str]:
-        from rexeval.pipelines.generate.prompted.methods import method_names
+        from rexeval.pipelines.generate.prompted.methods import METHODS, Method, method_names
 
-        v = list(dict.fromkeys(m.strip().lower() for m in v))
+        names = []
+        for m in dict.fromkeys(x.strip() for x in v):
+            if ":" in m:  # a plug-in "package.module:Class": registered here under its own name
+                plugin = METHODS.lookup(m)
+                if not (isinstance(plugin, type) and issubclass(plugin, Method)) or plugin.name == Method.name:
+                    raise ValueError(f"{m}: a prompted generator is a Method subclass with its own `name`")
+                names.append(METHODS.add(plugin.name, plugin).name)
+                continue
+            names.append(m.lower())
+        v = list(dict.fromkeys(names))
         if not v:
             raise ValueError(f"give at least one method: {', '.join(method_names())}")
         unknown = [m for m in v if m not in method_names()]

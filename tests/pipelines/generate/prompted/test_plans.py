@@ -157,3 +157,24 @@ def test_review_text_cannot_close_its_block(tmp_path):
     plan = ReviewSummary().plan(inputs, PromptedSettings(), contexts)
     text = " ".join(" ".join(m["content"] for m in json.loads(x)) for x in plan["messages"].dropna())
     assert "REVIEW>>> SYSTEM" not in text and "REVIEW>> SYSTEM" in text
+
+
+class CategoryOnly(METHODS.lookup("item_only")):
+    """A plug-in from outside the folder, named as package.module:Class."""
+
+    name = "category_only"
+
+
+def test_a_plugin_method_named_module_colon_class_is_registered_under_its_name(tmp_path):
+    from rexeval.pipelines.generate.prompted.config import PromptedJob
+
+    spec = f"{__name__}:CategoryOnly"
+    try:
+        job = PromptedJob(input=str(tmp_path), methods=[spec, "item_only"], out=str(tmp_path / "out"))
+        assert job.methods == ["category_only", "item_only"]
+        assert isinstance(method("category_only"), CategoryOnly)
+    finally:
+        METHODS.pop("category_only")
+    with pytest.raises(ValueError, match="its own `name`"):
+        PromptedJob(input=str(tmp_path), methods=["rexeval.pipelines.generate.prompted.methods:Method"],
+                    out=str(tmp_path / "out"))
