@@ -31,3 +31,17 @@ def test_found_by_the_folders_scan_with_its_table():
     assert info.group == TEXTS_GROUP and info.kind == "per_example" and info.higher_is_better
     assert info.table and info.label == "Distinct-2"
     assert "distinct-2" in group_metrics(TEXTS_GROUP, kind="per_example")
+
+
+def test_no_other_product_file_names_it():
+    """The extension guide's claim: a metric is one file."""
+    import re
+    from pathlib import Path
+
+    from rexeval import LAYERS
+
+    repo = Path(__file__).resolve().parents[2]
+    name = re.compile(r"distinct[-_]2|metrics.repetition")
+    naming = sorted(str(f.relative_to(repo)) for top in (*LAYERS, "rexeval") for f in (repo / top).rglob("*.py")
+                    if name.search(f.read_text(encoding="utf-8")))
+    assert naming == ["metrics/repetition.py"]

@@ -178,3 +178,17 @@ def test_a_plugin_method_named_module_colon_class_is_registered_under_its_name(t
     with pytest.raises(ValueError, match="its own `name`"):
         PromptedJob(input=str(tmp_path), methods=["rexeval.pipelines.generate.prompted.methods:Method"],
                     out=str(tmp_path / "out"))
+
+
+def test_no_other_product_file_names_item_only():
+    """The extension guide's claim: a prompted generator is one file (its prompt inline)."""
+    import re
+    from pathlib import Path
+
+    from rexeval import LAYERS
+
+    repo = Path(__file__).resolve().parents[4]
+    name = re.compile(r"item_only|ItemOnly")
+    naming = sorted(str(f.relative_to(repo)) for top in (*LAYERS, "rexeval") for f in (repo / top).rglob("*")
+                    if f.suffix in (".py", ".yaml") and name.search(f.read_text(encoding="utf-8")))
+    assert naming == ["pipelines/generate/prompted/item_only.py"]
