@@ -12,7 +12,9 @@ using one is `REGISTRY.lookup("name")`. Every registry behaves the same way:
 - `scan` = (package, marker) makes a new module in that package an entry with no list to
   edit: every module of the package whose source contains `marker` (the decorator's
   name, e.g. "register_metric") is imported with `modules`. Modules without the marker
-  are not imported, so listing names stays cheap (no torch for a `--help`).
+  are not imported, so listing names stays cheap (no torch for a `--help`). `discover`,
+  a function returning module names, finds them another way (the study jobs: every
+  `pipelines/<capability>/study_job.py`); both run only when the modules are loaded.
 - A name of the form "package.module:attr" loads `attr` from that module without
   registering it, so a user's own implementation plugs in from a config file (the
   module must be importable wherever it runs, Ray workers included).
@@ -26,7 +28,7 @@ registered names), so reports and tests can inspect a registry like a dict.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -96,13 +98,16 @@ class Registry(Mapping[str, T], Generic[T]):
     normalize    maps a requested name to its key (e.g. str.lower)
     name_attr    attribute set on a registered class to its registered name
     scan         (package, marker): also import the package's modules that mention marker
+    discover     () -> module names: also import these (found when loading, not before)
     """
 
     def __init__(self, kind: str, *, base: type | None = None, lazy: Mapping[str, str] | None = None,
                  modules: tuple[str, ...] = (), normalize: Callable[[str], str] | None = None,
-                 name_attr: str | None = "name", scan: tuple[str, str] | None = None):
+                 name_attr: str | None = "name", scan: tuple[str, str] | None = None,
+                 discover: Callable[[], Iterable[str]] | None = None):
         self.kind = kind
         self.scan = scan
+        self.discover = discover
         self.base = base
         self.lazy: dict[str, str] = dict(lazy or {})
         self.modules = tuple(modules)
@@ -143,7 +148,8 @@ class Registry(Mapping[str, T], Generic[T]):
     def copy(self) -> Registry[T]:
         """An independent registry with the same entries (tests register into copies)."""
         twin = Registry(self.kind, base=self.base, lazy=self.lazy, modules=self.modules,
-                        normalize=self.normalize, name_attr=self.name_attr, scan=self.scan)
+                        normalize=self.normalize, name_attr=self.name_attr, scan=self.scan,
+                        discover=self.discover)
         twin._entries, twin._loaded = dict(self._entries), self._loaded
         return twin
 
@@ -180,7 +186,8 @@ class Registry(Mapping[str, T], Generic[T]):
         """Import the modules that register the built-in entries (once)."""
         if not self._loaded:
             scanned = scanned_modules(*self.scan) if self.scan else ()
-            for module in (*self.modules, *scanned):
+            found = tuple(self.discover()) if self.discover else ()
+            for module in (*self.modules, *scanned, *found):
                 importlib.import_module(module)
             self._loaded = True
 

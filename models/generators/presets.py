@@ -250,9 +250,15 @@ def table(preset: str, model: str) -> dict[str, tuple[Any, str]]:
     name = generator_class(model).name
     check_preset(preset)
     if preset == "seed000":
+        if name not in SEED000:
+            raise ValueError(f"seed 000 did not run {name!r}, so the seed000 preset has no settings for it: "
+                             "use --preset paper (its class's DEFAULTS)")
         return dict(SEED000[name])
-    sources = PAPER_SOURCES[name]
-    return {k: (v, sources[k]) for k, v in paper_values(name).items()}
+    # A generator added beside the built-in ones (one file) has no sourced table here:
+    # its values are its class's DEFAULTS, and say so.
+    sources = PAPER_SOURCES.get(name, {})
+    own = f"{name}'s DEFAULTS (models/generators)"
+    return {k: (v, sources.get(k, own)) for k, v in paper_values(name).items()}
 
 
 def values(preset: str, model: str) -> dict[str, Any]:

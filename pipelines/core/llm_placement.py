@@ -99,15 +99,6 @@ class Placement:
     def where(self) -> str:
         return call_kind(self.backend, self.address)
 
-    @property
-    def workers(self) -> int:
-        """The most actors, engines or concurrent batches."""
-        return int(self.concurrency[-1])
-
-    def describe(self, actors: int | None = None) -> str:
-        return describe(self.where, self.backend, self.address, self.concurrency, self.resources, actors,
-                        self.reason)
-
 
 def place_llm(backend: str, options: Mapping[str, Any] | None, settings, *, job: str = "stream",
               address: str = "none") -> Placement:

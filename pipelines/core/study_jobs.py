@@ -102,7 +102,8 @@ class StudyJob:
         return fn(cfg, **kwargs)
 
 
-STUDY_JOBS: Registry[StudyJob] = Registry("study job", name_attr=None, modules=(BUILT_IN, *study_job_modules()))
+STUDY_JOBS: Registry[StudyJob] = Registry("study job", name_attr=None, modules=(BUILT_IN,),
+                                          discover=study_job_modules)
 
 
 def add_study_job(name: str, config: type[BaseModel], target: str, *,

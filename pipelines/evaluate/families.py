@@ -133,7 +133,7 @@ class Meteor(Family):
         return {"meteor": meteor_scores(*_texts(batch))}, {}
 
 
-@register_family("texts")
+@register_family(TEXTS_GROUP)
 class Texts(Family):
     """The metrics that need no model (`metrics.registry.TEXTS_GROUP`): each registered
     function of (explanations, references). Not part of "all", which is seed 000's metrics:
@@ -142,10 +142,6 @@ class Texts(Family):
 
     in_all = False
     batch_size = 1024
-
-    @classmethod
-    def metrics(cls) -> tuple[str, ...]:
-        return group_metrics(TEXTS_GROUP, kind="per_example")
 
     def score(self, batch):
         from rexeval.metrics.registry import METRICS

@@ -103,3 +103,20 @@ def test_the_docs_print_the_tables_as_they_are():
 def test_an_unknown_preset_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="paper or seed000"):
         P.values("seed004", "peter")
+
+
+def test_a_generator_added_in_one_file_trains_on_its_own_defaults_and_seed000_says_it_has_none():
+    from rexeval.models.generators.base import GENERATORS
+    from rexeval.models.generators.presets import table
+
+    class Mine(GENERATORS.lookup("nrt")):
+        DEFAULTS = {**GENERATORS.lookup("nrt").DEFAULTS, "emsize": 8}
+
+    GENERATORS.add("mine", Mine)
+    try:
+        got = table("paper", "mine")
+        assert got["emsize"] == (8, "mine's DEFAULTS (models/generators)")
+        with pytest.raises(ValueError, match="seed 000 did not run 'mine'"):
+            table("seed000", "mine")
+    finally:
+        GENERATORS.pop("mine")
