@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 import time
 from typing import Any, Callable, TypeVar
@@ -41,7 +42,8 @@ class Where(click.ParamType):
             loc = location(text)
             is_dir, is_file = loc.is_dir(), loc.is_file()
         except (OSError, ValueError) as exc:
-            self.fail(f"{text!r} cannot be reached: {exc}", param, ctx)
+            self.fail(f"{text!r} cannot be reached: {_one(_first_line(exc))} (check the store's credentials "
+                      "and address: AWS_* or GOOGLE_APPLICATION_CREDENTIALS, AWS_ENDPOINT_URL)", param, ctx)
         if not (is_dir or is_file):
             self.fail(f"{text!r} does not exist.", param, ctx)
         if is_dir and not self.dir_okay:
@@ -113,15 +115,36 @@ config_option = click.option(
     help="YAML file (a path or a URI) with this command's settings; flags given on the command line win.")
 
 
+def read_yaml_settings(config_file: str) -> dict[str, Any]:
+    """A YAML settings file (a path or a URI) as a mapping; a file that is not UTF-8, not
+    YAML or not a mapping is an InputMistake naming the file (and the line)."""
+    from rexeval.pipelines.core.storage import location
+
+    try:
+        loaded = yaml.safe_load(location(config_file).read_text())
+    except UnicodeDecodeError as exc:
+        raise InputMistake(f"{config_file}: not a text file (byte {exc.start} is not UTF-8); "
+                           "--config takes a YAML file of settings") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or _first_line(exc)
+        raise InputMistake(f"{config_file}{where}: not valid YAML ({problem})") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise InputMistake(f"{config_file}: expected a mapping of settings (setting: value lines), "
+                           f"found a {type(loaded).__name__}")
+    return loaded
+
+
 def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
     """Build a typed config: YAML values first, then every flag that was given."""
     data: dict[str, Any] = {}
     if config_file:
         from rexeval.pipelines.core.storage import location
 
-        loaded = yaml.safe_load(location(config_file).read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise click.UsageError(f"{config_file}: expected a mapping of settings")
+        loaded = read_yaml_settings(config_file)
         data.update(loaded)
     for k, v in flags.items():
         if v is None or v == () or v == []:
@@ -130,9 +153,10 @@ def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
     try:
         return cls(**data)
     except ValidationError as exc:
-        lines = [f"  {'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg']}" for e in exc.errors()]
+        problems = [f"{'.'.join(map(str, e['loc'])) or '(config)'}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()]
         src = f" (from {config_file})" if config_file else ""
-        raise click.UsageError("invalid settings" + src + ":\n" + "\n".join(lines)) from None
+        raise click.UsageError(f"invalid settings{src}: " + "; ".join(problems)) from None
 
 
 def parse_backend_options(items: tuple[str, ...]) -> dict:
@@ -224,23 +248,124 @@ def llm_options(fn: Callable | None = None, *, model_help: str | None = None,
     return wrapper
 
 
+class InputMistake(click.ClickException):
+    """A mistake the user can fix in what they gave (a file, a setting): "Error: ..." in
+    one line, exit code 2, as click's own usage errors."""
+
+    exit_code = 2
+
+
+class RuntimeFailure(click.ClickException):
+    """The job could not finish for a reason outside its inputs (a worker or replica
+    died, storage failed): one line, exit code 1."""
+
+    exit_code = 1
+
+
+EXIT_CODES = {"usage or input mistake": 2, "runtime failure": 1, "work left for a re-run": AwaitingRerun.exit_code}
+"""What a command's exit code means (docs/concepts.md, docs/cluster.md)."""
+
+_INPUT_ERRORS = (SchemaError, ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
+                 NotADirectoryError, PermissionError, ModelUnavailable, UnicodeError, yaml.YAMLError)
+_INPUT_ERROR_NAMES = {c.__name__ for c in _INPUT_ERRORS} | {
+    "ValidationError", "JSONDecodeError", "UnicodeDecodeError", "ArrowInvalid", "UnreachablePath",
+    "OutputOverlapsInput", "PackageNotInstalled", "ModelNotFound", "SetupFailed"}
+# Storage answers that mean the user's settings (credentials, bucket, endpoint) are wrong.
+_STORAGE_MISTAKES = ("ACCESS_DENIED", "AccessDenied", "INVALID_ACCESS_KEY", "InvalidAccessKeyId",
+                     "SignatureDoesNotMatch", "NoSuchBucket", "NO_SUCH_BUCKET", "credentials",
+                     "Could not resolve host", "RESOURCE_NOT_FOUND")
+
+
+def _is_ray_error(exc: BaseException) -> bool:
+    """A Ray error (checked by module, so that `rexeval --help` never imports Ray)."""
+    return any(c.__module__.startswith("ray.") for c in type(exc).__mro__)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def as_click_error(exc: BaseException) -> click.ClickException | None:
+    """The one-line error a command exits with for `exc` (None: let it propagate).
+
+    A Ray error is read for the exception its worker raised (the last line of the remote
+    traceback, `failures.reason_of`): an input mistake found by a worker is still the
+    user's to fix (2), anything else is a runtime failure (1)."""
+    if isinstance(exc, (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt)):
+        return None
+    if isinstance(exc, AwaitingRerun):  # transport failures left rows undone: not an error of the input
+        err = click.ClickException(str(exc))
+        err.exit_code = AwaitingRerun.exit_code
+        return err
+    if isinstance(exc, (ServeStartFailed, WorkerFailed)):  # a replica or actor died: its reason, one line
+        reason = str(exc)
+        raised = re.search(r"(?:failed|set it up): (\w+): ", reason)  # what the worker raised
+        cls = InputMistake if raised and raised.group(1) in _INPUT_ERROR_NAMES else RuntimeFailure
+        return cls(f"{_one(reason)} (the whole traceback is in Ray's logs: /tmp/ray/session_latest/logs on "
+                   "the node that ran it)")
+    if _is_ray_error(exc):
+        from rexeval.failures import reason_of
+
+        reason = reason_of(exc)
+        kind = reason.split(":", 1)[0]
+        return (InputMistake if kind in _INPUT_ERROR_NAMES else RuntimeFailure)(
+            _one(reason.split(": ", 1)[1] if kind in _INPUT_ERROR_NAMES and ": " in reason else reason))
+    if isinstance(exc, _INPUT_ERRORS):
+        return InputMistake(_one(str(exc)) if not isinstance(exc, yaml.YAMLError) else _one(f"bad YAML: {exc}"))
+    if isinstance(exc, OSError):  # storage: a bucket, an endpoint, a disk
+        text = _first_line(exc)
+        cls = InputMistake if any(m in text for m in _STORAGE_MISTAKES) else RuntimeFailure
+        return cls(_one(f"storage: {text}" + (" (check the store's credentials and address: AWS_* or "
+                                                "GOOGLE_APPLICATION_CREDENTIALS, AWS_ENDPOINT_URL)"
+                                                if cls is InputMistake else "")))
+    return None
+
+
+def _one(text: str) -> str:
+    """A message as one line: a multi-line message is joined with "; "."""
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    if not lines:
+        return "(no message)"
+    out = lines[0]
+    for line in lines[1:]:
+        out += (" " if out.endswith(":") else "; ") + line.lstrip("-* ")
+    return out
+
+
+def internal_error(exc: BaseException) -> click.ClickException:
+    """An unexpected exception (a bug of rexeval, not of the input): one line naming it
+    and a file holding its whole traceback, exit code 1. REXEVAL_TRACEBACK=1 shows the
+    traceback instead."""
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="rexeval-error-", suffix=".txt")
+    with open(fd, "w") as fh:
+        fh.write("".join(traceback.format_exception(exc)))
+    return RuntimeFailure(f"unexpected {type(exc).__name__}: {_one(_first_line(exc))} (a bug in rexeval: the "
+                          f"traceback is in {path}; please report it)")
+
+
 def user_errors(fn: Callable) -> Callable:
-    """Turn the errors a user can fix, and a Ray worker's or replica's failure, into a
-    one-line message (exit code 1)."""
+    """Every failure of a command as one line and its exit code: 2 for a mistake the user
+    can fix (a file, a row, a setting), 1 for a runtime failure (a worker that died, a
+    store that failed, a bug: its traceback goes to a file), 75 for rows left for a
+    re-run (`EXIT_CODES`)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (SchemaError, FileNotFoundError, FileExistsError, ValueError, ModelUnavailable) as exc:
-            raise click.ClickException(str(exc)) from None
-        except AwaitingRerun as exc:  # transport failures left rows undone: not an error of the input
-            err = click.ClickException(str(exc))
-            err.exit_code = AwaitingRerun.exit_code
+        except Exception as exc:  # noqa: BLE001  (each kind becomes its one line below)
+            import os
+
+            err = as_click_error(exc)
+            if err is None:
+                if isinstance(exc, click.ClickException) or os.environ.get("REXEVAL_TRACEBACK"):
+                    raise
+                err = internal_error(exc)
             raise err from None
-        except (ServeStartFailed, WorkerFailed) as exc:  # a replica or actor died: its reason, one line
-            raise click.ClickException(f"{exc} (the whole traceback is in Ray's logs: "
-                                       "/tmp/ray/session_latest/logs on the node that ran it)") from None
 
     return wrapper
 
@@ -266,13 +391,17 @@ def run_job(title: str | Callable[[C, R], str], config_cls: type[C], run: Callab
             outputs: Callable[[C, R], dict[str, str]] = lambda cfg, result: {},
             notes: Callable[[C, R], list[str] | None] = lambda cfg, result: None) -> R:
     """One job, as every command runs it: its settings from the YAML file and the flags
-    given (`load_config(config_cls, config_file, **flags)`), a local Ray or the cluster's
+    given (`load_config(config_cls, config_file, **flags)`), its output checked apart
+    from its inputs (`overlap.check_output_apart`), a local Ray or the cluster's
     (unless ray=False), `run(cfg, progress=click.echo)`, then `show` prints the result
     and the closing summary gives the counts, the output paths and the notes (each a
     function of the settings and the result; the title may be one too). Returns the
     result."""
+    from rexeval.pipelines.core.overlap import check_output_apart
+
     started = time.time()
     cfg = load_config(config_cls, config_file, **flags)
+    check_output_apart(cfg)  # before anything is read or written
     if ray:
         init_ray()
     result = run(cfg, progress=click.echo)

@@ -14,12 +14,13 @@ short summary: the headline results and where the report is.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import click
 
+from rexeval.pipelines.core.io import remove_entries
+from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.study.config import load_study
 from rexeval.pipelines.study.plan import STATE_FILE, build_plan
 from rexeval.pipelines.study.report import build_report, write_report
@@ -43,15 +44,20 @@ NOTES = [
 ]
 
 
-def _start_over(out: Path) -> None:
-    """--overwrite: remove an earlier demo folder (and nothing that is not one)."""
+def _start_over(out: Path, plan) -> list[str]:
+    """--overwrite: remove what an earlier demo wrote in `out` (its state file, logs,
+    report and stage folders) and nothing else; the names of what stays. A folder that
+    holds files but no demo state is refused."""
     if not out.exists():
-        return
+        return []
     state = out / STATE_FILE
     name = json.loads(state.read_text()).get("name") if state.is_file() else None
     if name != "demo" and any(out.iterdir()):
         raise FileExistsError(f"{out} is not a demo output folder (no study.json of the demo): not removing it")
-    shutil.rmtree(out)
+    root = location(out)
+    own = {STATE_FILE, "logs", "report", *(location(i.out).relative_to(root).split("/", 1)[0]
+                                           for i in plan.instances.values())}
+    return remove_entries(root, own)
 
 
 def headline(plan, root: Path) -> list[str]:
@@ -115,12 +121,14 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     """
     started = time.time()
     root = Path(out)
-    if overwrite:
-        _start_over(root)
     llm = extract_reviews > 0
     sets = {"llm": llm, "extract_reviews": max(1, extract_reviews), "evaluate_examples": evaluate_examples,
             "judge_examples": judge_examples, "nli": nli, "evaluate_skip": [] if llm else ["st2exp"]}
     plan = build_plan(load_study(DEMO_STUDY, sets), DEMO_STUDY, root)
+    if overwrite:
+        kept = _start_over(root, plan)
+        if kept:
+            click.echo(f"--overwrite left what is not the demo's as it is: {', '.join(kept)}")
     click.echo(f"rexeval demo: {DEMO_STUDY.name} on the embedded sample -> {root} (each stage's log in "
                f"{root / 'logs'}{'' if verbose else '; --verbose prints them here'})")
     res = run_study(plan, progress=click.echo, job_lines=click.echo if verbose else (lambda _: None),

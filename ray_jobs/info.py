@@ -3,21 +3,26 @@ from __future__ import annotations
 
 import click
 
-from rexeval.pipelines.core.inputs import resolved_text, reviews_path
-from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.core.inputs import given_text, resolved_text
+from rexeval.pipelines.core.io import read_table, table_files
 from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.pipelines.ingest.split_pipeline import reviews_input, table_rows
 from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 from rexeval.ray_jobs.common import Where, echo_json, user_errors
 
 
 def load_dataset(path: PathLike) -> dict:
     """A split folder gives its three splits; anything else is one reviews table (a local
-    path or a URI)."""
+    path or a URI). A dataset with no review is refused: a table of zeros would read as
+    statistics of a real, empty dataset."""
     p = location(path)
     if all((p / n).exists() for n in SPLIT_NAMES):
+        if table_rows([f for n in SPLIT_NAMES for f in table_files(p / n)]) == 0:
+            raise ValueError(f"{given_text(path)}: the split has 0 rows in train/, valid/ and test/; split a "
+                             "reviews table that has reviews (`rexeval split INGEST_FOLDER --out ...`)")
         return {n: read_table(p / n, "reviews") for n in SPLIT_NAMES}
-    return {"all": read_table(reviews_path(p), "reviews")}
+    return {"all": read_table(reviews_input(p), "reviews")}
 
 
 def dataset_name(path: PathLike) -> str:

@@ -19,10 +19,11 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
                    "leave-last-two: last review -> test, the one before -> valid (seed 002).")
 @click.option("--kcore-user", type=int, help="Iterative k-core: minimum reviews per user.")
 @click.option("--kcore-item", type=int, help="Iterative k-core: minimum reviews per item.")
-@click.option("--train", type=float, help="Temporal: train share (default 0.8).")
-@click.option("--valid", type=float, help="Temporal: validation share (default 0.1).")
+@click.option("--train", type=float, help="Temporal: train share, between 0 and 1 (default 0.8).")
+@click.option("--valid", type=float,
+              help="Temporal: validation share, between 0 and 1 (default 0.1); train + valid < 1.")
 @click.option("--min-interactions", type=int,
-              help="Drop users with fewer reviews (default 5 temporal, 3 leave-last-two).")
+              help="Drop users with fewer reviews (default 5 temporal, 3 leave-last-two; at least 3 there).")
 @click.option("--cold-start/--no-cold-start", "drop_cold_start_items", default=None,
               help="Drop valid/test reviews of items never seen in train "
                    "(default: on for temporal, off for leave-last-two).")

@@ -214,7 +214,8 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                      "pair_batch_size", "device"})
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
-    job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else [])), 1,
+    job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else []),
+                                   owns=CLUSTER_OUTPUTS.paths()), 1,
                      overwrite=overwrite, progress=progress)
     if (manifest := job.finished("cluster")) is not None:
         return manifest

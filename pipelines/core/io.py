@@ -9,7 +9,9 @@ a local disk each file is renamed into place), and readers trust only markers, s
 crash leaves a shard that counts as not done and is rewritten whole by the re-run.
 Re-running the same job skips the shards whose markers exist and yields byte-identical
 files to an uninterrupted run; running it with a different config into the same folder
-is refused unless asked to overwrite.
+is refused unless asked to overwrite. The manifest lists what the job owns there (`owns`:
+its tables, markers, and what else it made), and overwriting removes exactly that: other
+files in the folder (`kept`) are never touched.
 """
 from __future__ import annotations
 
@@ -109,16 +111,42 @@ def write_parquet_atomic(path: PathLike, table: pa.Table) -> None:
     location(path).write_parquet(table)
 
 
+class UnreadableParquet(ValueError):
+    """A file that should be Parquet and is not (cut short, another format): named."""
+
+    def __init__(self, path: PathLike, exc: BaseException):
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        super().__init__(f"{path}: not a readable Parquet file ({text})")
+
+
+def _unreadable(exc: BaseException) -> bool:
+    """Arrow's answer for bytes that are not Parquet (not a missing file or a store)."""
+    return isinstance(exc, (pa.ArrowInvalid, pa.ArrowNotImplementedError)) or (
+        isinstance(exc, OSError) and not isinstance(exc, FileNotFoundError)
+        and any(m in str(exc) for m in ("Parquet", "parquet", "magic bytes", "footer", "Thrift", "Couldn't deserialize")))
+
+
 def read_parquet(path: PathLike, columns: list[str] | None = None) -> pa.Table:
-    """One Parquet file, local or by URI."""
+    """One Parquet file, local or by URI; a file that is not Parquet is named."""
     loc = location(path)
-    return pq.read_table(loc.path, filesystem=loc.fs, columns=columns)
+    try:
+        return pq.read_table(loc.path, filesystem=loc.fs, columns=columns)
+    except Exception as exc:  # noqa: BLE001  (re-raised unless it is unreadable bytes)
+        if _unreadable(exc):
+            raise UnreadableParquet(loc, exc) from None
+        raise
 
 
 def parquet_schema(path: PathLike) -> pa.Schema:
+    """A Parquet file's schema (its footer only); a file that is not Parquet is named."""
     loc = location(path)
-    with loc.open_input() as fh:
-        return pq.read_schema(fh)
+    try:
+        with loc.open_input() as fh:
+            return pq.read_schema(fh)
+    except Exception as exc:  # noqa: BLE001
+        if _unreadable(exc):
+            raise UnreadableParquet(loc, exc) from None
+        raise
 
 
 def table_files(path: PathLike) -> list[Location]:
@@ -144,7 +172,7 @@ def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | Non
     for f in files:
         try:
             t = read_parquet(f)
-        except (pa.ArrowInvalid, OSError) as exc:
+        except (UnreadableParquet, pa.ArrowInvalid) as exc:
             raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file: {exc}") from None
         t = validate_table(t, sch, source=str(f), name=name)
         if columns is not None:
@@ -180,49 +208,120 @@ def json_lines(path: PathLike, table: str,
         on_bad(n, problem, line)
 
 
+def _listed(entries: list[Location], most: int = 5) -> str:
+    names = [e.name + ("/" if e.is_dir() else "") for e in entries[:most]]
+    return ", ".join(names) + (f" and {len(entries) - most} more" if len(entries) > most else "")
+
+
+def remove_entries(root: PathLike, names: Iterable[str], entries: list[Location] | None = None) -> list[str]:
+    """Remove from the folder `root` the entries called `names` (top-level names, as a
+    job's declared outputs begin) and unrenamed temporary files; return the names of the
+    other entries, which stay as they are. What `--overwrite` does: a job removes what
+    it wrote, never what it finds beside it."""
+    import fnmatch
+    import re
+
+    # A declared template (`train-{name}.json`) stands for every file it names.
+    patterns = {re.sub(r"\{[^{}]*\}", "*", str(n).split("/", 1)[0]) for n in names}
+    kept = []
+    for e in location(root).iterdir() if entries is None else entries:
+        if any(fnmatch.fnmatchcase(e.name, p) for p in patterns) or is_atomic_leftover(e):
+            e.rmtree()
+        else:
+            kept.append(e.name)
+    return sorted(kept)
+
+
+def remove_owned(root: Location, entries: list[Location], manifest: dict) -> list[str]:
+    """Remove from `root` the entries an earlier job's `manifest` lists as its own
+    (`owns`; a manifest from before that list names its tables, `_done` and itself);
+    return the names of the others, which stay."""
+    owns = set(manifest.get("owns") or [*manifest.get("tables", []), DONE_DIR, MANIFEST])
+    # The manifest is rewritten last by the caller: a crash in between leaves it, so the
+    # folder still reads as that job's output (and --overwrite can be repeated).
+    kept = remove_entries(root, owns - {MANIFEST}, [e for e in entries if e.name != MANIFEST])
+    return kept
+
+
 class ShardedOutput:
     """A resumable, sharded job output (see the module docstring)."""
 
-    def __init__(self, root: PathLike, job: str, config: dict[str, Any], tables: Iterable[str]):
+    def __init__(self, root: PathLike, job: str, config: dict[str, Any], tables: Iterable[str],
+                 owns: Iterable[str] = ()):
+        """`owns`: what else the job writes in its folder besides its tables (declared
+        outputs, `pipelines/core/outputs.py`; only their first path part counts), so that
+        `--overwrite` removes them with the tables and nothing else."""
         self.root = location(root)
         self.job = job
         self.config = config
         self.hash = config_hash(config)
         self.tables = list(tables)
+        self.owns = sorted({*self.tables, DONE_DIR, MANIFEST, *(str(o).split("/", 1)[0] for o in owns)})
+        self.kept: list[str] = []  # entries of the folder that are not this job's (kept as they are)
+        self.kept_now = False  # this open found them (a message says so once)
 
     # -- lifecycle -----------------------------------------------------------------
 
     def open(self, overwrite: bool = False) -> "ShardedOutput":
         """Prepare the folder; refuse to mix outputs of two different configs, and a local
         folder that another node of the running cluster cannot see (before any work:
-        `pipelines/core/reach.py`)."""
+        `pipelines/core/reach.py`).
+
+        `overwrite` replaces another configuration's output, removing only what that
+        job's manifest lists as its own (`owns`); anything else in the folder (a user's
+        notes, another tool's files) stays, and is recorded as `kept`. A folder with no
+        manifest is taken only when what it holds cannot be mistaken for this job's
+        output (no entry by the name of one of its tables)."""
         from rexeval.pipelines.core.reach import require_reachable
 
+        if self.root.is_file():
+            raise NotADirectoryError(f"{self.root} is a file; the {self.job} job writes a folder of "
+                                     "outputs there: give a folder")
         require_reachable(self.root, what=f"the {self.job} output folder")
         manifest = self.read_manifest()
+        entries = [] if manifest is None and not self.root.exists() else self.root.iterdir()
         if manifest is not None and manifest.get("config_hash") != self.hash:
             if not overwrite:
                 raise FileExistsError(
                     f"{self.root} holds output of a different '{manifest.get('job')}' config "
                     f"(hash {manifest.get('config_hash')} != {self.hash}); use another output "
                     "folder or --overwrite to replace it")
-            self.root.rmtree()
-        elif manifest is None and self.root.exists() and self.root.iterdir():
+            self.kept = remove_owned(self.root, entries, manifest)
+            self.kept_now = bool(self.kept)
+        elif manifest is None and entries:
             # Only a killed run's unrenamed temporary files (it died writing its first
             # manifest) hold nothing committed: clear them without asking.
-            if not overwrite and not all(is_atomic_leftover(f) for f in self.root.iterdir()):
-                raise FileExistsError(f"{self.root} is not empty and has no rexeval manifest; "
-                                      "use another output folder or --overwrite")
-            self.root.rmtree()
+            foreign = [e for e in entries if not is_atomic_leftover(e)]
+            if foreign and not overwrite:
+                raise FileExistsError(f"{self.root} is not empty and has no rexeval manifest "
+                                      f"(it holds {_listed(foreign)}); use another output folder, or "
+                                      "--overwrite to write beside those files")
+            clash = [e for e in foreign if e.name in self.owns]
+            if clash:
+                raise FileExistsError(f"{self.root} holds {_listed(clash)}, which no rexeval manifest "
+                                      f"accounts for and this {self.job} job would write; move or remove "
+                                      "it yourself, or use another output folder")
+            for e in entries:
+                if is_atomic_leftover(e):
+                    e.unlink()
+            self.kept = sorted(e.name for e in foreign)
+            self.kept_now = bool(self.kept)
+        elif manifest is not None:
+            self.kept = list(manifest.get("kept", []))
         self.root.mkdir()
         if manifest is None or manifest.get("config_hash") != self.hash:
             write_json_atomic(self.root / MANIFEST, self._manifest("running", {}, 0))
         return self
 
     def _manifest(self, status: str, counts: dict[str, int], shards: int, **extra: Any) -> dict:
+        owns = self.owns
+        if status == "complete":  # and what else the job made there (work folders, reports)
+            owns = sorted({*owns, *(e.name for e in self.root.iterdir()
+                                    if e.name not in self.kept and not is_atomic_leftover(e))})
         return {"format": FORMAT_VERSION, "job": self.job, "status": status,
                 "config": self.config, "config_hash": self.hash, "shards": shards,
-                "tables": self.tables, "counts": counts, **extra}
+                "tables": self.tables, "owns": owns, **({"kept": self.kept} if self.kept else {}),
+                "counts": counts, **extra}
 
     def read_manifest(self) -> dict | None:
         try:

@@ -183,7 +183,8 @@ def validate_table(table: pa.Table, schema: pa.Schema | str, source: str = "<mem
 
     Extra columns are an error (they usually mean a mapping went wrong); a missing
     nullable column is added as nulls; a null in a non-nullable column or a value that
-    cannot be cast is reported with its row number (0-based within the table).
+    cannot be cast is reported with its row number (1-based within the table, as every
+    row and line a user sees is counted).
     """
     if isinstance(schema, str):
         name = name or schema
@@ -206,11 +207,11 @@ def validate_table(table: pa.Table, schema: pa.Schema | str, source: str = "<mem
                 col = col.cast(field.type)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 row = _first_uncastable(col, field.type)
-                raise SchemaError(name, source, field.name, row,
+                raise SchemaError(name, source, field.name, None if row is None else row + 1,
                                   f"cannot convert {col.type} to {field.type}: {exc}") from None
         if not field.nullable and col.null_count:
             row = pc.index(pc.is_null(col), True).as_py()
-            raise SchemaError(name, source, field.name, row, "null in a required field")
+            raise SchemaError(name, source, field.name, row + 1, "null in a required field")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
 

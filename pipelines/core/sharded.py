@@ -47,6 +47,10 @@ class ShardedJob:
         self.output = output.open(overwrite=overwrite)
         self.shards = shards
         self.progress = progress
+        if self.output.kept_now:
+            progress(f"  {self.output.root}: left {len(self.output.kept)} entr(ies) that are not this job's "
+                     f"output as they are: {', '.join(self.output.kept[:5])}"
+                     + (" ..." if len(self.output.kept) > 5 else ""))
         self.done = self.output.done_shards()
         self.todo = [i for i in range(shards) if i not in self.done and i not in skip]
         self._this_run = set(self.todo)

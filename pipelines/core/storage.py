@@ -262,6 +262,7 @@ class Location:
             os.makedirs(parent, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{self.name}.", suffix=".tmp", dir=parent)
             try:
+                os.fchmod(fd, file_mode())  # mkstemp makes it private; the umask decides, as for open()
                 with os.fdopen(fd, "wb") as fh:
                     yield fh
                     fh.flush()
@@ -312,6 +313,31 @@ class Location:
         if self.is_local:  # pyarrow makes only the folders below the destination
             (self if os.path.isdir(local) else self.parent).mkdir()
         pafs.copy_files(local, self.path, source_filesystem=_LOCAL, destination_filesystem=self.fs)
+
+
+_UMASK: list[int] = []
+
+
+def current_umask() -> int:
+    """This process's umask, read without changing it (Linux: /proc/self/status; else
+    set and restored once, under a lock)."""
+    if not _UMASK:
+        with _FS_LOCK:
+            try:
+                with open("/proc/self/status") as fh:
+                    line = next(x for x in fh if x.startswith("Umask:"))
+                _UMASK.append(int(line.split()[1], 8))
+            except (OSError, StopIteration, ValueError):
+                mask = os.umask(0o022)
+                os.umask(mask)
+                _UMASK.append(mask)
+    return _UMASK[0]
+
+
+def file_mode() -> int:
+    """The mode a file written here gets: what `open()` would give it (0o666 less the
+    umask), so others on a shared volume read outputs as the user's umask allows."""
+    return 0o666 & ~current_umask()
 
 
 def location(where: PathLike) -> Location:

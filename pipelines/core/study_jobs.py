@@ -94,6 +94,11 @@ class StudyJob:
     outputs: Outputs = field(default_factory=Outputs)
 
     def run(self, cfg, overwrite: bool, progress: Callable[[str], None]) -> dict:
+        """Run the job on `cfg`, its output first checked apart from its inputs (as every
+        command does it, `overlap.check_output_apart`)."""
+        from rexeval.pipelines.core.overlap import check_output_apart
+
+        check_output_apart(cfg)
         fn = load_object(self.target) if isinstance(self.target, str) else self.target
         params = inspect.signature(fn).parameters
         kwargs: dict[str, Any] = {"progress": progress}

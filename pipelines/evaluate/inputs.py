@@ -16,8 +16,11 @@ statement sets, built from the user's files.
 A system that has no statement rows at all has unknown statement sets (the metrics
 that need them are skipped for it, with the reason); a system with statements for some
 examples has an empty set for the others (the metrics' empty policy applies). Nothing
-is lost: an explanation without a reference, a repeated (system, example), or a
-statement that cannot be written as a sentence becomes an error row with the reason.
+is lost: an explanation without a reference, a repeated (system, example), a statement
+that cannot be written as a sentence, one whose value is not text, and a statement or
+reference sentence that joins no explanation become error rows naming the file, the
+row (1-based) and the field. A text column that holds numbers is refused before any
+work: a cast would score "3" as an explanation.
 """
 from __future__ import annotations
 
@@ -30,8 +33,8 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_table
-from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, error_rows, validate_table
+from rexeval.pipelines.core.io import json_lines, parquet_schema, read_table, table_files
+from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
 
@@ -57,11 +60,77 @@ def _table_path(path: PathLike, sub: str) -> Location:
     return p / sub if (p / sub).is_dir() else p
 
 
-def read_explanations(paths: Sequence[PathLike]) -> pa.Table:
+# Columns read as text: a number there is a mistake (a shifted column, a score written
+# where the text belongs), never something to score as "3".
+TEXT_COLUMNS = ("explanation", "reference", "statement", "topic", "sentiment", "sentence")
+# Id columns: text, or integers (written as they are).
+ID_COLUMNS = ("example_id", "system", "user_id", "item_id", "review_id", "statement_id")
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _is_text(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
+def check_column_types(schema: pa.Schema, source: str, table: str) -> None:
+    """Refuse a file whose text column holds numbers (or anything but text) before its
+    rows are read: the schema check alone would cast them to strings and score them."""
+    for f in schema:
+        if f.name in TEXT_COLUMNS and not _is_text(f.type):
+            raise SchemaError(table, source, f.name, None,
+                              f"holds {f.type} values, expected text (string); write the {f.name} column "
+                              "as text (a number there is usually a shifted or mislabelled column)")
+        if f.name in ID_COLUMNS and not (_is_text(f.type) or pa.types.is_integer(f.type)):
+            raise SchemaError(table, source, f.name, None,
+                              f"holds {f.type} values, expected text (string) or integer ids")
+
+
+def _part_source(given: PathLike, part: Location) -> str:
+    """A part file as the user would find it: the path given, plus the part's place
+    below it when the user named a folder."""
+    top, shown = location(given), given_text(given)
+    if part.uri == top.uri:
+        return shown
+    rest = part.uri[len(top.uri):].lstrip("/") if part.uri.startswith(top.uri) else part.name
+    return f"{shown.rstrip('/')}/{rest}"
+
+
+def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | None = None
+               ) -> list[tuple[str, pa.Table]]:
+    """(source, table) of each Parquet part of a table (a file, a folder of parts, or a
+    job folder's `sub` table), its column types checked before it is read."""
+    loc = _table_path(path, sub) if sub else location(path)
+    parts = []
+    for f in table_files(loc):
+        source = _part_source(path, f)
+        try:
+            footer = parquet_schema(f)
+        except (pa.ArrowInvalid, OSError) as exc:
+            if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
+                raise  # not about the bytes, or already named
+            raise SchemaError(name, source, None, None, f"not a readable Parquet file ({exc})") from None
+        check_column_types(footer, source, name)
+        parts.append((source, read_table(f, schema)))
+    return parts
+
+
+def read_explanation_rows(paths: Sequence[PathLike]) -> tuple[pa.Table, list[tuple[str, int]]]:
+    """The EXPLANATIONS rows of every input and, for each, (file, 1-based row in that
+    file), so an error row points where the user can look."""
     if not paths:
         raise ValueError("no explanations given")
-    parts = [read_table(_table_path(p, "explanations"), "explanations") for p in paths]
-    return pa.concat_tables(parts)
+    tables, origins = [], []
+    for p in paths:
+        for source, t in read_parts(p, "explanations", "explanations", sub="explanations"):
+            tables.append(t)
+            origins += [(source, n) for n in range(1, t.num_rows + 1)]
+    return pa.concat_tables(tables), origins
+
+
+def read_explanations(paths: Sequence[PathLike]) -> pa.Table:
+    """The EXPLANATIONS rows of every input (files, folders of parts, job folders)."""
+    return read_explanation_rows(paths)[0]
 
 
 def reference_kind(paths: Sequence[PathLike]) -> str | None:
@@ -86,54 +155,103 @@ def reference_kind(paths: Sequence[PathLike]) -> str | None:
     return next(iter(said), None)
 
 
-def read_references(path: PathLike) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[str]]]:
+def read_references(path: PathLike) -> tuple[dict[str, str], dict[str, list[str]], dict[str, list[str]], list[dict]]:
     """(reference text, reference sentences, reference topics) by example id, from a
-    ground-truth job folder."""
+    ground-truth job folder, and an error row for each sentence whose example has no
+    reference text there (it could never be scored, so it is said, not dropped)."""
     root = location(path)
     if not (root / "explanations").is_dir():
         raise FileNotFoundError(f"{given_text(path)} is not a ground-truth output folder (no explanations/ in it); "
                                 "run `rexeval ground-truth` first, or leave --references out to use "
                                 "each explanation row's own `reference` column")
-    expl = read_table(root / "explanations", "explanations")
-    text = dict(zip(expl.column("example_id").to_pylist(), expl.column("explanation").to_pylist()))
+    text: dict[str, str] = {}
+    for _, expl in read_parts(path, "explanations", "explanations", sub="explanations"):
+        text.update(zip(expl.column("example_id").to_pylist(), expl.column("explanation").to_pylist()))
     sentences: dict[str, list[str]] = {}
     topics: dict[str, list[str]] = {}
+    errors: list[dict] = []
     if (root / "sentences").is_dir():
-        sent = read_table(root / "sentences", "sentences")
-        for rid, s, t in zip(sent.column("review_id").to_pylist(), sent.column("sentence").to_pylist(),
-                             sent.column("topic").to_pylist()):
-            sentences.setdefault(rid, []).append(s)
-            if t:
-                topics.setdefault(rid, []).append(t)
-    return text, sentences, topics
+        for source, sent in read_parts(path, "sentences", "sentences", sub="sentences"):
+            cols = (sent.column(c).to_pylist() for c in ("review_id", "sentence", "topic"))
+            for n, (rid, s, t) in enumerate(zip(*cols), start=1):
+                if rid not in text:
+                    errors.append({"source": source, "line": n, "row_id": rid, "field": "review_id",
+                                   "error_type": "no_reference_text",
+                                   "message": f"{source}, row {n}: reference sentence of example {rid!r} has no "
+                                              f"reference text in {given_text(path)}/explanations; it is not "
+                                              "used (re-run `rexeval ground-truth` to rebuild the folder whole)",
+                                   "raw": s})
+                    continue
+                sentences.setdefault(rid, []).append(s)
+                if t:
+                    topics.setdefault(rid, []).append(t)
+    return text, sentences, topics, errors
 
 
 def read_statement_rows(paths: Sequence[PathLike]) -> list[tuple[str, int, dict]]:
-    """(source, row, fields) of every EXPLANATION_STATEMENTS row of Parquet or JSONL files
-    (local paths or URIs; the source is the path as given)."""
+    """(source, 1-based row or line, fields) of every EXPLANATION_STATEMENTS row of
+    Parquet or JSONL files (local paths or URIs; the source is the file as given). A
+    JSON line's values are kept as written (`statement_sets` makes a value that is not
+    text an error row); a Parquet column of the wrong type is refused whole."""
     rows = []
     for path in paths:
         p, src = location(path), given_text(path)
         if p.suffix in (".jsonl", ".json"):
-            for n, obj in json_lines(p, "explanation_statements"):
-                t = validate_table(pa.Table.from_pylist([obj]), EXPLANATION_STATEMENTS, source=f"{src} line {n}",
-                                   name="explanation_statements")
-                rows.append((src, n, t.to_pylist()[0]))
+            rows += [(src, n, _statement_fields(obj, src, n)) for n, obj in json_lines(p, "explanation_statements")]
         else:
-            t = read_table(p, EXPLANATION_STATEMENTS)
-            rows += [(src, i, r) for i, r in enumerate(t.to_pylist())]
+            for source, t in read_parts(path, EXPLANATION_STATEMENTS, "explanation_statements"):
+                rows += [(source, n, r) for n, r in enumerate(t.to_pylist(), start=1)]
     return rows
+
+
+def _statement_fields(obj: dict, source: str, line: int) -> dict:
+    """One JSON line's EXPLANATION_STATEMENTS fields; a field the table does not have, or
+    a required one that is missing, is a mistake in the whole file (raised)."""
+    names = EXPLANATION_STATEMENTS.names
+    for k in obj:
+        if k not in names:
+            raise SchemaError("explanation_statements", source, k, line,
+                              f"unexpected field (expected {', '.join(names)})")
+    for f in EXPLANATION_STATEMENTS:
+        if not f.nullable and obj.get(f.name) is None:
+            raise SchemaError("explanation_statements", source, f.name, line, "required field is missing")
+    return {n: obj.get(n) for n in names}
+
+
+KINDS = {bool: "a yes/no value", int: "a number", float: "a number", list: "a list", dict: "an object"}
+
+
+def _type_problem(r: dict) -> tuple[str, str] | None:
+    """(field, why) for the first value of a statement row that is not of its column's
+    kind: text for the texts, text or an integer for the ids."""
+    for name in EXPLANATION_STATEMENTS.names:
+        v = r[name]
+        if v is None or isinstance(v, str):
+            continue
+        if name in ID_COLUMNS and isinstance(v, int) and not isinstance(v, bool):
+            continue
+        kind = next((k for t, k in KINDS.items() if isinstance(v, t)), "not text")
+        return name, (f"{json.dumps(v, default=str)} is {kind} ({type(v).__name__}), not text; "
+                      "the statement is not used")
+    return None
 
 
 def statement_sets(rows: list[tuple[str, int, dict]]) -> tuple[dict[tuple[str, str], list[str]], set[str], list[dict]]:
     """Sentences per (system, example) (duplicates within an example dropped), the
-    systems seen, and error rows for statements that cannot be written as a sentence."""
+    systems seen, and error rows for statements that cannot be written as a sentence or
+    hold a value that is not text (a number in a JSON line)."""
     sets: dict[tuple[str, str], list[str]] = {}
     systems: set[str] = set()
     errors: list[dict] = []
     memo: dict[tuple[str, str | None], str | tuple[str, ValueError]] = {}
     for source, n, r in rows:
-        systems.add(r["system"])
+        bad = _type_problem(r)
+        if bad is None or bad[0] != "system":  # the system has statements, even unusable ones
+            systems.add(str(r["system"]))
+        if bad is not None:
+            errors.append(_statement_error(source, n, r, bad[0], "bad_type", bad[1]))
+            continue
+        r = {**r, "example_id": str(r["example_id"]), "system": str(r["system"])}
         key = (r["statement"], r["sentiment"])
         if key not in memo:
             try:
@@ -148,10 +266,7 @@ def statement_sets(rows: list[tuple[str, int, dict]]) -> tuple[dict[tuple[str, s
         got = memo[key]
         if isinstance(got, tuple):
             field, got = got
-            errors.append({"source": source, "line": n, "row_id": f"{r['system']}/{r['example_id']}",
-                           "field": field, "error_type": f"bad_{field}",
-                           "message": f"{source}, row {n}, field '{field}': {got}",
-                           "raw": json.dumps(r, ensure_ascii=False, sort_keys=True)})
+            errors.append(_statement_error(source, n, r, field, f"bad_{field}", str(got)))
             continue
         lst = sets.setdefault((r["system"], r["example_id"]), [])
         if got not in lst:
@@ -159,27 +274,78 @@ def statement_sets(rows: list[tuple[str, int, dict]]) -> tuple[dict[tuple[str, s
     return sets, systems, errors
 
 
+def _statement_error(source: str, n: int, r: dict, field: str, kind: str, problem: str) -> dict:
+    return {"source": source, "line": n, "row_id": f"{r['system']}/{r['example_id']}", "field": field,
+            "error_type": kind, "message": f"{source}, row {n}, field '{field}': {problem}",
+            "raw": json.dumps(r, ensure_ascii=False, sort_keys=True, default=str)}
+
+
+def orphan_statements(rows: list[tuple[str, int, dict]], explained: set[tuple[str, str]],
+                      systems: Sequence[str] | None = None) -> list[dict]:
+    """An error row for each statement whose (system, example_id) names no explanation
+    row: it can never be scored, and dropping it would hide a wrong id or system name.
+    Statements of systems left out with `systems` are not the user's mistake."""
+    errors = []
+    for source, n, r in rows:
+        if _type_problem(r) is not None:
+            continue  # already an error row
+        system, ex = str(r["system"]), str(r["example_id"])
+        if (system, ex) in explained or (systems is not None and system not in systems):
+            continue
+        errors.append(_statement_error(
+            source, n, {**r, "system": system, "example_id": ex}, "example_id", "no_explanation",
+            f"no explanation of system {system!r} for example {ex!r} in the explanations given; the statement is "
+            "not used (check the system name and example_id, or add that explanation)"))
+    return errors
+
+
+# Error types that are an input the user probably did not mean: each is also a warning.
+WARNED = {"no_explanation": "statement row(s) join no explanation (system, example_id)",
+          "no_reference_text": "reference sentence(s) have no reference text in the ground truth",
+          "bad_type": "statement row(s) hold a value that is not text"}
+
+
+def input_warnings(errors: pa.Table) -> list[str]:
+    """One line per (kind, file) of the error rows in WARNED, for the job to print and
+    record: these rows are easy to miss among the error counts."""
+    found: dict[tuple[str, str], int] = {}
+    for kind, source in zip(errors.column("error_type").to_pylist(), errors.column("source").to_pylist()):
+        if kind in WARNED:
+            found[(kind, source)] = found.get((kind, source), 0) + 1
+    return [f"{source}: {n} {WARNED[kind]}; they are error rows ({kind}) in errors.parquet"
+            for (kind, source), n in sorted(found.items(), key=lambda x: (x[0][1] or "", x[0][0]))]
+
+
 def build_examples(explanations: pa.Table, references: PathLike | None = None,
                    statement_files: Sequence[PathLike] = (), limit: int | None = None,
-                   systems: Sequence[str] | None = None, known_systems: Sequence[str] = ()
-                   ) -> tuple[pa.Table, pa.Table, dict]:
-    """(EXAMPLES, ERRORS, counts): every explanation row is an example or an error row.
-    `known_systems` have statement sets even where no statement row names them (the
-    extraction stage ran on them and found nothing in some explanations)."""
-    ref_text, ref_sent, ref_topics = read_references(references) if references else ({}, {}, {})
-    gen_sets, gen_systems, errors = statement_sets(read_statement_rows(statement_files))
+                   systems: Sequence[str] | None = None, known_systems: Sequence[str] = (),
+                   origins: Sequence[tuple[str, int]] | None = None) -> tuple[pa.Table, pa.Table, dict]:
+    """(EXAMPLES, ERRORS, counts): every explanation row is an example or an error row,
+    and so is every statement row and reference sentence. `known_systems` have statement
+    sets even where no statement row names them (the extraction stage ran on them and
+    found nothing in some explanations). `origins`: (file, 1-based row) of each
+    explanation row (`read_explanation_rows`), named by its error rows."""
+    ref_text, ref_sent, ref_topics, errors = read_references(references) if references else ({}, {}, {}, [])
+    statement_rows = read_statement_rows(statement_files)
+    gen_sets, gen_systems, bad_statements = statement_sets(statement_rows)
+    errors += bad_statements
+    explained = set(zip(explanations.column("system").to_pylist(), explanations.column("example_id").to_pylist()))
+    errors += orphan_statements(statement_rows, explained, systems)
     gen_systems |= set(known_systems)
+    if origins is None:
+        origins = [("explanations", n) for n in range(1, explanations.num_rows + 1)]
     seen: set[tuple[str, str]] = set()
     per_system: dict[str, int] = {}
     out: dict[str, list] = {f.name: [] for f in EXAMPLES}
-    for i, r in enumerate(explanations.to_pylist()):
+    for (source, line), r in zip(origins, explanations.to_pylist()):
         system, ex = r["system"], r["example_id"]
         if systems is not None and system not in systems:
             continue
         rid = f"{system}/{ex}"
         if (system, ex) in seen:
-            errors.append({"row_id": rid, "field": "example_id", "error_type": "duplicate_example",
-                           "message": f"explanations row {i}: system {system!r} has example {ex!r} twice; "
+            errors.append({"source": source, "line": line, "row_id": rid, "field": "example_id",
+                           "error_type": "duplicate_example",
+                           "message": f"{source}, row {line}: system {system!r} has example {ex!r} twice; "
                                       "the first one is scored", "raw": r["explanation"]})
             continue
         seen.add((system, ex))
@@ -187,9 +353,10 @@ def build_examples(explanations: pa.Table, references: PathLike | None = None,
             continue
         reference = ref_text.get(ex) if references else r.get("reference")
         if reference is None:
-            where = f"the ground truth in {references}" if references else "its `reference` column"
-            errors.append({"row_id": rid, "field": "reference", "error_type": "no_reference",
-                           "message": f"explanations row {i}: no reference for example {ex!r} in {where}",
+            where = f"the ground truth in {given_text(references)}" if references else "its `reference` column"
+            errors.append({"source": source, "line": line, "row_id": rid, "field": "reference",
+                           "error_type": "no_reference",
+                           "message": f"{source}, row {line}: no reference for example {ex!r} in {where}",
                            "raw": r["explanation"]})
             continue
         per_system[system] = per_system.get(system, 0) + 1

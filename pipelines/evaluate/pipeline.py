@@ -43,7 +43,8 @@ from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, 
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
-    read_explanations,
+    input_warnings,
+    read_explanation_rows,
     reference_kind,
     systems_of,
 )
@@ -217,22 +218,27 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     t0 = time.time()
     profile = load_profile(cfg.profile, cfg.models)
     root = location(cfg.out)
-    explanations = read_explanations(cfg.explanations)
+    explanations, origins = read_explanation_rows(cfg.explanations)
     task = evaluation_task(cfg)
     conf = {"explanations": _file_info(cfg.explanations),
             "references": _file_info([cfg.references]) if cfg.references else None,
             "statements": _file_info(cfg.statements), "extract": cfg.extract, "domain": cfg.domain,
             "systems": cfg.systems, "limit": cfg.limit}
-    top = ShardedOutput(root, JOB, conf, []).open(overwrite=overwrite)
     statement_files = list(cfg.statements)
-    extract_errors, extracted = None, []
+    # Every input read (and so checked) before the output is opened: --overwrite removes
+    # an earlier evaluation only once this one can start. With --extract the examples
+    # are built again below, with the statements the extraction found.
+    examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
+                                              cfg.systems, origins=origins)
+    top = ShardedOutput(root, JOB, conf, [], owns=EVALUATE_OUTPUTS.paths()).open(overwrite=overwrite)
+    extract_errors = None
     if cfg.extract:
         path, extract_errors, extracted = extract_statements(cfg, explanations, statement_files,
-                                                             root / EVALUATE_OUTPUTS.extract, progress)
+                                                             root / EVALUATE_OUTPUTS.extract, progress, origins)
         if path:
             statement_files.append(path)
-    examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
-                                              cfg.systems, known_systems=extracted)
+        examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
+                                                  cfg.systems, known_systems=extracted, origins=origins)
     if extract_errors is not None and extract_errors.num_rows:
         errors = pa.concat_tables([errors, extract_errors])
     write_parquet_atomic(root / EVALUATE_OUTPUTS.examples, examples)
@@ -240,6 +246,9 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     systems = systems_of(examples)
     progress(f"evaluate: {examples.num_rows} example(s) of {len(systems)} system(s) "
              f"({', '.join(systems)}); {errors.num_rows} error row(s) -> {root}")
+    warnings = input_warnings(errors)
+    for w in warnings:
+        progress(f"  warning: {w}")
     if task == "review":
         progress("  references: the reviews themselves (review generation): text similarity is seed 000's Table VII")
 
@@ -326,7 +335,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     report = {"counts": {**counts, "scores": n_scores}, "task": task,
               "families_run": ran, "skipped": skipped, "skipped_for_systems": partial,
               "family_counts": family_counts, "nli_service": ctx.nli_service,
-              "models": refs, "elapsed_s": round(time.time() - t0, 2)}
+              "models": refs, "warnings": warnings, "elapsed_s": round(time.time() - t0, 2)}
     write_json_atomic(root / EVALUATE_OUTPUTS.report, report)
     for line in summary["said"]:
         progress(line)
@@ -532,25 +541,28 @@ def corpus_frame(corpus: dict[str, dict[str, float]]) -> pd.DataFrame:
 
 
 def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_files: list[str], folder: Location,
-                       progress) -> tuple[str | None, pa.Table | None, list[str]]:
+                       progress, origins: list[tuple[str, int]] | None = None
+                       ) -> tuple[str | None, pa.Table | None, list[str]]:
     """Run the extraction stage (seed 000 triplets) on the explanations of systems that
     have no statements yet; returns an EXPLANATION_STATEMENTS file and the stage's
-    error rows."""
+    error rows. `origins` (file, 1-based row of each explanation) become the rows'
+    source and line, so the stage's error rows point into the user's files."""
     from rexeval.pipelines.evaluate.inputs import read_statement_rows
     from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
 
-    have = {r["system"] for _, _, r in read_statement_rows(statement_files)}
+    have = {str(r["system"]) for _, _, r in read_statement_rows(statement_files)}
     t = explanations
+    if origins is None:
+        origins = [("explanations", n) for n in range(1, t.num_rows + 1)]
     keep = [s not in have and (cfg.systems is None or s in cfg.systems) for s in t.column("system").to_pylist()]
-    t = t.filter(pa.array(keep))
     if cfg.limit is not None:
-        sys = t.column("system").to_pylist()
         seen: dict[str, int] = {}
-        mask = []
-        for s in sys:
-            seen[s] = seen.get(s, 0) + 1
-            mask.append(seen[s] <= cfg.limit)
-        t = t.filter(pa.array(mask))
+        for i, s in enumerate(t.column("system").to_pylist()):
+            if keep[i]:
+                seen[s] = seen.get(s, 0) + 1
+                keep[i] = seen[s] <= cfg.limit
+    t = t.filter(pa.array(keep, pa.bool_()))
+    origins = [o for o, k in zip(origins, keep) if k]
     if not t.num_rows:
         return None, None, []
     ids = [f"{s}::{e}" for s, e in zip(t.column("system").to_pylist(), t.column("example_id").to_pylist())]
@@ -558,8 +570,8 @@ def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_fi
                         "rating": pa.array([0.0] * t.num_rows, pa.float32()),
                         "timestamp": pa.array([0] * t.num_rows, pa.int64()),
                         "text": t.column("explanation"), "category": pa.array([cfg.domain] * t.num_rows, pa.string()),
-                        "source": pa.array(["explanations"] * t.num_rows, pa.string()),
-                        "line": pa.array(range(1, t.num_rows + 1), pa.int64())})
+                        "source": pa.array([o[0] for o in origins], pa.string()),
+                        "line": pa.array([o[1] for o in origins], pa.int64())})
     reviews = validate_table(reviews, "reviews", source="explanations")
     folder.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(folder / "explanations_as_reviews.parquet", reviews)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.models.expscore import TrainSettings
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Output, Outputs
@@ -70,6 +70,14 @@ class ExpScoreTrainConfig(ExpScoreInputs):
     rating_min: int = 1
     rating_max: int = 5
     repetition_n: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _rating_scale(self):
+        """Training would refuse the scale only after scoring every explanation."""
+        if self.rating_max <= self.rating_min:
+            raise ValueError(f"rating_max ({self.rating_max}) must be above rating_min ({self.rating_min}): "
+                             "they are the lowest and highest rating classes")
+        return self
 
     def train_settings(self) -> TrainSettings:
         return TrainSettings(l2=self.l2, lr=self.lr, max_epochs=self.max_epochs, patience=self.patience,

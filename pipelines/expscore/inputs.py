@@ -9,7 +9,10 @@ ingest` output or a Parquet file) or from a column holding them.
 
 Nothing is lost: a row that cannot be used becomes an error row naming the file, the
 row (1-based: the line of a JSON-lines file, the record number of a CSV or Parquet
-file) and the field.
+file) and the field; a value that is not text where text belongs (a number in a JSON
+line) is one too. A Parquet column of the wrong type (numbers for the explanation) is
+refused whole, naming the file, the column and the type expected, and so is a damaged
+Parquet file.
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ import pyarrow as pa
 
 from rexeval.metrics.expscore_factors import words
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_table
+from rexeval.pipelines.core.io import json_lines, read_parquet, read_table
+from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
 
@@ -46,17 +50,21 @@ def _cell(value: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def read_rows(path: str | Path) -> tuple[list[dict], list[dict], list[str]]:
+TEXT, TEXTS = "text", "text or a list of texts"
+
+
+def read_rows(path: str | Path, kinds: dict[str, str] | None = None) -> tuple[list[dict], list[dict], list[str]]:
     """(rows, error rows, column names) of one explanation file (local or by URI). Each
     row carries `_source` (the path as given) and `_line`; a JSON-lines line that is not
-    a JSON object is an error row."""
+    a JSON object is an error row. `kinds`: columns whose Parquet type must be TEXT (or
+    TEXTS); another type refuses the file (a cast would make "3" an explanation)."""
     loc, p = location(path), given_text(path)
     if not loc.exists():
         raise FileNotFoundError(f"no such input: {p}")
     rows: list[dict] = []
     errors: list[dict] = []
     if loc.is_dir() or loc.suffix == ".parquet":
-        frame = pd.concat([pd.read_parquet(f.path, filesystem=f.fs) for f in _parquet_files(loc)],
+        frame = pd.concat([_parquet_part(f, p, kinds or {}).to_pandas() for f in _parquet_files(loc)],
                           ignore_index=True)
     elif loc.suffix in (".jsonl", ".json"):
         columns: dict[str, None] = {}
@@ -75,6 +83,34 @@ def read_rows(path: str | Path) -> tuple[list[dict], list[dict], list[str]]:
     for n, rec in enumerate(frame.to_dict("records"), start=1):
         rows.append({**{k: _cell(v) for k, v in rec.items()}, "_source": p, "_line": n})
     return rows, errors, [str(c) for c in frame.columns]
+
+
+def _is_text(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        return _is_text(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
+def _parquet_part(part: Location, given: str, kinds: dict[str, str]) -> pa.Table:
+    """One Parquet part, named when it cannot be read, its typed columns checked."""
+    shown = given if part.uri == location(given).uri else f"{given.rstrip('/')}/{part.name}"
+    try:
+        table = read_parquet(part)
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
+            raise  # not about the bytes, or already named
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SchemaError("explanations", shown, None, None, f"not a readable Parquet file ({first})") from None
+    for name, kind in kinds.items():
+        if name not in table.column_names:
+            continue
+        t = table.schema.field(name).type
+        ok = _is_text(t) or (kind == TEXTS and pa.types.is_list(t) and _is_text(t.value_type))
+        if not ok:
+            raise SchemaError("explanations", shown, name, None,
+                              f"holds {t} values, expected {kind} (string); check that the column named in the "
+                              "settings holds the texts")
+    return table
 
 
 def _parquet_files(p: Location) -> list[Location]:
@@ -125,6 +161,9 @@ def validate_row(raw: dict, cfg: ExpScoreInputs, rating: Literal["required", "op
         return None, error_row(src, line, row_id, field, kind, message, clean_raw)
 
     text = raw.get(cfg.text_column)
+    if text is not None and not isinstance(text, str):
+        return fail(cfg.text_column, "bad_type", f"the explanation is {json.dumps(text, default=str)} "
+                                                  f"({type(text).__name__}), not text")
     if not isinstance(text, str) or not text.strip():
         return fail(cfg.text_column, "missing_text", "the explanation is missing or empty")
     if not words(text):
@@ -139,6 +178,8 @@ def validate_row(raw: dict, cfg: ExpScoreInputs, rating: Literal["required", "op
             return fail(cfg.rating_column, "missing_rating", "the human rating is missing")
     else:
         try:
+            if isinstance(value, bool):
+                raise TypeError("a yes/no value is no rating")
             label = float(value)
         except (TypeError, ValueError):
             return fail(cfg.rating_column, "bad_rating", f"the rating {value!r} is not a number")
@@ -169,7 +210,8 @@ def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
         raise ValueError("give the item reviews: a reviews table (reviews) or an input column (reviews_column)")
     rows, errors, has_features, seen = [], [], False, set()
     for path in cfg.inputs:
-        raw_rows, errs, columns = read_rows(path)
+        kinds = {cfg.text_column: TEXT, **({cfg.reviews_column: TEXTS} if cfg.reviews_column else {})}
+        raw_rows, errs, columns = read_rows(path, kinds)
         errors += errs
         for col in (cfg.text_column, cfg.item_column):
             if raw_rows and col not in columns:

@@ -245,7 +245,7 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         first = "; ".join(f"{e['source']} row {e['line']}: {e['message']}" for e in errors[:3])
         raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations"
                          + (f" (first problems: {first})" if first else ""))
-    job = ShardedOutput(out, "expscore-train", cfg.recorded(), tables=[]).open(overwrite=overwrite)
+    job = ShardedOutput(out, "expscore-train", cfg.recorded(), tables=[], owns=EXPSCORE_TRAIN_OUTPUTS.paths()).open(overwrite=overwrite)
     unavailable: dict[str, str] = {}
     close: Callable[[], None] = _nothing_to_close
     if grammar is None:
@@ -370,7 +370,7 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
     if "FA" in needed and not has_features:
         raise ValueError(f"the model uses feature appearance (FA) but the inputs have no "
                          f"{cfg.features_column!r} column")
-    job = ShardedOutput(out, "expscore-score", cfg.recorded(), tables=[]).open(overwrite=overwrite)
+    job = ShardedOutput(out, "expscore-score", cfg.recorded(), tables=[], owns=EXPSCORE_SCORE_OUTPUTS.paths()).open(overwrite=overwrite)
     close: Callable[[], None] = _nothing_to_close
     if "GC" in needed and grammar is None:
         grammar, _, close = open_grammar_checker(cfg.languagetool, cfg.language)

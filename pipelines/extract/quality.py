@@ -284,7 +284,8 @@ def run_quality(cfg: QualityConfig, overwrite: bool = False,
             "max_retries": cfg.max_retries, "shard_size": cfg.shard_size,
             "prompt": load_prompt("extract_quality").version,
             "backend_options": cfg.hashed_backend_options()}
-    job = ShardedJob(ShardedOutput(cfg.out, "extract-quality", conf, [QUALITY_OUTPUTS.judgements, QUALITY_OUTPUTS.errors]), n_shards,
+    job = ShardedJob(ShardedOutput(cfg.out, "extract-quality", conf, [QUALITY_OUTPUTS.judgements, QUALITY_OUTPUTS.errors],
+                                   owns=QUALITY_OUTPUTS.paths()), n_shards,
                      overwrite=overwrite, progress=progress)
     out = job.output
     reviews = None

@@ -34,9 +34,10 @@ from rexeval.models.generators.lm import encode_plain
 from rexeval.models.generators.presets import check_preset
 from rexeval.models.profiles import load_profile
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic
+from rexeval.pipelines.core.io import (config_hash, parquet_schema, read_table, remove_entries, table_files,
+                                       write_json_atomic)
 from rexeval.pipelines.core.llm_job import LLMJobSettings
-from rexeval.pipelines.core.schema import SPLIT_NAMES
+from rexeval.pipelines.core.schema import SPLIT_NAMES, validate_table
 from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
@@ -73,6 +74,18 @@ def keep_best(checkpoint, best_dir: Location) -> dict:
     return state
 
 
+def check_split(split: str) -> None:
+    """A split folder whose three tables exist and are REVIEWS Parquet (their footers
+    read, not their rows): what training needs before it replaces anything."""
+    root = location(split)
+    for name in SPLIT_NAMES:
+        if not (root / name).exists():
+            raise FileNotFoundError(f"{given_text(split)} has no {name}/ table: --data takes a `rexeval split` "
+                                    "output folder (train/, valid/, test/)")
+        for f in table_files(root / name):
+            validate_table(parquet_schema(f).empty_table(), "reviews", source=str(f))
+
+
 def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=None) -> dict:
     """Train (or finish training) and return the report written to `train.json`."""
     from rexeval.pipelines.core.reach import require_reachable
@@ -80,9 +93,13 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     t0 = time.time()
     out = location(job.out)
     require_reachable(out, what="the generate train output folder")  # the trials write there from any node
-    if job.overwrite and out.exists():
-        out.rmtree()
     s = resolve_settings(job.model, job.settings, job.preset)  # the config checked the settings and the grid
+    if job.overwrite and out.exists():
+        check_split(job.data)  # the earlier output stays when the new run could not start
+        kept = remove_entries(out, GENERATE_TRAIN_OUTPUTS.paths())  # what this job wrote, nothing else
+        if kept:
+            progress(f"  --overwrite left {len(kept)} entr(ies) that are not this job's as they are: "
+                     f"{', '.join(kept[:5])}")
     # Review targets keep the preset's length; with `paper`, long explanation targets get
     # one from their own lengths unless --set max_words says otherwise (`seed000` cuts
     # every target at its 128).

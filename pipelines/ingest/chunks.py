@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.storage import Location, PathLike, location
-from rexeval.pipelines.ingest.formats import READ_BLOCK, Layout, is_gzip, open_bytes
+from rexeval.pipelines.ingest.formats import READ_BLOCK, Layout, gunzip, is_gzip
 
 
 
@@ -101,6 +101,14 @@ def _byte_ranges(path: PathLike, chunk_bytes: int, quote_aware: bool):
             start = end
 
 
+QUOTE_SCAN_BYTES = 16 << 20
+"""How far past a range's end planning looks for a line end outside quotes. One stray
+quote (`5" speaker`) leaves the count odd for the rest of the file, which would make
+the rest of a 10 GB file one range; past this many bytes (no review is that long) the
+range ends at the next line end and the count starts even again. The parser reads a
+range with an odd count record by record, so the stray quote costs its own row."""
+
+
 def _to_record_end(fh, size: int, end: int, quotes: int, quote_aware: bool) -> tuple[int, int, int]:
     """From `end`, the position just past the next line end that closes a record, the
     quote count there, and the newlines passed on the way (reading forward in blocks)."""
@@ -120,15 +128,21 @@ def _to_record_end(fh, size: int, end: int, quotes: int, quote_aware: bool) -> t
             i = nl + 1
             if not quote_aware or quotes % 2 == 0:
                 return pos + i, quotes, newlines
+            if pos + i - end > QUOTE_SCAN_BYTES:
+                return pos + i, 0, newlines
         pos += len(block)
     return size, quotes, newlines
 
 
 
-def read_chunk_bytes(chunk: Chunk) -> bytes:
-    """A task's bytes (a whole gzip file decompressed), local or by URI."""
+def read_chunk(chunk: Chunk) -> tuple[bytes, str | None]:
+    """A task's bytes (a whole gzip file decompressed), local or by URI, and why reading
+    stopped early (a truncated or damaged gzip file), or None: the bytes read before a
+    fault are kept, so a cut download loses its tail, not its rows."""
     if chunk.end < 0:
-        with open_bytes(chunk.file()) as fh:
-            return fh.read()
+        loc = chunk.file()
+        with loc.fs.open_input_stream(loc.path, compression=None, buffer_size=READ_BLOCK) as raw:
+            return gunzip(raw)
     with chunk.file().open_input() as fh:
-        return fh.read_at(chunk.end - chunk.start, chunk.start)
+        return fh.read_at(chunk.end - chunk.start, chunk.start), None
+

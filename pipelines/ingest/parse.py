@@ -12,11 +12,21 @@ storage module (local paths or URIs), so the driver handles only plans and count
    columns of all shards (`find_shard_duplicates`); then each shard is committed to
    the output (`commit_shard`): copied as it is, or rewritten when it holds duplicates.
 So every input row ends either in `reviews/` or in `errors/`: in = out + errors.
+
+No input fault ends the job: a row that cannot be read or converted is an error row
+naming its file, line and field; a file that ends early (a truncated gzip file, an
+unclosed quote at the end of a CSV file, a binary tail) keeps the rows read before the
+fault and adds one error row saying where and why reading stopped.
 """
 from __future__ import annotations
 
+import csv
 import io
 import json
+import math
+import re
+import sys
+from contextlib import contextmanager
 
 import numpy as np
 import pyarrow as pa
@@ -24,9 +34,9 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from rexeval.pipelines.ingest.formats import REQUIRED_FIELDS, parse_record
+from rexeval.pipelines.ingest.formats import REQUIRED_FIELDS, parse_record, strip_bom
 from rexeval.pipelines.core.ids import review_ids
-from rexeval.pipelines.ingest.chunks import Chunk, read_chunk_bytes
+from rexeval.pipelines.ingest.chunks import Chunk, read_chunk
 from rexeval.pipelines.core.io import read_parquet, write_parquet_atomic
 from rexeval.pipelines.core.schema import REVIEWS, error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
@@ -34,9 +44,14 @@ from rexeval.pipelines.core.storage import Location, PathLike, location
 
 STAGE = "ingest"
 _NUMBER = r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$"
-_INTEGER = r"^\s*\d+(\.0*)?\s*$"
 # Timestamps above this are milliseconds (the 2023 dump); seconds stay below it until 5138.
 _MS_THRESHOLD = 100_000_000_000
+# The latest plausible review time, 2100-01-01 UTC. A fixed bound rather than "a few years
+# after now", so that re-running a job years later makes the same decisions.
+_LATEST = 4_102_444_800
+_LATEST_TEXT = "2100-01-01"
+_RAW_LIMIT = 65_536
+"""Characters of an input row kept in an error row's `raw` (a 5 MB line is named, not copied)."""
 
 
 # -- parsing -------------------------------------------------------------------------
@@ -52,23 +67,127 @@ class ParsedChunk:
         self.lines = np.zeros(0, dtype=np.int64)
         self.raw: list[str] | None = None  # raw row text, aligned with lines
         self.records = 0  # rows seen (blank lines excluded)
+        self.stopped: list[tuple[int, str]] = []  # (line, why) where reading ended early
 
     def error(self, line: int | None, error_type: str, message: str, raw: str | None = None,
               field: str | None = None) -> None:
         self.errors.append({"source": self.source, "line": line, "field": field,
-                            "error_type": error_type, "message": message, "raw": raw})
+                            "error_type": error_type, "message": _one_line(message), "raw": clip(raw)})
+
+    def stop(self, line: int, why: str) -> None:
+        """Note that reading ended early at `line` (the first line not read as rows)."""
+        self.stopped.append((line, why))
+
+    def finish(self) -> None:
+        """Turn the early ends noted into ONE error row at the first of them (it counts
+        as one row in), so in = out + errors holds for a damaged file too."""
+        if not self.stopped:
+            return
+        line = min(at for at, _ in self.stopped)
+        whys = "; ".join(why for _, why in sorted(self.stopped))
+        self.records += 1
+        self.error(line, "read_stopped",
+                   f"{self.source}: reading stopped at line {line}: {whys}; the rows before it "
+                   "were kept (repair or re-download the file, then ingest it again to read the rest)")
+        self.stopped = []
+
+
+def _one_line(message) -> str:
+    """An error message on one line (an exception's text may hold line ends)."""
+    text = str(message)
+    return " ".join(text.split()) if "\n" in text or "\r" in text else text
+
+
+def clip(raw: str | None) -> str | None:
+    """`raw` cut to `_RAW_LIMIT` characters, saying how long it was."""
+    if raw is None or len(raw) <= _RAW_LIMIT:
+        return raw
+    return f"{raw[:_RAW_LIMIT]}... [{len(raw):,} characters in all]"
 
 
 def parse_chunk(chunk: Chunk, data: bytes | None = None) -> ParsedChunk:
-    """Parse one task's bytes into raw string columns, per its layout."""
+    """Parse one task's bytes into raw string columns, per its layout.
+
+    A byte order mark at the start of the file is dropped. Where reading ends early
+    (a truncated or damaged gzip file, or a binary tail) the rows before are parsed and
+    one error row names the line where reading stopped and why."""
     layout = chunk.layout
     if layout.format == "parquet":
         return _parse_parquet(chunk)
+    ended: list[tuple[int, str]] = []
     if data is None:
-        data = read_chunk_bytes(chunk)
-    if layout.format == "csv":
-        return _parse_csv(data, chunk)
-    return _parse_jsonl(data, chunk)
+        data, why = read_chunk(chunk)
+        if why is not None:  # the cut line is no record: keep whole lines only
+            keep = data.rfind(b"\n") + 1
+            ended.append((chunk.first_line + data.count(b"\n", 0, keep), why))
+            data = data[:keep]
+    if chunk.start == 0:
+        data = strip_bom(data)
+    tail = _binary_tail(data)
+    if tail is not None:
+        at, lines = tail
+        ended.append((chunk.first_line + data.count(b"\n", 0, at),
+                      f"binary data (NUL or control bytes, not UTF-8) from there on ({lines:,} line(s))"))
+        data = data[:at]
+    out = _parse_csv(data, chunk) if layout.format == "csv" else _parse_jsonl(data, chunk)
+    for line, why in ended:
+        out.stop(line, why)
+    out.finish()
+    return out
+
+
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+
+
+def _binary_line(line: bytes) -> bool:
+    """A line no review file holds: a NUL byte, or control bytes in text that is not UTF-8."""
+    if b"\x00" in line:
+        return True
+    if not _CONTROL.search(line):
+        return False
+    try:
+        line.decode("utf-8")
+        return False
+    except UnicodeDecodeError:
+        return True
+
+
+def _binary_tail(data: bytes) -> tuple[int, int] | None:
+    """Where the run of binary lines that ends `data` starts (a byte offset) and how many
+    lines it has, or None: a damaged file's garbage tail is one error row, not one per
+    line of noise. Walks back from the end, so a text file costs its last line only."""
+    cut, lines = None, 0
+    pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+    while pos >= 0:
+        start = data.rfind(b"\n", 0, pos) + 1
+        line = data[start:pos]
+        if line.strip():
+            if not _binary_line(line):
+                break
+            cut, lines = start, lines + 1
+        pos = start - 1
+    return None if cut is None else (cut, lines)
+
+
+# -- JSON lines ----------------------------------------------------------------------
+
+
+class _WrongType(ValueError):
+    """A JSON value whose type cannot be its field's (a list for a text, a dict anywhere)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+# What each field accepts from a JSON line, and how a message says so.
+_KIND = {"user_id": "id", "item_id": "id", "rating": "number", "timestamp": "time",
+         "helpful_votes": "count"}  # all others: text
+_EXPECTED = {"text": "a string", "id": "a string or an integer",
+             "number": "a number or a numeric string",
+             "time": "a number (seconds or milliseconds since 1970) or a date string",
+             "count": "a whole number or the 2014 [votes, total] pair"}
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _parse_jsonl(data: bytes, chunk: Chunk) -> ParsedChunk:
@@ -88,48 +207,103 @@ def _parse_jsonl(data: bytes, chunk: Chunk) -> ParsedChunk:
             out.error(line, "invalid_utf8", f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})",
                       raw.decode("utf-8", "replace"))
             continue
-        try:
-            obj = parse_record(text)
+        try:  # a file joined from several may hold their byte order marks
+            obj = parse_record(text.lstrip("\ufeff"))
         except ValueError as exc:
             out.error(line, "invalid_json", str(exc), text)
             continue
         if not isinstance(obj, dict):
-            out.error(line, "invalid_record", f"expected an object, got {type(obj).__name__}", text)
+            out.error(line, "invalid_record", f"expected an object, got {_type_name(obj)}", text)
             continue
-        for f, src in fields.items():
-            values[f].append(_pick(obj, src))
+        surrogates = _SURROGATE_ESCAPE.search(text) is not None
+        try:
+            row = [_json_value(f, src, obj, surrogates) for f, src in fields.items()]
+        except _WrongType as exc:
+            out.error(line, "invalid_type", str(exc), text, field=exc.field)
+            continue
+        for f, v in zip(fields, row):
+            values[f].append(v)
         lines.append(line)
         raws.append(text)
-    out.columns = {f: _to_string_array(v) for f, v in values.items()}
+    out.columns = {f: pa.array(v, type=pa.string()) for f, v in values.items()}
     out.lines = np.asarray(lines, dtype=np.int64)
     out.raw = raws
     return out
 
 
-def _pick(obj: dict, src):
+def _pick(obj: dict, src) -> tuple[str, object]:
+    """(the key used, its value): the first key of `src` (one or a tuple) with a value."""
     if isinstance(src, tuple):
         for s in src:
             if obj.get(s) is not None:
-                return obj[s]
+                return s, obj[s]
+        return src[0], None
+    return src, obj.get(src)
+
+
+def _json_value(fld: str, src, obj: dict, surrogates: bool) -> str | None:
+    """A field's JSON value as the text `normalise` checks, or _WrongType naming the key
+    when the value's type cannot be that field's. Lists are refused (only a text's first
+    element would be kept, silently), except the 2014 `helpful: [votes, total]` pair."""
+    key, v = _pick(obj, src)
+    if v is None:
         return None
-    return obj.get(src)
+    kind = _KIND.get(fld, "text")
+    if isinstance(v, str):
+        if surrogates and _has_lone_surrogate(v):
+            raise _WrongType(fld, f"'{key}' holds an unpaired surrogate escape (\\ud800-\\udfff), "
+                                  "which is not text")
+        return v
+    number = isinstance(v, (int, float)) and not isinstance(v, bool)
+    if number and kind in ("number", "time"):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise _WrongType(fld, f"'{key}' is {v}, not a finite number")
+        return str(v) if isinstance(v, int) else repr(v)
+    if kind == "id" and isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    if kind == "count":
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)
+        if isinstance(v, float) and v.is_integer():
+            return str(int(v))
+        if isinstance(v, list) and len(v) == 2 and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in v):
+            return str(v[0])
+    raise _WrongType(fld, f"'{key}' must be {_EXPECTED[kind]} for {fld}, got {_type_name(v)}")
 
 
-def _to_string_array(values: list) -> pa.Array:
-    out = []
-    for v in values:
-        if v is None or isinstance(v, str):
-            out.append(v)
-        elif isinstance(v, (list, tuple)):  # "helpful": [votes, total]
-            out.append(str(v[0]) if v else None)
-        elif isinstance(v, float) and v.is_integer():
-            out.append(str(int(v)) if abs(v) > 1e6 else str(v))
-        else:
-            out.append(str(v))
-    return pa.array(out, type=pa.string())
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return False
+    except UnicodeEncodeError:
+        return True
+
+
+def _type_name(v) -> str:
+    names = {dict: "an object", list: "a list", tuple: "a tuple", bool: "a boolean",
+             int: "a number", float: "a number", str: "a string", type(None): "null"}
+    return names.get(type(v), type(v).__name__)
+
+
+# -- CSV -----------------------------------------------------------------------------
 
 
 def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
+    """Parse a CSV range with pyarrow; a range pyarrow refuses (an unterminated quote) or
+    reads into other records than the quote-parity record starts say (a stray quote
+    inside a field, a lone CR) is read again record by record (`_parse_csv_records`), so
+    one bad record costs its own line, not its whole range."""
+    try:
+        out = _parse_csv_fast(data, chunk)
+    except pa.ArrowException:
+        out = None
+    return out if out is not None else _parse_csv_records(data, chunk)
+
+
+def _parse_csv_fast(data: bytes, chunk: Chunk) -> ParsedChunk | None:
+    """pyarrow's reader over the whole range; None when its records are not the ones our
+    quote-parity record starts found (then lines could not be matched to rows)."""
     out = ParsedChunk(chunk.path)
     layout = chunk.layout
     skip_header = layout.has_header and chunk.start == 0
@@ -141,6 +315,8 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
     keep = starts < len(data)
     starts, ends = starts[keep], ends[keep]
     quotes = np.flatnonzero(arr == 34)
+    if len(quotes) % 2:  # a quote left open (at the end, or a stray one): read record by record
+        return None
     even = np.searchsorted(quotes, starts) % 2 == 0
     width = ends - starts - (ends > starts) * (arr[np.maximum(ends - 1, 0)] == 13)
     is_record = even & (width > 0)
@@ -162,7 +338,7 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
 
     names = list(layout.csv_columns)
     wanted = {src for src in layout.fields.values() if src in names}
-    try:
+    with _quiet_bad_utf8_rows(on_invalid):
         table = pacsv.read_csv(
             io.BytesIO(data_view),
             read_options=pacsv.ReadOptions(column_names=names, use_threads=False,
@@ -172,11 +348,8 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
                                                  include_columns=[n for n in names if n in wanted],
                                                  strings_can_be_null=False, quoted_strings_can_be_null=False),
         )
-    except pa.ArrowInvalid as exc:  # e.g. an unterminated quote at the end of the file
-        for line, s, e in zip(rec_lines, rec_starts, rec_ends):
-            out.error(int(line), "invalid_csv", f"CSV parse failed for this block: {exc}",
-                      data[int(s):int(e)].decode("utf-8", "replace").rstrip("\r\n"))
-        return out
+    if table.num_rows + len(bad) != len(rec_lines) or any(not 0 < r.number <= len(rec_lines) for r in bad):
+        return None
     valid = np.ones(len(rec_lines), dtype=bool)
     for row in bad:
         k = row.number - 1  # 1-based among non-empty records of what we parsed
@@ -185,9 +358,6 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
                   f"expected {row.expected_columns} fields, found {row.actual_columns}",
                   row.text)
     lines = rec_lines[valid]
-    if table.num_rows != len(lines):
-        raise RuntimeError(f"{chunk.path}: CSV record count mismatch in lines "
-                           f"{chunk.first_line}..; please report this file")
     raw_bounds = np.stack([rec_starts[valid] - base, rec_ends[valid] - base], axis=1)
     table, lines, raw_bounds = _drop_bad_utf8(table, lines, raw_bounds, data_view, out)
     out.columns = {f: table.column(src).combine_chunks() if src in table.column_names else pa.nulls(table.num_rows, pa.string())
@@ -195,6 +365,142 @@ def _parse_csv(data: bytes, chunk: Chunk) -> ParsedChunk:
     out.lines = lines
     out.raw = _LazyRaw(data_view, raw_bounds)
     return out
+
+
+@contextmanager
+def _quiet_bad_utf8_rows(handler):
+    """pyarrow decodes an invalid row's text before calling `handler`; when that text is
+    not UTF-8 the decoding fails inside pyarrow, which prints the traceback as an
+    "exception ignored" and then refuses the range (read again record by record). Only
+    that traceback is kept out of the job's log; any other goes to the usual hook."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable):
+        if not (isinstance(unraisable.exc_value, UnicodeDecodeError) and unraisable.object is handler):
+            previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        yield
+    finally:
+        sys.unraisablehook = previous
+
+
+class _Lines:
+    """Physical lines (split at LF only, as chunk line numbers count them) fed to
+    csv.reader one at a time; `at` is the index of the next line it will take."""
+
+    def __init__(self, pieces: list[bytes], at: int = 0):
+        self.pieces, self.at = pieces, at
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        if self.at >= len(self.pieces):
+            raise StopIteration
+        piece = self.pieces[self.at]
+        self.at += 1
+        # Bytes that are not UTF-8 survive as lone surrogates, found per field below.
+        return piece.decode("utf-8", "surrogateescape") + ("\n" if self.at < len(self.pieces) else "")
+
+
+def _parse_csv_records(data: bytes, chunk: Chunk) -> ParsedChunk:
+    """Python's csv module, one record at a time, for a range pyarrow cannot read.
+
+    pyarrow gives up on a whole range at one unterminated quote, and reads a stray quote
+    inside a field differently from our record starts; here every record is read alone
+    (strict quoting: a closing quote must end its field). A record that raises is an
+    error row at its first line, and reading goes on at the next line. A quote left open
+    to the end of the range is either a stray one (the lines after it still hold whole
+    records: they are read) or a cut file (they do not: reading stopped at that record,
+    one error row)."""
+    out = ParsedChunk(chunk.path)
+    layout = chunk.layout
+    names = list(layout.csv_columns)
+    index = {src: names.index(src) for src in layout.fields.values() if src in names}
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()  # the line end of the last line
+    offsets = np.concatenate(([0], np.cumsum([len(p) + 1 for p in pieces], dtype=np.int64)))
+    rows: list[list[str]] = []
+    spans: list[tuple[int, int]] = []  # (first piece, end piece) of each kept record
+    open_at: list[tuple[int, int, int, int, int]] = []  # checkpoints at quotes left open
+    header = layout.has_header and chunk.start == 0
+    feed = _Lines(pieces)
+    limit = csv.field_size_limit()
+    csv.field_size_limit(max(limit, len(data) + 1))
+    try:
+        reader = csv.reader(feed, strict=True)
+        while True:
+            first = feed.at
+            try:
+                row = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as exc:
+                if header:  # a damaged header is still the header
+                    header = False
+                elif feed.at >= len(pieces) and "end of data" in str(exc):
+                    open_at.append((first, len(rows), len(out.errors), out.records, len(spans)))
+                    out.records += 1
+                    out.error(chunk.first_line + first, "invalid_csv",
+                              f"a quote opened in this record is never closed ({exc}); read as one line",
+                              _text(pieces, first, first + 1))
+                else:
+                    out.records += 1
+                    out.error(chunk.first_line + first, "invalid_csv", f"not a CSV record: {exc}",
+                              _text(pieces, first, feed.at))
+                feed.at = first + 1
+                reader = csv.reader(feed, strict=True)
+                continue
+            if not row:
+                continue  # a blank line
+            if header:
+                header = False
+                continue
+            out.records += 1
+            line = chunk.first_line + first
+            if len(row) != len(names):
+                out.error(line, "invalid_csv", f"expected {len(names)} fields, found {len(row)}",
+                          _text(pieces, first, feed.at))
+                continue
+            bad = next((src for src, k in index.items() if _has_lone_surrogate(row[k])), None)
+            if bad is not None:
+                out.error(line, "invalid_utf8", f"field '{bad}' is not valid UTF-8",
+                          _text(pieces, first, feed.at), field=bad)
+                continue
+            rows.append([row[k] for k in index.values()])  # in the order of `index`
+            spans.append((first, feed.at))
+    finally:
+        csv.field_size_limit(limit)
+    _close_open_quotes(out, rows, spans, open_at, chunk)
+    at = {src: i for i, src in enumerate(index)}
+    out.columns = {f: pa.array([r[at[src]] for r in rows], pa.string()) if src in at
+                   else pa.nulls(len(rows), pa.string()) for f, src in layout.fields.items()}
+    first_pieces = np.asarray([s for s, _ in spans], dtype=np.int64)
+    out.lines = chunk.first_line + first_pieces
+    bounds = np.asarray([(offsets[s], offsets[e]) for s, e in spans], dtype=np.int64).reshape(-1, 2)
+    out.raw = _LazyRaw(data, bounds)
+    return out
+
+
+def _close_open_quotes(out: ParsedChunk, rows: list, spans: list, open_at: list, chunk: Chunk) -> None:
+    """Decide, from the last open quote back, whether each was a stray quote or a cut
+    file: when no whole record was read after it, the file ends inside that quote; the
+    rows after it are dropped again and reading is said to stop there (one error row)."""
+    for first, n_rows, n_errors, n_records, n_spans in reversed(open_at):
+        if len(rows) > n_rows:
+            break  # whole records follow: a stray quote, its line already an error row
+        del rows[n_rows:], spans[n_spans:], out.errors[n_errors:]
+        out.records = n_records
+        out.stopped = [s for s in out.stopped if s[0] < chunk.first_line + first]
+        out.stop(chunk.first_line + first, "a quoted field opened in this record is never closed "
+                                           "(a cut file, or a missing closing quote)")
+
+
+def _text(pieces: list[bytes], start: int, end: int) -> str:
+    return b"\n".join(pieces[start:max(end, start + 1)]).decode("utf-8", "replace").rstrip("\r\n")
 
 
 class _LazyRaw:
@@ -254,9 +560,15 @@ def _parse_parquet(chunk: Chunk) -> ParsedChunk:
 
 
 def _stringify(col: pa.ChunkedArray) -> pa.Array:
+    """A Parquet column as the strings `normalise` checks: a time as whole seconds since
+    1970 (floored; no unit cast, which refuses a time that is not whole seconds), a list
+    (`detect_layout` lets one through for helpful votes only) as its first element."""
     col = col.combine_chunks()
     if pa.types.is_timestamp(col.type):
-        col = pc.cast(col.cast(pa.timestamp("s")), pa.int64())
+        per = {"s": 1, "ms": 1000, "us": 1_000_000, "ns": 1_000_000_000}[col.type.unit]
+        ticks = pc.cast(col, pa.int64())
+        floor_neg = pc.subtract(pc.divide(pc.add(ticks, 1), per), 1)
+        col = pc.if_else(pc.less(ticks, 0), floor_neg, pc.divide(ticks, per))
     if pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
         col = pc.list_element(col, 0)
     return col.cast(pa.string())
@@ -278,8 +590,9 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
     """Validate raw string columns; return (reviews, errors) for one chunk.
 
     Checks run as vectorised kernels over the whole chunk; a row fails on its first
-    problem, in the order: missing required field, empty text, bad rating, rating out
-    of range, bad timestamp.
+    problem, in the order: missing required field, empty text, bad rating (not a finite
+    number, or out of range), bad timestamp (not a time, negative, after 2100), bad
+    helpful votes. No value reaches a conversion that could fail on it.
     """
     cols = parsed.columns
     n = len(parsed.lines)
@@ -301,39 +614,25 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
         flag(empty_.to_numpy(zero_copy_only=False),
              f, "empty text" if f == "text" else f"missing field '{f}'")
 
-    rating_ok = pc.fill_null(pc.match_substring_regex(cols["rating"], _NUMBER), False).to_numpy(zero_copy_only=False)
-    flag(~rating_ok, "rating", "rating is not a number")
-    rating = pc.cast(pc.if_else(pa.array(rating_ok), pc.utf8_trim_whitespace(cols["rating"]), "0"), pa.float64())
-    r = rating.to_numpy(zero_copy_only=False)
-    flag((r < min_rating) | (r > max_rating) | np.isnan(r), "rating",
-         f"rating out of range [{min_rating:g}, {max_rating:g}]")
+    rating, why = _ratings(cols["rating"], min_rating, max_rating)
+    for message in _messages(why):
+        flag(why == message, "rating", message)
 
-    ts_int = pc.fill_null(pc.match_substring_regex(cols["timestamp"], _INTEGER), False).to_numpy(zero_copy_only=False)
-    ts = np.zeros(n, dtype=np.int64)
-    if ts_int.any():
-        digits = pc.utf8_trim_whitespace(pc.replace_substring_regex(cols["timestamp"], r"\.0*\s*$", ""))
-        parsed_ts = pc.cast(pc.if_else(pa.array(ts_int), digits, "0"), pa.int64()).to_numpy(zero_copy_only=False)
-        ts = np.where(ts_int, parsed_ts, 0)
-        ts = np.where(ts >= _MS_THRESHOLD, ts // 1000, ts)
-    other = ~ts_int & (problem == None)  # noqa: E711
-    if other.any():  # dates as text: the rare path, parsed row by row
-        import pandas as pd
+    ts, why = _epoch_seconds(cols["timestamp"], problem == None)  # noqa: E711
+    for message in _messages(why):
+        flag(why == message, "timestamp", message)
 
-        idx = np.flatnonzero(other)
-        raw_ts = pc.take(cols["timestamp"], pa.array(idx)).to_pylist()
-        dt = pd.to_datetime(pd.Series(raw_ts, dtype=object), errors="coerce", utc=True, format="mixed")
-        ok = dt.notna().to_numpy()
-        if ok.any():  # whole seconds, whatever resolution pandas picked
-            ts[idx[ok]] = ((dt[ok] - pd.Timestamp(0, tz="UTC")) // pd.Timedelta(seconds=1)).to_numpy()
-        bad = np.zeros(n, bool)
-        bad[idx[~ok]] = True
-        flag(bad, "timestamp", "timestamp is neither epoch seconds/milliseconds nor a date")
+    helpful = cols.get("helpful_votes")
+    if helpful is not None:
+        helpful, bad = _counts(helpful)
+        flag(bad, "helpful_votes", "helpful_votes is not a count (a whole number below 10^9, "
+                                   "or the 2014 [votes, total] pair)")
 
     good = problem == None  # noqa: E711
     err_idx = np.flatnonzero(~good)
     errors = [{"source": parsed.source, "line": int(parsed.lines[i]), "field": field_of[i],
                "error_type": "invalid_field", "message": problem[i],
-               "raw": parsed.raw[int(i)] if parsed.raw is not None else None} for i in err_idx]
+               "raw": clip(parsed.raw[int(i)]) if parsed.raw is not None else None} for i in err_idx]
     errors = parsed.errors + errors
 
     keep = pa.array(good)
@@ -341,13 +640,6 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
     m = int(good.sum())
     users, items = g["user_id"], g["item_id"]
     ts_g = ts[good]
-    helpful = g.get("helpful_votes")
-    if helpful is not None:
-        # "12", "1,234" (2018 "vote") or "[12, 15]" (2014 "helpful": votes, total).
-        first = pc.struct_field(pc.extract_regex(helpful, r"^\s*\[?\s*(?P<n>\d[\d,]{0,11})"), [0])
-        digits = pc.replace_substring(first, ",", "")
-        ok = pc.fill_null(pc.match_substring_regex(digits, r"^\d{1,9}$"), False)
-        helpful = pc.cast(pc.if_else(ok, digits, pa.scalar(None, pa.string())), pa.int32())
     cat = g.get("category")
     if category is not None:
         cat = pa.array([category] * m, pa.string()) if cat is None else pc.fill_null(cat, category)
@@ -362,11 +654,107 @@ def normalise(parsed: ParsedChunk, min_rating: float = 1.0, max_rating: float = 
         "user_name": g.get("user_name", pa.nulls(m, pa.string())),
         "item_title": pa.nulls(m, pa.string()),
         "category": cat if cat is not None else pa.nulls(m, pa.string()),
-        "helpful_votes": helpful if helpful is not None else pa.nulls(m, pa.int32()),
+        "helpful_votes": pc.filter(helpful, keep) if helpful is not None else pa.nulls(m, pa.int32()),
         "source": pa.array([parsed.source] * m, pa.string()),
         "line": pa.array(parsed.lines[good], pa.int64()),
     })
     return reviews.cast(REVIEWS), error_rows(STAGE, errors)
+
+
+def _messages(why: np.ndarray) -> list[str]:
+    """The distinct problems flagged in `why` (None: no problem), in a stable order."""
+    return sorted({w for w in why if w is not None})
+
+
+def _numbers(col: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(is a number, its value) per row of a string column; only strings that match
+    `_NUMBER` are converted, so no value can make the cast fail (huge ones are inf)."""
+    numeric = pc.fill_null(pc.match_substring_regex(col, _NUMBER), False)
+    values = pc.cast(pc.if_else(numeric, pc.utf8_trim_whitespace(col), "0"), pa.float64())
+    return numeric.to_numpy(zero_copy_only=False), np.array(values.to_numpy(zero_copy_only=False))
+
+
+def _ratings(col: pa.Array, lo: float, hi: float) -> tuple[pa.Array, np.ndarray]:
+    """Ratings as float64 and per row its problem (None when fine): not a number, not
+    finite, or outside [lo, hi]."""
+    numeric, r = _numbers(col)
+    why = np.full(len(r), None, dtype=object)
+    why[numeric & (np.isnan(r) | np.isinf(r))] = "rating is not a finite number"
+    why[numeric & np.isfinite(r) & ((r < lo) | (r > hi))] = f"rating out of range [{lo:g}, {hi:g}]"
+    why[~numeric] = "rating is not a number"
+    return pa.array(np.where(numeric & np.isfinite(r), r, 0.0), pa.float64()), why
+
+
+def _epoch_seconds(col: pa.Array, todo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whole seconds since 1970 per row, and per row its problem (None when fine).
+
+    Numbers are seconds, or milliseconds from 10^11 on (the 2023 dump); other text is
+    parsed as a date (only where `todo`: the rare path, row by row). A time must be
+    finite, not before 1970 and not after 2100: 9.3e18 or -5 is a broken value, not a
+    review time, and converting it to int64 would overflow."""
+    numeric, x = _numbers(col)
+    n = len(x)
+    why = np.full(n, None, dtype=object)
+    dates = ~numeric & todo
+    if dates.any():
+        idx = np.flatnonzero(dates)
+        x[idx] = _date_seconds(pc.take(col, pa.array(idx)).to_pylist())
+        why[idx[np.isnan(x[idx])]] = "timestamp is neither seconds/milliseconds since 1970 nor a date"
+    known = numeric | (dates & ~np.isnan(x))
+    why[numeric & ~np.isfinite(x)] = "timestamp is not a finite number"
+    x = np.where(known & np.isfinite(x), x, 0.0)
+    secs = np.where(numeric & (x >= _MS_THRESHOLD), x / 1000.0, x)
+    why[known & (x < 0)] = "timestamp is before 1970 (negative)"
+    why[known & (secs >= _LATEST)] = (f"timestamp is after {_LATEST_TEXT} (expected seconds or "
+                                      "milliseconds since 1970)")
+    ok = known & (x >= 0) & (secs < _LATEST)
+    whole = np.where(ok, x, 0.0).astype(np.int64)  # exact: below 2^53 here
+    ts = np.where(numeric & (whole >= _MS_THRESHOLD), whole // 1000, whole)
+    return ts, why
+
+
+def _date_seconds(texts: list) -> np.ndarray:
+    """Seconds since 1970 (floored) of date strings; NaN where one is not a date."""
+    import pandas as pd
+
+    texts = [t if t is not None and len(t) <= 64 else None for t in texts]  # no date is longer
+    try:
+        return _seconds(pd.to_datetime(pd.Series(texts, dtype=object), errors="coerce", utc=True,
+                                       format="mixed"))
+    except (ValueError, TypeError, OverflowError):  # pandas refuses the batch: one by one
+        return np.concatenate([_date_seconds_one(t) for t in texts]) if texts else np.zeros(0)
+
+
+def _date_seconds_one(text) -> np.ndarray:
+    import pandas as pd
+
+    try:
+        return _seconds(pd.to_datetime(pd.Series([text], dtype=object), errors="coerce", utc=True))
+    except (ValueError, TypeError, OverflowError):
+        return np.array([np.nan])
+
+
+def _seconds(dt) -> np.ndarray:
+    """Whole seconds of a datetime Series in its own resolution (pandas picks one coarse
+    enough for year 1 or 9999: no arithmetic in nanoseconds, which would overflow)."""
+    out = np.full(len(dt), np.nan)
+    ok = dt.notna().to_numpy()
+    if ok.any():
+        per = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[dt.dt.unit]
+        out[ok] = dt[ok].astype("int64").to_numpy() // per
+    return out
+
+
+def _counts(col: pa.Array) -> tuple[pa.Array, np.ndarray]:
+    """Helpful votes as int32 (null where absent or blank) and per row whether a value
+    is given but is no count: "12", "1,234" (2018 "vote") or "[12, 15]" (2014 "helpful":
+    votes, total)."""
+    first = pc.struct_field(pc.extract_regex(col, r"^\s*\[?\s*(?P<n>\d[\d,]{0,11})"), [0])
+    digits = pc.replace_substring(first, ",", "")
+    ok = pc.fill_null(pc.match_substring_regex(digits, r"^\d{1,9}$"), False)
+    blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(col)), 0), True)
+    bad = ~(ok.to_numpy(zero_copy_only=False) | blank.to_numpy(zero_copy_only=False))
+    return pc.cast(pc.if_else(ok, digits, pa.scalar(None, pa.string())), pa.int32()), bad
 
 
 # -- stages --------------------------------------------------------------------------

@@ -102,7 +102,7 @@ class DetectJobConfig(JudgeJobSettings):
     limit: int | None = Field(None, ge=1, description="first N interactions")
     conditions: list[str] | None = None
     generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")
-    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"])
+    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"], min_length=1)
     reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
     criteria: str = "alert_criteria"
     divide: bool = True

@@ -8,7 +8,9 @@ Contexts (the shopper's purchase history, the item's description) come from a fi
 already holds them (`user_id, item_id, user_profile, item_description`) or are built from
 an ingested reviews table (`pipelines.generate.context.build_contexts`). Every explanation
 row ends in a judged row or an error row: a pair whose baseline explanation is missing
-is an error row naming the file, row and field, not a silent drop.
+is an error row naming the file, row and field, not a silent drop. A file that cannot be
+read (damaged Parquet, broken CSV or JSON lines) is named, and a context text that is
+not text (a number) is refused with its file, row (1-based) and column.
 """
 from __future__ import annotations
 
@@ -19,26 +21,58 @@ import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.inputs import given_text, reviews_path
-from rexeval.pipelines.core.io import read_table
+from rexeval.pipelines.core.io import json_lines, read_parquet, read_table
+from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 
 
 def read_frame(path: PathLike) -> pd.DataFrame:
-    """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix."""
-    loc = location(path)
+    """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix; one
+    that cannot be read is named (Arrow and pandas do not always say which file)."""
+    loc, p = location(path), given_text(path)
     if loc.suffix == ".csv":
-        return pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False)
+        try:
+            return pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False)
+        except pd.errors.EmptyDataError:
+            raise SchemaError("table", p, None, None, "the file is empty") from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise SchemaError("table", p, None, None,
+                              f"not a readable CSV file: {str(exc).strip().splitlines()[-1]}") from None
     if loc.suffix in (".jsonl", ".json"):
-        return pd.read_json(io.BytesIO(loc.read_bytes()), lines=True, dtype=False)
+        return pd.DataFrame.from_records([obj for _, obj in json_lines(loc, "table")])
     return read_parquet_frame(loc)
 
 
 def read_parquet_frame(path: PathLike) -> pd.DataFrame:
-    """A Parquet file as pandas reads it, local or by URI."""
+    """A Parquet file as pandas reads it, local or by URI; a damaged one is named."""
     loc = location(path)
-    return pd.read_parquet(loc.path, filesystem=loc.fs)
+    try:
+        return read_parquet(loc).to_pandas()
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
+            raise  # not about the bytes, or already named
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SchemaError("table", given_text(path), None, None, f"not a readable Parquet file ({first})") from None
+
+
+CONTEXT_TEXTS = ("user_profile", "item_description")  # the ids may be numbers; these must be text
+
+
+def _check_texts(df: pd.DataFrame, source: str, columns: Sequence[str]) -> None:
+    """Refuse a context text that is a number (or a list...): written as "3" it would
+    reach the judge's prompt as the shopper's history."""
+    for c in columns:
+        if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]):
+            raise SchemaError("contexts", source, c, None, f"holds {df[c].dtype} values, expected text (string); "
+                              "check the column holds the texts")
+        for i, v in enumerate(df[c].tolist()):
+            if v is None or isinstance(v, str) or (isinstance(v, float) and pd.isna(v)):
+                continue
+            raise SchemaError("contexts", source, c, i + 1,
+                              f"{v!r} is {type(v).__name__}, expected text (string); check the column holds "
+                              "the texts")
 
 
 def read_contexts(path: PathLike) -> pd.DataFrame:
@@ -48,6 +82,7 @@ def read_contexts(path: PathLike) -> pd.DataFrame:
     missing = [c for c in CONTEXT_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{p}: contexts need column(s) {missing} (it has {list(df.columns)})")
+    _check_texts(df, p, [c for c in CONTEXT_TEXTS if c in CONTEXT_COLUMNS])
     for c in CONTEXT_COLUMNS:
         df[c] = df[c].fillna("").astype(str)
     dup = df.duplicated(["user_id", "item_id"], keep=False)

@@ -15,7 +15,9 @@ table always needs user and item, since correlations are grouped by them.
 
 Nothing is dropped silently: a missing or repeated key (in the long layout a repeated
 (judge, explanation, aspect) score), a row with no partner, an unreadable value each
-become an error row naming the file, the row and the field.
+become an error row naming the file, the row and the field. Two tables of which no row
+matches are refused (nothing could be measured), naming both files, the key columns and
+a few keys of each; a missing column is blamed on the file that should hold it.
 """
 from __future__ import annotations
 
@@ -106,13 +108,16 @@ def read_input(path: str | Path) -> InputTable:
         raise FileNotFoundError(f"input not found: {p}")
     suffix = loc.suffix.lower()
     if loc.is_dir() or suffix in (".parquet", ".pq"):
-        df = pa.concat_tables([read_parquet(f) for f in table_files(loc)]).to_pandas()
+        df = pa.concat_tables([_read_part(f, p) for f in table_files(loc)]).to_pandas()
         return InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
     if suffix in (".csv", ".tsv"):
         try:
             df = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, sep="\t" if suffix == ".tsv" else ",")
         except pd.errors.EmptyDataError:
             raise SchemaError(STAGE, p, None, None, "the file is empty") from None
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise SchemaError(STAGE, p, None, None, f"not a readable {suffix[1:].upper()} file: "
+                              f"{str(exc).strip().splitlines()[-1]}") from None
         return InputTable(p, df, list(range(1, len(df) + 1)), "row")
     if suffix in (".jsonl", ".json", ".ndjson"):
         rows = list(json_lines(loc, STAGE))
@@ -120,6 +125,19 @@ def read_input(path: str | Path) -> InputTable:
         return InputTable(p, df, [n for n, _ in rows], "line")
     raise ValueError(f"{p}: unknown table format {suffix or '(no suffix)'!r}; "
                      "use Parquet, CSV, TSV or JSON lines (.jsonl)")
+
+
+def _read_part(part, given: str) -> pa.Table:
+    """One Parquet part; a damaged one is named (a folder's part by its own path):
+    Arrow's own message may not say which file it was reading."""
+    try:
+        return read_parquet(part)
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
+            raise  # not about the bytes, or already named
+        shown = given if location(given).uri == part.uri else f"{given.rstrip('/')}/{part.name}"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SchemaError(STAGE, shown, None, None, f"not a readable Parquet file ({first})") from None
 
 
 def _is_missing(v) -> bool:
@@ -169,10 +187,15 @@ def explanation_key(cfg: MetaEvaluateConfig, tables: Sequence[InputTable]) -> st
     if cfg.key != "auto":
         return cfg.key
     found = [k for k in AUTO_KEYS if all(k in t.df.columns for t in tables)]
-    if not found:
-        raise SchemaError(STAGE, tables[0].source, None, None,
+    if found:
+        return found[0]
+    has = {t.source: [k for k in AUTO_KEYS if k in t.df.columns] for t in tables}
+    lacking = next((t for t in tables if not has[t.source]), None)
+    if lacking is not None:  # the file without any of them is the one to fix
+        raise SchemaError(STAGE, lacking.source, None, None,
                           f"no explanation key column ({', '.join(AUTO_KEYS)}); name it with --key")
-    return found[0]
+    raise ValueError("no explanation key column in both tables: " + "; ".join(
+        f"{src} has {', '.join(ks)}" for src, ks in has.items()) + "; name the one to join on with --key")
 
 
 def resolve_keys(cfg: MetaEvaluateConfig, tables: Sequence[InputTable]) -> tuple[list[str], list[str]]:
@@ -290,6 +313,8 @@ def join_tables(scores: InputTable, human: InputTable | None, keys: list[str], a
     right, more = keyed_rows(human, keys)
     errors += more
     merged = left.merge(right, on=keys, how="outer", suffixes=("_judge", "_human"), indicator=True)
+    if not (merged["_merge"] == "both").any():
+        raise ValueError(no_match(scores, human, keys, left, right))
     field_name = ",".join(keys)
     for side, table, other, pos in (("left_only", scores, human, "pos_judge"),
                                     ("right_only", human, scores, "pos_human")):
@@ -304,6 +329,24 @@ def join_tables(scores: InputTable, human: InputTable | None, keys: list[str], a
                "unmatched_scores": int((merged["_merge"] == "left_only").sum()),
                "unmatched_human": int((merged["_merge"] == "right_only").sum())}
     return joined, errors, counts
+
+
+def no_match(scores: InputTable, human: InputTable, keys: Sequence[str], left: pd.DataFrame,
+             right: pd.DataFrame, most: int = 3) -> str:
+    """Why two tables share no row, with a few keys of each side: nothing could be
+    measured, and the keys side by side usually show the mismatch (a prefix, a case, a
+    different id column)."""
+    def sample(frame: pd.DataFrame, table: InputTable) -> str:
+        if frame.empty:
+            return f"{table.source} has no row with a complete key"
+        shown = ["(" + ", ".join(f"{k}={v}" for k, v in zip(keys, row)) + ")"
+                 for row in frame[list(keys)].head(most).itertuples(index=False, name=None)]
+        more = f" and {len(frame) - most} more" if len(frame) > most else ""
+        return f"{table.source} has {', '.join(shown)}{more}"
+
+    return (f"no row of {scores.source} matches a row of {human.source} on ({', '.join(keys)}): "
+            f"{sample(left, scores)}; {sample(right, human)}; check that both files describe the same "
+            "explanations, or name the key columns with --key, --user-col and --item-col")
 
 
 # ------------------------------------------------------------------ targets
@@ -358,15 +401,43 @@ def resolve_targets(cfg: MetaEvaluateConfig, judge_columns: Sequence[str], human
             aspects = [a for a in found if any(p + a in judge_columns and not (same_table and p == hp)
                                                for p in cfg.judge_prefixes)]
             if not aspects:
-                raise SchemaError(STAGE, judge_source, None, None,
-                                  f"no aspect columns found: expected pairs like "
-                                  f"{cfg.judge_prefixes[0]}<aspect> and {hp}<aspect>; "
-                                  "name them with --aspect, --judge-prefix/--human-prefix or --judge-col/--human-col")
+                raise no_aspects(cfg, judge_columns, human_columns, keys, judge_source, human_source)
         for p in cfg.judge_prefixes:
             for a in aspects:
                 if p + a in judge_columns or cfg.aspects:
                     targets.append(Target(_name(p, cfg), a, p + a, hp + a))
     return _check_targets(targets, judge_columns, human_columns, keys, judge_source, human_source)
+
+
+def _shown(columns: Sequence[str], most: int = 12) -> str:
+    cols = [str(c) for c in columns]
+    return ", ".join(cols[:most]) + (f" and {len(cols) - most} more" if len(cols) > most else "")
+
+
+def no_aspects(cfg: MetaEvaluateConfig, judge_columns: Sequence[str], human_columns: Sequence[str],
+               keys: Sequence[str], judge_source: str, human_source: str) -> SchemaError:
+    """Why no aspect pairs up, blaming the file that lacks its columns: the human file
+    when it has no human column, the evaluator file when it has no evaluator column,
+    and the human file again, with the columns it would need and both files named, when
+    each has some but no aspect is in both (a misspelt rating column, usually)."""
+    hp, prefixes = cfg.human_prefix, cfg.judge_prefixes
+    fix = "name them with --aspect, --judge-prefix/--human-prefix or --judge-col/--human-col"
+    rated = [c for c in human_columns if c not in keys and c.startswith(hp) and c != hp]
+    judged = [c for c in judge_columns if c not in keys and c not in rated
+              and any(c.startswith(p) and c != p for p in prefixes)]
+    if not rated:
+        return SchemaError(STAGE, human_source, None, None,
+                           f"no aspect columns found: no human rating column ({hp}<aspect>) among its columns "
+                           f"({_shown([c for c in human_columns if c not in keys])}); {fix}")
+    if not judged:
+        wanted = " or ".join(p + "<aspect>" for p in prefixes)
+        return SchemaError(STAGE, judge_source, None, None,
+                           f"no aspect columns found: no evaluator column ({wanted}) among its columns "
+                           f"({_shown([c for c in judge_columns if c not in keys])}); {fix}")
+    expected = list(dict.fromkeys(hp + c[len(p):] for c in judged for p in prefixes if c.startswith(p)))
+    return SchemaError(STAGE, human_source, None, None,
+                       f"no aspect columns found: no human rating column for the aspects scored in {judge_source} "
+                       f"(expected {' or '.join(expected[:12])}; found {_shown(rated)}); {fix}")
 
 
 def long_targets(cfg: MetaEvaluateConfig, table: PivotedTable, human_columns: Sequence[str],

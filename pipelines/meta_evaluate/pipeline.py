@@ -11,6 +11,11 @@ joined on the keys. Missing ratings follow seed 001's null policy (counted in th
 report); missing verdicts are left out and counted; every row or value that cannot be
 used is an error row. The work is small tabular arithmetic, so no Ray is used.
 `--ensemble-sweep` adds seed 001's Figure 4 (`meta_evaluate.ensemble`).
+
+A value that is undefined (NaN) carries its reason (constant human ratings, constant
+evaluator scores, too few rows, no group with a defined value) in the results' `note`
+column, under the printed table, and as a warning printed and kept in the report's
+"warnings", so an empty cell is never left to guesswork.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import pyarrow as pa
 
 from rexeval.metrics.agreement import (
     RESULT_COLUMNS,
+    TIE,
     Target,
     apply_null_policy,
     meta_evaluate,
@@ -59,12 +65,14 @@ CORRELATION_RESULTS = pa.schema([
     pa.field("method", pa.string()), pa.field("value", pa.float64()), pa.field("n_rows", pa.int64()),
     pa.field("n_groups_used", pa.int64()), pa.field("n_groups_total", pa.int64()),
     pa.field("ci_low", pa.float64()), pa.field("ci_high", pa.float64()),
+    pa.field("note", pa.string()),  # why the value is undefined, when it is
 ])
 PAIRWISE_RESULTS = pa.schema([
     pa.field("evaluator", pa.string()), pa.field("aspect", pa.string()), pa.field("ties", pa.bool_()),
     pa.field("metric", pa.string()), pa.field("value", pa.float64()), pa.field("n_used", pa.int64()),
     pa.field("n_total", pa.int64()), pa.field("n_missing", pa.int64()), pa.field("n_tie_dropped", pa.int64()),
     pa.field("ci_low", pa.float64()), pa.field("ci_high", pa.float64()),
+    pa.field("note", pa.string()),  # why the value is undefined, when it is
 ])
 
 
@@ -147,8 +155,8 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
     inp = _read(cfg, progress)
     scores, human, hum, keys, targets = inp["scores"], inp["human"], inp["hum"], inp["keys"], inp["targets"]
     ensemble = ensemble_groups(targets) if cfg.ensemble_sweep else None  # refuse before writing anything
+    joined, errors, counts = join_tables(scores, human, keys, inp["also"])  # refuses two tables that never meet
     root = _prepare_out(cfg, digest, overwrite)
-    joined, errors, counts = join_tables(scores, human, keys, inp["also"])
     errors[:0] = inp["errors"]
     counts = inp["counts"] | counts
     progress(f"{counts['joined']:,} rows joined on {', '.join(keys)}; {len(targets)} column pair(s)")
@@ -175,6 +183,10 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
     else:
         for name in SWEEP_OUTPUTS:  # a previous run's sweep is not this run's
             (root / name).unlink(missing_ok=True)
+    warnings = unmatched_warnings(counts, scores.source, human.source if human else None)
+    warnings += undefined_warnings(results)
+    for w in warnings:
+        progress(f"  warning: {w}")
     err = error_rows(STAGE, errors)
     counts |= {"targets": len(per_target), "errors": err.num_rows,
                "bad_values": sum(e["error_type"] == "bad_value" for e in errors),
@@ -203,7 +215,7 @@ def run_meta_evaluate(cfg: MetaEvaluateConfig, overwrite: bool = False,
         (root / ERRORS_FILE).unlink(missing_ok=True)  # a previous run's errors are not this run's
     report = {"job": STAGE, "mode": cfg.mode, "layout": inp["layout"], "config": settings, "config_hash": digest,
               "keys": keys,
-              "counts": counts, "targets": per_target, "outputs": outputs}
+              "counts": counts, "targets": per_target, "warnings": warnings, "outputs": outputs}
     extra = {}
     if sweep is not None:
         report["ensemble_sweep"] = {k: v for k, v in sweep.items() if k not in ("outputs", "markdown")}
@@ -228,14 +240,105 @@ def _score_targets(cfg: MetaEvaluateConfig, joined: pd.DataFrame, targets: list[
                                 _policy(cfg.human_null), _policy(cfg.judge_null))
         sub = joined.loc[ok, [cfg.user_col, cfg.item_col]][res.keep]
         sub = sub.assign(judge=res.judge, human=res.human)
-        frames.append(meta_evaluate(sub, [Target(t.evaluator, t.aspect, "judge", "human")], cfg.methods,
-                                    cfg.levels, cfg.bootstrap, cfg.confidence, cfg.seed, cfg.user_col,
-                                    cfg.item_col))
+        cells = meta_evaluate(sub, [Target(t.evaluator, t.aspect, "judge", "human")], cfg.methods,
+                              cfg.levels, cfg.bootstrap, cfg.confidence, cfg.seed, cfg.user_col, cfg.item_col)
+        why = {lv: undefined_reason(sub, lv, cfg.user_col, cfg.item_col, res.human_filled, res.judge_filled)
+               for lv in dict.fromkeys(cells.loc[cells["value"].isna(), "level"])}
+        cells["note"] = [why.get(lv) if pd.isna(v) else None for lv, v in zip(cells["level"], cells["value"])]
+        frames.append(cells)
         report.append({**t._asdict(), "rows": len(sub), "bad_values": int((~ok).sum()),
                        "human_filled": res.human_filled, "judge_filled": res.judge_filled,
-                       "dropped_null": res.dropped})
-    results = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(RESULT_COLUMNS))
+                       "dropped_null": res.dropped, **({"undefined": why} if why else {})})
+    results = (pd.concat(frames, ignore_index=True) if frames
+               else pd.DataFrame(columns=[*RESULT_COLUMNS, "note"]))
     return results, report
+
+
+# ------------------------------------------------------------------ why a value is undefined
+
+LEVEL_GROUPS = {"user": ("user", "users"), "pair": ("(user, item) pair", "(user, item) pairs")}
+
+
+def _constant(values: np.ndarray) -> bool:
+    return values.size > 0 and bool(np.all(values == values[0]))
+
+
+def _filled(n: int, setting: str) -> str:
+    return f", {n} of them filled in by {setting}" if n else ""
+
+
+def undefined_reason(sub: pd.DataFrame, level: str, user_col: str, item_col: str, human_filled: int = 0,
+                     judge_filled: int = 0) -> str:
+    """Why a correlation at `level` over `sub` (columns judge, human, the user and
+    item) is undefined: a constant side or too few rows over all the rows, else what
+    kept every user or (user, item) group from a defined value."""
+    judge, human = sub["judge"].to_numpy(np.float64), sub["human"].to_numpy(np.float64)
+    if len(sub) < 2:
+        return (f"{'no row' if len(sub) == 0 else 'only one row'} with both an evaluator score and a human "
+                "rating: correlation undefined")
+    sides = []
+    if _constant(human):
+        sides.append(f"constant human ratings (all {human[0]:g}{_filled(human_filled, '--human-null')})")
+    if _constant(judge):
+        sides.append(f"constant evaluator scores (all {judge[0]:g}{_filled(judge_filled, '--judge-null')})")
+    if sides:
+        return " and ".join(sides) + ": correlation undefined"
+    if level not in LEVEL_GROUPS:
+        return "correlation undefined"
+    one, many = LEVEL_GROUPS[level]
+    groups = sub.groupby([user_col] if level == "user" else [user_col, item_col], sort=False)
+    size = groups.size()
+    small = size < 2
+    parts = [(int(small.sum()), "with fewer than two rows"),
+             (int(((groups["human"].nunique() == 1) & ~small).sum()), "with constant human ratings"),
+             (int(((groups["judge"].nunique() == 1) & ~small).sum()), "with constant evaluator scores")]
+    said = ", ".join(f"{n} {what}" for n, what in parts if n)
+    return f"no {one} has a defined correlation (of {len(size)} {many}: {said})"
+
+
+def undefined_warnings(results: pd.DataFrame) -> list[str]:
+    """One line per (evaluator, aspect, reason): which cells are undefined and why."""
+    if "note" not in results or results["note"].isna().all():
+        return []
+    noted = results[results["note"].notna()]
+    cols = ["evaluator", "aspect", "note"] + (["ties"] if "ties" in noted else [])
+    lines = []
+    for key, part in noted.groupby(cols, sort=False):
+        ev, aspect, note = key[:3]
+        if "level" in part:
+            names = list(dict.fromkeys(part["level"]))
+            where = f"level{'s' if len(names) > 1 else ''} {', '.join(names)}"
+        else:
+            where = ("with ties: " if key[3] else "without ties: ") + ", ".join(dict.fromkeys(part["metric"]))
+        lines.append(f"{ev} / {aspect} ({where}): {note}")
+    return lines
+
+
+def unmatched_warnings(counts: dict, scores: str, human: str | None) -> list[str]:
+    """Rows of one table with no partner in the other: error rows, easy to overlook."""
+    if human is None:
+        return []
+    out = []
+    for side, source, other in (("unmatched_scores", scores, human), ("unmatched_human", human, scores)):
+        if counts.get(side):
+            out.append(f"{counts[side]} row(s) of {source} have no partner in {other}; they are error rows "
+                       "(unmatched_row) in errors.parquet")
+    return out
+
+
+def pairwise_reason(judge: list, human: list, ties: bool) -> str:
+    """Why a pairwise agreement value is undefined: no item has a verdict on both sides
+    (after leaving out ties), or every verdict is the same label, where chance agreement
+    is total and kappa and alpha divide by zero."""
+    used = [(j, h) for j, h in zip(judge, human)
+            if j is not None and h is not None and (ties or TIE not in (j, h))]
+    if not used:
+        return "no item has a verdict on both sides" + ("" if ties else " that is not a tie")
+    labels = sorted({x for pair in used for x in pair})
+    if len(labels) == 1:
+        return (f"every verdict on both sides is {labels[0]}: chance agreement is total, "
+                "so kappa and alpha are undefined")
+    return "undefined"
 
 
 def _pairwise_targets(cfg: MetaEvaluateConfig, targets: list[Target], column: Callable
@@ -254,10 +357,11 @@ def _pairwise_targets(cfg: MetaEvaluateConfig, targets: list[Target], column: Ca
             values = {"accuracy": (res.accuracy, res.accuracy_ci), "cohen_kappa": (res.kappa, res.kappa_ci),
                       "krippendorff_alpha": (res.alpha, res.alpha_ci)}
             for metric, (value, (low, high)) in values.items():
+                note = pairwise_reason(j_ok, h_ok, ties) if pd.isna(value) else None
                 rows.append({"evaluator": t.evaluator, "aspect": t.aspect, "ties": ties, "metric": metric,
                              "value": value, "n_used": res.n_used, "n_total": res.n_total,
                              "n_missing": res.n_missing, "n_tie_dropped": res.n_tie_dropped,
-                             "ci_low": low, "ci_high": high})
+                             "ci_low": low, "ci_high": high, "note": note})
             entry["rows_with_ties" if ties else "rows_without_ties"] = res.n_used
             entry["missing_labels"] = res.n_missing
             if not ties:

@@ -20,10 +20,26 @@ def _cell(v: float, scale: float = 100.0, digits: int = 2) -> str:
     return "–" if v is None or not np.isfinite(v) else f"{v * scale:.{digits}f}"
 
 
+def _notes(results: pd.DataFrame, keys: Sequence[str]) -> list[str]:
+    """Why each undefined value of the printed table is undefined, one line per
+    (row of the table, reason): an empty cell is never left to guesswork."""
+    if "note" not in results or results["note"].isna().all():
+        return []
+    noted = results[results["note"].notna()]
+    lines = ["", 'Why "–":', ""]
+    for key, part in noted.groupby(list(keys) + ["note"], sort=False):
+        where = " / ".join(_md(k) for k in key[:-1])
+        unit = "level" if "level" in part else "metric"
+        names = list(dict.fromkeys(part[unit]))
+        lines.append(f"- {where} ({unit}{'s' if len(names) > 1 else ''} {', '.join(names)}): {_md(key[-1])}")
+    return lines
+
+
 def correlation_markdown(results: pd.DataFrame, method: str, levels: Sequence[str]) -> str:
     """Seed 001's Table 1 layout: one row per evaluator, one column per aspect (and their
-    average when there are several), each cell the levels' values ×100 joined by " / ";
-    then every cell with its interval and the groups it rests on."""
+    average when there are several), each cell the levels' values ×100 joined by " / ",
+    and why any of them is undefined; then every cell with its interval, the groups it
+    rests on and its note."""
     shown = results[results["method"] == method]
     evaluators = list(dict.fromkeys(shown["evaluator"]))
     aspects = list(dict.fromkeys(shown["aspect"]))
@@ -43,14 +59,20 @@ def correlation_markdown(results: pd.DataFrame, method: str, levels: Sequence[st
                 means.append(float(np.mean(vals)) if all(np.isfinite(vals)) else math.nan)
             cells.append(" / ".join(_cell(m) for m in means))
         lines.append(f"| {_md(ev)} | " + " | ".join(cells) + " |")
+    lines += _notes(shown, ["evaluator", "aspect"])
     lines += ["", "## Every cell", "",
-              "| Evaluator | Aspect | Method | Level | ×100 | 95% CI | rows | groups used / total |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| Evaluator | Aspect | Method | Level | ×100 | 95% CI | rows | groups used / total | note |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for r in results.itertuples():
         ci = "–" if not np.isfinite(r.ci_low) else f"[{_cell(r.ci_low)}, {_cell(r.ci_high)}]"
         lines.append(f"| {_md(r.evaluator)} | {_md(r.aspect)} | {r.method} | {r.level} | {_cell(r.value)} | {ci} | "
-                     f"{r.n_rows} | {r.n_groups_used} / {r.n_groups_total} |")
+                     f"{r.n_rows} | {r.n_groups_used} / {r.n_groups_total} | {_md(_note(r))} |")
     return "\n".join(lines) + "\n"
+
+
+def _note(row) -> str:
+    note = getattr(row, "note", None)
+    return "" if note is None or (isinstance(note, float) and math.isnan(note)) else str(note)
 
 
 def pairwise_markdown(results: pd.DataFrame) -> str:
@@ -70,12 +92,16 @@ def pairwise_markdown(results: pd.DataFrame) -> str:
             rows = [by[(ev, asp, ties, m)] for m, _ in PAIRWISE_METRICS]
             cells += [_cell(r.value, 1.0, 3) for r in rows] + [str(rows[0].n_used)]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "## Every cell", "", "| Evaluator | Aspect | Ties | Metric | Value | 95% CI | n used / total |",
-              "|---|---|---|---|---|---|---|"]
+    if "note" in results:
+        lines += _notes(results.assign(ties=results["ties"].map({True: "with ties", False: "without ties"})),
+                        ["evaluator", "aspect", "ties"])
+    lines += ["", "## Every cell", "",
+              "| Evaluator | Aspect | Ties | Metric | Value | 95% CI | n used / total | note |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in results.itertuples():
         ci = "–" if not np.isfinite(r.ci_low) else f"[{_cell(r.ci_low, 1.0, 3)}, {_cell(r.ci_high, 1.0, 3)}]"
         lines.append(f"| {_md(r.evaluator)} | {_md(r.aspect)} | {'with' if r.ties else 'without'} | {r.metric} | "
-                     f"{_cell(r.value, 1.0, 3)} | {ci} | {r.n_used} / {r.n_total} |")
+                     f"{_cell(r.value, 1.0, 3)} | {ci} | {r.n_used} / {r.n_total} | {_md(_note(r))} |")
     return "\n".join(lines) + "\n"
 
 

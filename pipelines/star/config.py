@@ -1,7 +1,7 @@
 """Settings of the `rexeval star` jobs: build, baselines and evaluation, training."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -29,9 +29,10 @@ class EvalSettings(BaseModel):
 
     data: ReadPath = Field(description="`rexeval star build` output")
     out: str = Field(description="run folder: results/<method>/ are written here")
-    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
+    levels: list[Literal["global", "item", "user"]] = Field(["global", "item"], min_length=1)
     split: Literal["valid", "test"] = "test"
-    ks: list[int] = list(KS)
+    ks: list[Annotated[int, Field(ge=1)]] = Field(list(KS), min_length=1, description="cut-offs k of the "
+                                                  "ranking metrics (each at least 1)")
     ndcg_norm: Literal["ideal", "k"] = "ideal"
     device: str = "cpu"
     seed: int = 0
@@ -59,7 +60,7 @@ class TrainJob(BaseModel):
     max_concurrent: int | None = Field(None, ge=1)
     profile: str = "local"
     models: dict[str, str] = Field(default_factory=dict)
-    levels: list[Literal["global", "item", "user"]] = ["global", "item"]
+    levels: list[Literal["global", "item", "user"]] = Field(["global", "item"], min_length=1)
     ndcg_norm: Literal["ideal", "k"] = "ideal"
 
     @model_validator(mode="after")

@@ -76,7 +76,7 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
         stage = resolve_stage(files, cfg.stage)
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
-    job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES)),
+    job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES), owns=STAR_BUILD_OUTPUTS.paths()),
                      1, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("star build")) is not None:
         return manifest

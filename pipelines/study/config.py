@@ -33,6 +33,11 @@ run, and neither does any stage that reads its output. `optional: true`: a failu
 the stage (and the stages it then holds up) does not fail the study. Top-level keys
 starting with "x-" are ignored: they hold YAML
 anchors that stages merge in (`with: {<<: *train, model: nrt}`).
+
+A file with mistakes is still read as far as it can be (`load_study`): an unknown key is
+left out, a bad optional value falls back to its default, a stage or dataset that cannot
+be read at all is left out; what was wrong is kept with the study (`load_problems`), and
+the plan reports it together with every problem of its own, so one dry run shows them all.
 """
 from __future__ import annotations
 
@@ -42,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from rexeval.pipelines.core.storage import is_uri
 
@@ -99,6 +104,19 @@ class StudyFile(BaseModel):
     vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {vars.<name>}")
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
+    _load_problems: list[str] = PrivateAttr(default_factory=list)
+    _dropped: set[str] = PrivateAttr(default_factory=set)
+
+    @property
+    def load_problems(self) -> list[str]:
+        """What was wrong in the file and left out when it was read (the plan reports it)."""
+        return self._load_problems
+
+    @property
+    def dropped(self) -> set[str]:
+        """"stages.NAME" / "datasets.NAME" left out for their problems: references to them
+        are not reported a second time."""
+        return self._dropped
 
     @field_validator("datasets", "stages")
     @classmethod
@@ -107,6 +125,14 @@ class StudyFile(BaseModel):
             if not NAME.match(name):
                 raise ValueError(f"{name!r} is not a usable name (letters, digits, _ and -, starting with a letter)")
         return v
+
+
+def missing_env(value: Any) -> list[str]:
+    """The ${VAR}s (without a default) in `value` that the environment lacks, each once."""
+    if isinstance(value, str):
+        return [m.group(1) for m in ENV.finditer(value) if m.group(2) is None and m.group(1) not in os.environ]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return list(dict.fromkeys(name for v in items for name in missing_env(v)))
 
 
 def expand_env(value: Any) -> Any:
@@ -157,22 +183,10 @@ def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFil
         raise StudyError(path, ["the file must be a mapping with name, datasets and stages"])
     # Top-level "x-..." keys hold YAML anchors for the stages to share (as in compose files).
     raw = {k: v for k, v in raw.items() if not str(k).startswith("x-")}
-    try:
-        raw = expand_env(raw)
-    except KeyError as exc:
-        raise StudyError(path, [f"environment variable {exc.args[0]} is not set (give a default: "
-                                f"${{{exc.args[0]}:-value}})"]) from None
-    try:
-        study = StudyFile.model_validate(raw)
-    except ValidationError as exc:
-        problems = []
-        for e in exc.errors():
-            where = _where(e["loc"])
-            if e["type"] == "extra_forbidden":
-                problems.append(f"{where}: unknown key")
-            else:
-                problems.append(f"{where}: {e['msg']}")
-        raise StudyError(path, problems) from None
+    if unset := missing_env(raw):
+        raise StudyError(path, [f"environment variable {name} is not set (give a default: ${{{name}:-value}})"
+                                for name in unset])
+    study = _readable_part(path, expand_env(raw))
     unknown = sorted(set(sets or {}) - set(study.vars))
     if unknown:
         raise StudyError(path, [f"--set {name}: the study has no such var (vars: {', '.join(study.vars) or 'none'})"
@@ -183,6 +197,78 @@ def load_study(path: str | Path, sets: dict[str, Any] | None = None) -> StudyFil
         ds.inputs = [_beside(here, p) for p in ds.inputs]
         ds.meta = [_beside(here, p) for p in ds.meta]
     return study
+
+
+MAX_PASSES = 20  # each pass leaves out at least one bad part; a file has far fewer
+
+
+def _readable_part(path: Path, raw: dict) -> StudyFile:
+    """The study `raw` describes, less what is wrong in it (kept as its `load_problems`),
+    so that the plan can check the rest and report everything at once. Raises StudyError
+    when nothing usable is left (no name, no stage)."""
+    problems: list[str] = []
+    dropped: set[str] = set()
+    for _ in range(MAX_PASSES):
+        try:
+            study = StudyFile.model_validate(raw)
+        except ValidationError as exc:
+            errors = exc.errors()
+            problems.extend(_problem(e) for e in errors)
+            if not all([_leave_out(raw, e, dropped) for e in errors]) or raw.get("stages") == {}:
+                raise StudyError(path, problems) from None  # nothing left to plan
+            continue
+        study._load_problems, study._dropped = problems, dropped
+        return study
+    raise StudyError(path, problems)
+
+
+def _problem(error: dict) -> str:
+    where = _where(error["loc"]) or "(file)"
+    if error["type"] == "extra_forbidden":
+        return f"{where}: unknown key"
+    return f"{where}: {error['msg'].removeprefix('Value error, ')}"
+
+
+def _optional(model: type[BaseModel]) -> set[str]:
+    """The keys of `model` that have a default (a bad value there can fall back to it)."""
+    return {info.alias or name for name, info in model.model_fields.items() if not info.is_required()}
+
+
+def _delete(raw: Any, loc: tuple) -> bool:
+    """Remove the key at `loc` from the nested mappings `raw` (False: nothing there)."""
+    for part in loc[:-1]:
+        if not isinstance(raw, dict) or part not in raw:
+            return False
+        raw = raw[part]
+    if isinstance(raw, dict) and loc and loc[-1] in raw:
+        del raw[loc[-1]]
+        return True
+    return False
+
+
+def _leave_out(raw: dict, error: dict, dropped: set[str]) -> bool:
+    """Leave out of `raw` the part `error` is about: an unknown key, a bad optional value
+    (its default applies), else the whole stage or dataset. False: it cannot be left out."""
+    loc = error["loc"]
+    if len(loc) >= 2 and f"{loc[0]}.{loc[1]}" in dropped:
+        return True  # its stage or dataset is left out already, for another of its errors
+    if error["type"] == "extra_forbidden":
+        return _delete(raw, loc)
+    if not loc:
+        return False
+    if loc[0] in ("stages", "datasets") and isinstance(raw.get(loc[0]), dict):
+        entries, spec = raw[loc[0]], StageSpec if loc[0] == "stages" else DatasetSpec
+        if len(loc) == 1:  # a name the field validator refused
+            bad = [n for n in entries if not NAME.match(str(n))]
+        elif len(loc) >= 3 and loc[2] in _optional(spec):
+            return _delete(raw, loc[:3])
+        else:
+            bad = [loc[1]] if loc[1] in entries else []
+        for name in bad:
+            del entries[name]
+            dropped.add(f"{loc[0]}.{name}")
+        return bool(bad)
+    return loc[0] in _optional(StudyFile) and _delete(raw, loc[:1])
 
 
 def _beside(here: Path, path: str) -> str:

@@ -5,7 +5,9 @@ References in its settings are resolved to output folders, which gives the edges
 graph must be acyclic. Every problem a user can fix is found here, before any job
 starts: an unknown job, a reference to no stage or dataset, a cycle, a missing input
 file, a file read from another stage's folder that its job does not write (the jobs
-declare their outputs), settings the job's config refuses, a model role the profile lacks.
+declare their outputs), settings the job's config refuses (its ranges included), a model
+role the profile lacks. Every check runs whatever the others found, and one StudyError
+lists all the problems, one line each naming the stage and the setting.
 
 The study's folder may be a URI (`s3://bucket/studies/x`): every instance's folder is
 then under it, and input files named by URI are checked and fingerprinted through the
@@ -24,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -88,14 +90,19 @@ def instance_key(stage: str, dataset: str | None) -> str:
     return stage if dataset is None else f"{stage}@{dataset}"
 
 
+class _Said(LookupError):
+    """A reference to a stage or dataset whose own problem is reported already."""
+
+
 class _Resolver:
     """Resolves the references of one instance's settings; records what it depends on."""
 
     def __init__(self, plan_out: Location, here: Path, study: StudyFile, outs: dict[str, Location],
-                 dataset: str | None, where: str, problems: list[str]):
+                 dataset: str | None, where: str, problems: list[str], quiet: set[str] = frozenset()):
         self.out, self.here, self.study, self.outs = plan_out, here, study, outs
-        self.dataset, self.where, self.problems = dataset, where, problems
+        self.dataset, self.where, self.problems, self.quiet = dataset, where, problems, quiet
         self.deps: set[str] = set()
+        self.bad: set[str] = set()  # settings (top-level keys) with a reference that did not resolve
 
     def value(self, ref: str) -> Any:
         if ref == "here":
@@ -110,6 +117,15 @@ class _Resolver:
         if ref == "dataset" or ref.startswith("dataset."):
             return self._dataset(ref)
         stage, _, at = ref.partition("@")
+        try:
+            return self._stage(ref, stage, at)
+        except LookupError:
+            if stage in self.quiet or f"stages.{stage}" in self.study.dropped or f"datasets.{at}" in self.study.dropped:
+                raise _Said(ref) from None
+            raise
+
+    def _stage(self, ref: str, stage: str, at: str) -> Any:
+        """The output folder(s) `{stage}`, `{stage@name}` or `{stage@*}` names."""
         if stage not in self.study.stages:
             raise LookupError(f"{{{ref}}} names no stage (stages: {', '.join(self.study.stages)})")
         if at == "*":
@@ -165,7 +181,9 @@ class _Resolver:
                 return str(got)
             return REF.sub(sub, value)
         except LookupError as exc:
-            self.problems.append(f"{self.where}.with.{key}: {exc.args[0]}")
+            self.bad.add(re.split(r"[.\[]", key, maxsplit=1)[0])
+            if not isinstance(exc, _Said):
+                self.problems.append(f"{self.where}.with.{key}: {exc.args[0]}")
             return value
 
 
@@ -211,18 +229,19 @@ def _uri_file(uri: str) -> bool:
         return False
 
 
-def _missing_reads(instances: dict[str, Instance], root: Location) -> list[str]:
+def _missing_reads(instances: dict[str, Instance], root: Location, known: set[str] = frozenset()) -> list[str]:
     """A file or folder a stage reads, named outside the study's folder, that does not
     exist: found now rather than when the stage's turn comes, hours into a study. Paths
     inside the study's folder are stages' outputs (they appear as it runs); web
     addresses, patterns and `none` are left to the job; a URI is asked through storage.
     Which settings are paths the job reads, each job's config declares (`ReadPath` &
-    co., `pipelines/core/read_paths.py`)."""
+    co., `pipelines/core/read_paths.py`). A path in `known` is reported already (a
+    dataset's file)."""
     problems = []
     for inst in instances.values():
         for name, v in path_values(inst.job.config, inst.settings):
             where = v.rstrip("/") if is_uri(v) else str(Path(v).resolve())
-            if _inside(where, root):
+            if v in known or _inside(where, root):
                 continue
             why = why_missing(v)
             if why is not None:
@@ -304,99 +323,32 @@ def study_root(out: str | Path | Location) -> Location:
 
 
 def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | None = None) -> Plan:
-    """The checked graph of `study` (raises StudyError with every problem found)."""
+    """The checked graph of `study`. Every check runs, whatever an earlier one found, and
+    StudyError then lists every problem at once (the study file's own first): a user
+    fixes them all after one dry run instead of one per run."""
     file = Path(file)
     here = file.resolve().parent
     root = study_root(out or study.out or f"runs/{study.name}")
-    problems: list[str] = []
-    for name, ds in study.datasets.items():
-        for kind in ("inputs", "meta"):
-            for p in getattr(ds, kind):
-                if (why := why_missing(p)) is not None:
-                    problems.append(f"datasets.{name}.{kind}: {p} {why}")
-    outs: dict[str, Location] = {}
-    declared: list[str] = []
-    jobs = STUDY_JOBS.names()  # the built-in jobs and every study_job module's
-    for stage, spec in study.stages.items():
-        if spec.job not in jobs:
-            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(jobs)})")
-            continue
-        for ds in spec.datasets or []:
-            if ds not in study.datasets:
-                problems.append(f"stages.{stage}.datasets: no dataset {ds!r} (datasets: "
-                                f"{', '.join(study.datasets) or 'none'})")
-        for d in spec.after:
-            if d not in study.stages:
-                problems.append(f"stages.{stage}.after: no stage {d!r}")
-        if "out" in spec.with_:
-            problems.append(f"stages.{stage}.with.out: the study sets each stage's output folder")
-        for ds in _instances_of(study, stage):
-            if ds is not None and ds not in study.datasets:
-                continue
-            key = instance_key(stage, ds)
-            outs[key] = root / ds / stage if ds else root / stage
-            declared.append(key)
-    if problems:
-        raise StudyError(file, problems)
-
-    instances: dict[str, Instance] = {}
-    off: dict[str, str] = {}
-    for key in declared:
-        stage, _, ds = key.partition("@")
-        spec = study.stages[stage]
-        job = STUDY_JOBS[spec.job]
-        r = _Resolver(root, here, study, outs, ds or None, f"stages.{stage}" + (f" (dataset {ds})" if ds else ""),
-                      problems)
-        when = r.resolve(spec.when, "when") if isinstance(spec.when, str) else spec.when
-        if when in FALSE:
-            off[key] = f"off (when: {spec.when})"
-        settings = r.resolve(dict(spec.with_), "")
-        settings["out"] = str(outs[key])
-        if has_field(job.config, "profile") and "profile" not in settings:
-            settings["profile"] = study.profile
-        if has_field(job.config, "models") and study.models:
-            settings["models"] = {**study.models, **(settings.get("models") or {})}
-        deps = set(r.deps)
-        for a in spec.after:
-            deps.update(k for k in outs if k == a or k.startswith(f"{a}@") and (ds == "" or k == f"{a}@{ds}"))
-        inst = Instance(key, stage, job, ds or None, outs[key], settings, deps)
-        instances[key] = inst
-    if problems:
-        raise StudyError(file, problems)
-    # A stage that reads the output of a stage that is off is off too.
-    changed = True
-    while changed:
-        changed = False
-        for key, inst in instances.items():
-            if key not in off and (gone := sorted(inst.deps & set(off))):
-                off[key] = f"off: needs {', '.join(gone)}"
-                changed = True
-    for key in off:
-        instances.pop(key)
+    problems: list[str] = list(study.load_problems)
+    missing = _dataset_problems(study, problems)
+    quiet = {d.split(".", 1)[1] for d in study.dropped if d.startswith("stages.")}
+    outs, declared = _instance_folders(study, root, problems, quiet)
+    instances, off, unresolved = _instances(study, root, here, outs, declared, problems, quiet)
     declared = [k for k in declared if k not in off]
-    if not instances:
-        raise StudyError(file, ["every stage is off (see the stages' when:)"])
-
+    if not instances and (off or not problems):
+        problems.append("every stage is off (see the stages' when:)" if off else
+                        "no stage instance to run (a stage that runs per dataset needs datasets)")
     if cycle := _cycle(instances):
-        raise StudyError(file, [f"stages: a cycle: {' -> '.join(cycle)} (each needs the next's output)"])
-
-    configs = {}
-    for key, inst in instances.items():
-        where = f"stages.{inst.stage}.with" + (f" (dataset {inst.dataset})" if inst.dataset else "")
-        try:
-            configs[key] = build_config(inst.job, inst.settings)
-        except ValidationError as exc:
-            for e in exc.errors():
-                loc = "".join(f".{p}" for p in e["loc"])
-                msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
-                problems.append(f"{where}{loc}: {msg}")
+        problems.append(f"stages: a cycle: {' -> '.join(cycle)} (each needs the next's output)")
+    configs = _configs(instances, unresolved, problems)
+    checked = {k: replace(i, settings={n: v for n, v in i.settings.items() if n not in unresolved[k]})
+               for k, i in instances.items()}
+    problems.extend(_missing_reads(checked, root, missing))
+    problems.extend(_undeclared_reads(checked))
+    problems.extend(_model_problems(study, {k: instances[k] for k in configs}, configs))
+    problems.extend(_overlapping_outputs(instances, configs))
     if problems:
-        raise StudyError(file, problems)
-    problems.extend(_missing_reads(instances, root))
-    problems.extend(_undeclared_reads(instances))
-    problems.extend(_model_problems(study, instances, configs))
-    if problems:
-        raise StudyError(file, problems)
+        raise StudyError(file, list(dict.fromkeys(problems)))
 
     order = _topological(instances, declared)
     for key in order:
@@ -412,6 +364,132 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
                    "upstream": sorted(instances[d].fingerprint for d in inst.deps)}
         inst.fingerprint = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return Plan(study, file, root, instances, order, off)
+
+
+def _dataset_problems(study: StudyFile, problems: list[str]) -> set[str]:
+    """Add a problem for each dataset file that is not there; returns those paths (the
+    stages that read them are not told the same thing again)."""
+    missing = set()
+    for name, ds in study.datasets.items():
+        for kind in ("inputs", "meta"):
+            for p in getattr(ds, kind):
+                if (why := why_missing(p)) is not None:
+                    problems.append(f"datasets.{name}.{kind}: {p} {why}")
+                    missing.add(p)
+    return missing
+
+
+def _instance_folders(study: StudyFile, root: Location, problems: list[str],
+                      quiet: set[str]) -> tuple[dict[str, Location], list[str]]:
+    """Each stage instance's output folder, in the study file's order, and the problems
+    of the stages' own keys. A stage whose job is unknown has no instance, and one that
+    names a dataset there is not has none for it: references to either join `quiet` (the
+    problem is said once, at the stage)."""
+    outs: dict[str, Location] = {}
+    declared: list[str] = []
+    jobs = STUDY_JOBS.names()  # the built-in jobs and every study_job module's
+    for stage, spec in study.stages.items():
+        if spec.job not in jobs:
+            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(jobs)})")
+            quiet.add(stage)
+            continue
+        for ds in spec.datasets or []:
+            if ds not in study.datasets:
+                quiet.add(stage)
+                if f"datasets.{ds}" not in study.dropped:
+                    problems.append(f"stages.{stage}.datasets: no dataset {ds!r} (datasets: "
+                                    f"{', '.join(study.datasets) or 'none'})")
+        for d in spec.after:
+            if d not in study.stages and f"stages.{d}" not in study.dropped:
+                problems.append(f"stages.{stage}.after: no stage {d!r}")
+        if "out" in spec.with_:
+            problems.append(f"stages.{stage}.with.out: the study sets each stage's output folder")
+        for ds in _instances_of(study, stage):
+            if ds is not None and ds not in study.datasets:
+                continue
+            key = instance_key(stage, ds)
+            outs[key] = root / ds / stage if ds else root / stage
+            declared.append(key)
+    return outs, declared
+
+
+def _instances(study: StudyFile, root: Location, here: Path, outs: dict[str, Location], declared: list[str],
+               problems: list[str], quiet: set[str]) -> tuple[dict[str, Instance], dict[str, str], dict[str, set]]:
+    """The instances with their settings resolved, less those switched off (`when`, or
+    reading an instance that is off: key -> why), and for each instance the settings whose
+    references did not resolve (their problems are added; their values are not checked
+    further, which would only say the same thing again)."""
+    instances: dict[str, Instance] = {}
+    off: dict[str, str] = {}
+    unresolved: dict[str, set] = {}
+    for key in declared:
+        stage, _, ds = key.partition("@")
+        spec = study.stages[stage]
+        job = STUDY_JOBS[spec.job]
+        r = _Resolver(root, here, study, outs, ds or None, f"stages.{stage}" + (f" (dataset {ds})" if ds else ""),
+                      problems, quiet)
+        when = r.resolve(spec.when, "when") if isinstance(spec.when, str) else spec.when
+        if when in FALSE:
+            off[key] = f"off (when: {spec.when})"
+        settings = r.resolve(dict(spec.with_), "")
+        settings["out"] = str(outs[key])
+        if has_field(job.config, "profile") and "profile" not in settings:
+            settings["profile"] = study.profile
+        if has_field(job.config, "models") and study.models:
+            settings["models"] = {**study.models, **(settings.get("models") or {})}
+        deps = set(r.deps)
+        for a in spec.after:
+            deps.update(k for k in outs if k == a or k.startswith(f"{a}@") and (ds == "" or k == f"{a}@{ds}"))
+        instances[key] = Instance(key, stage, job, ds or None, outs[key], settings, deps)
+        unresolved[key] = r.bad - {"when"}
+    # A stage that reads the output of a stage that is off is off too.
+    changed = True
+    while changed:
+        changed = False
+        for key, inst in instances.items():
+            if key not in off and (gone := sorted(inst.deps & set(off))):
+                off[key] = f"off: needs {', '.join(gone)}"
+                changed = True
+    for key in off:
+        instances.pop(key)
+    return instances, off, unresolved
+
+
+def _configs(instances: dict[str, Instance], unresolved: dict[str, set], problems: list[str]) -> dict:
+    """Each instance's settings built with its job's own config class (whose validators
+    are the job's checks: a range, a combination, a name), one problem per refusal,
+    naming the stage and the setting. Settings whose references did not resolve are
+    reported already."""
+    configs = {}
+    for key, inst in instances.items():
+        where = f"stages.{inst.stage}.with" + (f" (dataset {inst.dataset})" if inst.dataset else "")
+        try:
+            configs[key] = build_config(inst.job, inst.settings)
+        except ValidationError as exc:
+            for e in exc.errors():
+                if e["loc"] and str(e["loc"][0]) in unresolved.get(key, ()):
+                    continue
+                loc = "".join(f".{p}" for p in e["loc"])
+                msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"].removeprefix("Value error, ")
+                problems.append(f"{where}{loc}: {msg}")
+    return configs
+
+
+def _overlapping_outputs(instances: dict[str, Instance], configs: dict) -> list[str]:
+    """A stage whose folder is, holds or lies inside a file or folder it reads (a
+    dataset file kept under the study's output, say): the job would refuse it when its
+    turn came (`overlap.check_output_apart`), so the plan says so first."""
+    from rexeval.pipelines.core.overlap import check_output_apart
+
+    problems = []
+    for key, cfg in configs.items():
+        try:
+            check_output_apart(cfg)
+        except ValueError as exc:
+            inst = instances[key]
+            problems.append(f"stages.{inst.stage}" + (f" (dataset {inst.dataset})" if inst.dataset else "")
+                            + f": {exc}")
+    return problems
 
 
 def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: dict) -> list[str]:

@@ -61,7 +61,7 @@ def test_ingest_split_info_from_a_yaml_config(tmp_path, ray_session, monkeypatch
 
     # Same folder, other settings: refused with a message, not mixed.
     res = runner.invoke(cli, ["split", str(tmp_path / "ing"), "--out", str(tmp_path / "spl")])
-    assert res.exit_code == 1 and "different" in res.output
+    assert res.exit_code == 2 and "different" in res.output
 
 
 SMALL_DEMO = ["--extract-reviews", "1", "--evaluate-examples", "4", "--judge-examples", "1"]

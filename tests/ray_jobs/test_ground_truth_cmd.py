@@ -25,7 +25,7 @@ def test_bad_stage_and_missing_out_are_usage_errors(tmp_path):
 
 def test_missing_input_is_one_clear_line(tmp_path, ray_session):
     res = CliRunner().invoke(ground_truth_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 1
+    assert res.exit_code == 2  # an input mistake
     assert "statements input not found" in res.output and "Traceback" not in res.output
 
 
@@ -52,4 +52,4 @@ def test_runs_from_flags_and_from_a_config(tmp_path, ray_session):
     res = runner.invoke(ground_truth_cmd, [str(src), "--out", str(tmp_path / "gt")])
     assert res.exit_code == 0 and "already complete" in res.output
     res = runner.invoke(ground_truth_cmd, [str(src), "--out", str(tmp_path / "gt"), "--stage", "candidate"])
-    assert res.exit_code == 1 and "different" in res.output
+    assert res.exit_code == 2 and "different" in res.output

@@ -12,16 +12,16 @@ SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample"
 
 
 def test_ingest_split_info_from_and_to_s3(s3_root, ray_session, tmp_path):
-    for name in ("reviews_noisy.jsonl", "items.jsonl"):
+    for name in ("reviews.jsonl", "reviews_noisy.jsonl", "items.jsonl"):
         (location(s3_root) / "in" / name).upload(SAMPLE / name)
     runner = CliRunner()
-    res = runner.invoke(cli, ["ingest", f"{s3_root}/in/reviews_noisy.jsonl", "--meta", f"{s3_root}/in/items.jsonl",
-                              "--out", f"{s3_root}/ing"])
+    res = runner.invoke(cli, ["ingest", f"{s3_root}/in/reviews.jsonl", f"{s3_root}/in/reviews_noisy.jsonl",
+                              "--meta", f"{s3_root}/in/items.jsonl", "--out", f"{s3_root}/ing"])
     assert res.exit_code == 0, res.output
     manifest = location(f"{s3_root}/ing/manifest.json").read_json()
     c = manifest["counts"]
     assert c["in"] == c["out"] + c["errors"] and c["errors"] > 0 and manifest["status"] == "complete"
-    assert manifest["config"]["inputs"][0]["path"] == f"{s3_root}/in/reviews_noisy.jsonl"
+    assert manifest["config"]["inputs"][1]["path"] == f"{s3_root}/in/reviews_noisy.jsonl"
     assert f"{s3_root}/ing/reviews" in res.output
 
     res = runner.invoke(cli, ["split", f"{s3_root}/ing", "--out", f"{s3_root}/split", "--method", "leave-last-two",

@@ -36,7 +36,7 @@ def test_clear_errors(tmp_path, ray_session):
     assert res.exit_code == 2 and "baseline" in res.output
     res = CliRunner().invoke(cli, ["judge", "pairwise", expl, "--baseline", "nobody", "--out",
                                    str(tmp_path / "o")] + SCRIPTED)
-    assert res.exit_code == 1 and "baseline system 'nobody' is not in the explanations" in res.output
+    assert res.exit_code == 2 and "baseline system 'nobody' is not in the explanations" in res.output
     res = CliRunner().invoke(cli, ["judge", "likert", expl, "--shots", "personalised", "--out",
                                    str(tmp_path / "o2")] + SCRIPTED)
     # Settings the job's config refuses are usage errors, before anything runs.
@@ -84,7 +84,7 @@ def test_winrate_through_the_cli(tmp_path):
     # an empty folder is a one-line error naming it
     (tmp_path / "empty").mkdir()
     res = CliRunner().invoke(cli, ["judge", "winrate", str(tmp_path / "empty"), "--out", str(out)])
-    assert res.exit_code == 1 and "empty: holds neither verdicts.parquet" in res.output
+    assert res.exit_code == 2 and "empty: holds neither verdicts.parquet" in res.output
     res = CliRunner().invoke(cli, ["judge", "winrate", "--out", str(out)])
     assert res.exit_code == 2 and "runs" in res.output
 

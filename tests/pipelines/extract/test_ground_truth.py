@@ -421,4 +421,4 @@ def test_input_not_matching_the_schema_names_file_and_field(tmp_path, ray_sessio
         run_ground_truth(GroundTruthConfig(input=str(nulls), out=str(tmp_path / "o2"), stage="triplet"),
                          progress=lambda s: None)
     msg = str(err.value)
-    assert str(nulls) in msg and "'statement'" in msg and "row 1" in msg
+    assert str(nulls) in msg and "'statement'" in msg and "row 2" in msg  # 1-based

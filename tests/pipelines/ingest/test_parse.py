@@ -285,3 +285,228 @@ def test_shared_csv_ingests_without_silent_drops(tmp_path, ray_session, shared_c
     errors = pq.read_table(tmp_path / "mi" / "errors")
     assert reviews.num_rows == c["out"] and errors.num_rows == c["errors"]
     assert reviews.column("user_id").unique().__len__() > 1300
+
+
+# -- issue 45: one bad row never sinks a job -------------------------------------------
+
+
+def _ok_csv(user="A1", text="Fine"):
+    return f'{user},B1,Ann,"[0, 0]",{text},5,S,1393545600,"02 28, 2014"\n'
+
+
+def _errors_by_line(errors):
+    return {e["line"]: e for e in errors.to_pylist()}
+
+
+def test_times_out_of_range_are_error_rows_not_a_crash(tmp_path):
+    """9.3e18 overflowed int64 in the cast and ended the job; a time must lie between 1970
+    and 2100 (in seconds or milliseconds) and be finite."""
+    bad = ["9.3e18", "10000000000000000000", "-5", "1e400", "NaN", "Infinity", "5000000000000", "4200000000"]
+    lines = [json.dumps(_r2014("U0", "I1", 1400000000))]
+    lines += [json.dumps(_r2014(f"U{i}", "I1", 0)).replace('"unixReviewTime": 0', f'"unixReviewTime": {b}')
+              for i, b in enumerate(bad, 1)]
+    lines.append(json.dumps(_r2014("U9", "I1", 1588687728923)))  # milliseconds: fine
+    path = _write_lines(tmp_path / "t.json", lines)
+    reviews, errors, records = _ingest_file(path)
+    assert records == len(lines) == reviews.num_rows + errors.num_rows
+    assert reviews.column("user_id").to_pylist() == ["U0", "U9"]
+    got = _errors_by_line(errors)
+    assert sorted(got) == list(range(2, 2 + len(bad)))
+    assert all(e["field"] == "timestamp" for e in got.values())
+    assert "after 2100" in got[2]["message"] and "before 1970" in got[4]["message"]
+
+
+def test_truncated_gzip_keeps_the_rows_before_the_cut_and_adds_one_error_row(tmp_path):
+    rows = [json.dumps(_r2014(f"U{i}", "I1", 1400000000 + i)) for i in range(2000)]
+    whole = gzip.compress(("\n".join(rows) + "\n").encode())
+    path = tmp_path / "cut.json.gz"
+    path.write_bytes(whole[:len(whole) // 2])
+    reviews, errors, records = _ingest_file(path)
+    assert records == reviews.num_rows + errors.num_rows and reviews.num_rows > 100
+    assert reviews.column("line").to_pylist() == list(range(1, reviews.num_rows + 1))
+    (e,) = errors.to_pylist()
+    assert e["error_type"] == "read_stopped" and e["line"] == reviews.num_rows + 1
+    assert str(path) in e["message"] and "gzip data ends early" in e["message"]
+
+
+def test_unclosed_quote_in_the_middle_of_a_csv_costs_its_own_row_only(tmp_path):
+    """pyarrow read the rest of the range as one quoted field; the count check then
+    raised. The range is read record by record instead: the row with the quote is an
+    error row, the rows before and after it are reviews."""
+    broken = 'A3,B1,Ann,"[0, 0]","unclosed text,5,S,1393545600,"x"\n'
+    path = tmp_path / "q.csv"
+    path.write_text(_ok_csv("A1") + _ok_csv("A2") + broken + _ok_csv("A4") + _ok_csv("A5"))
+    reviews, errors, records = _ingest_file(path, "kaggle_csv")
+    assert records == 5 and reviews.column("user_id").to_pylist() == ["A1", "A2", "A4", "A5"]
+    assert reviews.column("line").to_pylist() == [1, 2, 4, 5]
+    (e,) = errors.to_pylist()
+    assert e["line"] == 3 and e["error_type"] == "invalid_csv" and "unclosed text" in e["raw"]
+
+
+def test_unclosed_quote_at_the_end_of_a_csv_is_one_row_saying_where_reading_stopped(tmp_path):
+    path = tmp_path / "end.csv"
+    path.write_text(_ok_csv("A1") + _ok_csv("A2") + 'A3,B1,Ann,"[0, 0]","cut off\nin the middle\nof a')
+    reviews, errors, records = _ingest_file(path, "kaggle_csv")
+    assert records == 3 and reviews.column("user_id").to_pylist() == ["A1", "A2"]
+    (e,) = errors.to_pylist()
+    assert e["line"] == 3 and e["error_type"] == "read_stopped" and "never closed" in e["message"]
+
+
+def test_binary_tail_keeps_the_rows_before_it_as_one_error_row(tmp_path):
+    good = [json.dumps(_r2014(f"U{i}", "I1", 1400000000 + i)) for i in range(3)]
+    path = tmp_path / "tail.json"
+    path.write_bytes(("\n".join(good) + "\n").encode() + bytes(range(256)) * 40)
+    reviews, errors, records = _ingest_file(path)
+    assert records == 4 and reviews.num_rows == 3
+    (e,) = errors.to_pylist()
+    assert e["line"] == 4 and e["error_type"] == "read_stopped" and "binary data" in e["message"]
+
+
+def test_a_stray_quote_costs_neither_rows_nor_the_plan(tmp_path, monkeypatch):
+    """A quote inside an unquoted field is literal CSV, but it left the planner's quote
+    count odd: the rest of the file became one range (all of a 10 GB file in one task)
+    and its parse raised on the record count. Planning now gives up the quote scan after
+    QUOTE_SCAN_BYTES, and a range with an odd count is read record by record."""
+    from rexeval.pipelines.ingest import chunks
+
+    monkeypatch.setattr(chunks, "QUOTE_SCAN_BYTES", 300)
+    rows = [_ok_csv(f"A{i}", '5" speaker' if i == 1 else f"text {i}") for i in range(40)]
+    path = tmp_path / "stray.csv"
+    path.write_text("".join(rows))
+    layout = detect_layout(path)
+    assert len(plan_chunks([(str(path), layout)], 200)) > 5
+    reviews, errors, records = _ingest_file(path, chunk_bytes=200)
+    assert records == 40 and errors.num_rows == 0
+    assert reviews.column("text").to_pylist()[:2] == ["text 0", '5" speaker']
+    assert reviews.column("line").to_pylist() == list(range(1, 41))
+
+
+def test_a_binary_file_is_refused_with_one_message_naming_it(tmp_path):
+    import random
+
+    noise = tmp_path / "noise.json"
+    noise.write_bytes(random.Random(45).randbytes(50_000))
+    png = tmp_path / "image.csv"
+    png.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(2000))
+    for path in (noise, png):
+        with pytest.raises(ValueError, match=f"^{path}: not a text file.*--format"):
+            detect_layout(path)
+    # Read anyway: rows that all become error rows (or one), never a traceback.
+    reviews, errors, records = _ingest_file(noise, "amazon2014")
+    assert reviews.num_rows == 0 and records == errors.num_rows >= 1
+    assert all(e["line"] >= 1 and e["source"] == str(noise) for e in errors.to_pylist())
+
+
+def test_a_5mb_line_without_a_newline(tmp_path):
+    """Detection reads a bounded prefix (the csv module raised on the long field); the
+    parser makes the line one error row, its raw text clipped."""
+    plain = tmp_path / "long.txt"
+    plain.write_bytes(b"x" * (5 << 20))
+    with pytest.raises(ValueError, match=f"^{plain}: no line end in its first"):
+        detect_layout(plain)
+    path = tmp_path / "long.json"
+    path.write_bytes(b'{"reviewText": "' + b"x" * (5 << 20))
+    with pytest.raises(ValueError, match=f"^{path}: "):
+        detect_layout(path)
+    reviews, errors, records = _ingest_file(path, "amazon2014")
+    assert records == errors.num_rows == 1 and reviews.num_rows == 0
+    (e,) = errors.to_pylist()
+    assert e["line"] == 1 and e["error_type"] == "invalid_json" and len(e["raw"]) < 70_000
+
+
+def test_a_csv_whose_first_record_has_a_quoted_newline_is_detected(tmp_path):
+    path = tmp_path / "nl.csv"
+    path.write_text(_ok_csv("A1", '"two\nlines"') + _ok_csv("A2"))
+    assert detect_layout(path) == detect_layout(path, "kaggle_csv")
+    reviews, errors, _ = _ingest_file(path)
+    assert errors.num_rows == 0 and reviews.column("text").to_pylist() == ["two\nlines", "Fine"]
+
+
+def test_a_long_first_csv_field_is_detected(tmp_path):
+    path = tmp_path / "long.csv"
+    path.write_text(_ok_csv("A1", "word " * 40_000))  # beyond the csv module's field limit
+    assert detect_layout(path) == detect_layout(path, "kaggle_csv")
+
+
+def test_byte_order_mark_is_dropped_before_detection_and_parsing(tmp_path):
+    bom = b"\xef\xbb\xbf"
+    js = tmp_path / "bom.json"
+    js.write_bytes(bom + (json.dumps(_r2014("U1", "I1", 1400000000)) + "\n").encode())
+    for fmt in ("auto", "amazon2014"):
+        reviews, errors, _ = _ingest_file(js, fmt)
+        assert errors.num_rows == 0 and reviews.column("user_id").to_pylist() == ["U1"]
+    for name, header in (("bom.csv", ""), ("hdr.csv", ",".join(["reviewerID", "asin", "reviewerName", "helpful",
+                                                                 "reviewText", "overall", "summary",
+                                                                 "unixReviewTime", "reviewTime"]) + "\r\n")):
+        path = tmp_path / name
+        path.write_bytes(bom + (header + _ok_csv("A1").replace("\n", "\r\n")).encode())
+        reviews, errors, _ = _ingest_file(path)
+        assert errors.num_rows == 0 and reviews.column("user_id").to_pylist() == ["A1"]
+
+
+def test_crlf_line_ends(tmp_path):
+    js = tmp_path / "crlf.json"
+    js.write_bytes(b"\r\n".join(json.dumps(_r2014(f"U{i}", "I1", 1400000000 + i)).encode() for i in range(3)) + b"\r\n")
+    reviews, errors, _ = _ingest_file(js, chunk_bytes=50)
+    assert errors.num_rows == 0 and reviews.column("line").to_pylist() == [1, 2, 3]
+    csv_ = tmp_path / "crlf.csv"
+    csv_.write_bytes((_ok_csv("A1", '"a\r\nb"') + _ok_csv("A2")).replace("\n", "\r\n").encode())
+    reviews, errors, _ = _ingest_file(csv_)
+    assert errors.num_rows == 0 and reviews.column("user_id").to_pylist() == ["A1", "A2"]
+
+
+def test_wrong_json_types_are_error_rows_naming_the_field(tmp_path):
+    """A list text was stored as its first element; a dict rating as its repr. Each is
+    an error row naming the field; 2014's helpful [votes, total] stays a layout."""
+    cases = [("reviewText", ["a", "b"], "text"), ("overall", {"stars": 5}, "rating"),
+             ("unixReviewTime", [1400000000], "timestamp"), ("reviewerID", {"id": 1}, "user_id"),
+             ("asin", True, "item_id"), ("summary", ["s"], "summary"), ("helpful", {"up": 1}, "helpful_votes"),
+             ("overall", True, "rating")]
+    lines = [json.dumps(_r2014("U0", "I1", 1400000000, helpful=[3, 4]))]
+    lines += [json.dumps({**_r2014(f"U{i}", "I1", 1400000000), key: value}) for i, (key, value, _) in enumerate(cases, 1)]
+    path = _write_lines(tmp_path / "types.json", lines)
+    reviews, errors, records = _ingest_file(path)
+    assert records == len(lines) and reviews.column("helpful_votes").to_pylist() == [3]
+    got = _errors_by_line(errors)
+    for line, (key, _, fld) in enumerate(cases, 2):
+        assert got[line]["error_type"] == "invalid_type" and got[line]["field"] == fld, got[line]
+        assert f"'{key}'" in got[line]["message"]
+
+
+def test_undecodable_json_values_are_error_rows(tmp_path):
+    """Nesting too deep for the decoder and lone surrogate escapes raised past the parser."""
+    lines = ["[" * 100_000, json.dumps(_r2014("U1", "I1", 1400000000, text="bad \ud800 half")),
+             json.dumps(_r2014("U2", "I1", 1400000000, text="emoji \U0001F600"))]
+    path = _write_lines(tmp_path / "odd.json", lines)
+    reviews, errors, records = _ingest_file(path, "amazon2014")
+    assert records == 3 and reviews.column("text").to_pylist() == ["emoji \U0001F600"]
+    got = _errors_by_line(errors)
+    assert got[1]["error_type"] == "invalid_json" and got[2]["field"] == "text"
+
+
+def test_parquet_column_of_the_wrong_type_is_refused_and_times_need_not_be_whole(tmp_path):
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"user_id": ["u"], "item_id": ["i"], "rating": [5.0], "text": [["a", "b"]],
+                             "timestamp": pa.array([1_400_000_000_500], pa.timestamp("ms"))}), path)
+    with pytest.raises(ValueError, match="column 'text' is list<.*cannot hold text"):
+        detect_layout(path)
+    pq.write_table(pa.table({"user_id": ["u"], "item_id": ["i"], "rating": [5.0], "text": ["ok"],
+                             "timestamp": pa.array([1_400_000_000_500], pa.timestamp("ms"))}), path)
+    reviews, errors, _ = _ingest_file(path)
+    assert errors.num_rows == 0 and reviews.column("timestamp").to_pylist() == [1_400_000_000]
+
+
+@pytest.mark.slow
+def test_ingest_job_on_a_truncated_gzip_ends_with_error_rows(tmp_path, ray_session):
+    from rexeval.pipelines.ingest.pipeline import run_ingest
+    from rexeval.pipelines.ingest.config import IngestConfig
+
+    rows = [json.dumps(_r2014(f"U{i}", "I1", 1400000000 + i)) for i in range(3000)]
+    whole = gzip.compress(("\n".join(rows) + "\n").encode())
+    src = tmp_path / "cut.json.gz"
+    src.write_bytes(whole[:len(whole) * 2 // 3])
+    m = run_ingest(IngestConfig(inputs=[str(src)], out=str(tmp_path / "out")), progress=lambda s: None)
+    c = m["counts"]
+    assert c["in"] == c["out"] + c["errors"] and c["errors"] == 1 and c["out"] > 1000
+    (e,) = pq.read_table(tmp_path / "out" / "errors").to_pylist()
+    assert e["error_type"] == "read_stopped" and e["line"] == c["out"] + 1 and e["source"] == str(src)

@@ -360,3 +360,66 @@ def test_sort_fallbacks_give_the_same_order():
     assert [r[:2] for r in per_user(res.valid, "c")] == [(3, "s")]
     assert per_user(res.test, "c") == [(3, "s", 5 + 2**62)]
     assert res.counts == base.counts
+
+
+# -- inputs with no review ---------------------------------------------------------------
+
+
+def _ingest_folder(root, reviews: pa.Table, errors: int):
+    """What `rexeval ingest` leaves: reviews/ and errors/ parts (here: `errors` error rows)."""
+    import pyarrow.parquet as pq
+
+    from rexeval.pipelines.core.schema import ERRORS
+
+    (root / "reviews").mkdir(parents=True)
+    (root / "errors").mkdir()
+    pq.write_table(reviews, root / "reviews" / "part-00000.parquet")
+    rows = [{"stage": "ingest", "source": "r.jsonl", "line": n + 1, "row_id": None, "field": "rating",
+             "error_type": "invalid_field", "message": "rating out of range", "raw": "{}"} for n in range(errors)]
+    pq.write_table(pa.Table.from_pylist(rows, schema=ERRORS), root / "errors" / "part-00000.parquet")
+    return root
+
+
+def test_split_refuses_a_folder_with_no_reviews_table(tmp_path):
+    from rexeval.pipelines.ingest.config import SplitConfig
+    from rexeval.pipelines.ingest.split_pipeline import run_split
+
+    (tmp_path / "empty").mkdir()
+    cfg = SplitConfig(input=str(tmp_path / "empty"), out=str(tmp_path / "split"))
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path / 'empty'} holds no reviews table.*rexeval ingest"):
+        run_split(cfg, progress=lambda _: None)
+    assert not (tmp_path / "split").exists()  # no empty "complete" split
+
+
+def test_split_refuses_an_ingest_that_kept_no_review_and_points_at_its_errors(tmp_path):
+    from rexeval.pipelines.core.schema import REVIEWS
+    from rexeval.pipelines.ingest.config import SplitConfig
+    from rexeval.pipelines.ingest.split_pipeline import run_split
+
+    ing = _ingest_folder(tmp_path / "ing", REVIEWS.empty_table(), errors=3)
+    cfg = SplitConfig(input=str(ing), out=str(tmp_path / "split"))
+    with pytest.raises(ValueError, match=f"kept no reviews .*errors/ has 3.*see {ing / 'errors'}"):
+        run_split(cfg, progress=lambda _: None)
+    assert not (tmp_path / "split").exists()
+
+
+def test_a_split_that_keeps_nothing_says_so(tmp_path):
+    """Seven reviews by users with one or two each: nothing survives min_interactions 3.
+    The split is written (it is what the settings give) but not silently: a warning line
+    and the manifest's `warnings` say why it is empty (issue 45)."""
+    from rexeval.pipelines.ingest.config import SplitConfig
+    from rexeval.pipelines.ingest.split_pipeline import run_split
+    from rexeval.pipelines.core.io import write_parquet_atomic
+    from rexeval.pipelines.core.schema import REVIEWS
+    import pyarrow as pa
+
+    rows = [{"review_id": f"r{i}", "user_id": f"u{i % 4}", "item_id": "i", "rating": 5.0, "timestamp": 1400000000 + i,
+             "text": "ok", "source": "x", "line": i + 1} for i in range(7)]
+    write_parquet_atomic(tmp_path / "ing" / "reviews" / "part-00000.parquet",
+                         pa.Table.from_pylist(rows).cast(pa.schema([REVIEWS.field(n) for n in rows[0]])))
+    lines = []
+    manifest = run_split(SplitConfig(input=str(tmp_path / "ing"), out=str(tmp_path / "s"), method="leave-last-two"),
+                         progress=lines.append)
+    assert manifest["counts"]["reviews_in"] == 7
+    assert any(line.startswith("  warning: the split kept none of the 7 reviews") for line in lines), lines
+    assert manifest["warnings"] and "min_interactions" in manifest["warnings"][0]

@@ -328,6 +328,19 @@ def test_missing_files_a_stage_reads_are_found_before_anything_runs(tmp_path):
      "sweep mu: give its values with grid mu=v1,v2"),
     ({"job": "star_train", "with": {"data": "{split}", "grid": {"seed": [1, 2]}, "seeds": 3}},
      "give either seeds or a grid of seed"),
+    # Ranges: found by the dry run, not by the job after it read every review.
+    ({"job": "split", "with": {"input": "{ingest}", "train": 1.5}},
+     "stages.x.with (dataset a).train: Input should be less than 1"),
+    ({"job": "split", "with": {"input": "{ingest}", "train": 0.8, "valid": 0.2}},
+     "stages.x.with (dataset a): train + valid must be below 1"),
+    ({"job": "ingest", "with": {"inputs": "{dataset.inputs}", "min_rating": 5, "max_rating": 1}},
+     "stages.x.with (dataset a): min_rating (5) is above max_rating (1)"),
+    ({"job": "expscore_train", "with": {"inputs": "{dataset.inputs}", "rating_min": 5, "rating_max": 1}},
+     "rating_max (1) must be above rating_min (5)"),
+    ({"job": "star_baselines", "with": {"data": "{split}", "ks": [10, 0]}},
+     "stages.x.with (dataset a).ks.1: Input should be greater than or equal to 1"),
+    ({"job": "judge_detect", "with": {"reviews": ["{ingest}"], "evaluators": []}},
+     "stages.x.with (dataset a).evaluators: List should have at least 1 item"),
 ])
 def test_a_plan_refuses_every_setting_its_job_would_refuse(tmp_path, stage, expected):
     """The plan builds each stage's settings with the job's own config class, whose
@@ -336,3 +349,54 @@ def test_a_plan_refuses_every_setting_its_job_would_refuse(tmp_path, stage, expe
     evaluate stage failed hours into the study)."""
     msg = problems(tmp_path, study_dict(x={**stage, "datasets": ["a"]}))
     assert expected in msg, msg
+
+
+def test_every_problem_of_a_study_file_is_reported_in_one_run(tmp_path):
+    """Six mistakes of six kinds (an unknown key, an unknown job, a setting out of its
+    range, a missing input, a reference to no stage, a cycle): one plan names them all,
+    each with its stage and setting, rather than one per run."""
+    data = study_dict(x={"job": "stats", "with": {"input": "{y}"}, "datasets": ["a"]},
+                      y={"job": "stats", "with": {"input": "{x}"}, "datasets": ["a"]})
+    data["stages"]["split"]["wth"] = {"train": 0.7}
+    data["stages"]["stats"]["job"] = "statz"
+    data["stages"]["split"]["with"]["train"] = 1.5
+    data["datasets"]["b"]["inputs"] = ["/nope/reviews.jsonl"]
+    data["stages"]["clusters"]["with"]["input"] = "{ingets@a}"
+    msg = problems(tmp_path, data)
+    assert msg.count("\n  ") == 6 and "6 problems" in msg, msg
+    for expected in ("stages.split.wth: unknown key",
+                     "stages.stats.job: unknown job 'statz'",
+                     "stages.split.with (dataset a).train: Input should be less than 1",
+                     "datasets.b.inputs: /nope/reviews.jsonl does not exist",
+                     "stages.clusters.with.input: {ingets@a} names no stage",
+                     "stages: a cycle: x@a -> y@a -> x@a"):
+        assert expected in msg, msg
+
+
+def test_a_stage_the_file_cannot_describe_is_reported_once(tmp_path):
+    """A stage left out for a bad value of its own (here a `job` that is no name) is one
+    problem; the stages that read it are not told again that it does not exist."""
+    data = study_dict()
+    data["stages"]["split"]["job"] = ["split"]
+    data["stages"]["split"]["per_dataset"] = "sometimes"  # a bad optional key: its default applies
+    data["stages"]["ingest"]["with"]["trian"] = 1
+    msg = problems(tmp_path, data)
+    assert "stages.split.job: Input should be a valid string" in msg
+    assert "stages.split.per_dataset:" in msg and "trian: unknown key" in msg
+    assert "names no stage" not in msg and "{split}" not in msg, msg
+    data = study_dict()
+    data["stages"]["split"]["datasets"] = ["a", "c"]  # split@a still runs, and stats@a reads it
+    assert problems(tmp_path, data).endswith("study.yaml: stages.split.datasets: no dataset 'c' (datasets: a, b)")
+
+
+def test_a_stage_folder_holding_what_it_reads_is_a_plan_problem(tmp_path):
+    """A dataset file kept where the study puts a stage's folder (OUT/a/ingest/...): the
+    ingest job would write, and with a changed setting remove, around its own input, so
+    the plan refuses it, naming the stage, its folder and the file (issue 45)."""
+    data_file = tmp_path / "out" / "a" / "ingest" / "r.jsonl"
+    data_file.parent.mkdir(parents=True)
+    data_file.write_text((SAMPLE / "reviews.jsonl").read_text())
+    data = study_dict()
+    data["datasets"]["a"]["inputs"] = [str(data_file)]
+    text = problems(tmp_path, data)
+    assert "stages.ingest (dataset a): --out" in text and f"holds an input of this job (inputs: {data_file})" in text

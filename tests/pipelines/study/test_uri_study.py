@@ -214,7 +214,7 @@ def test_a_local_out_a_node_cannot_see_stops_the_study_before_any_stage(tmp_path
                                                          "NodeManagerAddress": "10.9.9.8"}])
     f = study_file(tmp_path, ["reviews.txt"])
     res = CliRunner().invoke(study_group, ["run", str(f), "--out", str(tmp_path / "out")])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 2, res.output  # the user's to fix: a URI or a shared folder
     assert f"{tmp_path / 'out'} is a local folder that 1 node(s) of the Ray cluster cannot see" in res.output
     assert "10.9.9.8 (node cdcdcdcd)" in res.output and "Use a URI (s3://, gs://)" in res.output
     assert not (tmp_path / "out").exists()
