@@ -18,7 +18,7 @@ from typing import Annotated, Iterable, Literal, Mapping
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from rexeval.models.refs import ModelUnavailable, ResolvedModel, resolve
+from rexeval.models.refs import ModelUnavailable, NoModelAtPath, ResolvedModel, resolve
 
 PROFILES_FILE = Path(__file__).with_name("profiles.yaml")
 Backend = Literal["hf", "vllm", "openai"]
@@ -109,7 +109,10 @@ class Profile(BaseModel):
                 cache_dir: str | os.PathLike | None = None) -> ResolvedModel:
         """``require(role)`` then resolve it to a location (see ``models.refs.resolve``):
         call it where the model is loaded, since a URI is copied to this node."""
-        return resolve(self.require(role), prepare=prepare, cache_dir=cache_dir)
+        try:
+            return resolve(self.require(role), prepare=prepare, cache_dir=cache_dir)
+        except NoModelAtPath as exc:  # name the role the path was given for
+            raise NoModelAtPath(f"the {role} model: {exc}") from None
 
 
 def _check_role(role: str) -> None:

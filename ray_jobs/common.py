@@ -36,7 +36,7 @@ class Where(click.ParamType):
         from rexeval.pipelines.core.storage import location
 
         text = str(value)
-        if not self.exists:
+        if not self.exists and self.file_okay and self.dir_okay:
             return text
         try:
             loc = location(text)
@@ -45,6 +45,8 @@ class Where(click.ParamType):
             self.fail(f"{text!r} cannot be reached: {_one(_first_line(exc))} (check the store's credentials "
                       "and address: AWS_* or GOOGLE_APPLICATION_CREDENTIALS, AWS_ENDPOINT_URL)", param, ctx)
         if not (is_dir or is_file):
+            if not self.exists:  # to be made: only a path of the wrong kind is refused
+                return text
             self.fail(f"{text!r} does not exist.", param, ctx)
         if is_dir and not self.dir_okay:
             self.fail(f"{text!r} is a folder; a file is expected.", param, ctx)
@@ -159,12 +161,13 @@ def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
         raise click.UsageError(f"invalid settings{src}: " + "; ".join(problems)) from None
 
 
-def parse_backend_options(items: tuple[str, ...]) -> dict:
-    """KEY=VALUE pairs; values are parsed as JSON when they can be (numbers, booleans)."""
+def parse_backend_options(items: tuple[str, ...], option: str = "--backend-option") -> dict:
+    """KEY=VALUE pairs of `option`; values are parsed as JSON when they can be (numbers,
+    booleans)."""
     out = {}
     for item in items:
         if "=" not in item:
-            raise click.BadParameter(f"{item!r} must look like KEY=VALUE", param_hint="--backend-option")
+            raise click.BadParameter(f"{item!r} must look like KEY=VALUE", param_hint=option)
         k, v = item.split("=", 1)
         try:
             out[k.strip()] = json.loads(v)

@@ -51,7 +51,11 @@ def _start_over(out: Path, plan) -> list[str]:
     if not out.exists():
         return []
     state = out / STATE_FILE
-    name = json.loads(state.read_text()).get("name") if state.is_file() else None
+    try:
+        found = location(state).read_json() if state.is_file() else None
+    except ValueError:  # not JSON, not text: not a state the demo wrote
+        found = None
+    name = found.get("name") if isinstance(found, dict) else None
     if name != "demo" and any(out.iterdir()):
         raise FileExistsError(f"{out} is not a demo output folder (no study.json of the demo): not removing it")
     root = location(out)

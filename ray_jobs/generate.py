@@ -149,7 +149,7 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     from rexeval.pipelines.generate.config import TrainJob
     from rexeval.pipelines.generate.pipeline import run_train
 
-    settings = parse_backend_options(sets)
+    settings = parse_backend_options(sets, "--set")
     model, overrides = split_model_flags(llm.pop("models"))
     llm["models"] = overrides or None
     flags["model"] = model
@@ -239,7 +239,7 @@ def _run_counts(cfg, manifest: dict) -> dict:
 def prompted_settings(sets: tuple[str, ...]) -> dict | None:
     """--set KEY=VALUE of `generate llm`: the generators' settings, and the BiasedMF's
     (mf_dim, mf_lr, mf_reg, mf_batch_size, mf_epochs, mf_patience) under `mf`."""
-    values = parse_backend_options(sets)
+    values = parse_backend_options(sets, "--set")
     if not values:
         return None
     mf = {k: v for k, v in values.items() if k.startswith("mf_")}

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import click
 
-from rexeval.pipelines.core.inputs import given_text, resolved_text
+from rexeval.pipelines.core.inputs import given_text, resolved_text, reviews_input, table_rows
 from rexeval.pipelines.core.io import read_table, table_files
 from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.storage import PathLike, location
-from rexeval.pipelines.ingest.split_pipeline import reviews_input, table_rows
 from rexeval.pipelines.ingest.stats import dataset_stats, format_table
 from rexeval.ray_jobs.common import Where, echo_json, user_errors
 

@@ -13,6 +13,7 @@ import click
 
 from rexeval.models.profiles import ProfileError, available_profiles, load_profile, parse_overrides
 from rexeval.models.refs import ModelUnavailable, offline_status, resolve
+from rexeval.ray_jobs.common import InputMistake
 
 MODEL_OPT_HELP = ("Override one role, as ROLE=REF (a local path, a packaged model name or a "
                   "Hugging Face id); ROLE=none clears it. Repeatable.")
@@ -78,7 +79,7 @@ def resolve_cmd(ref: str, prepare: bool, cache_dir: str | None) -> None:
     try:
         r = resolve(ref, prepare=prepare, cache_dir=cache_dir)
     except (ModelUnavailable, ValueError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise InputMistake(str(exc)) from None
     ok, why = offline_status(r)
     click.echo(f"ref:      {r.ref}\nkind:     {r.kind}\nlocation: {r.location}")
     click.echo(f"package:  {r.package or '-'}\noffline:  {'yes' if ok else 'no'} ({why})")

@@ -210,7 +210,7 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
     from rexeval.pipelines.star.pipeline import run_train
     from rexeval.pipelines.star.config import TrainJob
 
-    settings = parse_backend_options(sets)
+    settings = parse_backend_options(sets, "--set")
     if model:
         settings["model"] = model
     models = {"statement_encoder": encoder} if encoder else None

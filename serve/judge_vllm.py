@@ -31,7 +31,7 @@ def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: i
     folder as `model_source`, its id (`model_id` option, else the reference) for the
     OpenAI routes, our engine defaults under the spec's `engine_kwargs`."""
     from rexeval.models.llm.vllm_backend import DEFAULT_ENGINE_KWARGS
-    from rexeval.models.refs import resolve
+    from rexeval.models.refs import NoModelAtPath, resolve
 
     if spec.backend != "vllm":
         raise ValueError(f"a vLLM judge app serves backend vllm, not {spec.backend!r}")
@@ -47,9 +47,13 @@ def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: i
                                                          "max_replicas": int(max(min_replicas, max_replicas))}}
     if max_ongoing_requests:
         deployment["max_ongoing_requests"] = int(max_ongoing_requests)
+    try:
+        source = resolve(spec.model, prepare=False).location
+    except NoModelAtPath:  # a folder the GPU nodes mount, which this node (a head) may not
+        source = spec.model
     args: dict[str, Any] = {
         "model_loading_config": {"model_id": str(opts.get("model_id") or spec.model),
-                                 "model_source": resolve(spec.model, prepare=False).location},
+                                 "model_source": source},
         "engine_kwargs": engine,
         "deployment_config": deployment,
     }

@@ -64,8 +64,8 @@ from typing import Any
 import numpy as np
 
 from rexeval.models.encoders.nli import NLIScorer, _zip_texts
-from rexeval.models.encoders.pair_batching import BatchedPairModel, Row, looks_like_path, pad_rows
-from rexeval.models.refs import ModelUnavailable, resolve
+from rexeval.models.encoders.pair_batching import BatchedPairModel, Row, pad_rows
+from rexeval.models.refs import ModelUnavailable, NoModelAtPath, looks_like_path, resolve
 
 ROLE = "alignscore"
 ALIGNED = 0
@@ -200,10 +200,10 @@ def find_base_model(checkpoint: Path, hparams: Mapping[str, Any], base_model: st
     if base_model is not None:
         if not isinstance(base_model, str) or not base_model.strip():
             raise _unavailable(str(checkpoint), f"empty base_model {base_model!r}")
-        resolved = resolve(base_model)  # a URI: this node's copy
-        if resolved.kind == "hub" and looks_like_path(base_model):
-            raise _unavailable(str(checkpoint), f"base_model {base_model!r}: no such folder")
-        return resolved.location
+        try:
+            return resolve(base_model).location  # a URI: this node's copy
+        except NoModelAtPath:
+            raise _unavailable(str(checkpoint), f"base_model {base_model!r}: no such folder") from None
     named = str(hparams.get("model") or "").strip()
     candidates: list[Path] = []
     if checkpoint_dir is not None:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import abc
 import json
-import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
@@ -42,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from rexeval.models.encoders.embedder import set_common_options, torch_dtype
-from rexeval.models.refs import ModelUnavailable, resolve
+from rexeval.models.refs import ModelUnavailable, NoModelAtPath, resolve
 
 Row = dict[str, Any]
 """One tokenised pair, unpadded: at least `input_ids` (its length is the sort key)."""
@@ -282,21 +281,15 @@ Unavailable = Callable[[str, str], ModelUnavailable]
 """(ref, why) -> the role's ModelUnavailable, whose message says how to supply a model."""
 
 
-def looks_like_path(ref: str) -> bool:
-    """True for references written as file paths (a hub id is "org/name" at most)."""
-    return (os.path.isabs(ref) or ref.startswith(("./", "../", "~", ".\\"))
-            or ref.count("/") > 1 or os.sep != "/" and os.sep in ref)
-
-
 def resolve_checkpoint(ref: str, unavailable: Unavailable) -> str:
     """Where `ref` is (see `models.refs.resolve`); `unavailable(ref, why)` is raised for an
     empty reference or a path that does not exist."""
     if not isinstance(ref, str) or not ref.strip():
         raise unavailable(str(ref), "empty reference")
-    resolved = resolve(ref, prepare=True)
-    if resolved.kind == "hub" and looks_like_path(ref):
-        raise unavailable(ref, "no such file or folder")
-    return resolved.location
+    try:
+        return resolve(ref, prepare=True).location
+    except NoModelAtPath:
+        raise unavailable(ref, "no such file or folder") from None
 
 
 def read_config_json(location: str, ref: str, unavailable: Unavailable,

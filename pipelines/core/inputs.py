@@ -160,3 +160,41 @@ def reviews_path(path: PathLike) -> Location:
     if not p.exists():
         raise FileNotFoundError(f"no such input: {given_text(path)}")
     return p / "reviews" if (p / "reviews").is_dir() else p
+
+
+REVIEWS_EXPECTED = "an `rexeval ingest` output folder (with reviews/) or a reviews Parquet file or folder of parts"
+
+
+def table_rows(files: list[Location]) -> int | None:
+    """Rows of a table's Parquet parts from their footers (no data read); None when a
+    part is unreadable, which reading the table then reports with its file."""
+    import pyarrow.parquet as pq
+
+    total = 0
+    for f in files:
+        try:
+            with f.open_input() as fh:
+                total += pq.read_metadata(fh).num_rows
+        except (pa.ArrowInvalid, OSError):
+            return None
+    return total
+
+
+def reviews_input(path: PathLike) -> Location:
+    """The reviews table `path` names (an ingest folder's reviews/, or the table itself),
+    refused when it holds no review: a split or a statistics table of nothing would
+    look like a result. Raises FileNotFoundError (no table there) or ValueError (no rows)."""
+    src = reviews_path(path)
+    files = table_files(src)
+    if not files:
+        raise FileNotFoundError(f"{given_text(path)} holds no reviews table (no *.parquet files): "
+                                f"expected {REVIEWS_EXPECTED}")
+    if table_rows(files) == 0:
+        errors = location(path) / "errors"
+        if src != location(path) and errors.is_dir():
+            bad = table_rows(table_files(errors))
+            raise ValueError(f"{given_text(path)}: the ingest kept no reviews (reviews/ has 0 rows"
+                             + (f", errors/ has {bad:,}" if bad else "") + f"); see {errors} for why each "
+                             "row was refused, fix the input or the ingest settings and ingest again")
+        raise ValueError(f"{given_text(src)}: the reviews table has 0 rows; expected {REVIEWS_EXPECTED} with reviews")
+    return src

@@ -115,8 +115,8 @@ class UnreadableParquet(ValueError):
     """A file that should be Parquet and is not (cut short, another format): named."""
 
     def __init__(self, path: PathLike, exc: BaseException):
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        super().__init__(f"{path}: not a readable Parquet file ({text})")
+        self.reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        super().__init__(f"{path}: not a readable Parquet file ({self.reason})")
 
 
 def _unreadable(exc: BaseException) -> bool:
@@ -173,7 +173,8 @@ def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | Non
         try:
             t = read_parquet(f)
         except (UnreadableParquet, pa.ArrowInvalid) as exc:
-            raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file: {exc}") from None
+            reason = getattr(exc, "reason", str(exc))
+            raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file ({reason})") from None
         t = validate_table(t, sch, source=str(f), name=name)
         if columns is not None:
             t = t.select(columns)

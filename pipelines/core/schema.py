@@ -174,7 +174,8 @@ class SchemaError(ValueError):
             where += f", row {self.row}"
         if self.field is not None:
             where += f", field '{self.field}'"
-        return f"{self.table} table, {where}: {self.problem}"
+        kind = "" if self.table in ("", "table") else f"{self.table} table, "  # not "table table"
+        return f"{kind}{where}: {self.problem}"
 
 
 def validate_table(table: pa.Table, schema: pa.Schema | str, source: str = "<memory>",

@@ -72,6 +72,38 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     return fs, rest.rstrip("/")
 
 
+class NotText(UnicodeDecodeError):
+    """A file read as text that is not: the decoder's error, its message naming the file
+    (still a UnicodeDecodeError, and so a ValueError, for every caller that catches one)."""
+
+    def __init__(self, where: str, exc: UnicodeDecodeError):
+        super().__init__(exc.encoding, exc.object, exc.start, exc.end, exc.reason)
+        self.where = where
+
+    def __reduce__(self):  # pickles (a Ray task raising it) as what it was made from
+        return (NotText, (self.where, UnicodeDecodeError(self.encoding, self.object, self.start, self.end,
+                                                         self.reason)))
+
+    def __str__(self) -> str:
+        return (f"{self.where}: not a {self.encoding} text file (byte {self.start} is "
+                f"{self.object[self.start:self.start + 1]!r}: {self.reason})")
+
+
+class NotJSON(json.JSONDecodeError):
+    """A file read as JSON that is not: the parser's error, its message naming the file
+    (still a JSONDecodeError for every caller that catches one)."""
+
+    def __init__(self, where: str, exc: json.JSONDecodeError):
+        super().__init__(exc.msg, exc.doc, exc.pos)
+        self.where = where
+
+    def __reduce__(self):
+        return (NotJSON, (self.where, json.JSONDecodeError(self.msg, self.doc, self.pos)))
+
+    def __str__(self) -> str:
+        return f"{self.where}: not JSON (line {self.lineno}, column {self.colno}: {self.msg})"
+
+
 class Location:
     """A file or folder at a local path or under a URI (see the module docstring).
 
@@ -218,10 +250,20 @@ class Location:
         return data
 
     def read_text(self, encoding: str = "utf-8") -> str:
-        return self.read_bytes().decode(encoding)
+        """The file as text; bytes that are not `encoding` raise a ValueError naming it."""
+        data = self.read_bytes()
+        try:
+            return data.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise NotText(self.uri, exc) from None
 
     def read_json(self) -> Any:
-        return json.loads(self.read_bytes())
+        """The file as JSON; a file that is not JSON raises a ValueError naming it."""
+        text = self.read_text()
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise NotJSON(self.uri, exc) from None
 
     def open_input(self):
         """A seekable binary file (pyarrow's), for readers that seek (Parquet, CSV)."""

@@ -102,7 +102,11 @@ def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | No
     job folder's `sub` table), its column types checked before it is read."""
     loc = _table_path(path, sub) if sub else location(path)
     parts = []
-    for f in table_files(loc):
+    files = table_files(loc)
+    if not files:
+        raise FileNotFoundError(f"{given_text(path)}: no {name} table there (no *.parquet parts"
+                                + (f", nor a {sub}/ table" if sub else "") + ")")
+    for f in files:
         source = _part_source(path, f)
         try:
             footer = parquet_schema(f)

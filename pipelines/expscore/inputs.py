@@ -77,7 +77,10 @@ def read_rows(path: str | Path, kinds: dict[str, str] | None = None) -> tuple[li
             rows.append({**obj, "_source": p, "_line": n})
         return rows, errors, list(columns)
     elif loc.suffix == ".csv":
-        frame = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False, na_values=[""])
+        try:
+            frame = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False, na_values=[""])
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{p}: not a readable CSV file ({str(exc).strip().splitlines()[-1]})") from None
     else:
         raise ValueError(f"{p}: unknown input format (use .parquet, a folder of Parquet parts, .csv or .jsonl)")
     for n, rec in enumerate(frame.to_dict("records"), start=1):

@@ -31,7 +31,7 @@ from rexeval.models.llm.base import check_model_here
 from rexeval.pipelines.core.llm_calls_plan import CallPlan, job_plan
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.inputs import resolved_text, reviews_path
+from rexeval.pipelines.core.inputs import resolved_text, reviews_input, reviews_path
 from rexeval.pipelines.core.storage import location
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
@@ -72,7 +72,7 @@ def output_config(cfg: ExtractConfig, models: dict[str, Any]) -> dict:
 
 def review_parts(cfg: ExtractConfig) -> tuple[TableParts, int]:
     """The input's reviews parts (footers only) and how many reviews the job takes."""
-    parts = TableParts.of(location(reviews_path(cfg.input)), "reviews")
+    parts = TableParts.of(reviews_input(cfg.input), "reviews")  # refused when it holds no review
     total = parts.num_rows if cfg.limit is None else min(parts.num_rows, cfg.limit)
     return parts, total
 

@@ -8,6 +8,8 @@ for the titles that matter only. Files may be local paths or URIs.
 """
 from __future__ import annotations
 
+import zlib
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,8 +51,13 @@ def _iter_meta(path: PathLike):
         if name.endswith(".parquet"):
             t = read_parquet(loc)
         else:
-            with open_bytes(loc) as fh:
-                t = pacsv.read_csv(fh)
+            try:
+                with open_bytes(loc) as fh:
+                    t = pacsv.read_csv(fh)
+            except (pa.ArrowInvalid, EOFError, OSError) as exc:
+                if isinstance(exc, FileNotFoundError):
+                    raise
+                raise ValueError(f"{given_text(path)}: not a readable metadata CSV ({str(exc).splitlines()[0]})") from None
         idk = next((k for k in _ID_KEYS if k in t.column_names), None)
         tk = next((k for k in _TITLE_KEYS if k in t.column_names), None)
         if idk is None or tk is None:
@@ -58,14 +65,36 @@ def _iter_meta(path: PathLike):
                              f"and a title column ({'/'.join(_TITLE_KEYS)}); found {t.column_names}")
         yield from zip(t.column(idk).to_pylist(), t.column(tk).to_pylist())
         return
+    try:
+        yield from _json_meta(loc)
+    except (EOFError, OSError, zlib.error) as exc:  # a cut or damaged gzip
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise ValueError(f"{given_text(path)}: the file ends early or is damaged ({type(exc).__name__}: "
+                         f"{exc}); repair or re-download it, or leave out --meta") from None
+
+
+def _json_meta(loc):
+    """(item id, title) of each JSON-lines record. A broken line only costs that item's
+    title; a file of which no line is a record (another format, binary bytes) is refused,
+    naming it, so a wrong --meta is never taken for a file without titles."""
+    lines = records = 0
     with open_bytes(loc) as fh:
         for n, raw in enumerate(fh, 1):
             if not raw.strip():
                 continue
+            lines += 1
             try:
                 obj = parse_record(raw.decode("utf-8", "replace"))
             except ValueError:
-                continue  # a broken metadata line only costs that item's title
+                obj = None
             if isinstance(obj, dict):
+                records += 1
                 yield next((obj[k] for k in _ID_KEYS if obj.get(k)), None), next(
                     (obj[k] for k in _TITLE_KEYS if obj.get(k)), None)
+            elif lines >= 1000 and not records:
+                break  # a thousand lines and not one record: not a metadata file
+    if lines and not records:
+        raise ValueError(f"{given_text(loc.uri)}: not item metadata (none of its first {lines:,} line(s) is a JSON "
+                         f"record); --meta takes JSON lines with {'/'.join(_ID_KEYS)} and "
+                         f"{'/'.join(_TITLE_KEYS)}, or a CSV/Parquet table with those columns")

@@ -1,4 +1,4 @@
-"""The ingest job's wiring on Ray (see pipelines.ingest.parse for its three steps).
+"""The ingest job's wiring on Ray (see pipelines.ingest.steps for its three steps).
 
 Every step runs in workers that read the inputs and write the output through the storage
 module, so inputs and output may be local paths or URIs: planning (one task per input
@@ -22,7 +22,7 @@ from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
 from rexeval.pipelines.ingest.config import INGEST_OUTPUTS, IngestConfig
 from rexeval.pipelines.ingest.formats import detect_layout
 from rexeval.pipelines.ingest.metadata import load_titles
-from rexeval.pipelines.ingest.parse import ParseStage, commit_shard, find_shard_duplicates
+from rexeval.pipelines.ingest.steps import ParseStage, commit_shard, find_shard_duplicates
 
 TABLES = [INGEST_OUTPUTS.reviews, INGEST_OUTPUTS.errors]
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
@@ -72,6 +72,17 @@ class LikertJobConfig(JudgeJobSettings):
         return self
 
 
+def _known_rubric(ref: str) -> str:
+    """A rubric name or .yaml file the job can read, checked with the settings (the chunks
+    read it on the workers, after the job has started its models); a URI is read there."""
+    from rexeval.pipelines.core.storage import is_uri
+    from rexeval.prompts.rubrics import load_rubric
+
+    if not is_uri(ref):
+        load_rubric(ref)  # PromptError (a ValueError) names what is wrong and the known rubrics
+    return ref
+
+
 class PairwiseJobConfig(JudgeJobSettings):
     explanations: ReadPaths = Field(description="EXPLANATIONS tables (files or folders)")
     baseline: str = Field(description="the system every other system is compared with")
@@ -90,6 +101,8 @@ class PairwiseJobConfig(JudgeJobSettings):
         description="gen: the LLM judge (ALERT-Gen, verdicts.parquet); disc: a reward model "
                     "(ALERT-Disc, verdicts_disc.parquet)")
     reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
+
+    _criteria = field_validator("criteria")(_known_rubric)
 
     @model_validator(mode="after")
     def _disc_needs_a_reward_model(self):
@@ -111,6 +124,8 @@ class DetectJobConfig(JudgeJobSettings):
     max_tokens: int = Field(512, ge=8)
     constrained: bool = True
     generation_max_tokens: int = Field(96, ge=8)
+
+    _criteria = field_validator("criteria")(_known_rubric)
 
     @model_validator(mode="after")
     def _checked(self):

@@ -290,6 +290,10 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     suite = DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
                               max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens)
     contexts = detect_contexts(cfg)
+    if not len(contexts):
+        raise ValueError(f"judge detect: no interaction to explain in {cfg.contexts or ', '.join(cfg.reviews)}"
+                         + (f" (with --interactions {cfg.interactions})" if cfg.interactions else "")
+                         + ": give reviews or contexts that hold at least one user and item")
     # Planned once over every interaction, so replacement items and users are drawn from
     # the whole set; the chunks only generate.
     plan = plan_conditions(contexts, suite.conditions, suite.seed)

@@ -108,7 +108,11 @@ def read_input(path: str | Path) -> InputTable:
         raise FileNotFoundError(f"input not found: {p}")
     suffix = loc.suffix.lower()
     if loc.is_dir() or suffix in (".parquet", ".pq"):
-        df = pa.concat_tables([_read_part(f, p) for f in table_files(loc)]).to_pandas()
+        files = table_files(loc)
+        if not files:
+            raise FileNotFoundError(f"{p}: no table there (a folder with no *.parquet parts); give a "
+                                    "Parquet, CSV, TSV or JSON-lines file, or a folder of Parquet parts")
+        df = pa.concat_tables([_read_part(f, p) for f in files]).to_pandas()
         return InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
     if suffix in (".csv", ".tsv"):
         try:

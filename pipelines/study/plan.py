@@ -330,6 +330,8 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
     here = file.resolve().parent
     root = study_root(out or study.out or f"runs/{study.name}")
     problems: list[str] = list(study.load_problems)
+    if root.is_file():
+        problems.append(f"out: {root} is a file; the study writes a folder there (its stages, state and logs)")
     missing = _dataset_problems(study, problems)
     quiet = {d.split(".", 1)[1] for d in study.dropped if d.startswith("stages.")}
     outs, declared = _instance_folders(study, root, problems, quiet)
@@ -506,12 +508,31 @@ def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: d
         except (ValueError, KeyError) as exc:
             problems.append(f"stages.{inst.stage}: profile {profile!r}: {exc}")
             continue
-        for role in inst.job.roles(cfg):
-            if prof.ref(role) is None and (inst.stage, role) not in seen:
+        given = [r for r, ref in dict(overrides or {}).items() if ref]  # models named outright: checked too
+        for role in dict.fromkeys([*inst.job.roles(cfg), *given]):
+            if (inst.stage, role) in seen:
+                continue
+            ref = prof.ref(role)
+            if ref is None:
                 seen.add((inst.stage, role))
                 problems.append(f"stages.{inst.stage}: job {inst.job.name} needs a {role!r} model and profile "
                                 f"{profile!r} has none: give one under models (e.g. models: {{{role}: /path}})")
+            elif (why := _unusable(ref)) is not None:
+                seen.add((inst.stage, role))
+                problems.append(f"stages.{inst.stage}: the {role!r} model: {why}")
     return problems
+
+
+def _unusable(ref: str) -> str | None:
+    """Why the model `ref` cannot be used here (a path with nothing there, a package not
+    installed, a URI with nothing under it), checked without loading or copying it."""
+    from rexeval.models.refs import ModelUnavailable, resolve
+
+    try:
+        resolve(ref, prepare=False)
+    except ModelUnavailable as exc:
+        return str(exc)
+    return None
 
 
 # -- the state of a study folder -------------------------------------------------------

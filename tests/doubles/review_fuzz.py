@@ -366,7 +366,8 @@ def check(ff: FuzzFile, folder: Path) -> Outcome:
 
     from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
     from rexeval.pipelines.ingest.formats import detect_layout
-    from rexeval.pipelines.ingest.parse import normalise, parse_chunk
+    from rexeval.pipelines.ingest.parse import parse_chunk
+    from rexeval.pipelines.ingest.validate import normalise
 
     path = folder / ff.name
     path.write_bytes(ff.data)

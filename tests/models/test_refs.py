@@ -93,3 +93,16 @@ def test_missing_package_for_registered_entry(monkeypatch):
         resolve("org/tiny-fake")
     assert "rexeval-no-such-pkg" in str(exc.value)
     assert "pip install rexeval-no-such-pkg" in str(exc.value)
+
+
+def test_a_path_with_nothing_there_is_not_taken_for_a_hub_id(tmp_path):
+    """A reference only a path can be (absolute, ./, more slashes than ORG/NAME) with
+    nothing there is refused at once, naming it; before, it passed as a hub id and failed
+    minutes later inside a Serve replica (issue 45)."""
+    from rexeval.models.refs import ModelUnavailable, NoModelAtPath, resolve
+
+    for ref in (str(tmp_path / "missing"), "./missing-model", "runs/mi/model"):
+        with pytest.raises(NoModelAtPath, match=f"no model at {ref}"):
+            resolve(ref, prepare=False)
+    assert issubclass(NoModelAtPath, ModelUnavailable)
+    assert resolve("org/name", prepare=False).kind == "hub"  # still a hub id

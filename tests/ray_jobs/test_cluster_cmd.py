@@ -22,14 +22,14 @@ def test_usage_errors_are_one_clear_line(tmp_path, ray_session):
     res = CliRunner().invoke(cluster_cmd, [str(tmp_path), "--out", "o", "--method", "kmeans"])
     assert res.exit_code == 2 and "kmeans" in res.output
     res = CliRunner().invoke(cluster_cmd, [str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
-    assert res.exit_code == 1 and "statements input not found" in res.output
+    assert res.exit_code == 2 and "statements input not found" in res.output
     assert "Traceback" not in res.output
     res = CliRunner().invoke(cluster_cmd, [str(tmp_path), "--out", "o", "--cross-kind", "magic"])
     assert res.exit_code == 2 and "cross_kind" in res.output
     src = _statements(tmp_path / "st.parquet")
     res = CliRunner().invoke(cluster_cmd, [str(src), "--out", str(tmp_path / "o"),
                                            "--model", "cross_encoder=" + str(tmp_path / "missing")])
-    assert res.exit_code == 1 and "cross_encoder" in res.output and "Traceback" not in res.output
+    assert res.exit_code == 2 and "cross_encoder" in res.output and "Traceback" not in res.output
 
 
 def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
@@ -53,7 +53,7 @@ def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
     assert lines[3].startswith("|  | STAR | 5 | 44.44 |")
     assert (tmp_path / "t3.csv").read_text().startswith("dataset,method,statements,clusters")
     res = CliRunner().invoke(cluster_report_cmd, [str(tmp_path)])
-    assert res.exit_code == 1 and "report.json" in res.output
+    assert res.exit_code == 2 and "report.json" in res.output
 
 
 def test_input_out_and_report_may_be_uris(tmp_path, s3_root, ray_session):

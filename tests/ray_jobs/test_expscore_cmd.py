@@ -75,12 +75,13 @@ def test_config_file_and_flag_override(rated, tmp_path):
 def test_user_errors_are_one_line(rated, tmp_path):
     runner = CliRunner()
     res = runner.invoke(expscore_group, ["train", str(rated), "--out", str(tmp_path / "x")])
-    assert res.exit_code == 1 and "give the item reviews" in res.output
+    assert res.exit_code == 2 and "give the item reviews" in res.output
     res = runner.invoke(expscore_group, ["train", str(rated), "--reviews-column", "reviews", "--head", "svm",
                                          "--out", str(tmp_path / "y")])
     assert res.exit_code == 2 and "svm" in res.output
-    res = runner.invoke(expscore_group, ["score", str(rated), "--model", str(tmp_path), "--reviews-column",
-                                         "reviews", "--out", str(tmp_path / "z")])
-    assert res.exit_code == 1 and "not an ExpScore model folder" in res.output
+    (tmp_path / "not-a-model").mkdir()
+    res = runner.invoke(expscore_group, ["score", str(rated), "--model", str(tmp_path / "not-a-model"),
+                                         "--reviews-column", "reviews", "--out", str(tmp_path / "z")])
+    assert res.exit_code == 2 and "not an ExpScore model folder" in res.output
     res = runner.invoke(expscore_group, ["train", "--out", str(tmp_path / "w")])
     assert res.exit_code == 2 and "inputs" in res.output

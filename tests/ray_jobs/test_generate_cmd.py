@@ -99,7 +99,7 @@ def test_generate_llm_through_the_cli(tmp_path, ray_session):
     assert res.exit_code == 2 and "telepathy" in res.output
     res = runner.invoke(cli, ["generate", "llm", str(ingest), "--method", "review_extract", "--split", "valid",
                               "--out", str(tmp_path / "y")])
-    assert res.exit_code == 1 and "ingest folder" in res.output
+    assert res.exit_code == 2 and "ingest folder" in res.output
 
 
 def test_train_and_run_take_uris(tmp_path, s3_root, ray_session):
@@ -113,8 +113,8 @@ def test_train_and_run_take_uris(tmp_path, s3_root, ray_session):
     runner = CliRunner()
     res = runner.invoke(cli, ["generate", "train", f"{s3_root}/split", "--truth", f"{s3_root}/truth", "--model",
                               "nrt", "--out", f"{s3_root}/nrt"])
-    assert res.exit_code == 1 and "not a `rexeval split` output" in res.output, res.output
+    assert res.exit_code == 2 and "not a `rexeval split` output" in res.output, res.output
     res = runner.invoke(cli, ["generate", "run", f"{s3_root}/nothing", "--out", f"{s3_root}/gen"])
-    assert res.exit_code == 1 and f"{s3_root}/nothing holds no generator checkpoint" in res.output, res.output
+    assert res.exit_code == 2 and f"{s3_root}/nothing holds no generator checkpoint" in res.output, res.output
     res = runner.invoke(cli, ["generate", "run", f"{s3_root}/absent", "--out", f"{s3_root}/gen"])
     assert res.exit_code == 2 and "does not exist" in res.output

@@ -132,3 +132,12 @@ def test_overwrite_keeps_the_users_files_and_a_bad_input_keeps_the_old_output(tm
     res = runner.invoke(cli, ["split", str(broken), "--out", str(split), "--overwrite"])
     _refused(res, "part-00000.parquet")
     assert _tree(split) == before
+
+
+def test_an_output_the_store_refuses_is_one_line(s3_env, ray_session):
+    """An `--out` in a bucket the store does not have (as a missing credential or a typo
+    in the bucket is met): one line naming the store's answer and where credentials come
+    from, exit 2; it was a 52-line traceback."""
+    res = CliRunner().invoke(cli, ["ingest", str(SAMPLE / "reviews.jsonl"), "--out", "s3://no-such-bucket-45/run"])
+    _refused(res, "no-such-bucket-45", "NO_SUCH_BUCKET", "credentials")
+    assert len(res.output.strip().splitlines()) <= 3, res.output

@@ -179,7 +179,8 @@ def test_a_prompted_method_registered_now_is_taken_listed_and_run(toy_method, ca
     assert res.exit_code == 0 and "toy_method" in res.output and "preference_logic" in res.output
     report = {"table_md": "| toy table |", "interactions": 3, "explanations": 2, "errors": 1}
     monkeypatch.setattr(job, "run_prompted", _fake(calls, report))
-    res = CliRunner().invoke(cli, ["generate", "llm", str(tmp_path), "--method", "toy_method", "--out",
+    (tmp_path / "split").mkdir()
+    res = CliRunner().invoke(cli, ["generate", "llm", str(tmp_path / "split"), "--method", "toy_method", "--out",
                                    str(tmp_path / "o"), "--set", "k_users=5"])
     assert res.exit_code == 0, res.output
     assert calls[0] == "init_ray"

@@ -155,3 +155,20 @@ def test_only_read_settings_count_by_content(tmp_path):
     assert config_hash(conf(b)) == before
     log.write_text("1\n2\n")
     assert config_hash(conf(a)) == before
+
+
+def test_a_file_that_is_not_parquet_is_named(tmp_path):
+    from rexeval.pipelines.core.io import UnreadableParquet, parquet_schema, read_parquet
+
+    cut = tmp_path / "part-00000.parquet"
+    pq.write_table(pa.table({"x": list(range(100))}), cut)
+    cut.write_bytes(cut.read_bytes()[:40] + b"PAR1")  # both magics, the middle gone
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"\x00\x01 not parquet at all")
+    for path in (cut, garbage):
+        for read in (read_parquet, parquet_schema):
+            with pytest.raises(UnreadableParquet, match=f"{path}: not a readable Parquet file"):
+                read(path)
+    with pytest.raises(SchemaError, match=r"garbage.parquet: not a readable Parquet file \(") as err:
+        read_table(garbage, "reviews")
+    assert str(err.value).count("not a readable") == 1

@@ -86,3 +86,29 @@ def test_an_object_replaced_while_read_is_read_again_whole(s3_root):
 
     f.fs = ReplacedWhileRead(f.fs)
     assert f.read_json() == {"stages": {"a": "complete", "b": "running"}} and f.fs.torn == 0
+
+
+def test_written_files_honour_the_umask(tmp_path):
+    """A whole-or-nothing write goes through a private temporary file; the file in place
+    gets the mode `open()` would give it (0o666 less the umask), so others on a shared
+    volume read outputs as the user's umask allows (issue 45: always 0600 before)."""
+    import os
+    import stat
+
+    from rexeval.pipelines.core.storage import current_umask, location
+
+    location(tmp_path / "a.json").write_json({"x": 1})
+    location(tmp_path / "b.parquet").write_parquet(__import__("pyarrow").table({"x": [1]}))
+    want = 0o666 & ~current_umask()
+    for name in ("a.json", "b.parquet"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == want
+    old = os.umask(0o027)
+    try:
+        import rexeval.pipelines.core.storage as storage
+
+        storage._UMASK.clear()  # read again, as a new process would
+        location(tmp_path / "c.json").write_json({})
+        assert stat.S_IMODE(os.stat(tmp_path / "c.json").st_mode) == 0o640
+    finally:
+        os.umask(old)
+        storage._UMASK.clear()

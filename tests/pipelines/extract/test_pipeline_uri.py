@@ -114,7 +114,7 @@ def test_a_bad_review_fails_the_job_with_its_row_after_the_other_shards(tmp_path
     cfg = extract_config(tmp_path, str(tmp_path / "reviews.parquet"), str(tmp_path / "o"), use_cache=False)
     with pytest.raises(SchemaError) as err:
         run_extract(cfg, **QUIET)
-    assert err.value.row == 6 and err.value.field == "user_id"
+    assert err.value.row == 7 and err.value.field == "user_id"  # rows[6], counted from 1
     assert sorted(p.name for p in (tmp_path / "o" / "_done").iterdir()) == ["part-00000.json", "part-00002.json"]
 
 

@@ -57,7 +57,7 @@ def test_a_bad_row_is_named_by_its_part_and_row(tmp_path):
     assert parts.read(0, 4).num_rows == 4
     with pytest.raises(SchemaError) as err:
         parts.read(3, 6)
-    assert err.value.row == 4 and err.value.field == "user_id" and err.value.source.endswith("bad.parquet")
+    assert err.value.row == 5 and err.value.field == "user_id" and err.value.source.endswith("bad.parquet")  # 1-based
 
 
 def test_a_part_with_other_columns_is_refused_from_its_footer(tmp_path):

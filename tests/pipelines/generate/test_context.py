@@ -123,7 +123,9 @@ def test_last_interactions(reviews):
 
 def _read_reviews(path: Path, titles: Path | None = None) -> pd.DataFrame:
     from rexeval.pipelines.ingest.formats import detect_layout
-    from rexeval.pipelines.ingest.parse import join_titles, normalise, parse_chunk
+    from rexeval.pipelines.ingest.parse import parse_chunk
+    from rexeval.pipelines.ingest.steps import join_titles
+    from rexeval.pipelines.ingest.validate import normalise
     from rexeval.pipelines.ingest.chunks import plan_chunks
     from rexeval.pipelines.ingest.metadata import load_titles
 

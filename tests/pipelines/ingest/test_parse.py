@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.ingest.formats import detect_layout
-from rexeval.pipelines.ingest.parse import normalise, parse_chunk
+from rexeval.pipelines.ingest.parse import parse_chunk
+from rexeval.pipelines.ingest.validate import normalise
 from rexeval.pipelines.ingest.chunks import plan_chunks
 from rexeval.pipelines.core.ids import review_ids
 

@@ -245,15 +245,22 @@ def test_expscore_stages_get_the_study_models_and_need_an_encoder(tmp_path):
 
     rated = {"inputs": [str(SAMPLE / "reviews.jsonl")], "reviews": "{ingest}"}
     data = study_dict(expscore={"job": "expscore_train", "datasets": ["a"], "with": rated})
-    data["models"] = {"sts": "/models/my-encoder"}
+    mine, other = tmp_path / "my-encoder", tmp_path / "other"
+    mine.mkdir()
+    other.mkdir()
+    data["models"] = {"sts": str(mine)}
     plan = plan_of(tmp_path, data)
     inst = plan.instances["expscore@a"]
-    assert inst.settings["models"] == {"sts": "/models/my-encoder"} and inst.deps == {"ingest@a"}
-    assert _encoder_ref(build_config(inst.job, inst.settings)) == "/models/my-encoder"
+    assert inst.settings["models"] == {"sts": str(mine)} and inst.deps == {"ingest@a"}
+    assert _encoder_ref(build_config(inst.job, inst.settings)) == str(mine)
     data["models"] = {"sts": None}
     assert "job expscore_train needs a 'sts' model" in problems(tmp_path, data)
-    data["stages"]["expscore"]["with"] = {**rated, "embedder": "/models/other"}
+    data["stages"]["expscore"]["with"] = {**rated, "embedder": str(other)}
     assert plan_of(tmp_path, data).instances["expscore@a"].job.name == "expscore_train"
+    # A model path with nothing there is refused before anything runs (issue 45).
+    data["models"] = {"sts": str(tmp_path / "missing-encoder")}
+    data["stages"]["expscore"]["with"] = rated
+    assert f"the 'sts' model: no model at {tmp_path / 'missing-encoder'}" in problems(tmp_path, data)
 
 
 def test_expscore_folder_key_is_unchanged_without_models():
