@@ -144,10 +144,7 @@ def load_config(cls: type[C], config_file: str | None, **flags: Any) -> C:
     """Build a typed config: YAML values first, then every flag that was given."""
     data: dict[str, Any] = {}
     if config_file:
-        from rexeval.pipelines.core.storage import location
-
-        loaded = read_yaml_settings(config_file)
-        data.update(loaded)
+        data.update(read_yaml_settings(config_file))
     for k, v in flags.items():
         if v is None or v == () or v == []:
             continue

@@ -205,7 +205,8 @@ def _json_keys(head: bytes) -> set[str] | None:
     return None
 
 
-_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
+"""Bytes no text review holds (C0 controls but tab, line ends and form feed; DEL)."""
 
 
 def looks_binary(data: bytes) -> bool:
@@ -220,7 +221,7 @@ def looks_binary(data: bytes) -> bool:
         return False
     if b"\x00" in sample:
         return True
-    bad = len(_CONTROL.findall(sample))
+    bad = len(CONTROL_BYTES.findall(sample))
     text = sample.decode("utf-8", "replace")
     bad += text.count("\ufffd") - sample.count("\ufffd".encode())
     return bad * 20 > len(sample)

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from rexeval.pipelines.ingest.chunks import Chunk, read_chunk
 from rexeval.pipelines.ingest.csv_records import parse_csv
-from rexeval.pipelines.ingest.formats import parse_record, strip_bom
+from rexeval.pipelines.ingest.formats import CONTROL_BYTES, parse_record, strip_bom
 from rexeval.pipelines.ingest.parsed import ParsedChunk, has_lone_surrogate
 
 
@@ -56,14 +56,11 @@ def parse_chunk(chunk: Chunk, data: bytes | None = None) -> ParsedChunk:
     return out
 
 
-_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1f\x7f]")
-
-
 def _binary_line(line: bytes) -> bool:
     """A line no review file holds: a NUL byte, or control bytes in text that is not UTF-8."""
     if b"\x00" in line:
         return True
-    if not _CONTROL.search(line):
+    if not CONTROL_BYTES.search(line):
         return False
     try:
         line.decode("utf-8")
