@@ -147,7 +147,7 @@ def test_evaluate_run_writes_correlations(ray_session, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert set(report) == {
         "counts", "families_run", "skipped", "skipped_for_systems", "family_counts", "nli_service", "models",
-        "elapsed_s", "task"}
+        "elapsed_s", "task", "warnings"}
     assert report["task"] == "explanation"  # a plain explanations file with its own reference column
     assert "Kendall" not in (out / "tables.md").read_text()
     # A re-run (every family done) rebuilds the files from scores/aggregates alone.
