@@ -80,8 +80,9 @@ def test_train_seeds_then_report_means(bench):
 
 def test_clear_errors(bench, tmp_path):
     runner = CliRunner()
-    res = runner.invoke(cli, ["star", "baselines", str(tmp_path), "--out", str(tmp_path / "o")])
-    assert res.exit_code != 0 and "star build" in res.output
+    (tmp_path / "not-a-bench").mkdir()
+    res = runner.invoke(cli, ["star", "baselines", str(tmp_path / "not-a-bench"), "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and "star build" in res.output
     res = runner.invoke(cli, ["star", "train", str(tmp_path), "--grid", "nonsense", "--out", str(tmp_path / "o")])
     assert res.exit_code != 0 and "SETTING=V1,V2" in res.output
     res = runner.invoke(cli, ["star", "build", str(bench / "ann"), "--out", str(tmp_path / "b")])
