@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.core.io import json_lines, parquet_schema, read_parquet, table_files
+from rexeval.pipelines.core.io import UnreadableParquet, json_lines, parquet_schema, read_parquet, table_files
 from rexeval.pipelines.core.schema import SchemaError, validate_table
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
@@ -87,9 +87,8 @@ def check_schemas(files: list[PathLike]) -> None:
     for f in files:
         try:
             schema = parquet_schema(f)
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise SchemaError("statements", str(f), None, None,
-                              f"not a readable Parquet file: {exc}") from None
+        except UnreadableParquet as exc:
+            raise SchemaError("statements", str(f), None, None, f"not a readable Parquet file ({exc.reason})") from None
         validate_table(schema.empty_table(), "statements", source=str(f))
 
 

@@ -178,6 +178,14 @@ class SchemaError(ValueError):
         return f"{kind}{where}: {self.problem}"
 
 
+def is_text_type(t: pa.DataType) -> bool:
+    """Whether a column of type `t` holds text (strings, dictionary-encoded strings, or
+    only nulls): what a reader checks before it treats a column as texts."""
+    if pa.types.is_dictionary(t):
+        return is_text_type(t.value_type)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
+
+
 def validate_table(table: pa.Table, schema: pa.Schema | str, source: str = "<memory>",
                    name: str | None = None) -> pa.Table:
     """Check `table` against `schema` and return it cast to the schema's exact types.

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import json_lines, parquet_schema, read_table, table_files
-from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows
+from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows, is_text_type
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
 
@@ -67,21 +67,15 @@ TEXT_COLUMNS = ("explanation", "reference", "statement", "topic", "sentiment", "
 ID_COLUMNS = ("example_id", "system", "user_id", "item_id", "review_id", "statement_id")
 
 
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        return _is_text(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-
-
 def check_column_types(schema: pa.Schema, source: str, table: str) -> None:
     """Refuse a file whose text column holds numbers (or anything but text) before its
     rows are read: the schema check alone would cast them to strings and score them."""
     for f in schema:
-        if f.name in TEXT_COLUMNS and not _is_text(f.type):
+        if f.name in TEXT_COLUMNS and not is_text_type(f.type):
             raise SchemaError(table, source, f.name, None,
                               f"holds {f.type} values, expected text (string); write the {f.name} column "
                               "as text (a number there is usually a shifted or mislabelled column)")
-        if f.name in ID_COLUMNS and not (_is_text(f.type) or pa.types.is_integer(f.type)):
+        if f.name in ID_COLUMNS and not (is_text_type(f.type) or pa.types.is_integer(f.type)):
             raise SchemaError(table, source, f.name, None,
                               f"holds {f.type} values, expected text (string) or integer ids")
 
@@ -108,13 +102,7 @@ def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | No
                                 + (f", nor a {sub}/ table" if sub else "") + ")")
     for f in files:
         source = _part_source(path, f)
-        try:
-            footer = parquet_schema(f)
-        except (pa.ArrowInvalid, OSError) as exc:
-            if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
-                raise  # not about the bytes, or already named
-            raise SchemaError(name, source, None, None, f"not a readable Parquet file ({exc})") from None
-        check_column_types(footer, source, name)
+        check_column_types(parquet_schema(f), source, name)  # a part that is not Parquet is named there
         parts.append((source, read_table(f, schema)))
     return parts
 

@@ -29,7 +29,7 @@ import pyarrow as pa
 from rexeval.metrics.expscore_factors import words
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import json_lines, read_parquet, read_table
-from rexeval.pipelines.core.schema import SchemaError
+from rexeval.pipelines.core.schema import SchemaError, is_text_type
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
 
@@ -88,27 +88,16 @@ def read_rows(path: str | Path, kinds: dict[str, str] | None = None) -> tuple[li
     return rows, errors, [str(c) for c in frame.columns]
 
 
-def _is_text(t: pa.DataType) -> bool:
-    if pa.types.is_dictionary(t):
-        return _is_text(t.value_type)
-    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)
-
-
 def _parquet_part(part: Location, given: str, kinds: dict[str, str]) -> pa.Table:
-    """One Parquet part, named when it cannot be read, its typed columns checked."""
+    """One Parquet part (`read_parquet` names one that is not Parquet), its typed
+    columns checked."""
     shown = given if part.uri == location(given).uri else f"{given.rstrip('/')}/{part.name}"
-    try:
-        table = read_parquet(part)
-    except (pa.ArrowInvalid, OSError) as exc:
-        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
-            raise  # not about the bytes, or already named
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SchemaError("explanations", shown, None, None, f"not a readable Parquet file ({first})") from None
+    table = read_parquet(part)
     for name, kind in kinds.items():
         if name not in table.column_names:
             continue
         t = table.schema.field(name).type
-        ok = _is_text(t) or (kind == TEXTS and pa.types.is_list(t) and _is_text(t.value_type))
+        ok = is_text_type(t) or (kind == TEXTS and pa.types.is_list(t) and is_text_type(t.value_type))
         if not ok:
             raise SchemaError("explanations", shown, name, None,
                               f"holds {t} values, expected {kind} (string); check that the column named in the "

@@ -46,15 +46,8 @@ def read_frame(path: PathLike) -> pd.DataFrame:
 
 
 def read_parquet_frame(path: PathLike) -> pd.DataFrame:
-    """A Parquet file as pandas reads it, local or by URI; a damaged one is named."""
-    loc = location(path)
-    try:
-        return read_parquet(loc).to_pandas()
-    except (pa.ArrowInvalid, OSError) as exc:
-        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
-            raise  # not about the bytes, or already named
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SchemaError("table", given_text(path), None, None, f"not a readable Parquet file ({first})") from None
+    """A Parquet file as pandas reads it, local or by URI (`read_parquet` names a damaged one)."""
+    return read_parquet(location(path)).to_pandas()
 
 
 CONTEXT_TEXTS = ("user_profile", "item_description")  # the ids may be numbers; these must be text

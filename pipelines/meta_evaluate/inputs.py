@@ -112,7 +112,7 @@ def read_input(path: str | Path) -> InputTable:
         if not files:
             raise FileNotFoundError(f"{p}: no table there (a folder with no *.parquet parts); give a "
                                     "Parquet, CSV, TSV or JSON-lines file, or a folder of Parquet parts")
-        df = pa.concat_tables([_read_part(f, p) for f in files]).to_pandas()
+        df = pa.concat_tables([read_parquet(f) for f in files]).to_pandas()  # a non-Parquet part is named
         return InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
     if suffix in (".csv", ".tsv"):
         try:
@@ -129,19 +129,6 @@ def read_input(path: str | Path) -> InputTable:
         return InputTable(p, df, [n for n, _ in rows], "line")
     raise ValueError(f"{p}: unknown table format {suffix or '(no suffix)'!r}; "
                      "use Parquet, CSV, TSV or JSON lines (.jsonl)")
-
-
-def _read_part(part, given: str) -> pa.Table:
-    """One Parquet part; a damaged one is named (a folder's part by its own path):
-    Arrow's own message may not say which file it was reading."""
-    try:
-        return read_parquet(part)
-    except (pa.ArrowInvalid, OSError) as exc:
-        if isinstance(exc, FileNotFoundError) or "not a readable Parquet file" in str(exc):
-            raise  # not about the bytes, or already named
-        shown = given if location(given).uri == part.uri else f"{given.rstrip('/')}/{part.name}"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SchemaError(STAGE, shown, None, None, f"not a readable Parquet file ({first})") from None
 
 
 def _is_missing(v) -> bool:
