@@ -1,10 +1,14 @@
-"""The `vllm` backend: vLLM on GPUs through `ray.data.llm` (Ray 2.60, vLLM 0.32).
+"""The `vllm` backend: vLLM on GPUs through Ray (Ray 2.60, vLLM 0.32).
 
-The way in:
+The ways in:
+- `build_serve_llm_app(spec, replicas)`: a `ray.serve.llm` OpenAI application of vLLM
+  replicas. An LLM job deploys it once (`pipelines/core/llm_engines.py`) and every turn,
+  repair and retry of the job is served by the same engines, over their OpenAI routes;
+  `serve_llm_config` is the `LLMConfig` it is built from, as plain data.
 - `build_request_processor(spec)` gives a `ray.data.llm` Processor for a Dataset whose
   rows carry `messages`, `temperature`, `top_p`, `max_tokens`, `seed` and optionally
-  `json_schema` (JSON text) and `request_index`. Big jobs apply it to their own Dataset:
-  the engine replicas then stream over the whole job.
+  `json_schema` (JSON text) and `request_index`: one pass of single-turn requests over a
+  dataset (benchmarks/bench_hf_batching.py), with its own engines for that pass.
 - There is no per-call path: `VLLMBackend.generate` refuses, saying what to use (an
   engine started for every call was what made LLM work "called, not streamed").
 
@@ -18,7 +22,7 @@ used all of `max_tokens` is "length" and any shorter one "stop".
 Options (`BackendSpec.options`): engine_kwargs (merged over DEFAULT_ENGINE_KWARGS),
 tensor_parallel_size, batch_size (32), concurrency (engine replicas: an int n means an
 autoscaling pool of 1..n, a pair [m, n] a pool of m..n), accelerator_type (e.g. "H100"),
-max_concurrent_batches.
+max_concurrent_batches (the processor's), serve_port (8000, the app's).
 """
 from __future__ import annotations
 
@@ -61,6 +65,35 @@ def processor_config(spec: BackendSpec, *, batch_size: int | None = None,
         should_continue_on_error=True,
         **extra,
     )
+
+
+def serve_llm_config(spec: BackendSpec, replicas: Sequence[int]) -> dict[str, Any]:
+    """The `ray.serve.llm.LLMConfig` arguments for a spec: the model served under its own
+    name, an autoscaling pool of `replicas` (min, max), the engine settings as for the
+    processor. Plain data, so it is inspected without vLLM installed."""
+    from rexeval.models.refs import resolve
+
+    opts = spec.options
+    engine_kwargs = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}
+    if opts.get("tensor_parallel_size"):
+        engine_kwargs["tensor_parallel_size"] = int(opts["tensor_parallel_size"])
+    lo, hi = int(replicas[0]), int(replicas[-1])
+    cfg: dict[str, Any] = {
+        "model_loading_config": {"model_id": spec.model, "model_source": resolve(spec.model).location},
+        "deployment_config": {"autoscaling_config": {"min_replicas": lo, "max_replicas": hi}},
+        "engine_kwargs": engine_kwargs,
+    }
+    if opts.get("accelerator_type"):
+        cfg["accelerator_type"] = opts["accelerator_type"]
+    return cfg
+
+
+def build_serve_llm_app(spec: BackendSpec, replicas: Sequence[int]):
+    """The OpenAI application of vLLM replicas for `spec` (imports `ray.serve.llm`, which
+    needs vLLM: only where the GPUs are)."""
+    from ray.serve.llm import LLMConfig, build_openai_app
+
+    return build_openai_app({"llm_configs": [LLMConfig(**serve_llm_config(spec, replicas))]})
 
 
 def to_vllm_row(row: dict[str, Any], default_schema: str | None = None) -> dict[str, Any]:
@@ -119,19 +152,28 @@ def build_request_processor(spec: BackendSpec, *, json_schema: dict | str | None
         preprocess=lambda row: to_vllm_row(row, default_schema),
         postprocess=lambda row: from_vllm_row(row, passthrough),
     )
-    # Ray hands rows the engine failed straight to the output, skipping our postprocess
-    # (they hold every internal column); map them to the same columns as the others.
-    wrapped = processor.postprocess
+    return RequestProcessor(processor, passthrough)
 
-    def postprocess(row: dict[str, Any]) -> dict[str, Any]:
-        out = wrapped(row)
-        if out.get(ERROR_COLUMN):
-            return from_vllm_row(out, passthrough)
-        out.pop(ERROR_COLUMN, None)
-        return out
 
-    processor.postprocess = postprocess
-    return processor
+class RequestProcessor:
+    """A processor whose output rows all have OUTPUT_COLUMNS + passthrough: Ray hands rows
+    the engine failed straight to the output, skipping our postprocess (they hold every
+    internal column), so a map after it gives them the same columns as the others."""
+
+    def __init__(self, processor, passthrough: tuple[str, ...]):
+        self.processor, self.passthrough = processor, passthrough
+
+    @property
+    def config(self):
+        return self.processor.config
+
+    def _same_columns(self, row: dict[str, Any]) -> dict[str, Any]:
+        if row.get(ERROR_COLUMN):
+            return from_vllm_row(row, self.passthrough)
+        return {k: row.get(k) for k in (*OUTPUT_COLUMNS, *self.passthrough) if k in row}
+
+    def __call__(self, ds):
+        return self.processor(ds).map(self._same_columns)
 
 
 def request_rows(requests: list[ChatRequest]) -> list[dict[str, Any]]:

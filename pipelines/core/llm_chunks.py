@@ -242,6 +242,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
         summary = run_stream(source_rows(questions, sorted(job.todo)), ChunkSteps, {"llm": plan},
                              ChunkWriter(task, questions, job.output), label=task, progress=progress,
                              on_shard=done, **retry_settings(plan.options))
+        job.engines = summary.engines  # the manifest's llm_engines
         if summary.awaiting:
             progress("  " + awaiting_line(summary, "question(s)"))
             job.finish_partial(summary.awaiting, "question(s)")  # raises AwaitingRerun

@@ -8,7 +8,7 @@ No LLM backend is called in the driver process: the calls are answered
 - "local": by the job's own model actors (`llm_calls_plan.LocalCaller`, started once per
   job by `start_hosts`, `actors_now` of them), each holding the backend in-process: `hf`,
   or a `module:Class` backend of your own;
-- "vllm": by vLLM engines on GPUs that `ray.data.llm` starts for each pass, a (min, max) pool;
+- "vllm": by vLLM engines on GPUs, a `ray.serve.llm` app the job deploys once, a (min, max) pool;
 - "serve": by a running rexeval judge deployment inside the cluster (`serve:APP`);
 - "http": by an OpenAI-compatible endpoint: the `openai` backend's `base_url`, or a
   judge app reached by URL (its `/v1/chat/completions`).
@@ -126,7 +126,7 @@ def place_llm(backend: str, options: Mapping[str, Any] | None, settings, *, job:
         c = opts.get("concurrency", 1)
         conc = tuple(int(x) for x in c) if isinstance(c, (list, tuple)) else (1, int(c))
         res = worker_resources(settings) if job == "stream" else Resources()
-        return Placement(backend, "none", conc, res, reason="vLLM engines through ray.data.llm, for each pass")
+        return Placement(backend, "none", conc, res, reason="vLLM engines as a ray.serve.llm app, for the whole job")
     if backend == "openai":  # a chunked job's, with judge_service none
         conc = (1, int(opts.get("concurrency", OPENAI_CHUNK_CONCURRENCY)))
         return Placement(backend, "none", conc, CLIENT, reason="judge_service none: its OpenAI-compatible server")

@@ -140,11 +140,13 @@ def _stage_task(batch: pa.Table, stage: Stage) -> pa.Table:
 def map_stage_tasks(ds, stage: Stage, concurrency: int):
     """Append `stage` to a Ray Dataset as Ray tasks, each setting the stage up for itself
     (see `run_tasks` for when that is cheaper than an actor pool)."""
+    import ray
+
     return ds.map_batches(
         _stage_task,
         fn_kwargs={"stage": stage},
         **_batch_args(stage),
-        concurrency=concurrency,
+        compute=ray.data.TaskPoolStrategy(size=concurrency),
     )
 
 

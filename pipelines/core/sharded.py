@@ -54,6 +54,7 @@ class ShardedJob:
         self.done = self.output.done_shards()
         self.todo = [i for i in range(shards) if i not in self.done and i not in skip]
         self._this_run = set(self.todo)
+        self.engines: dict[str, dict] = {}  # an LLM job's stream: per model, its engines' work
         self._counted: set[int] = set()  # shards of this run already in the metrics
 
     @property
@@ -105,6 +106,8 @@ class ShardedJob:
     def finish(self, **extra) -> dict:
         """The final manifest: the shards' summed counts and `extra` fields."""
         self._count_rest()
+        if self.engines:
+            extra.setdefault("llm_engines", self.engines)
         return self.output.finish(self.shards, **extra)
 
     def finish_partial(self, awaiting: int, what: str = "row(s)") -> None:

@@ -500,6 +500,7 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
     summary = run_stream(source_rows(chunk.questions, sorted(job.todo)), ChunkSteps, {"llm": plan}, chunk.write,
                          label=cls.name, progress=progress, on_shard=on_shard,
                          **retry_settings(cfg.backend_options))
+    job.engines = summary.engines  # the manifest's llm_engines
     if summary.awaiting:
         progress("  " + awaiting_line(summary, "verifier question(s)"))
         job.finish_partial(summary.awaiting, "verifier question(s)")  # raises AwaitingRerun

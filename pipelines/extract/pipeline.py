@@ -198,6 +198,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
             on_shard=on_shard, **retry_settings(cfg.backend_options))
         if summary.input_errors:
             raise SchemaError(**json.loads(summary.input_errors[0]))
+        job.engines = summary.engines  # the manifest's llm_engines
         if summary.awaiting:
             progress("  " + awaiting_line(summary, "review(s)"))
             job.finish_partial(summary.awaiting, "review(s)")  # raises AwaitingRerun

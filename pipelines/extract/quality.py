@@ -254,6 +254,7 @@ def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements
                          {"llm": job_plan(cfg, model["backend"], model["judge"])}, QualityWriter(job.output),
                          label="extract-quality", progress=progress, on_shard=on_shard,
                          **retry_settings(cfg.backend_options))
+    job.engines = summary.engines  # the manifest's llm_engines
     if summary.awaiting:
         progress("  " + awaiting_line(summary, "statement(s)"))
         job.finish_partial(summary.awaiting, "statement(s)")  # raises AwaitingRerun

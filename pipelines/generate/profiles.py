@@ -314,6 +314,7 @@ def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
                          ProfileWriter(job.output, models["llm"], prompts, settings.source), label=JOB,
                          progress=job.progress, on_shard=on_shard,
                          **retry_settings(llm.backend_options))
+    job.engines = summary.engines  # the manifest's llm_engines
     if summary.awaiting:
         job.progress("  " + awaiting_line(summary, "profile(s)"))
         job.finish_partial(summary.awaiting, "profile(s)")  # raises AwaitingRerun

@@ -14,8 +14,12 @@ Transport faults (results with `transient` set, as a 503 or a dead replica gives
                       (chosen by a hash of the request, so the same ones in every run)
   `down_while` PATH + `down_for` TEXT: a request whose last user message holds TEXT
                       fails every time while the file PATH exists
+  `hang_while` PATH + `hang_for` TEXT: a call holding a request whose last user message
+                      holds TEXT sleeps `hang_s` (30) first while the file PATH exists
+                      (a caller's timeout then fires: a Serve or HTTP timeout)
 Every request is appended to the file named by the `log` option (one JSON line), so
-tests count calls across Ray worker processes.
+tests count calls across Ray worker processes; with the `starts` option each
+construction (a model load: an engine start) appends a line to that file.
 
 Usable in-process (`ScriptedLLM.make(...)`) or through the real pipeline with
 `backend="tests.doubles.llm:ScriptedLLM"` and the rules in `backend_options`.
@@ -41,8 +45,13 @@ class ScriptedLLM(LLMBackend):
         self.delay_s = float(spec.options.get("delay_s", 0))
         self.flaky = float(spec.options.get("flaky", 0))
         self.down_while, self.down_for = spec.options.get("down_while"), spec.options.get("down_for")
+        self.hang_while, self.hang_for = spec.options.get("hang_while"), spec.options.get("hang_for")
+        self.hang_s = float(spec.options.get("hang_s", 30))
         self._seen: set[str] = set()
         self.calls: list[ChatRequest] = []
+        if spec.options.get("starts"):
+            with open(spec.options["starts"], "a") as fh:
+                fh.write(f"{os.getpid()}\n")
 
     @classmethod
     def make(cls, rules=(), default="[]", model="scripted-model", **options) -> "ScriptedLLM":
@@ -77,6 +86,11 @@ class ScriptedLLM(LLMBackend):
             import time
 
             time.sleep(self.delay_s)
+        if self.hang_while and os.path.exists(self.hang_while) and any(
+                self.hang_for in r.messages[-1]["content"] for r in requests):
+            import time
+
+            time.sleep(self.hang_s)
         if self.log:
             with open(self.log, "a") as fh:
                 for r, a in zip(requests, answers):

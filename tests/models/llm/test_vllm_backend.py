@@ -36,9 +36,9 @@ def test_processor_config_from_options(spec, tiny_model_dir):
 
 def test_processor_plan_without_vllm(spec, tiny_model_dir, ray_session):
     proc = build_request_processor(spec, json_schema=SCHEMA)
-    names = proc.list_stage_names()
+    names = proc.processor.list_stage_names()
     assert "vLLMEngineStage" in names and names[0] == "ChatTemplateStage"
-    engine = proc.get_stage_by_name("vLLMEngineStage")
+    engine = proc.processor.get_stage_by_name("vLLMEngineStage")
     kw = engine.fn_constructor_kwargs
     assert kw["model"] == str(tiny_model_dir)
     assert kw["batch_size"] == 16 and kw["should_continue_on_error"] is True
@@ -48,28 +48,28 @@ def test_processor_plan_without_vllm(spec, tiny_model_dir, ray_session):
     mb = engine.map_batches_kwargs
     assert mb["num_gpus"] == 1
     assert (mb["compute"].min_size, mb["compute"].max_size) == (1, 2)
-    assert proc.get_stage_by_name("ChatTemplateStage").fn_constructor_kwargs["model"] == str(tiny_model_dir)
+    assert proc.processor.get_stage_by_name("ChatTemplateStage").fn_constructor_kwargs["model"] == str(tiny_model_dir)
 
     # preprocess: a request row -> messages + sampling params with the structured output.
     row = request_rows([ChatRequest(messages=[{"role": "user", "content": "hi"}],
                                     sampling=SamplingParams(max_tokens=9, seed=4))])[0]
-    data = proc.preprocess(row)["__data"]  # Ray's wrapper nests our columns
+    data = proc.processor.preprocess(row)["__data"]  # Ray's wrapper nests our columns
     sp = data["sampling_params"]
     assert sp["max_tokens"] == 9 and sp["seed"] == 4 and sp["temperature"] == 0.0
     assert json.loads(sp["structured_outputs"]["json"]) == SCHEMA  # the default schema
     own = {"type": "object", "properties": {"x": {"type": "string"}}}
-    sp = proc.preprocess({**row, "json_schema": json.dumps(own)})["__data"]["sampling_params"]
+    sp = proc.processor.preprocess({**row, "json_schema": json.dumps(own)})["__data"]["sampling_params"]
     assert json.loads(sp["structured_outputs"]["json"]) == own
 
-    # postprocess: success rows and engine-failed rows end with the same columns.
-    ok = proc.postprocess({"__data": {"request_index": 3, "generated_text": "{}",
-                                      "num_input_tokens": 11, "num_generated_tokens": 9,
-                                      "max_tokens": 9, "prompt": "p"}})
+    # success rows and engine-failed rows end with the same columns.
+    ok = proc._same_columns(proc.processor.postprocess({"__data": {
+        "request_index": 3, "generated_text": "{}", "num_input_tokens": 11, "num_generated_tokens": 9,
+        "max_tokens": 9, "prompt": "p"}}))
     assert ok == {"request_index": 3, "text": "{}", "prompt_tokens": 11, "completion_tokens": 9,
                   "finish_reason": "length", "error": None}
-    bad = proc.postprocess({"__data": {"request_index": 5, "generated_text": "",
-                                       ERROR_COLUMN: "ValueError: prompt too long",
-                                       "prompt": "p", "sampling_params": sp}})
+    # (Ray gives an engine-failed row to the output as it is, internal columns and all.)
+    bad = proc._same_columns({"request_index": 5, "generated_text": "", ERROR_COLUMN: "ValueError: prompt too long",
+                              "prompt": "p", "sampling_params": sp})
     assert bad == {"request_index": 5, "text": None, "prompt_tokens": 0, "completion_tokens": 0,
                    "finish_reason": None, "error": "ValueError: prompt too long"}
     assert "vllm" not in sys.modules

@@ -1,0 +1,162 @@
+"""The one-stream LLM path (`pipelines/core/llm_stream.py`, `llm_engines.py`): every turn,
+repair and transport retry of a job goes to one engine group per model, started once; the
+same extraction through a running judge app, by handle and by URL, as through in-process
+actors; with a Serve timeout, a fifth of the calls failing as 503s do and the replica
+killed, the job exits 75 and a plain re-run finishes to a fault-free run's tables. The
+vLLM engines are checked by the app they would deploy (no GPU here)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rexeval.failures import AwaitingRerun
+from rexeval.pipelines.core.llm_calls_plan import CallPlan
+from rexeval.pipelines.core.llm_engines import EngineGroup
+from rexeval.pipelines.extract.config import ExtractConfig
+from rexeval.pipelines.extract.pipeline import run_extract
+from tests.pipelines.extract.test_pipeline import BACKEND, TRIPLETS, config, write_reviews
+from tests.serve.test_judge_serve import free_port
+
+QUIET = {"progress": lambda s: None}
+APP = "rexeval-judge-stream-test"
+# Review 7's call kills the replica while the flag exists; otherwise it is answered "[]".
+KILLER = {"rules": [["Review number 7:", "!exit"]]}
+CANDS = json.dumps({"statements": [{"statement": "the zipper sticks", "sentiment": "negative"}]})
+VERIFIED = json.dumps({"statements": [{"statement": "the zipper of the product sticks", "sentiment": "negative"}]})
+
+
+def test_one_engine_start_per_model_across_repairs_and_retries(tmp_path, ray_session):
+    write_reviews(tmp_path / "reviews.parquet", 12)  # 3 shards of 4; every 5th review is empty
+    starts = tmp_path / "starts"
+    # STAR: candidates, then verification (a second role of the same model). Review 3's
+    # first answer is unreadable (a repair turn); a third of the calls fail in transport once.
+    options = {"rules": [["could not be used", CANDS], ["Review number 3:", "not json at all"],
+                         ['"statements"', VERIFIED]],
+               "default": CANDS, "flaky": 0.3, "starts": str(starts), "backoff_s": 0.05}
+    cfg = ExtractConfig(input=str(tmp_path / "reviews.parquet"), out=str(tmp_path / "out"), method="star",
+                        backend=BACKEND, backend_options=options, models={"embedder": "none"},
+                        use_cache=False, shard_size=4)
+    lines: list[str] = []
+    m = run_extract(cfg, progress=lines.append)
+    assert m["status"] == "complete" and m["counts"]["in"] == 12
+    assert len(starts.read_text().splitlines()) == 1, "the model loaded more than once in one job"
+    [engines] = m["llm_engines"].values()
+    asked = 12 - 3  # reviews with text
+    assert engines["engine_starts"] == 1 and sorted(engines["roles"]) == ["llm", "verify"]
+    # Two turns per review, plus review 3's repair; the flaky calls were asked again.
+    assert engines["turns"] == 2 * asked + 1
+    assert engines["retries"] >= 1 and engines["calls"] == engines["turns"] + engines["retries"]
+    assert any("started 1x" in line for line in lines)
+
+
+@pytest.fixture(scope="module")
+def flaky_judge(ray_session, tmp_path_factory):
+    """A judge app whose scripted model fails a fifth of its calls once (transient, as a
+    503 would), whose replica dies on review 7's call once while the flag file `kill`
+    exists, and whose call holding review 5 hangs past the client's timeout while the flag
+    file `hang` exists."""
+    from ray import serve
+
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.serve.judge import JudgeServeConfig, start_judge_service
+
+    serve.shutdown()
+    port = free_port()
+    flags = tmp_path_factory.mktemp("flags")
+    spec = BackendSpec(backend=BACKEND, model="scripted-judge",
+                       options={"default": TRIPLETS, "flaky": 0.2, "exit_flag": str(flags / "kill"),
+                                "exit_once": True, "hang_while": str(flags / "hang"),
+                                "hang_for": "Review number 5:", "hang_s": 4, **KILLER})
+    cfg = JudgeServeConfig(backend=spec, cache=None, max_batch_requests=8, batch_wait_timeout_s=0.05,
+                           num_cpus=0.25)
+    start_judge_service(cfg, port=port, name=APP)
+    yield f"http://127.0.0.1:{port}/{APP}", flags
+    serve.shutdown()
+
+
+def rows(root) -> tuple:
+    """The statements and error rows (provenance names the backend, which differs)."""
+    import pyarrow.parquet as pq
+
+    st = pq.read_table(root / "statements").drop_columns(["provenance"]).to_pylist()
+    return st, pq.read_table(root / "errors").to_pylist()
+
+
+def _through(tmp_path, name: str, address: str, **options):
+    return ExtractConfig(input=str(tmp_path / "reviews.parquet"), out=str(tmp_path / name), backend="serve",
+                         backend_options={"address": address, "backoff_s": 0.2, **options},
+                         models={"embedder": "none"}, cache=str(tmp_path / f"{name}.sqlite"), shard_size=4)
+
+
+def test_serve_timeout_503s_and_a_killed_replica_exit_75_and_a_rerun_finishes(tmp_path, flaky_judge):
+    from rexeval.ray_jobs.common import EXIT_CODES
+
+    url, flags = flaky_judge
+    write_reviews(tmp_path / "reviews.parquet", 12)
+    run_extract(config(tmp_path, "local", "l.sqlite", "l.log", options=KILLER), **QUIET)  # no faults
+    (flags / "kill").write_text("once")  # the replica dies mid-job, once; Serve starts another
+    (flags / "hang").write_text("on")  # review 5's calls outlast the 1.5 s timeout
+    cfg = _through(tmp_path, "handle", f"serve:{APP}", timeout_s=1.5, transport_retries=1)
+    lines: list[str] = []
+    with pytest.raises(AwaitingRerun) as err:
+        run_extract(cfg, progress=lines.append)
+    assert err.value.exit_code == EXIT_CODES["work left for a re-run"] == 75
+    assert not (flags / "kill").exists(), "the replica was never killed"
+    assert "run the same command again" in str(err.value)
+    (flags / "hang").unlink()
+    m = run_extract(cfg, progress=lines.append)  # the same command
+    assert m["status"] == "complete" and m["counts"]["in"] == 12
+    assert rows(tmp_path / "local") == rows(tmp_path / "handle")
+    # The judge app was standing: the job started no engine, and it retried in transport.
+    [engines] = m["llm_engines"].values()
+    assert engines["engine_starts"] == 0 and engines["kind"] == "serve"
+    assert any("transport retr" in line and "standing service" in line for line in lines)
+    # The app by URL (HTTP) gives the same tables.
+    via_http = run_extract(_through(tmp_path, "http", url), **QUIET)
+    assert via_http["status"] == "complete" and rows(tmp_path / "local") == rows(tmp_path / "http")
+
+
+def test_a_missing_judge_app_is_a_mistake_not_a_rerun(tmp_path, ray_session):
+    from rexeval.failures import WorkerFailed
+
+    write_reviews(tmp_path / "reviews.parquet", 4)
+    with pytest.raises((ValueError, WorkerFailed), match="no Serve application named 'nowhere'"):
+        run_extract(_through(tmp_path, "out", "serve:nowhere"), **QUIET)
+
+
+def test_clients_by_kind(ray_session):
+    serve_plan = CallPlan(backend="serve", model="m", address="serve:app", concurrency=(1, 3),
+                          options={"deployment": "D"}, cache="/c.sqlite")
+    http_plan = CallPlan(backend="openai", model="gpt-x", options={"base_url": "http://h:1/v1/"}, cache="/c.sqlite")
+    judge_url = CallPlan(backend="serve", model="m", address="http://h:2/judge")
+    assert (serve_plan.kind, http_plan.kind, judge_url.kind) == ("serve", "http", "http")
+    s = EngineGroup(serve_plan).client_spec()
+    # A judge deployment answers with whatever it serves, and keeps its own cache.
+    assert (s["backend"], s["model"], s["cache"], s["inflight"]) == ("serve", "auto", None, 3)
+    assert s["options"]["address"] == "serve:app" and s["options"]["deployment"] == "D"
+    h = EngineGroup(http_plan).client_spec()
+    assert (h["backend"], h["model"], h["cache"]) == ("openai", "gpt-x", "/c.sqlite")
+    assert EngineGroup(judge_url).client_spec()["options"]["address"] == "http://h:2/judge"
+
+
+def test_the_vllm_engines_are_one_serve_llm_app_for_the_job(monkeypatch):
+    import rexeval.models.refs as refs
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.models.llm.vllm_backend import serve_llm_config
+
+    class Ref:
+        location = "/models/qwen"
+
+    monkeypatch.setattr(refs, "resolve", lambda model, **kw: Ref())
+    plan = CallPlan(backend="vllm", model="qwen", options={"accelerator_type": "H100", "tensor_parallel_size": 2},
+                    concurrency=(1, 4), batch_size=64)
+    assert plan.kind == "vllm"
+    cfg = serve_llm_config(BackendSpec(backend="vllm", model="qwen", options=plan.options), plan.concurrency)
+    assert cfg["model_loading_config"] == {"model_id": "qwen", "model_source": "/models/qwen"}
+    assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
+    assert cfg["accelerator_type"] == "H100" and cfg["engine_kwargs"]["tensor_parallel_size"] == 2
+    g = EngineGroup(plan, app="rexeval-vllm-x", url="http://127.0.0.1:8000/rexeval-vllm-x/v1", starts=1)
+    spec = g.client_spec()
+    assert spec["backend"] == "openai" and spec["options"]["base_url"] == g.url
+    assert spec["options"]["served_model"] == "qwen"
