@@ -247,7 +247,7 @@ class JudgeServer:
         return out  # type: ignore[return-value]
 
     async def chat(self, request: dict):
-        """`ray.data.llm`'s ServeDeploymentProcessor calls this (with a streaming handle):
+        """A streaming handle's method (`ray.data.llm`'s ServeDeploymentProcessor calls it):
         {"request_json": ChatRequest JSON, ...} (or "request": its dict) -> one
         {"result": LLMResult JSON}. Like `generate`, it answers bad or over-limit requests
         with an error result and never raises for the model: an exception here would be a

@@ -1,10 +1,9 @@
 """The `vllm` backend: vLLM on GPUs through Ray (Ray 2.60, vLLM 0.32).
 
 The ways in:
-- `build_serve_llm_app(spec, replicas)`: a `ray.serve.llm` OpenAI application of vLLM
-  replicas. An LLM job deploys it once (`pipelines/core/llm_engines.py`) and every turn,
-  repair and retry of the job is served by the same engines, over their OpenAI routes;
-  `serve_llm_config` is the `LLMConfig` it is built from, as plain data.
+- An LLM job with `--backend vllm` deploys Ray's `ray.serve.llm` OpenAI app of vLLM
+  replicas once (`pipelines/core/llm_engines.py`, with `serve/judge_vllm.py`'s
+  `LLMConfig`), and every turn, repair and retry of the job is served by those engines.
 - `build_request_processor(spec)` gives a `ray.data.llm` Processor for a Dataset whose
   rows carry `messages`, `temperature`, `top_p`, `max_tokens`, `seed` and optionally
   `json_schema` (JSON text) and `request_index`: one pass of single-turn requests over a
@@ -22,7 +21,7 @@ used all of `max_tokens` is "length" and any shorter one "stop".
 Options (`BackendSpec.options`): engine_kwargs (merged over DEFAULT_ENGINE_KWARGS),
 tensor_parallel_size, batch_size (32), concurrency (engine replicas: an int n means an
 autoscaling pool of 1..n, a pair [m, n] a pool of m..n), accelerator_type (e.g. "H100"),
-max_concurrent_batches (the processor's), serve_port (8000, the app's).
+max_concurrent_batches (the processor's), serve_port (8000: a job's vLLM app).
 """
 from __future__ import annotations
 
@@ -65,35 +64,6 @@ def processor_config(spec: BackendSpec, *, batch_size: int | None = None,
         should_continue_on_error=True,
         **extra,
     )
-
-
-def serve_llm_config(spec: BackendSpec, replicas: Sequence[int]) -> dict[str, Any]:
-    """The `ray.serve.llm.LLMConfig` arguments for a spec: the model served under its own
-    name, an autoscaling pool of `replicas` (min, max), the engine settings as for the
-    processor. Plain data, so it is inspected without vLLM installed."""
-    from rexeval.models.refs import resolve
-
-    opts = spec.options
-    engine_kwargs = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}
-    if opts.get("tensor_parallel_size"):
-        engine_kwargs["tensor_parallel_size"] = int(opts["tensor_parallel_size"])
-    lo, hi = int(replicas[0]), int(replicas[-1])
-    cfg: dict[str, Any] = {
-        "model_loading_config": {"model_id": spec.model, "model_source": resolve(spec.model).location},
-        "deployment_config": {"autoscaling_config": {"min_replicas": lo, "max_replicas": hi}},
-        "engine_kwargs": engine_kwargs,
-    }
-    if opts.get("accelerator_type"):
-        cfg["accelerator_type"] = opts["accelerator_type"]
-    return cfg
-
-
-def build_serve_llm_app(spec: BackendSpec, replicas: Sequence[int]):
-    """The OpenAI application of vLLM replicas for `spec` (imports `ray.serve.llm`, which
-    needs vLLM: only where the GPUs are)."""
-    from ray.serve.llm import LLMConfig, build_openai_app
-
-    return build_openai_app({"llm_configs": [LLMConfig(**serve_llm_config(spec, replicas))]})
 
 
 def to_vllm_row(row: dict[str, Any], default_schema: str | None = None) -> dict[str, Any]:

@@ -379,5 +379,11 @@ class ShardedOutput:
         return total
 
     def read(self, table: str, columns: list[str] | None = None) -> pa.Table:
-        schema = table if table in TABLES else parquet_schema(table_files(self.root / table)[0])
+        """A table of this output, every part. A table without a declared schema takes its
+        parts' own, unified: a part written from pandas whose column held only None has
+        it as type null, which another part's strings or numbers fill in."""
+        if table in TABLES:
+            return read_table(self.root / table, table, columns)
+        files = table_files(self.root / table)
+        schema = pa.unify_schemas([parquet_schema(f) for f in files], promote_options="permissive")
         return read_table(self.root / table, schema, columns)

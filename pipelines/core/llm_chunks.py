@@ -9,10 +9,10 @@ chunk, on workers, never calling a model itself:
 1. with a `Recorder` for its LLM: it says which questions it asks (conversations, how
    to read and retry their answers);
 2. the questions of every chunk go through one stream (`llm_stream.run_stream` with
-   `llm_calls.AskSteps`): one pass per round of calls, an unreadable answer asked again
-   with the reason in the next pass, over those questions only, through the processor of
-   the job's backend (`llm_calls_plan`: the judge Serve deployment, an OpenAI-compatible
-   server, vLLM engines, or the job's own model actors with `judge_service: none`);
+   `llm_calls.AskSteps`): each question's conversation runs on its own, an unreadable
+   answer asked again with the reason at once, against the engines of the job's backend
+   (`llm_engines`: the judge Serve deployment, an OpenAI-compatible server, vLLM engines,
+   or the job's own model actors with `judge_service: none`), started once per job;
 3. with a `Replayer` over the chunk's settled questions: it turns the answers into the
    chunk's tables, which the worker commits as the chunk's shard, with a one-row `usage`
    table (calls, tokens, seconds, retries, unreadable answers), so a re-run skips
@@ -32,7 +32,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic, write_parquet_atomic
+from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
 from rexeval.pipelines.core.job_metrics import record_llm_usage
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob
@@ -128,17 +128,18 @@ class ChunkQuestions:
 
     def __init__(self, fn: ChunkTask, payload: str, chunk: int, settings: dict, model_id: str, rows_hash: str):
         self.fn, self.payload, self.chunk, self.settings, self.model_id = fn, payload, chunk, settings, model_id
-        self.rows_hash = rows_hash  # the payload's content: what a worker's copy is kept by
-
-    def _payload(self) -> pd.DataFrame:
-        with location(self.payload).open_input() as fh:
-            return pd.read_parquet(fh)
+        self.rows_hash = rows_hash  # the payload's content
 
     def rows(self, shard: int) -> pd.DataFrame:
-        from rexeval.pipelines.core.llm_stream import kept
+        """Chunk `shard` of the payload, and only it: the payload is written with one row
+        group per chunk, so a worker reads its own rows, not the whole job's."""
+        import pyarrow.parquet as pq
 
-        rows = kept(("payload", self.payload, self.rows_hash), self._payload)
-        return rows.iloc[shard * self.chunk:(shard + 1) * self.chunk].reset_index(drop=True)
+        with location(self.payload).open_input() as fh:
+            f = pq.ParquetFile(fh)
+            if shard >= f.num_row_groups:  # a job of no rows: its one chunk is empty
+                return f.schema_arrow.empty_table().to_pandas()
+            return f.read_row_group(shard).to_pandas()
 
     def __call__(self, shard: int) -> pa.Table:
         import json
@@ -225,7 +226,8 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     n = max(1, -(-len(rows) // cfg.chunk_size))
     job = ShardedJob(ShardedOutput(root, f"llm:{task}", conf, [*tables, "usage"]), n, overwrite=True,
                      progress=progress)
-    write_parquet_atomic(payload, pa.Table.from_pandas(rows, preserve_index=False))
+    # One row group per chunk: each worker reads its chunk alone (`ChunkQuestions.rows`).
+    location(payload).write_parquet(pa.Table.from_pandas(rows, preserve_index=False), row_group_size=cfg.chunk_size)
     job.say_chunks(task, f"{len(rows)} rows")
     if job.todo:
         init_ray()

@@ -56,6 +56,7 @@ class EngineGroup:
     url: str | None = None  # vllm kind: its OpenAI base URL
     starts: int = 0  # engine groups this job started (0: a standing service it only uses)
     replicas: int = 0
+    served: str | None = None  # vllm kind: the model id its OpenAI routes answer to
 
     def client_spec(self) -> dict[str, Any]:
         """What a worker needs to build its `EngineClient` (picklable)."""
@@ -70,7 +71,8 @@ class EngineGroup:
             # most 256 connections per worker.
             inflight = max(1, p.concurrency[-1]) * int(p.options.get("inflight_per_engine", 8))
             spec.update(backend="openai", inflight=inflight,
-                        options={**_transport_options(p.options), "base_url": self.url, "served_model": p.model,
+                        options={**_transport_options(p.options), "base_url": self.url,
+                                 "served_model": self.served or p.model,
                                  "concurrency": min(256, inflight * spec["batch_size"])})
         elif p.address.startswith(("serve:", "http://", "https://")):
             # A judge deployment or app: whatever model it serves answers ("auto"), and it
@@ -151,23 +153,31 @@ def _check_service(group: EngineGroup) -> None:
     ServeJudgeLLM(BackendSpec(backend="serve", model="auto", options=s["options"])).close()
 
 
+def vllm_app_args(plan: CallPlan) -> dict[str, Any]:
+    """The `ray.serve.llm` `LLMConfig` (a dict) of a job's vLLM engines: `serve judge
+    --backend vllm`'s (`serve/judge_vllm.py`), an autoscaling pool of the plan's
+    (min, max) replicas, from the engine options among the job's backend options."""
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.serve.judge_vllm import ENGINE_OPTIONS, llm_config_args
+
+    engine = {k: v for k, v in plan.options.items() if k in ENGINE_OPTIONS}
+    return llm_config_args(BackendSpec(backend="vllm", model=plan.model, options=engine),
+                           min_replicas=plan.concurrency[0], max_replicas=plan.concurrency[-1])
+
+
 def _start_vllm(plan: CallPlan, progress: Callable[[str], None], label: str) -> EngineGroup:
     """Deploy the model as a `ray.serve.llm` OpenAI app for this job (its replicas load the
     weights once and serve every turn); calls go to the node's Serve proxy."""
-    from ray import serve
-
-    from rexeval.models.llm.base import BackendSpec
-    from rexeval.models.llm.vllm_backend import build_serve_llm_app
+    from rexeval.serve.judge_vllm import start_vllm_judge, vllm_judge_app
 
     name = VLLM_APP_PREFIX + uuid.uuid4().hex[:8]
-    spec = BackendSpec(backend="vllm", model=plan.model, options=plan.options)
+    args = vllm_app_args(plan)
     port = int(plan.options.get("serve_port", 8000))
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     progress(f"    {label}: starting vLLM engines ({plan.concurrency[0]}-{plan.concurrency[-1]} replica(s)) "
              f"as Serve app {name}")
-    serve.run(build_serve_llm_app(spec, plan.concurrency), name=name, route_prefix=f"/{name}")
+    start_vllm_judge(vllm_judge_app(args), port=port, route=f"/{name}", name=name)
     return EngineGroup(plan, app=name, url=f"http://127.0.0.1:{port}/{name}/v1", starts=1,
-                       replicas=plan.concurrency[0])
+                       replicas=plan.concurrency[0], served=args["model_loading_config"]["model_id"])
 
 
 # -- the worker side -----------------------------------------------------------------------

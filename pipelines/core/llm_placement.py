@@ -44,7 +44,7 @@ a service: batches at a time       backend_options.concurrency,    `workers`
 local: each actor's CPUs           the cluster's CPUs / `workers`  the CPUs free now / `workers`
                                                                    (beside a judge replica)
 vllm: `resources` (unused by the   `worker_resources`              Resources() (one CPU)
-vllm processor)
+vllm app)
 a service: the job's call cache    kept in the plan                none (the deployment keeps
                                                                    its own)
 =================================  ==============================  ==========================
@@ -67,7 +67,7 @@ VLLM_OWN_ENGINES = ("  vllm: the job runs its own vLLM engines through Ray Data 
 
 
 def call_kind(backend: str, address: str) -> str:
-    """Which processor answers calls of `backend` at `address` ("none", "serve:APP" or a
+    """Which engines answer calls of `backend` at `address` ("none", "serve:APP" or a
     URL): "serve", "http", "vllm" or "local" (the module docstring says what each is)."""
     if address.startswith("serve:"):
         return "serve"

@@ -479,7 +479,7 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
                          rows: np.ndarray, examples_hash: str, job: ShardedJob, n_chunks: int,
                          progress) -> None:
     """An LLM family's chunks through the streaming LLM path (`core.llm_stream`), its calls
-    through the backend's processor (`llm_calls_plan.job_plan`); raises AwaitingRerun
+    against the backend's engines (`llm_calls_plan.job_plan`); raises AwaitingRerun
     when transport failures left chunks unwritten."""
     from rexeval.pipelines.core.llm_calls_plan import job_plan
     from rexeval.pipelines.core.llm_chunks import ChunkSteps

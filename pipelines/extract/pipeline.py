@@ -2,10 +2,10 @@
 
 Reviews are cut into shards of `shard_size` (the driver reads only the Parquet footers:
 `pipelines.extract.rows`); workers read each shard's reviews, and every review flows
-through `pipelines/core/llm_stream.py`: its prompt, the model (a `ray.data.llm`
-processor chosen by backend, or in-process actors for hf), the parse, a second pass over
-the unreadable answers only (and STAR's verification), and finally its shard, written by
-a worker with a done-marker. A re-run skips finished shards, and the cache answers every
+through `pipelines/core/llm_stream.py`: its prompt, the model (the job's engine group of
+its backend, started once: `llm_engines.py`), the parse, a repair of an unreadable answer
+(and STAR's verification) at once, within its own conversation, and finally its shard,
+written by a worker with a done-marker as soon as its reviews have settled. A re-run skips finished shards, and the cache answers every
 call already made, so a job killed half-way resumes and ends with the same files as an
 uninterrupted run. Reviews whose calls failed in transport are never written as errors:
 their shards wait for a re-run. Input and output may be URIs; with an output at a URI

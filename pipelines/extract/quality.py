@@ -231,7 +231,7 @@ class QualityWriter:
 def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements: TableParts,
                     plan: SamplePlan, reviews: TableParts | None, progress: Callable[[str], None]) -> None:
     """The shards still to do, through the streaming LLM path (`core.llm_stream`) with the
-    judge's processor (`llm_calls_plan.job_plan`); raises AwaitingRerun when transport
+    judge's engines (`llm_calls_plan.job_plan`); raises AwaitingRerun when transport
     failures left shards unwritten."""
     import functools
 

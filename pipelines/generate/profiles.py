@@ -13,7 +13,7 @@ The driver plans the shards from counts alone (how many distinct users and items
 training reviews have); each worker reads the training reviews from storage itself, once
 per job, and works out the same sorted entities, so no table passes through the driver.
 The calls go through the streaming LLM path (`pipelines/core/llm_stream.py`), like
-extraction's: the backend's processor, transport failures left for a plain re-run.
+extraction's: the backend's engines, transport failures left for a plain re-run.
 """
 from __future__ import annotations
 
@@ -292,7 +292,7 @@ def _shard_line(shard: int, k: int, n: int, c: dict) -> str:
 
 def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
     """The shards still to do through the streaming LLM path (`core.llm_stream`): workers
-    read the entities, the backend's processor answers (`llm_calls_plan.job_plan`),
+    read the entities, the backend's engines answer (`llm_calls_plan.job_plan`),
     workers write the shards; raises AwaitingRerun when transport failures left some."""
     import functools
 

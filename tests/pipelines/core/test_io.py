@@ -172,3 +172,19 @@ def test_a_file_that_is_not_parquet_is_named(tmp_path):
     with pytest.raises(SchemaError, match=r"garbage.parquet: not a readable Parquet file \(") as err:
         read_table(garbage, "reviews")
     assert str(err.value).count("not a readable") == 1
+
+
+def test_an_undeclared_table_whose_column_is_all_none_in_one_part_reads_whole(tmp_path):
+    import pandas as pd
+
+    # A chunk task's table from pandas: a column that held only None in one chunk is of
+    # type null in that part; the other parts give its type.
+    out = ShardedOutput(tmp_path / "o", "job", {}, ["detail"]).open()
+    out.write_shard(0, {"detail": pa.Table.from_pandas(pd.DataFrame({"k": [1, 2], "problem": [None, None]}))},
+                    {"rows": 2})
+    out.write_shard(1, {"detail": pa.Table.from_pandas(pd.DataFrame({"k": [3], "problem": [float("nan")]}))},
+                    {"rows": 1})
+    out.write_shard(2, {"detail": pa.Table.from_pandas(pd.DataFrame({"k": [4], "problem": [2.5]}))}, {"rows": 1})
+    t = out.read("detail")
+    assert t.schema.field("problem").type == pa.float64() and t.column("k").to_pylist() == [1, 2, 3, 4]
+    assert t.column("problem").to_pylist()[:2] == [None, None] and t.column("problem").to_pylist()[3] == 2.5

@@ -142,21 +142,25 @@ def test_clients_by_kind(ray_session):
 
 def test_the_vllm_engines_are_one_serve_llm_app_for_the_job(monkeypatch):
     import rexeval.models.refs as refs
-    from rexeval.models.llm.base import BackendSpec
-    from rexeval.models.llm.vllm_backend import serve_llm_config
+    from rexeval.pipelines.core.llm_engines import vllm_app_args
 
     class Ref:
         location = "/models/qwen"
 
     monkeypatch.setattr(refs, "resolve", lambda model, **kw: Ref())
-    plan = CallPlan(backend="vllm", model="qwen", options={"accelerator_type": "H100", "tensor_parallel_size": 2},
-                    concurrency=(1, 4), batch_size=64)
+    plan = CallPlan(backend="vllm", model="qwen", concurrency=(1, 4), batch_size=64,
+                    options={"accelerator_type": "H100", "tensor_parallel_size": 2, "backoff_s": 2,
+                             "transport_retries": 5, "shards_in_flight": 4})
     assert plan.kind == "vllm"
-    cfg = serve_llm_config(BackendSpec(backend="vllm", model="qwen", options=plan.options), plan.concurrency)
+    # serve judge --backend vllm's LLMConfig; the stream's own options are not engine settings.
+    cfg = vllm_app_args(plan)
     assert cfg["model_loading_config"] == {"model_id": "qwen", "model_source": "/models/qwen"}
     assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
     assert cfg["accelerator_type"] == "H100" and cfg["engine_kwargs"]["tensor_parallel_size"] == 2
-    g = EngineGroup(plan, app="rexeval-vllm-x", url="http://127.0.0.1:8000/rexeval-vllm-x/v1", starts=1)
+    g = EngineGroup(plan, app="rexeval-vllm-x", url="http://127.0.0.1:8000/rexeval-vllm-x/v1", starts=1,
+                    served="qwen")
     spec = g.client_spec()
     assert spec["backend"] == "openai" and spec["options"]["base_url"] == g.url
-    assert spec["options"]["served_model"] == "qwen"
+    assert spec["options"]["served_model"] == "qwen" and spec["options"]["backoff_s"] == 2
+    # Enough requests in flight for 4 replicas' continuous batching.
+    assert spec["inflight"] == 4 * 8 and spec["options"]["concurrency"] == 256
