@@ -15,6 +15,7 @@ when an experiment wants it.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -217,6 +218,8 @@ def build_vllm_embed_processor(model: str, *, batch_size: int = 256,
     """
     from ray.data.llm import build_processor
 
+    from rexeval.models.llm.vllm_backend import FinishedRows
+
     processor = build_processor(
         vllm_embed_processor_config(model, batch_size=batch_size, concurrency=concurrency,
                                     engine_kwargs=engine_kwargs,
@@ -224,16 +227,12 @@ def build_vllm_embed_processor(model: str, *, batch_size: int = 256,
         preprocess=lambda row: to_embed_row(row, text_column=text_column, prompt=prompt),
         postprocess=lambda row: from_embed_row(row, index_column=index_column),
     )
-    # Ray hands rows the engine failed straight to the output, skipping our postprocess
-    # (they hold every internal column); map them to the same columns as the others.
-    wrapped = processor.postprocess
+    return FinishedRows(processor, functools.partial(_embed_row, index_column=index_column))
 
-    def postprocess(row: dict[str, Any]) -> dict[str, Any]:
-        out = wrapped(row)
-        if out.get(ERROR_COLUMN):
-            return from_embed_row(out, index_column=index_column)
-        out.pop(ERROR_COLUMN, None)
-        return out
 
-    processor.postprocess = postprocess
-    return processor
+def _embed_row(row: dict[str, Any], index_column: str) -> dict[str, Any]:
+    """A processor's output row -> {index_column, embedding, error} (an engine-failed row
+    too: `FinishedRows`)."""
+    if row.get(ERROR_COLUMN):
+        return from_embed_row(row, index_column=index_column)
+    return {k: row.get(k) for k in (index_column, "embedding", "error")}

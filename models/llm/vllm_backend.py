@@ -25,8 +25,9 @@ max_concurrent_batches (the processor's), serve_port (8000: a job's vLLM app).
 """
 from __future__ import annotations
 
+import functools
 import json
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
 
@@ -122,28 +123,31 @@ def build_request_processor(spec: BackendSpec, *, json_schema: dict | str | None
         preprocess=lambda row: to_vllm_row(row, default_schema),
         postprocess=lambda row: from_vllm_row(row, passthrough),
     )
-    return RequestProcessor(processor, passthrough)
+    return FinishedRows(processor, functools.partial(_request_row, passthrough=passthrough))
 
 
-class RequestProcessor:
-    """A processor whose output rows all have OUTPUT_COLUMNS + passthrough: Ray hands rows
-    the engine failed straight to the output, skipping our postprocess (they hold every
-    internal column), so a map after it gives them the same columns as the others."""
+def _request_row(row: dict[str, Any], passthrough: tuple[str, ...]) -> dict[str, Any]:
+    if row.get(ERROR_COLUMN):
+        return from_vllm_row(row, passthrough)
+    return {k: row.get(k) for k in (*OUTPUT_COLUMNS, *passthrough) if k in row}
 
-    def __init__(self, processor, passthrough: tuple[str, ...]):
-        self.processor, self.passthrough = processor, passthrough
+
+class FinishedRows:
+    """A `ray.data.llm` processor whose output rows all pass through `finish`. Ray hands
+    rows the engine failed straight to the output, skipping the postprocess (they hold
+    every internal column), so a map after the processor (public API, nothing of the
+    processor edited) gives them the same columns as the others. `processor` is the
+    processor itself, for its config and stages."""
+
+    def __init__(self, processor, finish: Callable[[dict[str, Any]], dict[str, Any]]):
+        self.processor, self.finish = processor, finish
 
     @property
     def config(self):
         return self.processor.config
 
-    def _same_columns(self, row: dict[str, Any]) -> dict[str, Any]:
-        if row.get(ERROR_COLUMN):
-            return from_vllm_row(row, self.passthrough)
-        return {k: row.get(k) for k in (*OUTPUT_COLUMNS, *self.passthrough) if k in row}
-
     def __call__(self, ds):
-        return self.processor(ds).map(self._same_columns)
+        return self.processor(ds).map(self.finish)
 
 
 def request_rows(requests: list[ChatRequest]) -> list[dict[str, Any]]:

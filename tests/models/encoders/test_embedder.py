@@ -97,8 +97,8 @@ def test_embed_processor_plan_without_vllm(tiny_bert, ray_session):
     model = str(tiny_bert[1])
     proc = build_vllm_embed_processor(model, batch_size=16, concurrency=2,
                                       engine_kwargs={"max_model_len": 256})
-    assert proc.list_stage_names() == ["TokenizeStage", "vLLMEngineStage"]
-    engine = proc.get_stage_by_name("vLLMEngineStage")
+    assert proc.processor.list_stage_names() == ["TokenizeStage", "vLLMEngineStage"]
+    engine = proc.processor.get_stage_by_name("vLLMEngineStage")
     kw = engine.fn_constructor_kwargs
     assert kw["model"] == model and kw["task_type"] == "embed" and kw["batch_size"] == 16
     assert kw["engine_kwargs"]["task_type"] == "embed"
@@ -107,21 +107,21 @@ def test_embed_processor_plan_without_vllm(tiny_bert, ray_session):
     mb = engine.map_batches_kwargs
     assert mb["num_gpus"] == 1
     assert (mb["compute"].min_size, mb["compute"].max_size) == (1, 2)
-    assert proc.get_stage_by_name("TokenizeStage").fn_constructor_kwargs["model"] == model
+    assert proc.processor.get_stage_by_name("TokenizeStage").fn_constructor_kwargs["model"] == model
 
     # preprocess: the statement becomes the prompt; the index column rides along.
-    data = proc.preprocess({"row": 7, "statement": "the product is loud"})["__data"]
+    data = proc.processor.preprocess({"row": 7, "statement": "the product is loud"})["__data"]
     assert data["prompt"] == "the product is loud" and data["row"] == 7
 
     # postprocess: unit float32 embedding + index; failed rows end with the same columns.
-    ok = proc.postprocess({"__data": {"row": 7, "statement": "s", "prompt": "s",
-                                      "embeddings": np.array([3.0, 4.0], dtype=np.float32),
-                                      "num_input_tokens": 3}})
+    ok = proc.finish(proc.processor.postprocess({"__data": {
+        "row": 7, "statement": "s", "prompt": "s", "embeddings": np.array([3.0, 4.0], dtype=np.float32),
+        "num_input_tokens": 3}}))
     assert set(ok) == {"row", "embedding", "error"} and ok["row"] == 7 and ok["error"] is None
     assert ok["embedding"].dtype == np.float32
     np.testing.assert_allclose(ok["embedding"], [0.6, 0.8], atol=1e-7)
-    bad = proc.postprocess({"__data": {"row": 9, "prompt": "s", "embeddings": None,
-                                       ERROR_COLUMN: "ValueError: too long"}})
+    # (Ray gives an engine-failed row to the output as it is, internal columns and all.)
+    bad = proc.finish({"row": 9, "prompt": "s", "embeddings": None, ERROR_COLUMN: "ValueError: too long"})
     assert bad == {"row": 9, "embedding": None, "error": "ValueError: too long"}
     assert "vllm" not in sys.modules
 

@@ -62,13 +62,13 @@ def test_processor_plan_without_vllm(spec, tiny_model_dir, ray_session):
     assert json.loads(sp["structured_outputs"]["json"]) == own
 
     # success rows and engine-failed rows end with the same columns.
-    ok = proc._same_columns(proc.processor.postprocess({"__data": {
+    ok = proc.finish(proc.processor.postprocess({"__data": {
         "request_index": 3, "generated_text": "{}", "num_input_tokens": 11, "num_generated_tokens": 9,
         "max_tokens": 9, "prompt": "p"}}))
     assert ok == {"request_index": 3, "text": "{}", "prompt_tokens": 11, "completion_tokens": 9,
                   "finish_reason": "length", "error": None}
     # (Ray gives an engine-failed row to the output as it is, internal columns and all.)
-    bad = proc._same_columns({"request_index": 5, "generated_text": "", ERROR_COLUMN: "ValueError: prompt too long",
+    bad = proc.finish({"request_index": 5, "generated_text": "", ERROR_COLUMN: "ValueError: prompt too long",
                               "prompt": "p", "sampling_params": sp})
     assert bad == {"request_index": 5, "text": None, "prompt_tokens": 0, "completion_tokens": 0,
                    "finish_reason": None, "error": "ValueError: prompt too long"}
