@@ -150,7 +150,10 @@ def _check_service(group: EngineGroup) -> None:
     from rexeval.serve.judge_client import ServeJudgeLLM
 
     s = group.client_spec()
-    ServeJudgeLLM(BackendSpec(backend="serve", model="auto", options=s["options"])).close()
+    # A slow answer is not an absent app: the probe waits a minute at least, whatever the
+    # calls' own timeout_s.
+    options = {**s["options"], "timeout_s": max(60.0, float(s["options"].get("timeout_s", 600.0)))}
+    ServeJudgeLLM(BackendSpec(backend="serve", model="auto", options=options)).close()
 
 
 def vllm_app_args(plan: CallPlan) -> dict[str, Any]:
