@@ -24,7 +24,8 @@ BACKENDS.add_lazy("serve", "rexeval.serve.judge_client")
 # Backend options that change how calls travel, not what they answer: kept out of the
 # config hash so e.g. raising concurrency does not invalidate an output folder.
 TRANSPORT_OPTIONS = ("concurrency", "timeout_s", "api_key", "api_key_env", "max_retries", "backoff_s",
-                     "transport_retries")
+                     "transport_retries", "stream_workers", "shards_in_flight", "inflight_per_engine",
+                     "serve_port")
 
 
 class LLMJobSettings(BaseModel):
