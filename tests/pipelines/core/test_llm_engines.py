@@ -164,3 +164,81 @@ def test_the_vllm_engines_are_one_serve_llm_app_for_the_job(monkeypatch):
     assert spec["options"]["served_model"] == "qwen" and spec["options"]["backoff_s"] == 2
     # Enough requests in flight for 4 replicas' continuous batching.
     assert spec["inflight"] == 4 * 8 and spec["options"]["concurrency"] == 256
+
+
+class FlakyOpenAI:
+    """An OpenAI-compatible server that answers every chat with `answer`, except: a fifth
+    of the requests get a 503 the first time (by a hash of the body), and any request
+    holding `down_for` gets a 503 while the file `down_while` exists."""
+
+    def __init__(self, answer: str, down_for: str, down_while):
+        import hashlib
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: set[str] = set()
+        lock = threading.Lock()
+        self.statuses: list[int] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                body = json.loads(raw)
+                share = int(hashlib.sha256(raw).hexdigest()[:8], 16) / 0xFFFFFFFF
+                last = body["messages"][-1]["content"]
+                with lock:
+                    first = raw not in seen
+                    seen.add(raw)
+                if (share < 0.2 and first) or (down_for in last and down_while.exists()):
+                    status, payload = 503, {"error": {"message": "overloaded", "type": "server_error"}}
+                else:
+                    status, payload = 200, {"choices": [{"index": 0, "finish_reason": "stop",
+                                                         "message": {"role": "assistant", "content": answer}}],
+                                            "usage": {"prompt_tokens": 9, "completion_tokens": 5}}
+                outer.statuses.append(status)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        outer = self
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_503s_over_http_heal_and_an_outage_waits_for_the_same_command(tmp_path, ray_session):
+    write_reviews(tmp_path / "reviews.parquet", 12)
+    run_extract(config(tmp_path, "local", "l.sqlite", "l.log"), **QUIET)  # no faults
+    down = tmp_path / "outage"
+    down.write_text("on")
+    server = FlakyOpenAI(TRIPLETS, "Review number 6:", down)
+    try:
+        # The backend's own retries off: every 503 reaches the stream, which asks again.
+        cfg = ExtractConfig(input=str(tmp_path / "reviews.parquet"), out=str(tmp_path / "http"), backend="openai",
+                            backend_options={"base_url": server.base_url, "max_retries": 0, "backoff_s": 0.05,
+                                             "transport_retries": 2},
+                            models={"llm": "scripted-model", "embedder": "none"}, cache=str(tmp_path / "h.sqlite"),
+                            shard_size=4)
+        with pytest.raises(AwaitingRerun) as err:
+            run_extract(cfg, **QUIET)
+        assert err.value.exit_code == 75 and err.value.awaiting == 1  # review 6, in shard 1
+        assert 503 in server.statuses and server.statuses.count(200) >= 8
+        down.unlink()
+        m = run_extract(cfg, **QUIET)
+    finally:
+        server.close()
+    assert m["status"] == "complete" and m["counts"]["in"] == 12
+    assert rows(tmp_path / "local") == rows(tmp_path / "http")
+    [engines] = m["llm_engines"].values()
+    assert engines["kind"] == "http" and engines["engine_starts"] == 0
