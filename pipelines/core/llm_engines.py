@@ -189,29 +189,41 @@ def _start_vllm(plan: CallPlan, progress: Callable[[str], None], label: str) -> 
 class Batcher:
     """Single requests from concurrent coroutines -> calls of up to `size` requests to
     `send` (an async function of a list), at most `inflight` calls at a time. Requests
-    that arrive while the calls are full wait and go out together in the next one."""
+    that arrive while the calls are full wait and go out together in the next one, lowest
+    `priority` first (the stream gives a shard's order: a shard that started earlier has
+    its repairs and verifications sent before later shards' first questions, so shards
+    finish, and are written, in turn rather than all at the end)."""
 
     def __init__(self, send: Callable[[list[ChatRequest]], Any], size: int, inflight: int):
         self.send, self.size = send, size
         self.slots = asyncio.Semaphore(inflight)
-        self.queue: list[tuple[ChatRequest, asyncio.Future]] = []
+        self.queue: list[tuple[int, int, ChatRequest, asyncio.Future]] = []  # a heap
+        self.count = 0
         self.flushing = False
 
-    async def ask(self, request: ChatRequest) -> LLMResult:
+    async def ask(self, request: ChatRequest, priority: int = 0) -> LLMResult:
+        import heapq
+
         fut = asyncio.get_running_loop().create_future()
-        self.queue.append((request, fut))
+        self.count += 1
+        heapq.heappush(self.queue, (priority, self.count, request, fut))
         if not self.flushing:
             self.flushing = True
             asyncio.create_task(self._flush())
         return await fut
 
     async def _flush(self) -> None:
+        import heapq
+
         try:
             await asyncio.sleep(0)  # the other conversations of this turn enqueue first
             while self.queue:
                 await self.slots.acquire()
-                batch, self.queue = self.queue[:self.size], self.queue[self.size:]
-                asyncio.create_task(self._call(batch))
+                batch = [heapq.heappop(self.queue) for _ in range(min(self.size, len(self.queue)))]
+                if not batch:
+                    self.slots.release()
+                    break
+                asyncio.create_task(self._call([(r, f) for _, _, r, f in batch]))
         finally:
             self.flushing = False
 
@@ -281,10 +293,10 @@ class EngineClient:
         return [r if r.seconds or r.cached else r.model_copy(update={"seconds": time.perf_counter() - t0})
                 for r in results]
 
-    async def ask(self, request: ChatRequest) -> LLMResult:
+    async def ask(self, request: ChatRequest, priority: int = 0) -> LLMResult:
         if self._batcher is None:
             self._batcher = Batcher(self._send, self.spec["batch_size"], self.spec["inflight"])
-        return await self._batcher.ask(request)
+        return await self._batcher.ask(request, priority)
 
     def close(self) -> None:
         if self._backend is not None:

@@ -126,9 +126,11 @@ class ShardConversations:
         self.clients = {role: by_spec.setdefault(json.dumps(spec, sort_keys=True, default=repr), EngineClient(spec))
                         for role, spec in clients.items()}
         self.transport_retries, self.backoff_s = transport_retries, backoff_s
+        self.started = 0  # shards begun in this worker: their order is their calls' priority
 
-    async def _converse(self, work: dict, stats: dict[str, dict]) -> tuple[dict, bool]:
-        """One row to the end: (its settled work, left for a re-run?)."""
+    async def _converse(self, work: dict, stats: dict[str, dict], order: int) -> tuple[dict, bool]:
+        """One row to the end: (its settled work, left for a re-run?). `order` is its
+        shard's place in this worker: earlier shards' calls go first."""
         tries = 0
         for _ in range(MAX_TURNS):
             req = self.steps.request(work)
@@ -137,7 +139,7 @@ class ShardConversations:
             role = self.steps.role(work)
             got = stats.setdefault(role, _new_counts())
             got["calls"] += 1
-            res = await self.clients[role].ask(req)
+            res = await self.clients[role].ask(req, order)
             if res.transient:
                 tries += 1
                 if tries > self.transport_retries:
@@ -175,7 +177,9 @@ class ShardConversations:
             return {**row, INPUT_ERROR: table.column(INPUT_ERROR)[0].as_py()}
         stats: dict[str, dict] = {}
         rows = [json_safe(r) for r in table.to_pylist()]
-        done = await asyncio.gather(*(self._converse(self.steps.start(r), stats) for r in rows))
+        self.started += 1
+        order = self.started
+        done = await asyncio.gather(*(self._converse(self.steps.start(r), stats, order) for r in rows))
         left = sum(1 for _, was_left in done if was_left)
         row.update(left=left, calls=json.dumps(stats))
         if left:

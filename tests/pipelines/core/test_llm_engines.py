@@ -242,3 +242,37 @@ def test_503s_over_http_heal_and_an_outage_waits_for_the_same_command(tmp_path, 
     assert rows(tmp_path / "local") == rows(tmp_path / "http")
     [engines] = m["llm_engines"].values()
     assert engines["kind"] == "http" and engines["engine_starts"] == 0
+
+
+def test_the_batcher_merges_requests_sends_earlier_shards_first_and_turns_a_failed_call_transient():
+    import asyncio
+
+    from rexeval.models.llm.base import ChatRequest, LLMResult
+    from rexeval.pipelines.core.llm_engines import Batcher
+
+    sent: list[list[str]] = []
+
+    async def send(reqs):
+        texts = [r.messages[0]["content"] for r in reqs]
+        sent.append(texts)
+        await asyncio.sleep(0.01)
+        if "boom" in texts:
+            raise ConnectionError("replica died")
+        return [LLMResult(text=t.upper()) for t in texts]
+
+    def ask(b, text, priority):
+        return asyncio.ensure_future(b.ask(ChatRequest(messages=[{"role": "user", "content": text}]), priority))
+
+    async def main():
+        b = Batcher(send, size=3, inflight=1)
+        late = [ask(b, f"late{i}", 5) for i in range(3)]
+        early = [ask(b, f"early{i}", 1) for i in range(2)]
+        got = await asyncio.gather(*late, *early)
+        failed = await asyncio.gather(ask(b, "boom", 0), ask(b, "x", 0))
+        return got, failed
+
+    got, failed = asyncio.run(main())
+    # One slot: the first call takes three, the earlier shard's two first; then the rest.
+    assert sent[:2] == [["early0", "early1", "late0"], ["late1", "late2"]]
+    assert [r.text for r in got] == ["LATE0", "LATE1", "LATE2", "EARLY0", "EARLY1"]
+    assert all(r.transient and "replica died" in r.error for r in failed)
