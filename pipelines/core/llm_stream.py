@@ -279,10 +279,15 @@ def _run(source, factory, plans, groups, write, summary, progress, label, transp
         if reason:
             failed.append((row["shard"], reason))
             continue
+        retried = 0
         for role, c in json.loads(row.pop("calls")).items():
             mine = calls.setdefault(role, _new_counts())
             for k, v in c.items():
                 mine[k] += v
+            retried += c.get("retries", 0)
+        if retried:
+            progress(f"    {label}: shard {row['shard']}: {retried} call(s) failed in transport and were asked "
+                     "again" + ("" if row["written"] or not row["left"] else f"; {row['left']} row(s) left for a re-run"))
         summary.shards.append(row)
         if row[INPUT_ERROR]:
             summary.input_errors.append(row[INPUT_ERROR])

@@ -160,7 +160,7 @@ def test_two_submitted_judge_jobs_share_one_judge_app_until_the_last_ends(cluste
     The first to finish leaves it running for the second, which is still calling it; the
     app goes when the last one ends. The second driver's calls on one pair fail in
     transport (an outage, while a flag file exists) so it is surely still running when
-    the first finishes; once the flag goes, its next pass succeeds."""
+    the first finishes; once the flag goes, its next try succeeds."""
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
 
@@ -194,7 +194,7 @@ def test_two_submitted_judge_jobs_share_one_judge_app_until_the_last_ends(cluste
     assert not client.get_job_status(long_job).is_terminal(), client.get_job_logs(long_job)[-4000:]
     assert "rexeval-judge" in (serve_apps(cluster) or set()), "the first job to finish removed the shared app"
 
-    outage.unlink()  # the second job's next pass gets its answers
+    outage.unlink()  # the second job's next try gets its answers
     info, logs = cluster.wait_job(long_job, JOB_TIMEOUT_S + 120)
     assert info.status == "SUCCEEDED", f"{info.status}: {info.message}\n{logs[-4000:]}"
     assert "failed in transport" in logs, logs[-4000:]
