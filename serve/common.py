@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from ray import serve
@@ -35,6 +35,8 @@ class ReplicaSettings(BaseModel):
 
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
+    initial_replicas: int | None = Field(None, ge=0, description="replicas the app starts with "
+                                                                 "(None: min_replicas)")
     target_ongoing_requests: float = Field(4, gt=0)
     # Requests in flight per replica: with small requests, fewer than a batch's worth
     # could never fill a batch (measured in benchmarks/bench_nli.py).
@@ -47,8 +49,26 @@ class ReplicaSettings(BaseModel):
                                                  "the health route must carry; None: no token asked")
 
     def autoscaling(self) -> dict[str, Any]:
-        return {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
-                "target_ongoing_requests": self.target_ongoing_requests}
+        out = {"min_replicas": self.min_replicas, "max_replicas": self.max_replicas,
+               "target_ongoing_requests": self.target_ongoing_requests}
+        if self.initial_replicas is not None:
+            out["initial_replicas"] = self.initial_replicas
+        return out
+
+
+S = TypeVar("S", bound=ReplicaSettings)
+
+
+def idle_to_zero(cfg: S) -> S:
+    """The settings of an app a job starts for itself: on accelerators it may scale to zero
+    replicas when idle (min_replicas 0), so that its GPUs, and with them the node, go back
+    to the autoscaler while the job does other work; it still starts with max(1, min)
+    replicas, so the job waits for a loaded model, and fails early on one that cannot load.
+    An app of CPUs only is left as it is."""
+    if cfg.num_gpus <= 0:
+        return cfg
+    first = cfg.initial_replicas if cfg.initial_replicas is not None else cfg.min_replicas
+    return cfg.model_copy(update={"min_replicas": 0, "initial_replicas": min(max(1, first), cfg.max_replicas)})
 
 
 class RequestError(ValueError):

@@ -22,7 +22,7 @@ from typing import Any, Self
 from ray import serve
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
-from rexeval.serve.common import AppLease, auth_headers, forget_a_dead_controller
+from rexeval.serve.common import AppLease, auth_headers, forget_a_dead_controller, idle_to_zero
 from rexeval.serve.judge import (APP_NAME, DEPLOYMENT, JudgeLimits, JudgeServeConfig, limit_problem,
                                  start_judge_service)
 
@@ -211,7 +211,7 @@ class JudgeService:
             return self.service
         spec = self.cfg.backend
         return self.lease.acquire(
-            lambda: start_judge_service(self.cfg, host=self.host, port=self.port, name=self.app_name),
+            lambda: start_judge_service(idle_to_zero(self.cfg), host=self.host, port=self.port, name=self.app_name),
             f"{spec.backend}: {spec.model}", f"{self.host}:{self.port}")
 
     @property

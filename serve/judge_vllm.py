@@ -27,10 +27,12 @@ ENGINE_OPTIONS = ("engine_kwargs", "tensor_parallel_size", "accelerator_type", "
 
 
 def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: int = 1,
-                    max_ongoing_requests: int | None = None) -> dict[str, Any]:
+                    max_ongoing_requests: int | None = None, initial_replicas: int | None = None) -> dict[str, Any]:
     """The `LLMConfig` (as a dict) serving `spec` (backend vllm): the model's resolved
     folder as `model_source`, its id (`model_id` option, else the reference) for the
-    OpenAI routes, our engine defaults under the spec's `engine_kwargs`."""
+    OpenAI routes, our engine defaults under the spec's `engine_kwargs`. `initial_replicas`
+    (None: min_replicas) is what the app starts with: a job's own app has min_replicas 0
+    (it gives its GPUs back when idle) and starts with one or more."""
     from rexeval.models.llm.vllm_backend import DEFAULT_ENGINE_KWARGS
     from rexeval.models.refs import NoModelAtPath, resolve
 
@@ -44,8 +46,10 @@ def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: i
     engine = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}
     if opts.get("tensor_parallel_size"):
         engine["tensor_parallel_size"] = int(opts["tensor_parallel_size"])
-    deployment: dict[str, Any] = {"autoscaling_config": {"min_replicas": int(min_replicas),
-                                                         "max_replicas": int(max(min_replicas, max_replicas))}}
+    scaling = {"min_replicas": int(min_replicas), "max_replicas": int(max(min_replicas, max_replicas))}
+    if initial_replicas is not None:
+        scaling["initial_replicas"] = min(max(int(initial_replicas), scaling["min_replicas"]), scaling["max_replicas"])
+    deployment: dict[str, Any] = {"autoscaling_config": scaling}
     if max_ongoing_requests:
         deployment["max_ongoing_requests"] = int(max_ongoing_requests)
     try:

@@ -158,14 +158,17 @@ def _check_service(group: EngineGroup) -> None:
 
 def vllm_app_args(plan: CallPlan) -> dict[str, Any]:
     """The `ray.serve.llm` `LLMConfig` (a dict) of a job's vLLM engines: `serve judge
-    --backend vllm`'s (`serve/judge_vllm.py`), an autoscaling pool of the plan's
-    (min, max) replicas, from the engine options among the job's backend options."""
+    --backend vllm`'s (`serve/judge_vllm.py`), an autoscaling pool that starts with the
+    plan's min replicas (at least one: the job waits for a loaded model), grows to its max,
+    and falls to zero while the job leaves it idle (its GPUs go back to the autoscaler),
+    from the engine options among the job's backend options."""
     from rexeval.models.llm.base import BackendSpec
     from rexeval.serve.judge_vllm import ENGINE_OPTIONS, llm_config_args
 
     engine = {k: v for k, v in plan.options.items() if k in ENGINE_OPTIONS}
     return llm_config_args(BackendSpec(backend="vllm", model=plan.model, options=engine),
-                           min_replicas=plan.concurrency[0], max_replicas=plan.concurrency[-1])
+                           min_replicas=0, initial_replicas=max(1, plan.concurrency[0]),
+                           max_replicas=plan.concurrency[-1])
 
 
 def _start_vllm(plan: CallPlan, progress: Callable[[str], None], label: str) -> EngineGroup:

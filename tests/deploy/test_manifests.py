@@ -20,8 +20,14 @@
 - storage: the bucket's credentials from a secret in every Ray container, none written
   inline, the commented shared-volume variant valid in the pod templates, a RayJob's data
   reachable from every pod;
-- the RayService's GCS fault tolerance (Redis address, password from a secret) and the
-  Redis of redis.yaml that serves it.
+- GCS fault tolerance in every cluster (Redis address, password from a secret) and the
+  Redis of redis.yaml that serves it; the head offers no CPUs and the RayJob's driver asks
+  for one, so it runs on a worker;
+- a local path a RayJob writes on its autoscaling cluster is declared shared
+  (REXEVAL_SHARED_MOUNTS, as pipelines/core/reach.py asks);
+- deploy/kuberay/podmonitor.yaml against the Prometheus Operator's PodMonitor schema
+  (vendored in prometheus_crds/), selecting every Ray pod of the manifests by the labels
+  KubeRay gives them (and no other pod), on ports those pods declare and Ray listens on.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ REPO = Path(__file__).resolve().parents[2]
 KUBERAY_DIR = REPO / "deploy" / "kuberay"
 SERVE_DIR = REPO / "deploy" / "serve"
 CRD_DIR = Path(__file__).resolve().parent / "kuberay_crds"
+PROMETHEUS_CRD_DIR = Path(__file__).resolve().parent / "prometheus_crds"
 CLUSTER_YAML = REPO / "cluster.yaml"
 
 MANIFESTS = {"RayCluster": "raycluster.yaml", "RayJob": "rayjob.yaml", "RayService": "rayservice.yaml"}
@@ -65,6 +72,7 @@ STORAGE_SECRET = "rexeval-storage"
 CREDENTIAL_VARS = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
                    "GOOGLE_APPLICATION_CREDENTIALS", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_CLIENT_SECRET"}
 REDIS_SECRET = {"name": "rexeval-redis", "key": "password"}
+SHARED_MOUNTS_ENV = "REXEVAL_SHARED_MOUNTS"  # pipelines/core/reach.py
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -571,15 +579,26 @@ def entrypoint_data_errors(obj: dict) -> list[str]:
     paths = [a for a in argv if a.startswith("/")]
     uris = [a for a in argv if re.match(r"^[a-z][a-z0-9+.-]*://", a)]
     errors = [] if paths or uris else ["the entrypoint names no data"]
+    autoscaling = obj["spec"]["rayClusterSpec"].get("enableInTreeAutoscaling", False)
     for name, group in groups(obj["spec"]["rayClusterSpec"]):
         container = ray_container(group)
         mounts = [m["mountPath"] for m in container.get("volumeMounts", [])]
+        env = {e["name"]: e.get("value", "") for e in container.get("env", [])}
+        declared = [m for m in env.get(SHARED_MOUNTS_ENV, "").split(":") if m]
         for p in paths:
-            if not any(p == m or p.startswith(m.rstrip("/") + "/") for m in mounts):
+            if not any(under(p, m) for m in mounts):
                 errors.append(f"{name}: {p} is on no volume")
+            elif autoscaling and not any(under(p, m) and any(under(m, v) for v in mounts) for m in declared):
+                # rexeval refuses a local path on a cluster that can add nodes unless told
+                # that every node mounts it (pipelines/core/reach.py).
+                errors.append(f"{name}: {p} is not under a {SHARED_MOUNTS_ENV} folder (an autoscaling cluster)")
         if uris and STORAGE_SECRET not in storage_secrets(container):
             errors.append(f"{name}: {uris[0]} but no {STORAGE_SECRET} secret in the container's envFrom")
     return errors
+
+
+def under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def test_rayjob_data_check_takes_a_bucket_and_catches_an_unmounted_path():
@@ -592,6 +611,22 @@ def test_rayjob_data_check_takes_a_bucket_and_catches_an_unmounted_path():
     obj = manifest("RayJob")
     obj["spec"]["entrypoint"] = "rexeval ingest /data/reviews.csv --out /home/ray/runs/mi/ingest"
     assert any("/home/ray/runs/mi/ingest is on no volume" in e for e in entrypoint_data_errors(obj))
+    obj = manifest("RayJob")
+    for _, group in groups(obj["spec"]["rayClusterSpec"]):
+        container = ray_container(group)
+        container["env"] = [e for e in container["env"] if e["name"] != SHARED_MOUNTS_ENV]
+    assert any(f"not under a {SHARED_MOUNTS_ENV} folder" in e for e in entrypoint_data_errors(obj))
+
+
+def test_rayjob_driver_runs_on_a_worker():
+    """The head offers no CPUs (num-cpus 0): a driver that asks for one CPU lands on a
+    worker the autoscaler starts for it, and does not die with a head pod."""
+    obj = manifest("RayJob")
+    need = obj["spec"].get("entrypointNumCpus", 0)
+    assert need >= 1, "entrypointNumCpus unset: the driver runs on the head"
+    types = autoscaling_config(obj)["available_node_types"]
+    assert types["headgroup"]["resources"]["CPU"] == 0
+    assert any(t["resources"].get("CPU", 0) >= need for name, t in types.items() if name != "headgroup")
 
 
 @pytest.mark.parametrize("argv", [["ingest", "/data/reviews.csv", "--ouput", "/data/x"],
@@ -859,12 +894,16 @@ def test_raycluster_header_tells_how_to_make_the_storage_secret():
 def test_shared_volume_alternative_fits_every_pod():
     snippet = shared_volume_snippet()
     mounts, volumes = snippet["containers[0].volumeMounts"], snippet["volumes"]
+    env = snippet["containers[0].env"]
     assert [m["mountPath"] for m in mounts] == ["/data"]
     assert {v["name"] for v in volumes} == {m["name"] for m in mounts}
+    # The cluster autoscales: the folder is declared shared, or rexeval refuses it.
+    assert {"name": SHARED_MOUNTS_ENV, "value": "/data"} in env
     obj = manifest("RayCluster")
     for _, group in groups(obj["spec"]):
         pod = group["template"]["spec"]
         ray_container(group).setdefault("volumeMounts", []).extend(copy.deepcopy(mounts))
+        ray_container(group).setdefault("env", []).extend(copy.deepcopy(env))
         pod.setdefault("volumes", []).extend(copy.deepcopy(volumes))
     errors = crd_errors(obj)
     assert not errors, "the shared-volume lines do not fit the pod templates:\n" + "\n".join(errors)
@@ -874,7 +913,7 @@ def test_shared_volume_alternative_fits_every_pod():
 
 
 # ==========================================================================================
-# GCS fault tolerance for the RayService
+# GCS fault tolerance: the head may die without taking the cluster's state along
 
 
 def redis_manifests() -> dict[str, dict]:
@@ -882,20 +921,27 @@ def redis_manifests() -> dict[str, dict]:
     return {d["kind"]: d for d in docs}
 
 
-def test_rayservice_has_gcs_fault_tolerance_with_the_password_from_a_secret():
-    spec = cluster_spec(manifest("RayService"))
+@pytest.mark.parametrize("kind", list(MANIFESTS))
+def test_every_cluster_has_gcs_fault_tolerance_with_the_password_from_a_secret(kind):
+    """A head that dies (an OOM, a lost node) is replaced and takes over the jobs' records,
+    the lease book and the Serve apps, instead of ending them."""
+    spec = cluster_spec(manifest(kind))
     ft = spec.get("gcsFaultToleranceOptions")
-    assert ft, "the RayService's head must survive a restart: gcsFaultToleranceOptions"
+    assert ft, f"the {kind}'s head must survive a restart: gcsFaultToleranceOptions"
     assert re.fullmatch(r"[a-z0-9.-]+:\d+", ft["redisAddress"]), ft["redisAddress"]
     ref = ft["redisPassword"]["valueFrom"]["secretKeyRef"]
     assert {"name": ref["name"], "key": ref["key"]} == REDIS_SECRET and not ref.get("optional")
     assert "value" not in ft["redisPassword"], "the Redis password is written inline"
-    # KubeRay then uses the RayCluster's UID: an upgrade's new cluster gets a state of its own.
+    # KubeRay then uses the RayCluster's UID: an upgrade's new cluster, and each RayJob's,
+    # gets a state of its own in the one Redis.
     assert "externalStorageNamespace" not in ft
-    assert spec["headGroupSpec"]["rayStartParams"].get("num-cpus") == "0"  # no replica dies with the head
-    text = (KUBERAY_DIR / "rayservice.yaml").read_text()
-    assert f"kubectl create secret generic {REDIS_SECRET['name']}" in text
-    assert "kubectl apply -f deploy/kuberay/redis.yaml" in text
+    assert spec["headGroupSpec"]["rayStartParams"].get("num-cpus") == "0"  # no work dies with the head
+    text = (KUBERAY_DIR / MANIFESTS[kind]).read_text()
+    assert f"secret `{REDIS_SECRET['name']}`" in text or f"secret generic {REDIS_SECRET['name']}" in text
+    assert "redis.yaml" in text
+    if kind != "RayJob":  # the RayJob's header refers to raycluster.yaml's commands
+        assert f"kubectl create secret generic {REDIS_SECRET['name']}" in text
+        assert "kubectl apply -f deploy/kuberay/redis.yaml" in text
 
 
 def test_gcs_fault_tolerance_mistakes_are_caught():
@@ -910,6 +956,7 @@ def test_gcs_fault_tolerance_mistakes_are_caught():
 
 def test_redis_manifest_serves_the_address_and_secret_the_rayservice_names():
     ft = cluster_spec(manifest("RayService"))["gcsFaultToleranceOptions"]
+    assert all(cluster_spec(manifest(kind))["gcsFaultToleranceOptions"] == ft for kind in MANIFESTS)
     host, port = ft["redisAddress"].rsplit(":", 1)
     docs = redis_manifests()
     assert set(docs) == {"PersistentVolumeClaim", "Deployment", "Service"}
@@ -932,6 +979,143 @@ def test_redis_manifest_serves_the_address_and_secret_the_rayservice_names():
     # The Ray pods are not selected by the Redis service.
     ray_labels = dict(groups(cluster_spec(manifest("RayService"))))["head"]["template"]["metadata"]["labels"]
     assert not all(ray_labels.get(k) == v for k, v in service["spec"]["selector"].items())
+
+
+# ==========================================================================================
+# The PodMonitor: Prometheus scrapes every Ray pod's metrics
+
+
+PODMONITOR = KUBERAY_DIR / "podmonitor.yaml"
+# KubeRay's labels on a Ray pod that a pod template cannot override
+# (ray-operator/controllers/ray/common/pod.go, labelPod).
+FIXED_POD_LABELS = ("ray.io/node-type", "ray.io/group", "ray.io/cluster")
+
+
+def podmonitor() -> dict:
+    return load_yaml(PODMONITOR)
+
+
+@functools.lru_cache(maxsize=None)
+def podmonitor_validator():
+    raw = json.loads(gzip.decompress((PROMETHEUS_CRD_DIR / "podmonitors.v1.json.gz").read_bytes()))
+    schema = kube_to_jsonschema(raw)
+    string_map = {"type": "object", "additionalProperties": {"type": "string"}}
+    schema["properties"]["metadata"] = {
+        "type": "object", "required": ["name"], "additionalProperties": False,
+        "properties": {"name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
+                       "namespace": {"type": "string"}, "labels": string_map, "annotations": string_map}}
+    schema["properties"]["apiVersion"] = {"const": "monitoring.coreos.com/v1"}
+    schema["properties"]["kind"] = {"const": "PodMonitor"}
+    schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
+    KubeValidator.check_schema(schema)
+    return KubeValidator(schema, format_checker=FORMATS)
+
+
+def kuberay_pod_labels(obj: dict, group_name: str, group: dict) -> dict[str, str]:
+    """The labels KubeRay puts on a Ray pod of `group`: its own, then the template's
+    (which win, but for the node type, group and cluster)."""
+    cluster = obj["metadata"]["name"]  # a RayJob's or RayService's cluster adds a suffix
+    node_type = "head" if group_name == "head" else "worker"
+    labels = {"ray.io/is-ray-node": "yes", "ray.io/cluster": cluster, "ray.io/node-type": node_type,
+              "ray.io/group": "headgroup" if node_type == "head" else group_name,
+              "ray.io/identifier": f"{cluster}-{node_type}", "app.kubernetes.io/name": "kuberay",
+              "app.kubernetes.io/created-by": "kuberay-operator"}
+    for key, value in group["template"].get("metadata", {}).get("labels", {}).items():
+        if key not in FIXED_POD_LABELS:
+            labels[key] = value
+    return labels
+
+
+def selects(selector: dict, labels: dict[str, str]) -> bool:
+    """Kubernetes' label selector: every matchLabels pair, every matchExpressions rule."""
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for rule in selector.get("matchExpressions", []):
+        key, op, values = rule["key"], rule["operator"], rule.get("values", [])
+        ok = {"In": lambda: labels.get(key) in values, "NotIn": lambda: labels.get(key) not in values,
+              "Exists": lambda: key in labels, "DoesNotExist": lambda: key not in labels}[op]()
+        if not ok:
+            return False
+    return True
+
+
+def ray_pods() -> list[tuple[str, dict, dict]]:
+    """(where, labels, Ray container) of every Ray pod the manifests make."""
+    out = []
+    for kind in MANIFESTS:
+        obj = manifest(kind)
+        for name, group in groups(cluster_spec(obj)):
+            out.append((f"{kind} {name}", kuberay_pod_labels(obj, name, group), ray_container(group)))
+    return out
+
+
+def container_ports(container: dict) -> dict[str, int]:
+    return {p["name"]: p["containerPort"] for p in container.get("ports", []) if "name" in p}
+
+
+def test_podmonitor_matches_the_prometheus_operator_schema():
+    errors = sorted(f"{e.json_path}: {e.message}" for e in podmonitor_validator().iter_errors(podmonitor()))
+    assert not errors, "podmonitor.yaml does not match the PodMonitor CRD:\n" + "\n".join(errors)
+    bad = podmonitor()
+    bad["spec"]["podMetricsEndpoints"][0]["prot"] = "metrics"
+    assert any("'prot' was unexpected" in e.message for e in podmonitor_validator().iter_errors(bad))
+
+
+def test_prometheus_crd_source_is_recorded():
+    source = json.loads((PROMETHEUS_CRD_DIR / "source.json").read_text())
+    readme = (PROMETHEUS_CRD_DIR / "README.md").read_text()
+    assert source["repository"] == "prometheus-operator/prometheus-operator" and source["version"] == "v1"
+    assert source["tag"] in readme and source["commit"] in readme
+    assert set(source["files"]) == {"podmonitors.v1.json.gz"}
+
+
+def test_podmonitor_selects_every_ray_pod_and_no_other():
+    spec = podmonitor()["spec"]
+    assert "namespaceSelector" not in spec and "namespace" not in podmonitor()["metadata"], \
+        "the PodMonitor is applied in the Ray pods' namespace, like the manifests (none names one)"
+    selector = spec["selector"]
+    for where, labels, _ in ray_pods():
+        assert selects(selector, labels), f"{where}: its pod is not scraped ({labels})"
+    redis = redis_manifests()["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    submitter = manifest("RayJob")["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    for where, labels in (("redis.yaml", redis), ("the RayJob's submitter", submitter)):
+        assert not selects(selector, labels), f"{where} is not a Ray pod: it has no Ray metrics"
+
+
+def test_podmonitor_scrapes_ports_the_ray_pods_declare_and_ray_listens_on():
+    """Every Ray container declares `metrics` on Ray's metrics-export-port; the head also the
+    autoscaler's and the dashboard's metrics ports, at Ray's defaults. Each endpoint of the
+    PodMonitor names a port some Ray pod declares (Prometheus skips pods without it)."""
+    from ray.autoscaler._private.constants import AUTOSCALER_METRIC_PORT
+    from ray.dashboard.consts import DASHBOARD_METRIC_PORT
+
+    head_ports = {"metrics": None, "as-metrics": AUTOSCALER_METRIC_PORT, "dash-metrics": DASHBOARD_METRIC_PORT}
+    declared: set[str] = set()
+    for kind in MANIFESTS:
+        for name, group in groups(cluster_spec(manifest(kind))):
+            ports = container_ports(ray_container(group))
+            declared |= set(ports)
+            export = group["rayStartParams"].get("metrics-export-port")
+            assert export is not None, f"{kind} {name}: no metrics-export-port (the port the PodMonitor scrapes)"
+            assert ports.get("metrics") == int(export), f"{kind} {name}: port `metrics` is not {export}"
+            if name == "head":
+                for port, number in head_ports.items():
+                    assert port in ports and (number is None or ports[port] == number), f"{kind} head: {port}"
+    endpoints = [e["port"] for e in podmonitor()["spec"]["podMetricsEndpoints"]]
+    assert "metrics" in endpoints and set(endpoints) <= declared, (endpoints, declared)
+    for e in podmonitor()["spec"]["podMetricsEndpoints"]:
+        labels = {r.get("targetLabel") for r in e.get("relabelings", [])}
+        assert "ray_io_cluster" in labels, f"{e['port']}: Ray's dashboards filter on ray_io_cluster"
+
+
+def test_podmonitor_check_catches_a_port_no_pod_declares():
+    bad = podmonitor()
+    bad["spec"]["podMetricsEndpoints"][0]["port"] = "metric"
+    declared = {p for _, _, c in ray_pods() for p in container_ports(c)}
+    assert not {e["port"] for e in bad["spec"]["podMetricsEndpoints"]} <= declared
+    # A selector on KubeRay's own app label would find nothing: the templates' label replaces it.
+    assert not selects({"matchLabels": {"ray.io/is-ray-node": "yes", "app.kubernetes.io/name": "kuberay"}},
+                       ray_pods()[0][1])
 
 
 SERVE_FILES = sorted(SERVE_DIR.glob("*.yaml")) if SERVE_DIR.is_dir() else []

@@ -212,3 +212,61 @@ def test_a_held_lease_beats_and_the_beats_stop_with_the_last_holder():
     beats.hold(holder)  # a new holder starts it again
     assert beats.thread is not None
     beats.drop(holder)
+
+
+# -- a job's own app on GPUs scales to zero when idle -------------------------------------
+
+
+def serve_autoscaling(app) -> dict:
+    """The autoscaling config Serve deploys for a built application's deployment."""
+    return app._bound_deployment._deployment_config.autoscaling_config.model_dump(
+        include={"min_replicas", "initial_replicas", "max_replicas"})
+
+
+def test_a_jobs_own_app_on_gpus_starts_with_a_replica_and_may_fall_to_zero():
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.serve.judge import JudgeServeConfig, judge_app
+
+    spec = BackendSpec(backend="tests.doubles.llm:ScriptedLLM", model="scripted-judge")
+    gpu = JudgeServeConfig(backend=spec, num_gpus=1, max_replicas=4)
+    idle = common.idle_to_zero(gpu)
+    assert serve_autoscaling(judge_app(idle)) == {"min_replicas": 0, "initial_replicas": 1, "max_replicas": 4}
+    assert judge_app(idle)._bound_deployment.ray_actor_options["num_gpus"] == 1
+    assert serve_autoscaling(judge_app(gpu))["min_replicas"] == 1  # a standing endpoint keeps its floor
+    two = common.idle_to_zero(gpu.model_copy(update={"min_replicas": 2}))
+    assert (two.min_replicas, two.initial_replicas) == (0, 2)
+    cpu = JudgeServeConfig(backend=spec, max_replicas=4)
+    assert common.idle_to_zero(cpu) is cpu  # CPUs only: nothing to give back
+
+
+def test_the_judge_a_job_starts_on_a_gpu_may_fall_to_zero(monkeypatch):
+    """`JudgeService` (what judge jobs and study stages start) deploys the idle-to-zero
+    settings; the config the job hashes (which app it joins) stays the job's own."""
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.serve import judge_client
+    from rexeval.serve.judge import JudgeServeConfig
+
+    started = []
+    monkeypatch.setattr(judge_client, "start_judge_service", lambda cfg, **kw: started.append(cfg))
+    monkeypatch.setattr(common, "running_apps", lambda: set())
+    monkeypatch.setattr(common, "serve_running", lambda: True)
+    cfg = JudgeServeConfig(backend=BackendSpec(backend="hf", model="m"), num_gpus=1, max_replicas=2)
+    svc = judge_client.JudgeService(cfg, progress=lambda _: None)
+    svc.lease = common.AppLease(svc.app_name, "judge", progress=lambda _: None, book=LeaseBook())
+    assert svc.address() == f"serve:{svc.app_name}"
+    [deployed] = started
+    assert (deployed.min_replicas, deployed.initial_replicas, deployed.max_replicas) == (0, 1, 2)
+    assert svc.cfg == cfg and cfg.min_replicas == 1
+
+
+def test_a_jobs_vllm_engines_may_fall_to_zero(tmp_path):
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.serve.judge_vllm import llm_config_args
+
+    args = llm_config_args(BackendSpec(backend="vllm", model=str(tmp_path)), min_replicas=0, max_replicas=3,
+                           initial_replicas=2)
+    assert args["deployment_config"]["autoscaling_config"] == {"min_replicas": 0, "max_replicas": 3,
+                                                               "initial_replicas": 2}
+    from ray.serve.config import AutoscalingConfig
+
+    AutoscalingConfig(**args["deployment_config"]["autoscaling_config"])  # Serve takes it

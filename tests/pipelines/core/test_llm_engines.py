@@ -155,7 +155,9 @@ def test_the_vllm_engines_are_one_serve_llm_app_for_the_job(monkeypatch):
     # serve judge --backend vllm's LLMConfig; the stream's own options are not engine settings.
     cfg = vllm_app_args(plan)
     assert cfg["model_loading_config"] == {"model_id": "qwen", "model_source": "/models/qwen"}
-    assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 1, "max_replicas": 4}
+    # The job's own engines start with its min replicas and fall to zero while it leaves them idle.
+    assert cfg["deployment_config"]["autoscaling_config"] == {"min_replicas": 0, "initial_replicas": 1,
+                                                              "max_replicas": 4}
     assert cfg["accelerator_type"] == "H100" and cfg["engine_kwargs"]["tensor_parallel_size"] == 2
     g = EngineGroup(plan, app="rexeval-vllm-x", url="http://127.0.0.1:8000/rexeval-vllm-x/v1", starts=1,
                     served="qwen")

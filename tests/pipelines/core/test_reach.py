@@ -1,15 +1,22 @@
 """A local output folder that some node of the cluster cannot see is refused at once,
 naming the folder and the nodes; a URI and a one-node Ray need no check. The nodes'
 answers are given here (this machine is one node, every process of it sees its disk),
-and the real one-node path runs on the session's Ray."""
+and the real one-node path runs on the session's Ray.
+
+On a cluster that can add nodes (an autoscaler runs) a local folder is refused even with
+one node up, unless REXEVAL_SHARED_MOUNTS says every node mounts it; the autoscaler is
+told from the node types it reports, checked on the session's Ray (none) and on a real
+cluster whose head runs Ray's autoscaler (tests/doubles/local_cluster.py)."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from rexeval.pipelines.core.reach import (PROBE_PREFIX, UnreachablePath, ask_other_nodes, read_probe,
-                                          require_reachable, verdict)
+from rexeval.pipelines.core.reach import (PROBE_PREFIX, SHARED_MOUNTS_ENV, NodesToCome, UnreachablePath,
+                                          ask_other_nodes, autoscaler_running, read_probe, require_reachable,
+                                          typed_by_a_config, v1_node_types, verdict)
 
 
 def test_the_verdict_names_the_path_and_each_node_that_cannot_see_it():
@@ -103,3 +110,92 @@ def test_a_node_the_check_cannot_run_on_fails_it(tmp_path, ray_session, monkeypa
     assert f"--out {tmp_path / 'out'} is a local folder" in str(err.value)
     assert "10.9.9.9 (node abababab): the check failed there" in str(err.value)
     assert not (tmp_path / "out").exists()
+
+
+# -- a cluster that can add nodes -------------------------------------------------------------
+
+
+def no_node_asked(probe, token):
+    raise AssertionError("no node should be asked")
+
+
+def test_a_local_out_is_refused_on_a_cold_autoscaling_cluster_with_one_node_up(tmp_path):
+    """The head alone is up (a cold cluster): the workers that will run the stages are not
+    there to be asked, so the folder is refused, saying what to use instead."""
+    out = tmp_path / "runs" / "study"
+    with pytest.raises(NodesToCome) as err:
+        require_reachable(str(out), "--out", ask=no_node_asked, nodes=1, can_add_nodes=lambda: True)
+    msg = str(err.value)
+    assert msg.startswith(f"--out {out} is a local folder, and this Ray cluster can add nodes")
+    assert "Use a URI (s3://, gs://), or a folder every node mounts" in msg
+    assert f"{SHARED_MOUNTS_ENV}=<that mount>" in msg
+    assert isinstance(err.value, UnreachablePath) and isinstance(err.value, ValueError)
+    assert not (tmp_path / "runs").exists()  # refused before anything was written
+
+    # A URI passes, and a fixed one-node Ray still needs no check.
+    require_reachable("s3://bucket/runs/x", ask=no_node_asked, nodes=1, can_add_nodes=lambda: True)
+    require_reachable(str(out), ask=no_node_asked, nodes=1, can_add_nodes=lambda: False)
+
+
+def test_a_folder_declared_shared_passes_and_is_still_probed_on_the_nodes_up(tmp_path, monkeypatch):
+    mount = tmp_path / "data"
+    monkeypatch.setenv(SHARED_MOUNTS_ENV, f"/nonexistent/elsewhere:{mount}")
+    require_reachable(str(mount / "runs" / "x"), ask=no_node_asked, nodes=1, can_add_nodes=lambda: True)
+    require_reachable(str(mount), ask=no_node_asked, nodes=1, can_add_nodes=lambda: True)
+
+    # With nodes up, they are asked as on a fixed cluster: a wrong declaration is caught.
+    ask, asked = simulated_cluster(shared={"10.0.0.2 (node aaaa)"})
+    with pytest.raises(UnreachablePath) as err:
+        require_reachable(str(mount / "runs" / "x"), ask=ask, nodes=3, can_add_nodes=lambda: True)
+    assert not isinstance(err.value, NodesToCome) and "10.0.0.3 (node bbbb)" in str(err.value)
+    assert len(asked) == 1
+
+    # A folder beside the mount (not under it) is refused.
+    with pytest.raises(NodesToCome):
+        require_reachable(str(tmp_path / "database"), ask=no_node_asked, nodes=1, can_add_nodes=lambda: True)
+
+
+def test_the_autoscaler_is_told_from_the_node_types_it_reports():
+    """The read-only monitor of a Ray without a cluster config names each node after its id;
+    a real autoscaler reports its config's node types (what `ray status` prints)."""
+    untyped = "node_" + "b2" * 28
+    readonly = {"autoscaler_report": {"active_nodes": {untyped: 1}, "idle_nodes": None, "pending_nodes": [],
+                                      "pending_launches": {}, "failed_nodes": [],
+                                      "node_type_mapping": {"b2" * 28: untyped}},
+                "load_metrics_report": {}}
+    assert v1_node_types(json.dumps(readonly)) == {untyped}
+    assert not typed_by_a_config(v1_node_types(json.dumps(readonly)))
+    cold = {"autoscaler_report": {"active_nodes": {"headgroup": 1}, "pending_nodes": [],
+                                  "pending_launches": {}, "failed_nodes": [], "node_type_mapping": {}}}
+    assert typed_by_a_config(v1_node_types(json.dumps(cold)))  # KubeRay's head, no worker yet
+    launching = {"autoscaler_report": {"active_nodes": {}, "pending_nodes": [["10.0.0.9", "gpu-worker", "setting-up"]],
+                                       "pending_launches": {"cpu-worker": 2}, "failed_nodes": [["10.0.0.8", "x"]]}}
+    assert v1_node_types(json.dumps(launching)) == {"gpu-worker", "cpu-worker", "x"}
+    assert v1_node_types(None) == set() and v1_node_types(json.dumps({"load_metrics_report": {}})) == set()
+    assert not typed_by_a_config([]) and not typed_by_a_config([""])
+
+
+def test_the_session_ray_runs_no_autoscaler(ray_session):
+    """A local `ray.init()` runs the read-only monitor: it reports, but can add no node."""
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
+
+    from tests.doubles.local_cluster import wait_for
+
+    wait_for(lambda: _internal_kv_get(ray_constants.DEBUG_AUTOSCALING_STATUS), 30, "the monitor's first status")
+    assert autoscaler_running() is False
+
+
+@pytest.mark.slow
+def test_a_cluster_whose_head_runs_the_autoscaler_is_detected(tmp_path):
+    """A real head started with an autoscaling config (Ray's fake multi-node provider, no
+    CPU on the head, one worker type at 0 nodes): detected with the head alone up, and a
+    local folder is refused there."""
+    from tests.doubles.local_cluster import local_cluster, wait_for
+
+    with local_cluster(head_cpus=0, autoscaling={"cpu": {"resources": {"CPU": 1}, "max_workers": 1}}) as cluster:
+        assert wait_for(lambda: autoscaler_running(cluster.gcs_address), 30, "the autoscaler's report")
+        assert len(cluster.alive_nodes()) == 1
+        with pytest.raises(NodesToCome):
+            require_reachable(str(tmp_path / "out"), ask=no_node_asked, nodes=1,
+                              can_add_nodes=lambda: autoscaler_running(cluster.gcs_address))
