@@ -12,6 +12,9 @@ capability says: NDCG for the rankers, validation loss for the explanation gener
 declared settings), ASHA or FIFO scheduling, trial resources (`gpus_per_trial` trains on
 "cuda"; the plan is inspectable on a CPU machine), `Tuner.restore` of an experiment
 folder that holds the same settings, and refusal of one that holds other settings.
+A trial that fails (its node lost, a spot GPU taken back, a crash) is retried up to
+`max_failures` times from its last checkpoint, in the same run, on whatever node has
+room; with the experiment under a URI, that checkpoint is reachable from every node.
 `best_checkpoint` and `trial_table` read the results. Used by `rexeval star train`
 (`pipelines/star/train.py`) and `rexeval generate train` (`pipelines/generate/train.py`).
 """
@@ -30,6 +33,9 @@ import torch
 from rexeval.pipelines.core.storage import location
 
 STATE_FILE = "state.pt"
+MAX_FAILURES = 3
+"""Retries of a failed trial from its last checkpoint (Tune's FailureConfig): enough for
+a few spot preemptions in one sweep; -1 retries without limit."""
 
 
 def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: torch.Generator, *,
@@ -148,9 +154,13 @@ def progress_callback(progress: Callable[[str], None], metric: str, every_s: flo
                      f"{result.get('loss', float('nan')):.4f}, {metric} {result.get(metric, float('nan')):.4f}"
                      f" (best {result.get('best', float('nan')):.4f})")
 
+        def on_trial_recover(self, iteration, trials, trial, **info):
+            progress(f"  trial {trial.trial_id} failed (failure {trial.num_failures}; its node lost, or "
+                     "an error): it is retried from its last checkpoint")
+
         def on_trial_error(self, iteration, trials, trial, **info):
-            progress(f"  trial {trial.trial_id} failed; it resumes from its last checkpoint "
-                     "when the same command is run again")
+            progress(f"  trial {trial.trial_id} failed after {trial.num_failures} tries; it resumes from its "
+                     "last checkpoint when the same command is run again")
 
     return Printer()
 
@@ -160,7 +170,7 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
                 mode: str = "max",
                 num_samples: int = 1, asha: bool = True, grace_period: int = 5, cpus_per_trial: float = 1,
                 gpus_per_trial: float = 0, max_concurrent: int | None = None,
-                progress: Callable[[str], None] = print):
+                max_failures: int = MAX_FAILURES, progress: Callable[[str], None] = print):
     """The Tuner of `<storage>/<name>` (a new one, or the saved one restored) and the plan
     it runs: trial resources, the device trials train on, scheduler and param space. The
     plan is what a GPU cluster would run, so it can be checked on a CPU machine.
@@ -168,6 +178,9 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     `base` is the trials' config (every setting); `grid` sweeps some of the `sweepable`
     ones; each trial also gets "threads" (its CPUs) and "device" ("cuda" with a GPU).
     `mode` says whether a higher or lower `metric` is better (as in `fit_epochs`).
+    `max_failures`: how often Tune retries a failed trial from its last checkpoint
+    (-1: always). A restored experiment keeps the value it was created with (Tune
+    restores its run settings and trials as saved), so the plan then says None.
     """
     import os
 
@@ -200,7 +213,8 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     scheduler = (ASHAScheduler(time_attr="epoch", max_t=max_epochs, grace_period=grace_period,
                                reduction_factor=3) if asha else FIFOScheduler())
     plan = {"resources": resources, "device": base["device"], "threads": base["threads"],
-            "scheduler": type(scheduler).__name__, "mode": mode, "space": space, "path": str(path)}
+            "scheduler": type(scheduler).__name__, "mode": mode, "space": space, "path": str(path),
+            "max_failures": max_failures}
     stamp = storage / f"{name}.rexeval.json"
     want = config_hash({"space": {k: v for k, v in base.items() if k not in ("threads", "device")},
                         "grid": grid or {}, "num_samples": num_samples, "asha": asha,
@@ -211,12 +225,13 @@ def build_tuner(trainable: Callable, base: dict[str, Any], storage: str | Path, 
     if tune.Tuner.can_restore(tune_path, **tune_fs):
         progress(f"  restoring the Tune experiment in {path} (finished trials are kept)")
         plan["restored"] = True
+        plan["max_failures"] = None  # the experiment's own: Tune restores its trials as they were made
         return tune.Tuner.restore(tune_path, trainable=fn, resume_errored=True, param_space=space, **tune_fs), plan
     run_config = tune.RunConfig(
         name=name, storage_path=str(storage) if storage.is_local else storage.path, verbose=0, **tune_fs,
         checkpoint_config=tune.CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=metric,
                                                 checkpoint_score_order=mode),
-        failure_config=tune.FailureConfig(max_failures=0),
+        failure_config=tune.FailureConfig(max_failures=max_failures),
         callbacks=[progress_callback(progress, metric)])
     storage.mkdir()
     write_json_atomic(stamp, json.loads(json.dumps({"config_hash": want, "grid": grid or {}, "settings": base},

@@ -129,7 +129,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
                               num_samples=job.num_samples, asha=job.asha and bool(job.grid or job.num_samples > 1),
                               grace_period=job.grace_period, cpus_per_trial=cpus,
                               gpus_per_trial=job.gpus_per_trial, max_concurrent=job.max_concurrent,
-                              progress=progress)
+                              max_failures=job.max_failures, progress=progress)
     results = tuner.fit()
     errors = [r for r in results if r.error is not None]
     trials = trial_table(results, metric, sorted(job.grid), mode="min")

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
+from rexeval.pipelines.core.tune import MAX_FAILURES
 from rexeval.pipelines.star.evaluate import KS
 
 
@@ -58,6 +59,8 @@ class TrainJob(BaseModel):
     cpus_per_trial: float = Field(1, gt=0)
     gpus_per_trial: float = Field(0, ge=0)
     max_concurrent: int | None = Field(None, ge=1)
+    max_failures: int = Field(MAX_FAILURES, ge=-1, description="retries of a failed trial (its node lost, a "
+                              "spot GPU taken back) from its last checkpoint; -1: without limit")
     profile: str = "local"
     models: dict[str, str] = Field(default_factory=dict)
     levels: list[Literal["global", "item", "user"]] = Field(["global", "item"], min_length=1)

@@ -217,7 +217,8 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
     results = run_tune(settings, job.data, _joined(job.out, STAR_TRAIN_OUTPUTS.tune), name, grid=grid,
                        num_samples=job.num_samples, asha=asha, grace_period=job.grace_period,
                        cpus_per_trial=job.cpus_per_trial, gpus_per_trial=job.gpus_per_trial,
-                       max_concurrent=job.max_concurrent, features_path=features_path,
+                       max_concurrent=job.max_concurrent, max_failures=job.max_failures,
+                       features_path=features_path,
                        trainable=trainable, progress=progress)
     metric = settings.metric_key
     errors = [r for r in results if r.error is not None]

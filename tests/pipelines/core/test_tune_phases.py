@@ -84,10 +84,12 @@ def toy_trainable(config):
 
 
 def run(storage: Path, scenario: dict, crash_at=(), marker_dir: Path | None = None):
+    """One run; no automatic retries (max_failures=0), so a crash ends it as when the
+    retries are used up, and the next run restores the experiment by hand."""
     config = {**scenario, "crash_at": list(crash_at), "marker_dir": str(marker_dir or storage)}
     tuner, plan = build_tuner(toy_trainable, config, storage, "exp", metric="val", mode="min",
                               max_epochs=scenario["epochs"] * 2, sweepable=[], asha=False,
-                              progress=lambda m: None, cpus_per_trial=1)
+                              progress=lambda m: None, cpus_per_trial=1, max_failures=0)
     (result,) = list(tuner.fit())
     return result, plan
 
@@ -174,7 +176,7 @@ def test_a_tune_experiment_on_s3_keeps_its_checkpoints_there_and_resumes_from_th
     from rexeval.pipelines.core.storage import location
 
     result, plan = run(s3_root, BY_EPOCHS, crash_at=[2], marker_dir=tmp_path)
-    assert result.error is not None and not plan["restored"]  # max_failures=0: the crash ends the run
+    assert result.error is not None and not plan["restored"]  # no retries left: the crash ends the run
     keys = [f.relative_to(s3_root) for f in location(s3_root).walk_files()]
     assert "exp.rexeval.json" in keys and any(k.startswith("exp/") and k.endswith("/state.pt") for k in keys)
     again, plan = run(s3_root, BY_EPOCHS, crash_at=[2], marker_dir=tmp_path)

@@ -49,7 +49,8 @@ def _curve(results) -> list[float]:
 @pytest.mark.slow
 def test_a_crashed_run_restores_and_its_curve_equals_an_uninterrupted_one(ray_session, data_dir, tmp_path):
     s = resolve_settings("peter", {**SMALL, "lr": 0.5})
-    common = {"asha": False, "progress": lambda m: None, "cpus_per_trial": 1}
+    # No automatic retries (max_failures=0): the crash ends the run, as when they are used up.
+    common = {"asha": False, "progress": lambda m: None, "cpus_per_trial": 1, "max_failures": 0}
     first, _ = build_tuner(s, data_dir, tmp_path / "a", "exp", trainable=crash_once, **common)
     res = first.fit()
     assert res[0].error is not None and res[0].metrics_dataframe["epoch"].max() == 2

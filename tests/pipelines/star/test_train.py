@@ -46,7 +46,8 @@ def _curve(result) -> list[float]:
 
 def test_interrupted_tune_run_restores_to_the_same_best(ray_session, data_dir, tmp_path):
     settings = TrainSettings(**SETTINGS)
-    common = {"grid": GRID, "asha": False, "progress": lambda m: None}
+    # No automatic retries (max_failures=0): the crash ends the run, as when they are used up.
+    common = {"grid": GRID, "asha": False, "progress": lambda m: None, "max_failures": 0}
     first = run_tune(settings, data_dir, tmp_path / "a", "exp", trainable=crash_once, **common)
     errored = [r for r in first if r.error is not None]
     assert len(errored) == 1 and errored[0].config["lr"] == 0.05
