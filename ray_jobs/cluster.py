@@ -41,11 +41,11 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--device", help="Encoder device: auto (default), cpu, cuda.")
 @click.option("--embed-backend", type=click.Choice(["sentence-transformers", "vllm"]),
               help="Embedding engine (vllm: ray.data.llm embed task on GPU workers).")
-@click.option("--workers", type=int, help="Encoder actors; each loads the model (default 1).")
+@click.option("--workers", type=int, help="Most encoder actors (a pool from min_workers); each loads the model (default 1).")
 @click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0); above 0 the FAISS "
                                                    "neighbour search asks for a GPU too.")
 @click.option("--neighbour-workers", type=int, help="Ray actors sharing the FAISS queries (default 1: "
-                                                    "one process using every core).")
+                                                    "one process of cpus_per_worker threads).")
 @click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
 @click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default 5).")
 @click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default 0.9).")

@@ -196,7 +196,8 @@ def _train_counts(job, report: dict) -> dict:
 @click.option("--batch-size", type=int, help="Examples decoded together (default 256).")
 @click.option("--max-words", type=int, help="Longest explanation (default: the training length).")
 @click.option("--limit", type=int, help="Decode only the first N examples.")
-@click.option("--workers", type=int, help="Decoding actors; each loads the model once (default: one per CPU).")
+@click.option("--workers", type=int, help="Most decoding actors; each loads the model once (default: as many as fit "
+                                          "on a machine whose Ray the job started, one per shard on a cluster).")
 @click.option("--gpus-per-worker", type=float, help="GPUs per actor (default 0).")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rexeval.models.profiles import ModelOverrides
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
+from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
 
 # What `rexeval cluster` writes in its folder (pipelines/core/outputs.py); `statements`
 # only for EXTRA, which makes its own from the review sentences.
@@ -49,9 +50,15 @@ class ClusterConfig(BaseModel):
     embed_batch_size: int = Field(256, ge=1)
     shard_size: int = Field(50_000, ge=1, description="texts (or pairs) per work shard")
     pair_batch_size: int = Field(64, ge=1)
-    workers: int = Field(1, ge=1, description="encoder actors (each loads the model)")
-    cpus_per_worker: float | None = Field(None, gt=0)
+    workers: int = Field(1, ge=1, description="the most encoder and pair-scorer actors (each loads the model)")
+    min_workers: int = Field(1, ge=1, description="the fewest of those actors (at most `workers`)")
+    cpus_per_worker: float | None = Field(None, gt=0, description=CPUS_PER_WORKER + "; also the threads "
+                                          "of the one-process steps (nodes, FAISS, the graph)")
     gpus_per_worker: float = Field(0.0, ge=0)
+    memory_per_worker: float | None = Field(None, gt=0, description=MEMORY_PER_WORKER)
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each worker actor asks for, e.g. "
+        "{accel: 1} for a node type of the cluster's own; an autoscaler starts that type for them")
     neighbour_workers: int = Field(1, ge=1, description="Ray actors sharing the FAISS queries")
     quality_embedder: str | None = Field(None, description="model for SSE/SSB (default: the embedder)")
     examples: int = Field(5, ge=0)

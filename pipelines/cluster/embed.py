@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, use_cpus
+from rexeval.pipelines.core.stage import Resources, Stage, pool_size, use_cpus
 from rexeval.pipelines.core.storage import PathLike, location
 
 TABLE = "embeddings"
@@ -99,10 +99,11 @@ class EmbedStage(Stage):
 
 def embed_texts(texts_at: PathLike, n: int, folder: PathLike, *, model_ref: str, location: str,
                 digest: str, device: str = "auto", batch_size: int = 256, shard_size: int = 50_000,
-                workers: int = 1, resources: Resources = Resources(), backend: str = "sentence-transformers",
-                progress: Callable[[str], None] = print) -> int:
+                workers: int = 1, min_workers: int = 1, resources: Resources = Resources(),
+                backend: str = "sentence-transformers", progress: Callable[[str], None] = print) -> int:
     """Embed the `n` texts of the file `texts_at` into `folder` (resuming finished
-    shards); returns how many shards there are (read them with `read_vectors`).
+    shards); returns how many shards there are (read them with `read_vectors`). The
+    encoder actors (or vLLM engines) are a pool of `min_workers` to `workers`.
 
     `digest` identifies the text list (see `cluster.nodes.Nodes.digest`); together with
     the model it decides whether existing shards can be reused.
@@ -116,12 +117,14 @@ def embed_texts(texts_at: PathLike, n: int, folder: PathLike, *, model_ref: str,
                      progress=progress)
     job.say_resumed("embeddings")
     if job.todo and backend == "vllm":
-        _embed_vllm(texts_at, n, job.todo, shard_size, job.output, location, batch_size, workers, progress)
+        lo, hi = pool_size(workers, least=min_workers)
+        _embed_vllm(texts_at, n, job.todo, shard_size, job.output, location, batch_size,
+                    hi if lo == hi else (lo, hi), progress)
     elif job.todo:
         stage = EmbedStage(job.output, location, texts_at, device=device, batch_size=batch_size,
                            resources=resources)
         job.run(stage, lambda i: {"shard": i, "start": i * shard_size, "end": min(n, (i + 1) * shard_size)},
-                workers=workers, report=lambda row, k, m: (
+                workers=workers, min_workers=min_workers, report=lambda row, k, m: (
                     f"  embeddings: shard {row['shard']} done ({k}/{m}): {row['rows']:,} texts, dim {row['dim']}"))
     job.finish()
     return n_shards

@@ -199,12 +199,6 @@ def _key(code) -> str:
     return str(code.item() if hasattr(code, "item") else code)
 
 
-def _ray_multi_node() -> bool:
-    import ray
-
-    return ray.is_initialized() and sum(1 for nd in ray.nodes() if nd.get("Alive")) > 1
-
-
 def _ray_gpu(gpu: str | bool) -> bool:
     """Whether the Ray path's build tasks and search actors each ask for a GPU: gpu=True
     asks (the cluster, or its autoscaler, provides one); "auto" asks when this process
@@ -251,10 +245,12 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
                     threads: int | None = None) -> PairResult:
     """Candidate pairs within each group: k nearest neighbours with cosine >= tau.
 
-    workers=1 builds and searches in this process with `threads` cores (default: every
-    core it may run on). workers > 1, or None on a multi-node Ray cluster (one actor per
-    node), builds each group's index in a Ray task and shards its queries over Ray
-    actors; both paths give the same pairs. In process on CPU, an IVF group is searched
+    workers=1 (or None) builds and searches in this process with `threads` cores
+    (default: every core it may run on). workers > 1 builds each group's index in a Ray
+    task and shards its queries over a pool of up to `workers` Ray actors, each task and
+    actor asking for `threads` CPUs (default: `stage.cpu_share(workers)`) and using as
+    many; both paths give the same pairs. The settings decide, never the nodes a
+    cluster has up now. In process on CPU, an IVF group is searched
     by `ivf_join_pairs` (one GEMM per list) unless `ivf_join=False` (FAISS's own
     IndexIVFFlat search, as the actors do).
     """
@@ -263,17 +259,13 @@ def candidate_pairs(vectors: np.ndarray, groups: np.ndarray, *, k: int = 128, ta
     say = progress or (lambda _m: None)
     n, d = x.shape
     use_ray = workers is not None and workers > 1
-    if workers is None:
-        use_ray = _ray_multi_node()
     if use_ray:
         from rexeval.pipelines.core.runtime import init_ray
         from rexeval.pipelines.core.stage import cpu_share
 
         ray = init_ray()
         gpu_search = _ray_gpu(gpu)
-        if workers is None:
-            workers = sum(1 for nd in ray.nodes() if nd.get("Alive"))
-        task_resources = Resources(cpus=cpu_share(workers), gpus=1 if gpu_search else 0)
+        task_resources = Resources(cpus=float(threads or cpu_share(workers)), gpus=1 if gpu_search else 0)
         if gpu_search and _no_gpu_now():
             say("neighbours: no GPU in the cluster now; the GPU tasks wait for one "
                 "(an autoscaler adds a GPU node on demand)")
@@ -354,11 +346,11 @@ def _search_here(x, ids, n, plan, st, k, tau, seed, ivf_join, threads):
 def _run_on_ray(refs, tasks, codes, stats, k, tau, workers, resources, n, say):
     """Shard the queries of every group over an actor pool; deduplicated pairs per group."""
     from rexeval.pipelines.core.runtime import run_tasks
-    from rexeval.pipelines.core.stage import actor_count
+    from rexeval.pipelines.core.stage import pool_size
 
     stage = NeighbourStage(refs, k, tau, cpus=resources.cpus, gpu=bool(resources.gpus))
     got: dict[int, list] = {gi: [] for gi in refs}
-    for done, row in enumerate(run_tasks(tasks, stage, actor_count(workers, len(tasks))), 1):
+    for done, row in enumerate(run_tasks(tasks, stage, pool_size(workers, len(tasks))), 1):
         gi = row["group"]
         got[gi].append((np.frombuffer(row["a"], np.int64), np.frombuffer(row["b"], np.int64),
                         np.frombuffer(row["cos"], np.float32)))

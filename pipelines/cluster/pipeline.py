@@ -34,7 +34,7 @@ from rexeval.pipelines.cluster import steps
 from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, worker_resources
+from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
 JOB = "cluster"
@@ -131,7 +131,9 @@ def on_worker(fn: Callable, *args: Any, resources: Resources = Resources(), thre
     import ray
 
     threads = max(1, int(threads or resources.cpus))
-    task = ray.remote(fn).options(num_cpus=resources.cpus, num_gpus=resources.gpus, **(options or {}),
+    task = ray.remote(fn).options(num_cpus=resources.cpus, num_gpus=resources.gpus,
+                                  resources=resources.ray_resources, memory=resources.memory or None,
+                                  **(options or {}),
                                   runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}})
     try:
         return ray.get(task.remote(*args))
@@ -142,16 +144,12 @@ def on_worker(fn: Callable, *args: Any, resources: Resources = Resources(), thre
         raise
 
 
-def node_cpus(options: dict) -> int:
-    """Cores of one node for a step that runs whole in one process: the node it is
-    pinned to, else the largest node now (at least one)."""
-    import ray
-
-    strategy = options.get("scheduling_strategy")
-    pinned = getattr(strategy, "node_id", None)
-    cpus = [n["Resources"].get("CPU", 0) for n in ray.nodes()
-            if n.get("Alive") and (pinned is None or n["NodeID"] == pinned)]
-    return max(1, int(max(cpus, default=1)))
+def step_threads(cfg: ClusterConfig, workers: int = 1) -> int:
+    """Threads of each of `workers` processes of a step (FAISS, the graph): the settings'
+    `cpus_per_worker`, else `stage.cpu_share` (on one machine its cores shared, on a
+    cluster one). Never the cluster's nodes: on an autoscaling one, those up at the
+    start (a head with no CPUs) say nothing of the node the step will get."""
+    return max(1, int(cfg.cpus_per_worker or cpu_share(workers)))
 
 
 # -- pair filter ------------------------------------------------------------------------
@@ -168,7 +166,7 @@ def score_pairs(work: Location, n_pairs: int, digest: str, cfg: ClusterConfig, e
                                      work / "neighbours" / steps.PAIRS, work / steps.NODES, device=cfg.device,
                                      batch_size=cfg.pair_batch_size, resources=worker_resources(cfg))
         job.run(stage, lambda i: {"shard": i, "start": i * size, "end": min(n_pairs, (i + 1) * size)},
-                workers=cfg.workers, report=lambda row, k, n: (
+                workers=cfg.workers, min_workers=cfg.min_workers, report=lambda row, k, n: (
                     f"  pair scores: shard {row['shard']} done ({k}/{n}): {row['pairs']:,} pairs"))
     job.finish()
 
@@ -184,7 +182,8 @@ def neighbour_pairs(cfg: ClusterConfig, work: Location, emb_key: str, prep: dict
     with several, that task asks for none and its index builds and search actors ask
     for one each (an autoscaling cluster brings a GPU node when they do)."""
     gpu = cfg.gpus_per_worker > 0
-    threads = int(cfg.cpus_per_worker or node_cpus(options))
+    # One process: its threads; several: each build task's and search actor's CPUs.
+    threads = step_threads(cfg, cfg.neighbour_workers)
     if cfg.neighbour_workers == 1:
         resources = Resources(cpus=cfg.cpus_per_worker or 1, gpus=1 if gpu else 0)
         want = "auto" if gpu else False  # the GPU the task was given, when FAISS has GPU support
@@ -209,9 +208,9 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
     timings: dict[str, float] = {}
     enc = resolve_encoders(cfg)
     src, stage = describe_input(cfg)
-    hashed = cfg.model_dump(exclude={"input", "out", "workers", "cpus_per_worker", "gpus_per_worker",
-                                     "neighbour_workers", "shard_size", "embed_batch_size",
-                                     "pair_batch_size", "device"})
+    hashed = cfg.model_dump(exclude={"input", "out", "workers", "min_workers", "cpus_per_worker", "gpus_per_worker",
+                                     "memory_per_worker", "resources_per_worker", "neighbour_workers", "shard_size",
+                                     "embed_batch_size", "pair_batch_size", "device"})
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else []),
@@ -224,7 +223,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
     # A local input or output exists on this machine only: the steps run on its node then.
     options = reads_here([cfg.input, cfg.out])
     one_process = Resources(cpus=cfg.cpus_per_worker or 1)
-    threads = int(cfg.cpus_per_worker or node_cpus(options))
+    threads = step_threads(cfg)
 
     t = time.time()
     prep = on_worker(steps.prepare, cfg, stage, work, resources=one_process, threads=threads, options=options)
@@ -237,6 +236,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
     embed_texts(texts_at, prep["n"], work / "embeddings", model_ref=enc["embedder"],
                 location=enc["embedder_location"], digest=prep["digest"], device=cfg.device,
                 batch_size=cfg.embed_batch_size, shard_size=cfg.shard_size, workers=cfg.workers,
+                min_workers=cfg.min_workers,
                 resources=worker_resources(cfg), backend=cfg.embed_backend, progress=progress)
     timings["embed_s"] = time.time() - t
 
@@ -258,7 +258,8 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
         embed_texts(texts_at, prep["n"], work / "quality-embeddings", model_ref=enc["quality_embedder"],
                     location=enc["quality_location"], digest=prep["digest"], device=cfg.device,
                     batch_size=cfg.embed_batch_size, shard_size=cfg.shard_size, workers=cfg.workers,
-                    resources=worker_resources(cfg), backend=cfg.embed_backend, progress=progress)
+                    min_workers=cfg.min_workers, resources=worker_resources(cfg), backend=cfg.embed_backend,
+                    progress=progress)
     done = on_worker(steps.finish, cfg, enc, stage, work, out, resources=one_process, threads=threads,
                      options=options)
     for m in done["messages"]:

@@ -120,7 +120,8 @@ def start_hosts(plan: CallPlan) -> list:
     n = actors_now(plan.concurrency, plan.resources)
     # The actors reserve 3/4 of the CPUs they use as torch threads: Ray Data schedules
     # nothing, not even the stream's 0-CPU tasks, on a cluster with no CPU free.
-    actor = ray.remote(num_cpus=plan.resources.cpus * 0.75, num_gpus=plan.resources.gpus or 0)(LocalCaller)
+    actor = ray.remote(num_cpus=plan.resources.cpus * 0.75, num_gpus=plan.resources.gpus or 0,
+                       resources=plan.resources.ray_resources, memory=plan.resources.memory or None)(LocalCaller)
     return [actor.remote(plan) for _ in range(n)]
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.llm.base import BACKENDS
 from rexeval.models.profiles import ModelOverrides
+from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
 
 # The "serve" backend (a client of the judge deployment) lives in the serve layer, above
 # models/: the jobs that can use it declare it here, so `backend: serve` resolves in every
@@ -39,9 +40,14 @@ class LLMJobSettings(BaseModel):
                                 "(default: the profile's llm_backend)")
     backend_options: dict[str, Any] = Field(default_factory=dict)
     max_retries: int = Field(2, ge=0, le=10)
-    workers: int = Field(1, ge=1, description="LLM actors (each loads the model)")
-    cpus_per_worker: float | None = Field(None, gt=0)
+    workers: int = Field(1, ge=1, description="the most LLM actors (each loads the model)")
+    min_workers: int = Field(1, ge=1, description="the fewest LLM actors (at most `workers`)")
+    cpus_per_worker: float | None = Field(None, gt=0, description=CPUS_PER_WORKER)
     gpus_per_worker: float = Field(0.0, ge=0)
+    memory_per_worker: float | None = Field(None, gt=0, description=MEMORY_PER_WORKER)
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each worker actor asks for, e.g. "
+        "{accel: 1} for a node type of the cluster's own; an autoscaler starts that type for them")
     cache: str | None = Field(None, description="LLM-call cache: a SQLite file, or a URI folder of one "
                               "object per call (default: under $REXEVAL_CACHE, or <out>/_llm_cache when "
                               "the output is a URI)")

@@ -6,7 +6,8 @@ with one `llm_calls_plan.CallPlan` per model, and every plan's placement comes f
 No LLM backend is called in the driver process: the calls are answered
 
 - "local": by the job's own model actors (`llm_calls_plan.LocalCaller`, started once per
-  job by `start_hosts`, `actors_now` of them), each holding the backend in-process: `hf`,
+  job by `start_hosts`, `actors_now` of them: up to `workers`, at least `min_workers`),
+  each holding the backend in-process: `hf`,
   or a `module:Class` backend of your own;
 - "vllm": by vLLM engines on GPUs, a `ray.serve.llm` app the job deploys once, a (min, max) pool;
 - "serve": by a running rexeval judge deployment inside the cluster (`serve:APP`);
@@ -41,8 +42,10 @@ openai: requests at a time         backend_options.concurrency,    backend_optio
                                    else `workers`                  else 4
 a service: batches at a time       backend_options.concurrency,    `workers`
                                    else `workers`
-local: each actor's CPUs           the cluster's CPUs / `workers`  the CPUs free now / `workers`
-                                                                   (beside a judge replica)
+local: each actor's CPUs           `cpus_per_worker`, else on one  `cpus_per_worker`, else on one
+(`stage.cpu_share`)                machine its CPUs / `workers`,   machine the CPUs free now /
+                                   on a cluster one                `workers` (beside a judge
+                                                                   replica), on a cluster one
 vllm: `resources` (unused by the   `worker_resources`              Resources() (one CPU)
 vllm app)
 a service: the job's call cache    kept in the plan                none (the deployment keeps
@@ -130,7 +133,7 @@ def place_llm(backend: str, options: Mapping[str, Any] | None, settings, *, job:
     if backend == "openai":  # a chunked job's, with judge_service none
         conc = (1, int(opts.get("concurrency", OPENAI_CHUNK_CONCURRENCY)))
         return Placement(backend, "none", conc, CLIENT, reason="judge_service none: its OpenAI-compatible server")
-    lo, hi = pool_size(settings.workers)
+    lo, hi = pool_size(settings.workers, least=getattr(settings, "min_workers", 1))
     free = job == "chunks"
     return Placement(backend, "none", (lo, hi or lo), worker_resources(settings, free=free),
                      reason="in-process: the job's own actors, each loads the model"
@@ -148,12 +151,15 @@ def judge_service_for(backend: str, judge_service: str) -> tuple[str, str | None
 
 
 def actors_now(concurrency: tuple[int, ...], resources: Resources) -> int:
-    """How many model actors a local plan starts: within its (min, max), as many as the
-    cluster's CPUs hold now at `resources` each."""
-    from rexeval.pipelines.core.stage import fits_now
+    """How many model actors a local plan starts (they are started once, for the whole
+    job, so they do not grow later): on one machine, within its (min, max), as many as
+    the machine holds at `resources` each; on a cluster the most the settings allow,
+    whose requests make an autoscaler bring the nodes for them."""
+    from rexeval.pipelines.core.stage import fits_machine
 
     lo, hi = concurrency
-    return max(lo, min(hi, fits_now(resources) or lo))
+    fits = fits_machine(resources)
+    return hi if fits is None else max(lo, min(hi, fits))
 
 
 def describe(where: str, backend: str, address: str, concurrency: tuple[int, ...], resources: Resources,

@@ -85,16 +85,16 @@ class ShardedJob:
             self.progress(f"  {label}: {len(self.done)} of {self.shards} {unit} already done")
 
     def run(self, stage: Stage, task: Callable[[int], dict] = shard_task, *, workers: int | None = None,
-            report: Report | None = None) -> list[dict]:
+            min_workers: int = 1, report: Report | None = None) -> list[dict]:
         """Run `stage` once per shard still to do, `task(shard)` being its input row, on
-        an actor pool of `pool_size(workers, ...)` (min, max) actors; report each finished shard and return the
-        result rows in the order they finished."""
+        an actor pool of `pool_size(workers, ..., min_workers)` (min, max) actors; report each
+        finished shard and return the result rows in the order they finished."""
         from rexeval.pipelines.core.runtime import run_tasks
 
         rows: list[dict] = []
         if not self.todo:
             return rows
-        actors = pool_size(workers, len(self.todo))
+        actors = pool_size(workers, len(self.todo), min_workers)
         self._count_left()
         for k, row in enumerate(run_tasks([task(i) for i in self.todo], stage, actors), 1):
             rows.append(row)

@@ -20,6 +20,18 @@ class Resources:
 
     cpus: float = 1.0
     gpus: float = 0.0
+    # Custom resources (name, amount), e.g. (("accel", 1.0),): what puts the actor on a
+    # node type of the cluster's own (an accelerator pool, a spot group), and what an
+    # autoscaler reads to start that type. A tuple, so Resources stays hashable.
+    custom: tuple[tuple[str, float], ...] = ()
+    # Bytes of memory the actor reserves (Ray's `memory` resource); 0: none reserved. An
+    # autoscaler reads it, as it reads the CPUs, to pick a node type with room.
+    memory: float = 0.0
+
+    @property
+    def ray_resources(self) -> dict[str, float] | None:
+        """The custom resources as Ray's `resources=` option takes them (None when none)."""
+        return dict(self.custom) or None
 
 
 class Stage(abc.ABC):
@@ -41,82 +53,130 @@ class Stage(abc.ABC):
 
 
 # -- actor sizing: how many actors a stage gets, and what each one holds ----------------
+#
+# Sizes come from the job's settings (`workers`, `min_workers`, `cpus_per_worker`,
+# `gpus_per_worker`, `memory_per_worker`), never from the nodes a cluster has up when the
+# job starts: on an autoscaling cluster those are whatever happens to be running (a cold
+# one: a head with no CPUs), and the settings' requests are what makes it add nodes.
+# The one exception is a Ray that the job started on its own machine (`runtime.init_ray`
+# with no address: a laptop run, a local study): nothing can join it, so an actor's
+# default share is of that machine's CPUs, as it always was.
+
+CLUSTER_CPUS_PER_WORKER = 1.0
+"""An actor's CPUs on a cluster when its settings name none: one, which every node type
+holds (a larger default could ask for an actor no node type fits, which waits forever).
+Model stages on a cluster should say `cpus_per_worker`; its threads follow it."""
+
+ONE_MACHINE_ENV = "REXEVAL_ONE_MACHINE"
+"""Set by `runtime.init_ray` when it starts Ray in-process: "<GCS address> <CPUs>". A
+process (or a child of it: a local study's stage) joined to that Ray sizes by the machine."""
+
+GIB = 1024 ** 3
+
+# What the sizing fields of every job settings class with workers say.
+CPUS_PER_WORKER = ("CPUs each worker actor asks for, and uses as threads (default: on a Ray "
+                   "started on this machine, its CPUs shared by `workers`; on a cluster, 1)")
+MEMORY_PER_WORKER = ("GiB of memory each worker actor reserves (Ray's `memory` resource, which "
+                     "an autoscaler reads to choose a node type); default: none reserved")
 
 
-def _cpus(free: bool) -> float:
-    """The cluster's CPUs, or (free=True) those not held now (a Serve replica, another
-    job's actors); the machine's cores when Ray is not running (unit tests)."""
+def machine_cpus(*, free: bool = False) -> float | None:
+    """The CPUs of the one machine this job's Ray runs on, or (free=True) those not held
+    now (a Serve replica, another stage's actors): when Ray is not running (unit tests,
+    the machine's cores) or was started in-process by `runtime.init_ray` here or in a
+    parent process. None on a cluster joined by address, whose size is its autoscaler's
+    to change: nothing is read from the nodes that are up."""
     import ray
 
     if not ray.is_initialized():
         return float(os.cpu_count() or 1)
-    pool = ray.available_resources() if free else ray.cluster_resources()
-    return float(pool.get("CPU", 1))
+    address, _, cpus = os.environ.get(ONE_MACHINE_ENV, "").rpartition(" ")
+    if not cpus or address != ray.get_runtime_context().gcs_address:
+        return None
+    if free:
+        return float(ray.available_resources().get("CPU", 0))
+    return float(cpus)
 
 
 def worker_resources(cfg, *, free: bool = False) -> Resources:
-    """Each of `cfg.workers` model actors' share of the CPUs (a CPU model uses every core
-    it is given, as torch threads), unless `cfg.cpus_per_worker` says; GPUs as given.
+    """What each model actor of `cfg` asks for: `cfg.cpus_per_worker` CPUs (its torch
+    threads), else `cpu_share(cfg.workers)`; its GPUs, memory and custom resources as
+    the settings say.
 
     `cfg` is any settings object with `workers`, `cpus_per_worker` and `gpus_per_worker`
-    (LLM jobs, embedding and pair-scoring stages, metric families). `free` shares the CPUs
-    free now instead of the cluster's: for jobs that run beside a Serve replica.
+    (LLM jobs, embedding and pair-scoring stages, metric families). `free`: on one
+    machine, share the CPUs free now: for jobs that run beside a Serve replica.
     """
-    if cfg.cpus_per_worker:
-        return Resources(cpus=cfg.cpus_per_worker, gpus=cfg.gpus_per_worker)
-    return Resources(cpus=cpu_share(cfg.workers, free=free), gpus=cfg.gpus_per_worker)
+    cpus = cfg.cpus_per_worker or cpu_share(getattr(cfg, "workers", None) or 1, free=free)
+    return Resources(cpus=cpus, gpus=cfg.gpus_per_worker, custom=custom_resources(cfg),
+                     memory=memory_bytes(cfg))
 
 
-def _largest_node_cpus() -> float:
-    """The CPUs of the cluster's largest alive node (the machine's cores without Ray): an
-    actor lives on one node, so it can never hold more, whatever the cluster's total."""
-    import ray
+def custom_resources(cfg) -> tuple[tuple[str, float], ...]:
+    """`cfg.resources_per_worker` (custom Ray resources each actor asks for) as
+    `Resources.custom`; empty for settings without it."""
+    return tuple(sorted((getattr(cfg, "resources_per_worker", None) or {}).items()))
 
-    if not ray.is_initialized():
-        return float(os.cpu_count() or 1)
-    sizes = [n.get("Resources", {}).get("CPU", 0.0) for n in ray.nodes() if n.get("Alive")]
-    return float(max(sizes, default=1.0))
+
+def memory_bytes(cfg) -> float:
+    """`cfg.memory_per_worker` (GiB) in bytes, as `Resources.memory`; 0 when not set."""
+    return float((getattr(cfg, "memory_per_worker", None) or 0) * GIB)
 
 
 def cpu_share(workers: int, *, free: bool = False) -> float:
-    """Whole CPUs each of `workers` actors gets of the cluster's (or the free) CPUs, at
-    least one, and never more than one node has (on a cluster of several nodes the total
-    would ask for an actor no node can hold, and it would wait forever)."""
-    return max(1.0, float(int(min(_cpus(free) // workers, _largest_node_cpus()))))
+    """An actor's CPUs when its settings name none: on one machine (`machine_cpus`), its
+    CPUs (or the free ones) shared by `workers` actors, whole and at least one; on a
+    cluster, `CLUSTER_CPUS_PER_WORKER`."""
+    cpus = machine_cpus(free=free)
+    if cpus is None:
+        return CLUSTER_CPUS_PER_WORKER
+    return max(1.0, float(int(cpus // max(1, workers))))
 
 
-def pool_size(workers: int | None, tasks: int | None = None) -> tuple[int, int | None]:
+def pool_size(workers: int | None, tasks: int | None = None, least: int = 1) -> tuple[int, int | None]:
     """(min, max) actors of a stage's pool, as Ray Data's autoscaling actor pool takes them.
 
-    `workers` given (model stages: each actor loads the model): exactly that many, never
-    more than `tasks`. Otherwise from one actor up to one per task (no bound when the
-    task count is unknown): Ray Data adds actors while work is queued and the cluster has
-    room, and on an autoscaling cluster its resource requests make the autoscaler bring
-    nodes. Nothing here counts the cluster's resources at start, which on a cluster that
-    is still growing (a GPU worker group at 0) would size the pool for the nodes that
-    happen to be up."""
-    if workers is not None:
-        n = max(1, min(workers, tasks) if tasks is not None else workers)
-        return n, n
-    return 1, (max(1, tasks) if tasks is not None else None)
+    The most is `workers` when given (model stages: each actor loads the model), else
+    one per task (no bound when the task count is unknown), and never more than `tasks`;
+    the least is `least` (a job's `min_workers`), at most the most. Ray Data adds actors
+    while work is queued, and on an autoscaling cluster its resource requests make the
+    autoscaler bring nodes for them; `least == workers` asks for a fixed pool."""
+    most = workers if workers is not None else tasks
+    if most is not None:
+        most = max(1, min(most, tasks) if tasks is not None else most)
+    return (max(1, least) if most is None else max(1, min(least, most))), most
 
 
 def actor_count(workers: int | None, tasks: int | None = None, resources: Resources = Resources()) -> int:
-    """A fixed number of actors, for the few stages that size per-actor shares from it:
-    `workers` when given, else as many as the cluster's CPUs hold at `resources.cpus`
-    each (one for a GPU stage); never more than `tasks`, at least one. Sharded jobs use
-    `pool_size`, which lets the pool grow instead."""
-    n = workers if workers is not None else fits_now(resources)
+    """A number of actors, for the few stages that size per-actor shares from it:
+    `workers` when given; else as many as one machine's CPUs hold at `resources` each
+    (`fits_machine`), or on a cluster one per task (the most its pool may grow to);
+    never more than `tasks`, at least one."""
+    n = workers if workers is not None else (fits_machine(resources) or tasks or 1)
     if tasks is not None:
         n = min(n, tasks)
     return max(1, n)
 
 
-def fits_now(resources: Resources) -> int:
-    """How many actors of `resources` the cluster's CPUs hold at once now (at least one)."""
+def fits_machine(resources: Resources) -> int | None:
+    """How many actors of `resources` the job's one machine holds at once (at least one;
+    one for a GPU stage), or None on a cluster, whose size is not read."""
+    cpus = machine_cpus()
+    if cpus is None:
+        return None
     if resources.gpus:
         return 1
-    return max(1, int(_cpus(free=False) // max(resources.cpus, 0.001)))
+    return max(1, int(cpus // max(resources.cpus, 0.001)))
+
+
+def at_once(concurrency: tuple[int, int | None], resources: Resources) -> int:
+    """Actors of a (min, max) pool worth starting at once: on one machine, as many as it
+    holds (within the range); on a cluster, the least, and the pool grows from there."""
+    lo, hi = concurrency
+    fits = fits_machine(resources)
+    if fits is None:
+        return lo
+    return max(lo, fits if hi is None else min(hi, fits))
 
 
 def use_cpus(resources: Resources) -> None:

@@ -186,11 +186,12 @@ class NLIService:
         s = self.cfg.nli_service
         if s == "none" or s.startswith(("http://", "https://", "serve:")):
             return s
+        from rexeval.serve.common import idle_to_zero
         from rexeval.serve.nli import NLIServeConfig, start_nli_service
 
         ref = self.profile.require("nli")
-        serve_cfg = NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
-                                   max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus)
+        serve_cfg = idle_to_zero(NLIServeConfig(model=ref, scorer=self.cfg.nli_scorer, device=self.cfg.device,
+                                                max_replicas=self.cfg.nli_replicas, num_gpus=self.cfg.nli_gpus))
         return self.lease.acquire(lambda: start_nli_service(serve_cfg, port=self.cfg.serve_port), ref,
                                   f"127.0.0.1:{self.cfg.serve_port}")
 
@@ -425,7 +426,7 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
         stage = FamilyStage(cls, ctx, str(root / EVALUATE_OUTPUTS.examples), rows, cfg.chunk_size, job.output, res)
         # Model families: `workers` actors (each loads the model); the others: as many
         # as the CPUs free now allow.
-        job.run(stage, workers=cfg.workers if cls.roles else None,
+        job.run(stage, workers=cfg.workers if cls.roles else None, min_workers=cfg.min_workers,
                 report=lambda row, k, n: f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{n})")
     return job.finish()["counts"]
 
@@ -578,7 +579,9 @@ def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_fi
     write_parquet_atomic(folder / "explanations_as_reviews.parquet", reviews)
     progress(f"  extract: statements of {t.num_rows} explanation(s) with the extraction stage")
     fields = {k: getattr(cfg, k) for k in ("profile", "models", "backend", "backend_options", "max_retries",
-                                           "workers", "cpus_per_worker", "gpus_per_worker", "cache", "use_cache")}
+                                           "workers", "min_workers", "cpus_per_worker", "gpus_per_worker",
+                                           "memory_per_worker", "resources_per_worker",
+                                           "cache", "use_cache")}
     run_extract(ExtractConfig(input=str(folder / "explanations_as_reviews.parquet"), out=str(folder / "run"),
                               method="triplets", domain=cfg.domain, **fields), progress=progress)
     st = read_table(folder / "run" / "statements", "statements")

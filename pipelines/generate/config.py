@@ -9,6 +9,8 @@ from rexeval.models.generators.presets import PRESETS
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.outputs import Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
+from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
+from rexeval.pipelines.core.tune import MAX_FAILURES
 
 # What `rexeval generate train` and `rexeval generate run` write in their folders
 # (pipelines/core/outputs.py).
@@ -49,6 +51,8 @@ class TrainJob(LLMJobSettings):
     cpus_per_trial: float | None = Field(None, gt=0, description="default: all CPUs for one trial, else 1")
     gpus_per_trial: float = Field(0, ge=0)
     max_concurrent: int | None = Field(None, ge=1)
+    max_failures: int = Field(MAX_FAILURES, ge=-1, description="retries of a failed trial (its node lost, a "
+                              "spot GPU taken back) from its last checkpoint; -1: without limit")
     overwrite: bool = False
 
     @model_validator(mode="after")
@@ -77,6 +81,12 @@ class RunConfig(BaseModel):
     shard_size: int = Field(2048, ge=1, description="examples per output shard (resume unit)")
     max_words: int | None = Field(None, ge=1, description="longest output (default: the training length)")
     limit: int | None = Field(None, ge=1, description="decode only the first N examples")
-    workers: int | None = Field(None, ge=1, description="decoding actors (each loads the model once)")
-    cpus_per_worker: float | None = Field(None, gt=0)
+    workers: int | None = Field(None, ge=1, description="the most decoding actors (each loads the model "
+                                "once; default: one per shard on a cluster, as many as fit on one machine)")
+    min_workers: int = Field(1, ge=1, description="the fewest decoding actors")
+    cpus_per_worker: float | None = Field(None, gt=0, description=CPUS_PER_WORKER)
     gpus_per_worker: float = Field(0, ge=0)
+    memory_per_worker: float | None = Field(None, gt=0, description=MEMORY_PER_WORKER)
+    resources_per_worker: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each worker actor asks for, e.g. "
+        "{accel: 1} for a node type of the cluster's own; an autoscaler starts that type for them")

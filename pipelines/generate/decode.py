@@ -33,7 +33,8 @@ from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.stage import Resources, Stage, actor_count, cpu_share, use_cpus
+from rexeval.pipelines.core.stage import (Resources, Stage, actor_count, cpu_share, custom_resources, memory_bytes,
+                                          use_cpus)
 from rexeval.pipelines.core.storage import Location, PathLike, location
 from rexeval.pipelines.core.tune import STATE_FILE
 from rexeval.pipelines.generate.config import GENERATE_RUN_OUTPUTS, RunConfig
@@ -164,21 +165,23 @@ def run_generate(cfg: RunConfig, overwrite: bool = False, progress: Callable[[st
     n = size if cfg.limit is None else min(cfg.limit, size)
     shards = max(1, math.ceil(n / cfg.shard_size))
     # What the output depends on (not where it goes or how many actors make it).
-    exclude = {"checkpoint", "out", "workers", "cpus_per_worker", "gpus_per_worker"}
+    exclude = {"checkpoint", "out", "workers", "min_workers", "cpus_per_worker", "gpus_per_worker",
+               "memory_per_worker", "resources_per_worker"}
     config = {"checkpoint": resolved_text(ck), "epoch": state["epoch"], **cfg.model_dump(exclude=exclude),
               "system": system}
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, config, TABLES), shards, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("generate run")) is not None:
         return manifest
     workers = actor_count(cfg.workers, shards, Resources(cpus=1, gpus=cfg.gpus_per_worker))
-    resources = Resources(cpus=cfg.cpus_per_worker or cpu_share(workers), gpus=cfg.gpus_per_worker)
+    resources = Resources(cpus=cfg.cpus_per_worker or cpu_share(workers), gpus=cfg.gpus_per_worker,
+                          custom=custom_resources(cfg), memory=memory_bytes(cfg))
     how = "greedy" if cfg.beam_size == 1 else f"beam search ({cfg.beam_size} beams)"
     progress(f"generate run: {system} (epoch {state['epoch']}) on {n:,} {cfg.split} examples, {how}, "
              f"{shards} shard(s), {workers} actor(s)")
     job.say_resumed()
     stage = DecodeStage(str(ck), job.output, cfg.split, cfg.shard_size, system=system, beam_size=cfg.beam_size,
                         decode_batch=cfg.batch_size, max_words=cfg.max_words, limit=cfg.limit, resources=resources)
-    job.run(stage, workers=workers,
+    job.run(stage, workers=workers, min_workers=cfg.min_workers,
             report=lambda row, k, m: f"  shard {row['shard']}: {row['out']:,} explanation(s), "
                                      f"{row['errors']} error(s) ({k}/{m})")
     # Reviews of this split that had no target: one error row each (written once).

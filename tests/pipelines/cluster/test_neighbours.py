@@ -232,7 +232,7 @@ def test_ray_path_gpus_are_what_the_tasks_ask_for_not_what_the_cluster_has(ray_s
     assert not ray.cluster_resources().get("GPU")
     assert any("no GPU in the cluster now" in m for m in said)
     stage = seen["stage"]
-    assert stage.resources.gpus == 1 and seen["concurrency"] == 2  # the workers asked for
+    assert stage.resources.gpus == 1 and seen["concurrency"] == (1, 2)  # a pool of up to the workers asked for
     assert all(r.plan.gpu and r.plan.kind == "ivf" for r in stage.groups.values())
     assert [(p.gpu, r.gpus) for p, r in builds] == [(True, 1)] * 3
     assert {t["group"] for t in seen["tasks"]} == {0, 1, 2}
@@ -241,6 +241,39 @@ def test_ray_path_gpus_are_what_the_tasks_ask_for_not_what_the_cluster_has(ray_s
     builds.clear()
     candidate_pairs(x, groups, k=8, kind="ivf", workers=2, gpu="auto")
     assert seen["stage"].resources.gpus == 0 and [r.gpus for _, r in builds] == [0] * 3
+
+
+def test_ray_path_sizes_its_tasks_and_actors_from_threads_not_the_cluster(ray_session, small, monkeypatch):
+    """threads=4, workers=3 on a cluster joined by address (one whose nodes may not be
+    read: a cold autoscaling one): every index build asks for 4 CPUs and runs FAISS with
+    4 threads, and the search actors are a pool of up to 3, of 4 CPUs each."""
+    import ray
+
+    import rexeval.pipelines.cluster.neighbours as nb
+    import rexeval.pipelines.core.runtime as rt
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the cluster's nodes or resources were read")
+
+    for name in ("cluster_resources", "available_resources", "nodes"):
+        monkeypatch.setattr(ray, name, refuse)
+    monkeypatch.delenv("REXEVAL_ONE_MACHINE", raising=False)  # joined, not started here
+    seen, builds = {}, []
+
+    def fake_run_tasks(tasks, stage, concurrency=None):
+        seen.update(stage=stage, concurrency=concurrency)
+        return iter(())
+
+    def fake_submit_build(vectors, plan, seed, resources):
+        builds.append(resources)
+        return ray.put(b""), ray.put({"pid": 0, "build_s": 0.0})
+
+    monkeypatch.setattr(rt, "run_tasks", fake_run_tasks)
+    monkeypatch.setattr(nb, "submit_build", fake_submit_build)
+    x, groups = small
+    candidate_pairs(x, groups, k=8, kind="ivf", workers=3, gpu=False, threads=4)
+    assert builds == [Resources(cpus=4, gpus=0)] * 3  # build_serialized: int(cpus) FAISS threads
+    assert seen["stage"].resources == Resources(cpus=4) and seen["concurrency"] == (1, 3)
 
 
 # ----------------------------------------------------------------------------- Ray

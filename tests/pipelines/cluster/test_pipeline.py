@@ -136,3 +136,36 @@ def test_extra_method_from_reviews(tmp_path):
     assert sorted({r["statement"] for r in st}) == ["great product", "highly recommended", "works great"]
     assert m["counts"]["clusters"] == 3 and m["quality"]["reduction_pct"] == 0.0
     assert m["extra_candidates"]["kept"] == len(st)
+
+
+def test_the_steps_threads_come_from_the_settings_not_the_clusters_nodes(tmp_path, monkeypatch):
+    """Joined to a cluster whose nodes may not be read (a cold autoscaling one): the
+    neighbour step gets `cpus_per_worker` threads (FAISS) and asks for as many CPUs;
+    with none it gets one, not the largest node's cores; with several neighbour
+    workers each of their tasks and actors gets `cpus_per_worker` CPUs."""
+    import ray
+
+    import rexeval.pipelines.cluster.pipeline as pl
+    from rexeval.pipelines.core.storage import location
+
+    def refuse(*_a, **_k):
+        raise AssertionError("the cluster's nodes or resources were read")
+
+    for name in ("cluster_resources", "available_resources", "nodes"):
+        monkeypatch.setattr(ray, name, refuse)
+    monkeypatch.delenv("REXEVAL_ONE_MACHINE", raising=False)  # joined, not started here
+    seen = []
+
+    def fake_on_worker(fn, *args, resources, threads=None, options=None):
+        seen.append({"resources": resources, "threads": threads, "step_threads": args[6]})
+        return {"pairs": 0, "digest": "d", "stats": {}, "messages": []}
+
+    monkeypatch.setattr(pl, "on_worker", fake_on_worker)
+    prep = {"n": 10, "digest": "x"}
+    for cpus, workers, want in ((4, 1, (4, 4, 4)), (None, 1, (1, 1, 1)), (4, 3, (1, 4, 4))):
+        cfg = ClusterConfig(input=str(tmp_path / "in"), out=str(tmp_path / "o"), cpus_per_worker=cpus,
+                            neighbour_workers=workers)
+        pl.neighbour_pairs(cfg, location(cfg.out) / "_work", "k", prep, {}, lambda _: None)
+        call = seen[-1]
+        assert (call["resources"].cpus, call["threads"], call["step_threads"]) == want
+    assert pl.step_threads(ClusterConfig(input="i", out="o")) == 1

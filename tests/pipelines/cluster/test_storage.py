@@ -146,7 +146,10 @@ def test_the_steps_run_where_the_data_can_be_read(tmp_path, s3_root, monkeypatch
     assert reads_here([f"{s3_root}/in", f"{s3_root}/o"]) == {}
     pinned = reads_here([f"{s3_root}/in", str(tmp_path / "o")])["scheduling_strategy"]
     assert pinned.node_id == ray.get_runtime_context().get_node_id()
-    assert pl.node_cpus({"scheduling_strategy": pinned}) == int(ray.cluster_resources()["CPU"])
+    # A one-process step's threads: with no cpus_per_worker, every core of this machine
+    # (its Ray was started here), as before; never a count of the cluster's nodes.
+    assert pl.step_threads(cfg.model_copy(update={"cpus_per_worker": None})) == int(ray.cluster_resources()["CPU"])
+    assert pl.step_threads(cfg.model_copy(update={"cpus_per_worker": 3})) == 3
 
 
 def _pid() -> int:

@@ -1,7 +1,9 @@
 """Where every LLM stage's model runs (`pipelines/core/llm_placement.py`): a table of each
 backend and settings the stages pass, and the plan the code before `place_llm` chose
 for it (worked out by hand from the old `llm_calls_plan.job_plan` and
-`llm_chunks.chunk_plan`, on a cluster of 8 CPUs with 6 free, 8 on its largest node)."""
+`llm_chunks.chunk_plan`, on one machine of 8 CPUs with 6 free). Since issue 47 `workers`
+is the most actors of a pool that starts from `min_workers` (1): a local plan's
+concurrency (n, n) became (1, n); the rest is as it was."""
 from __future__ import annotations
 
 import pytest
@@ -21,23 +23,24 @@ CLIENT = R(cpus=0.25)
 
 
 @pytest.fixture(autouse=True)
-def cluster(monkeypatch):
-    """8 CPUs in all, 6 of them free now (a judge replica holds the rest), one node."""
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: 6.0 if free else 8.0)
-    monkeypatch.setattr(stage_module, "_largest_node_cpus", lambda: 8.0)
+def machine(monkeypatch):
+    """A Ray started on this machine: 8 CPUs in all, 6 of them free now (a judge replica
+    holds the rest)."""
+    monkeypatch.setattr(stage_module, "machine_cpus", lambda free=False: 6.0 if free else 8.0)
 
 
 # Streamed jobs (extract, extract-quality, evaluate's st2exp, XRec's profiles): job_plan.
 # (backend, backend_options, worker settings) -> kind, plan backend, address, resources,
 # concurrency, batch_size; the job's cache always kept.
 STREAM = [
-    # in-process backends: `workers` actors sharing the cluster's 8 CPUs
+    # in-process backends: up to `workers` actors sharing the machine's 8 CPUs
     ("hf", {}, {}, "local", "hf", "none", R(8.0, 0.0), (1, 1), 16),
-    ("hf", {}, {"workers": 2, "gpus_per_worker": 0.5}, "local", "hf", "none", R(4.0, 0.5), (2, 2), 16),
-    ("hf", {}, {"workers": 3}, "local", "hf", "none", R(2.0, 0.0), (3, 3), 16),
-    ("hf", {}, {"workers": 3, "cpus_per_worker": 1.5}, "local", "hf", "none", R(1.5, 0.0), (3, 3), 16),
-    ("hf", {"batch_size": 4}, {"workers": 4}, "local", "hf", "none", R(2.0, 0.0), (4, 4), 4),
-    (CUSTOM, {}, {"workers": 2}, "local", CUSTOM, "none", R(4.0, 0.0), (2, 2), 16),
+    ("hf", {}, {"workers": 2, "gpus_per_worker": 0.5}, "local", "hf", "none", R(4.0, 0.5), (1, 2), 16),
+    ("hf", {}, {"workers": 3}, "local", "hf", "none", R(2.0, 0.0), (1, 3), 16),
+    ("hf", {}, {"workers": 3, "cpus_per_worker": 1.5}, "local", "hf", "none", R(1.5, 0.0), (1, 3), 16),
+    ("hf", {}, {"workers": 3, "min_workers": 3}, "local", "hf", "none", R(2.0, 0.0), (3, 3), 16),
+    ("hf", {"batch_size": 4}, {"workers": 4}, "local", "hf", "none", R(2.0, 0.0), (1, 4), 4),
+    (CUSTOM, {}, {"workers": 2}, "local", CUSTOM, "none", R(4.0, 0.0), (1, 2), 16),
     # vLLM engines: backend_options.concurrency (default one), resources as for actors
     ("vllm", {}, {"workers": 2}, "vllm", "vllm", "none", R(4.0, 0.0), (1, 1), 16),
     ("vllm", {"concurrency": [1, 2]}, {}, "vllm", "vllm", "none", R(8.0, 0.0), (1, 2), 16),
@@ -71,11 +74,11 @@ CHUNKS = [
     ("hf", {}, "serve:rexeval-judge", {"workers": 2}, "serve", "serve", CLIENT, (1, 2), None),
     ("openai", {"concurrency": 9}, "serve:app", {}, "serve", "serve", CLIENT, (1, 1), None),
     ("hf", {"batch_size": 8}, "http://h:3/judge", {"workers": 3}, "http", "serve", CLIENT, (1, 3), None),
-    # judge_service none, in-process: `workers` actors sharing the 6 CPUs free now
+    # judge_service none, in-process: up to `workers` actors sharing the 6 CPUs free now
     ("hf", {}, "none", {}, "local", "hf", R(6.0, 0.0), (1, 1), CACHE),
-    ("hf", {}, "none", {"workers": 2, "gpus_per_worker": 1.0}, "local", "hf", R(3.0, 1.0), (2, 2), CACHE),
-    ("hf", {}, "none", {"workers": 4}, "local", "hf", R(1.0, 0.0), (4, 4), CACHE),
-    (CUSTOM, {}, "none", {"workers": 3, "cpus_per_worker": 2.0}, "local", CUSTOM, R(2.0, 0.0), (3, 3), CACHE),
+    ("hf", {}, "none", {"workers": 2, "gpus_per_worker": 1.0}, "local", "hf", R(3.0, 1.0), (1, 2), CACHE),
+    ("hf", {}, "none", {"workers": 4}, "local", "hf", R(1.0, 0.0), (1, 4), CACHE),
+    (CUSTOM, {}, "none", {"workers": 3, "cpus_per_worker": 2.0}, "local", CUSTOM, R(2.0, 0.0), (1, 3), CACHE),
     # vLLM engines (backend_options.concurrency), the resources left at their default
     ("vllm", {"concurrency": [1, 2]}, "none", {}, "vllm", "vllm", R(), (1, 2), CACHE),
     ("vllm", {}, "none", {"workers": 4, "gpus_per_worker": 1.0}, "vllm", "vllm", R(), (1, 1), CACHE),

@@ -81,3 +81,28 @@ def test_a_worker_that_cannot_set_up_is_one_line(ray_session, shards, workers):
     message = str(caught.value)
     assert "\n" not in message and "Traceback" not in message
     assert message.endswith("FileNotFoundError: no model at /nowhere/model.bin"), message
+
+
+def test_custom_resources_from_the_settings_reach_the_stages_ray_options():
+    """`resources_per_worker` (e.g. {accel: 1}, a node type of the cluster's own) is what an
+    actor pool's map_batches asks Ray for, beside its CPUs: what makes an autoscaler start
+    that type, and what keeps the actors off the other nodes."""
+    from types import SimpleNamespace
+
+    from rexeval.pipelines.core.runtime import _batch_args
+    from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
+
+    cfg = SimpleNamespace(workers=2, cpus_per_worker=1.0, gpus_per_worker=0.0, resources_per_worker={"accel": 1})
+    res = worker_resources(cfg)
+    assert res == Resources(cpus=1.0, gpus=0.0, custom=(("accel", 1),))
+
+    class Accel(Stage):
+        resources = res
+
+        def process(self, batch):
+            return batch
+
+    args = _batch_args(Accel())
+    assert args["num_cpus"] == 1.0 and args["resources"] == {"accel": 1}
+    plain = SimpleNamespace(workers=2, cpus_per_worker=1.0, gpus_per_worker=0.0)
+    assert "resources" not in _batch_args(type("P", (Accel,), {"resources": worker_resources(plain)})())

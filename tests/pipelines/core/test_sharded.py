@@ -69,8 +69,11 @@ def test_skipped_shards_are_not_run(tmp_path):
     assert job.todo == [0, 3]
 
 
-def test_actor_count_follows_workers_tasks_and_the_clusters_cpus(monkeypatch):
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: 8.0 if not free else 0.0)
+def test_actor_count_follows_workers_tasks_and_the_machines_cpus(monkeypatch):
+    """On one machine of 8 CPUs (a Ray started here): what the settings say, else what
+    it holds. (It was "the cluster's CPUs" before issue 47: a cluster is not read now,
+    test_stage.py covers that.)"""
+    monkeypatch.setattr(stage_module, "machine_cpus", lambda free=False: 8.0 if not free else 0.0)
     assert actor_count(3, 10) == 3 and actor_count(3, 2) == 2 and actor_count(3, 0) == 1
     assert actor_count(None, 10, Resources(cpus=2)) == 4  # 8 CPUs at 2 each, busy or not
     assert actor_count(None, 3, Resources(cpus=0.5)) == 3  # never more than the tasks
@@ -78,12 +81,15 @@ def test_actor_count_follows_workers_tasks_and_the_clusters_cpus(monkeypatch):
     assert actor_count(None, None, Resources(cpus=16)) == 1  # at least one
 
 
-def test_a_pool_grows_from_one_actor_unless_the_workers_are_given(monkeypatch):
+def test_a_pool_grows_from_its_least_to_the_workers(monkeypatch):
     """Autoscaler-friendly sizing: nothing is counted at start (a cluster that has no CPU
-    free now, or no GPU node yet, still gets a pool that grows as nodes come)."""
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: 0.0)
+    free now, or no GPU node yet, still gets a pool that grows as nodes come). `workers`
+    is the most (it was a fixed pool before issue 47); `least` (min_workers) the fewest,
+    and equal to the workers it asks for a fixed pool."""
+    monkeypatch.setattr(stage_module, "machine_cpus", lambda free=False: 0.0)
     assert pool_size(None, 12) == (1, 12) and pool_size(None) == (1, None)
-    assert pool_size(3, 12) == (3, 3) and pool_size(3, 2) == (2, 2) and pool_size(0, 5) == (1, 1)
+    assert pool_size(3, 12) == (1, 3) and pool_size(3, 2) == (1, 2) and pool_size(0, 5) == (1, 1)
+    assert pool_size(3, 12, 3) == (3, 3) and pool_size(3, 2, 3) == (2, 2) and pool_size(None, 4, 2) == (2, 4)
 
 
 def test_a_sharded_job_plans_a_growing_pool_and_a_gpu_stage_asks_for_its_gpu(ray_session, monkeypatch):
@@ -118,10 +124,9 @@ def test_a_sharded_job_plans_a_growing_pool_and_a_gpu_stage_asks_for_its_gpu(ray
     assert (strategy.min_size, strategy.max_size) == (1, 5)
 
 
-def test_worker_resources_share_the_cpus_unless_told(monkeypatch):
+def test_worker_resources_share_the_machines_cpus_unless_told(monkeypatch):
     seen = []
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: seen.append(free) or 8.0)
-    monkeypatch.setattr(stage_module, "_largest_node_cpus", lambda: 8.0)
+    monkeypatch.setattr(stage_module, "machine_cpus", lambda free=False: seen.append(free) or 8.0)
     cfg = SimpleNamespace(workers=3, cpus_per_worker=None, gpus_per_worker=0.5)
     assert worker_resources(cfg) == Resources(cpus=2.0, gpus=0.5) and seen == [False]
     assert worker_resources(cfg, free=True) == Resources(cpus=2.0, gpus=0.5) and seen[-1] is True
@@ -130,9 +135,11 @@ def test_worker_resources_share_the_cpus_unless_told(monkeypatch):
         Resources(cpus=1.5, gpus=0)
 
 
-def test_an_actor_never_asks_for_more_cpus_than_one_node_has(monkeypatch):
-    """A cluster of two 2-CPU nodes has 4 CPUs, but one actor of 4 would wait forever."""
-    monkeypatch.setattr(stage_module, "_cpus", lambda free: 4.0)
-    monkeypatch.setattr(stage_module, "_largest_node_cpus", lambda: 2.0)
-    assert worker_resources(SimpleNamespace(workers=1, cpus_per_worker=None, gpus_per_worker=0)).cpus == 2.0
+def test_an_actor_on_a_cluster_asks_for_one_cpu_unless_told(monkeypatch):
+    """A cluster (joined by address) is not measured: with no `cpus_per_worker` an actor
+    asks for one CPU, which every node type holds. (Before issue 47 this shared the
+    cluster's CPUs, capped at its largest node: a cold cluster gave one CPU anyway.)"""
+    monkeypatch.setattr(stage_module, "machine_cpus", lambda free=False: None)
+    assert worker_resources(SimpleNamespace(workers=1, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
     assert worker_resources(SimpleNamespace(workers=4, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
+    assert worker_resources(SimpleNamespace(workers=4, cpus_per_worker=6, gpus_per_worker=0)).cpus == 6

@@ -151,3 +151,26 @@ def test_a_metric_from_one_file_runs_when_asked_and_never_by_default(ray_session
     assert all(0.0 < v <= 1.0 for v in means.values())
     tables = (out / "tables.md").read_text()
     assert "### Repetition inside an explanation" in tables and "| Distinct-2 |" in tables
+
+
+def test_the_nli_app_the_job_starts_on_a_gpu_may_fall_to_zero(bench, tmp_path, monkeypatch):
+    """The job's own NLI deployment (nli_service auto) on GPUs: min_replicas 0 once idle,
+    one replica at the start; on CPUs as configured."""
+    from rexeval.pipelines.evaluate.pipeline import NLIService
+    from rexeval.serve import common, nli
+    from rexeval.serve.leases import LeaseBook
+
+    class Profile:
+        def require(self, role):
+            return "scripted"
+
+    started = []
+    monkeypatch.setattr(nli, "start_nli_service", lambda cfg, **kw: started.append(cfg))
+    monkeypatch.setattr(common, "running_apps", lambda: set())
+    monkeypatch.setattr(common, "serve_running", lambda: True)
+    for gpus, want in ((0.5, (0, 1, 3)), (0.0, (1, None, 3))):
+        service = NLIService(_cfg(bench, tmp_path / "out", nli_gpus=gpus, nli_replicas=3), Profile(), lambda _: None)
+        service.lease = common.AppLease(nli.APP_NAME, "NLI", progress=lambda _: None, book=LeaseBook())
+        service.address()
+        cfg = started.pop()
+        assert (cfg.min_replicas, cfg.initial_replicas, cfg.max_replicas) == want, gpus
