@@ -1,27 +1,34 @@
-"""`rexeval info`: dataset statistics in the layout of seed 000's Table II."""
+"""`rexeval info`: dataset statistics in the layout of seed 000's Table II.
+
+The tables are read and counted by Ray workers (`stats.dataset_stats_ray`): the command
+holds the counts, never a table, so it runs as well on a dataset larger than its machine."""
 from __future__ import annotations
 
 import click
 
 from rexeval.pipelines.core.inputs import given_text, resolved_text, reviews_input, table_rows
-from rexeval.pipelines.core.io import read_table, table_files
+from rexeval.pipelines.core.io import table_files
+from rexeval.pipelines.core.runtime import key_groups, read_dataset
 from rexeval.pipelines.core.schema import SPLIT_NAMES
 from rexeval.pipelines.core.storage import PathLike, location
-from rexeval.pipelines.ingest.stats import dataset_stats, format_table
+from rexeval.pipelines.ingest.stats import dataset_stats_ray, format_table
 from rexeval.ray_jobs.common import Where, echo_json, user_errors
 
 
-def load_dataset(path: PathLike) -> dict:
+def load_dataset(path: PathLike) -> tuple[dict, int]:
     """A split folder gives its three splits; anything else is one reviews table (a local
-    path or a URI). A dataset with no review is refused: a table of zeros would read as
-    statistics of a real, empty dataset."""
+    path or a URI), as Ray Datasets ({"train", "valid", "test"} or {"all"}), with its
+    number of rows (from the footers). A dataset with no review is refused: a table of
+    zeros would read as statistics of a real, empty dataset."""
     p = location(path)
     if all((p / n).exists() for n in SPLIT_NAMES):
-        if table_rows([f for n in SPLIT_NAMES for f in table_files(p / n)]) == 0:
+        rows = table_rows([f for n in SPLIT_NAMES for f in table_files(p / n)])
+        if rows == 0:
             raise ValueError(f"{given_text(path)}: the split has 0 rows in train/, valid/ and test/; split a "
                              "reviews table that has reviews (`rexeval split INGEST_FOLDER --out ...`)")
-        return {n: read_table(p / n, "reviews") for n in SPLIT_NAMES}
-    return {"all": read_table(reviews_input(p), "reviews")}
+        return {n: read_dataset(p / n, "reviews") for n in SPLIT_NAMES}, rows or 0
+    source = reviews_input(p)
+    return {"all": read_dataset(source, "reviews")}, table_rows(table_files(source)) or 0
 
 
 def dataset_name(path: PathLike) -> str:
@@ -48,12 +55,12 @@ def info_cmd(paths, names, statements, markdown, as_json):
     """
     if names and len(names) != len(paths):
         raise click.UsageError("give one --name per PATH")
-    st = read_table(statements, "statements") if statements else None
+    st = read_dataset(statements, "statements") if statements else None
+    st_rows = (table_rows(table_files(statements)) or 0) if statements else 0
     stats = {}
     for i, p in enumerate(paths):
-        data = load_dataset(p)
-        splits = data if "all" not in data else data["all"]
-        stats[names[i] if names else dataset_name(p)] = dataset_stats(splits, st)
+        data, rows = load_dataset(p)
+        stats[names[i] if names else dataset_name(p)] = dataset_stats_ray(data, st, key_groups(rows + st_rows))
     if as_json:
         echo_json(stats)
     else:

@@ -39,6 +39,8 @@ def split_cmd(overwrite, config_file, **flags):
 
     Example: rexeval split runs/mi/ingest --out runs/mi/split --kcore-user 5 --kcore-item 5
     """
+    # ray=False: the job starts or joins Ray itself once its input is found (`runtime.read_dataset`),
+    # so that a refused input costs no Ray start.
     return run_job("split", SplitConfig, partial(run_split, overwrite=overwrite), config_file, flags, ray=False,
                    outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in ("train", "valid", "test")})
 

@@ -159,6 +159,19 @@ def table_files(path: PathLike) -> list[Location]:
     raise FileNotFoundError(f"no such table: {loc}")
 
 
+def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
+    """One part of a table, validated against `schema`; bytes that are not Parquet are a
+    SchemaError naming the part."""
+    name = schema if isinstance(schema, str) else None
+    try:
+        t = read_parquet(path)
+    except (UnreadableParquet, pa.ArrowInvalid) as exc:
+        reason = getattr(exc, "reason", str(exc))
+        raise SchemaError(name or "table", str(path), None, None, f"not a readable Parquet file ({reason})") from None
+    t = validate_table(t, schema, source=str(path), name=name)
+    return t.select(columns) if columns is not None else t
+
+
 def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
     """Read a table (file or folder of parts), validating each part against `schema`.
 
@@ -166,19 +179,8 @@ def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | Non
     field, rather than failing later in a stage with an unrelated message.
     """
     files = table_files(path)
-    name = schema if isinstance(schema, str) else None
     sch = TABLES[schema] if isinstance(schema, str) else schema
-    parts = []
-    for f in files:
-        try:
-            t = read_parquet(f)
-        except (UnreadableParquet, pa.ArrowInvalid) as exc:
-            reason = getattr(exc, "reason", str(exc))
-            raise SchemaError(name or "table", str(f), None, None, f"not a readable Parquet file ({reason})") from None
-        t = validate_table(t, sch, source=str(f), name=name)
-        if columns is not None:
-            t = t.select(columns)
-        parts.append(t)
+    parts = [read_part(f, schema, columns) for f in files]
     if not parts:
         t = sch.empty_table()
         return t.select(columns) if columns is not None else t

@@ -281,6 +281,29 @@ def _finish(table: pa.Table, order: np.ndarray, segment: np.ndarray, n: np.ndarr
     return SplitResult(parts["train"], parts["valid"], parts["test"], counts)
 
 
+def _temporal_segments(table: pa.Table, tr: Fraction, va: Fraction) -> tuple[np.ndarray, ...]:
+    """`temporal_split`'s cut: rows in ORDER_KEY order, each one's segment (0 train, 1 valid,
+    2 test) and user size, the users' sizes, and each row's position in its user."""
+    order, users_sorted, n_users = _sorted_by_order_key(table)
+    sizes, n, pos = _group_positions(users_sorted, n_users)
+    n_train = _floor_times(sizes, tr)[users_sorted]  # per user, then broadcast to rows
+    n_end_valid = _floor_times(sizes, tr + va)[users_sorted]
+    full = n_end_valid >= n
+    n_train = np.where(full, n - 2, n_train)
+    n_end_valid = np.where(full, n - 1, n_end_valid)
+    segment = (pos >= n_train).astype(np.int8) + (pos >= n_end_valid)
+    return order, segment, n, sizes, pos
+
+
+def _leave_last_two_segments(table: pa.Table) -> tuple[np.ndarray, ...]:
+    """`leave_last_two`'s cut, in `_temporal_segments`' form."""
+    order, users_sorted, n_users = _sorted_by_order_key(table)
+    sizes, n, pos = _group_positions(users_sorted, n_users)
+    from_end = n - 1 - pos
+    segment = np.where(from_end == 0, 2, np.where(from_end == 1, 1, 0)).astype(np.int8)
+    return order, segment, n, sizes, pos
+
+
 def temporal_split(table: pa.Table, train: float = 0.8, valid: float = 0.1,
                    min_interactions: int = 5,
                    drop_cold_start_items: bool = True) -> SplitResult:
@@ -303,14 +326,7 @@ def temporal_split(table: pa.Table, train: float = 0.8, valid: float = 0.1,
     min_interactions = _check_min("min_interactions", min_interactions, 1)
     _check_columns(table)
 
-    order, users_sorted, n_users = _sorted_by_order_key(table)
-    sizes, n, pos = _group_positions(users_sorted, n_users)
-    n_train = _floor_times(sizes, tr)[users_sorted]  # per user, then broadcast to rows
-    n_end_valid = _floor_times(sizes, tr + va)[users_sorted]
-    full = n_end_valid >= n
-    n_train = np.where(full, n - 2, n_train)
-    n_end_valid = np.where(full, n - 1, n_end_valid)
-    segment = (pos >= n_train).astype(np.int8) + (pos >= n_end_valid)
+    order, segment, n, sizes, _ = _temporal_segments(table, tr, va)
     return _finish(table, order, segment, n, sizes, min_interactions, drop_cold_start_items)
 
 
@@ -324,8 +340,56 @@ def leave_last_two(table: pa.Table, min_interactions: int = 3,
     """
     min_interactions = _check_min("min_interactions", min_interactions, 3)
     _check_columns(table)
-    order, users_sorted, n_users = _sorted_by_order_key(table)
-    sizes, n, pos = _group_positions(users_sorted, n_users)
-    from_end = n - 1 - pos
-    segment = np.where(from_end == 0, 2, np.where(from_end == 1, 1, 0)).astype(np.int8)
+    order, segment, n, sizes, _ = _leave_last_two_segments(table)
     return _finish(table, order, segment, n, sizes, min_interactions, drop_cold_start_items)
+
+
+# -- the same split, part by part --------------------------------------------------------
+# A row's fate depends only on its user's rows (and, for cold-start items, on whether its
+# item has a train row anywhere), so the split can run on parts of a table that each hold
+# all rows of their users (then of their items): the split job does so on Ray workers.
+
+CODE = "_split_code"
+"""Where `split_codes` sends a row (TRAIN, VALID, TEST), or why it drops it."""
+FIRST = "_user_first"
+"""1 on each user's first row in ORDER_KEY order (to count users), else 0."""
+TRAIN, VALID, TEST, DROPPED_MIN, COLD_VALID, COLD_TEST = range(6)
+CODE_COUNTS = ("train", "valid", "test", "dropped_min_interactions", "dropped_cold_start_valid",
+               "dropped_cold_start_test")
+"""The COUNT_KEYS that count the rows of each code, in code order."""
+
+
+def split_codes(table: pa.Table, method: str, min_interactions: int, train: float = 0.8,
+                valid: float = 0.1) -> pa.Table:
+    """`table`'s rows in ORDER_KEY order (ties in table order) with CODE and FIRST: TRAIN,
+    VALID or TEST as `temporal_split` ("temporal") or `leave_last_two` would cut them, or
+    DROPPED_MIN. `table` must hold every row of its users; cold-start items are
+    `drop_cold_items`' part."""
+    if method == "temporal":
+        min_interactions = _check_min("min_interactions", min_interactions, 1)
+        order, segment, n, _, pos = _temporal_segments(table, _ratio("train", train), _ratio("valid", valid))
+    else:
+        min_interactions = _check_min("min_interactions", min_interactions, 3)
+        order, segment, n, _, pos = _leave_last_two_segments(table)
+    code = np.where(n >= min_interactions, segment, DROPPED_MIN).astype(np.int8)
+    out = table.take(pa.array(order))
+    return out.append_column(CODE, pa.array(code)).append_column(FIRST, pa.array((pos == 0).astype(np.int8)))
+
+
+def drop_cold_items(table: pa.Table) -> pa.Table:
+    """`table` (coded by `split_codes`) with its VALID and TEST rows whose item has no TRAIN
+    row recoded COLD_VALID and COLD_TEST. `table` must hold every row of its items."""
+    items, n_items = _dense_codes(table.column("item_id"))
+    code = table.column(CODE).to_numpy()
+    seen = np.zeros(n_items, dtype=bool)
+    seen[items[code == TRAIN]] = True
+    cold = ~seen[items]
+    code = np.where(cold & (code == VALID), COLD_VALID, np.where(cold & (code == TEST), COLD_TEST, code))
+    return table.set_column(table.schema.get_field_index(CODE), CODE, pa.array(code.astype(np.int8)))
+
+
+def key_counts(table: pa.Table, key: str) -> np.ndarray:
+    """Per row, how many rows of `table` share its `key` (a k-core round's count, when
+    `table` holds every row of its keys)."""
+    codes, n = _dense_codes(table.column(key))
+    return np.bincount(codes, minlength=n)[codes]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -247,3 +248,164 @@ def format_table(stats_by_name: dict[str, dict], markdown: bool = False,
 def format_markdown(stats_by_name: dict[str, dict], sep: str = " ") -> str:
     """The Markdown variant of `format_table`."""
     return format_table(stats_by_name, markdown=True, sep=sep)
+
+
+# -- the same statistics of tables too large for one process ----------------------------
+# `dataset_stats_ray` counts tables read as Ray Datasets (`runtime.read_dataset`) on the Ray
+# workers: sums, minima and maxima per block, combined here; distinct users, items and
+# statements per group of keys (`runtime.map_key_groups`), each key counted in the one
+# group that holds it. The driver holds a few rows per block and group, never a table.
+
+_REVIEW_KEYS = ("user_id", "item_id")
+
+
+def _review_partials(block: pa.Table, split: str, by: str | None) -> pa.Table:
+    """Rows, words of the non-null texts, non-null texts and the first and last timestamp
+    of one block of a split, per value of `by`."""
+    n = block.num_rows
+    text = block.column("text")
+    words = _word_counts(text) if n else pa.array([], pa.int64())
+    t = pa.table({"by": block.column(by) if by else pa.nulls(n, pa.string()), "rows": np.ones(n, np.int64),
+                  "words": pc.cast(words, pa.int64()), "texts": pc.cast(pc.is_valid(text), pa.int64()),
+                  "ts": pc.cast(block.column("timestamp"), pa.int64())})
+    g = t.group_by(["by"], use_threads=False).aggregate(
+        [("rows", "sum"), ("words", "sum"), ("texts", "sum"), ("ts", "min"), ("ts", "max")])
+    return g.append_column("split", pa.array([split] * g.num_rows, pa.string()))
+
+
+def _keys(block: pa.Table, kinds: tuple[str, ...], by: str | None) -> pa.Table:
+    """The distinct (kind, value, by) of one block, with how many rows each had."""
+    n = block.num_rows
+    parts = [pa.table({"kind": pa.repeat(pa.scalar(kind), n), "value": pc.cast(block.column(kind), pa.string()),
+                       "by": block.column(by) if by else pa.nulls(n, pa.string()), "n": np.ones(n, np.int64)})
+             for kind in kinds]
+    t = pa.concat_tables(parts)
+    return t.group_by(["kind", "value", "by"], use_threads=False).aggregate([("n", "sum")]).rename_columns(
+        ["kind", "value", "by", "n"])
+
+
+def _distinct(group: pa.Table) -> pa.Table:
+    """Distinct values and rows per kind, per (kind, by) and in all (`whole`), of a group
+    that holds every row of its values."""
+    per_by = group.group_by(["kind", "by"], use_threads=False).aggregate([("value", "count_distinct"), ("n", "sum")])
+    whole = group.group_by(["kind"], use_threads=False).aggregate([("value", "count_distinct"), ("n", "sum")])
+    cols = ["kind", "by", "distinct", "rows"]
+    per_by = per_by.select(["kind", "by", "value_count_distinct", "n_sum"]).rename_columns(cols)
+    whole = whole.append_column("by", pa.nulls(whole.num_rows, pa.string()))
+    whole = whole.select(["kind", "by", "value_count_distinct", "n_sum"]).rename_columns(cols)
+    return pa.concat_tables([per_by.append_column("whole", pa.array([False] * per_by.num_rows)),
+                             whole.append_column("whole", pa.array([True] * whole.num_rows))])
+
+
+def _id_rows(block: pa.Table) -> pa.Table:
+    n = block.num_rows
+    return pa.table({"review_id": block.column("review_id"), "statement": pa.nulls(n, pa.string()),
+                     "is_review": pa.array(np.ones(n, bool))})
+
+
+def _statement_rows(block: pa.Table) -> pa.Table:
+    n = block.num_rows
+    return pa.table({"review_id": block.column("review_id"), "statement": block.column("statement"),
+                     "is_review": pa.array(np.zeros(n, bool))})
+
+
+def _statements_of_reviews(group: pa.Table) -> pa.Table:
+    """The statements of a group (all rows of its review ids) whose review is in it."""
+    mask = group.column("is_review")
+    ids = group.filter(mask).column("review_id")
+    st = group.filter(pc.invert(mask))
+    return st.filter(pc.is_in(st.column("review_id"), value_set=ids.combine_chunks())).select(["statement"])
+
+
+def _count(parts: dict, statements, by: str | None, groups: int) -> dict:
+    """The sums, extremes and distinct counts `_from_counts` makes statistics of."""
+    from rexeval.pipelines.core.runtime import block_partials, map_key_groups
+
+    # Two passes read the splits: they are read once, into the object store (not here).
+    parts = {name: ds.materialize() for name, ds in parts.items()}
+    sums = [row for name, ds in parts.items() for row in block_partials(ds, _review_partials, split=name, by=by)]
+    keys = [ds.map_batches(_keys, fn_kwargs={"kinds": _REVIEW_KEYS, "by": by}, batch_size=None, batch_format="pyarrow")
+            for ds in parts.values()]
+    if statements is not None:
+        ids = [ds.map_batches(_id_rows, batch_size=None, batch_format="pyarrow") for ds in parts.values()]
+        st = statements.map_batches(_statement_rows, batch_size=None, batch_format="pyarrow")
+        kept = map_key_groups(st.union(*ids), "review_id", _statements_of_reviews, groups)
+        keys.append(kept.map_batches(_keys, fn_kwargs={"kinds": ("statement",), "by": None}, batch_size=None,
+                                     batch_format="pyarrow"))
+    distinct = map_key_groups(keys[0].union(*keys[1:]) if len(keys) > 1 else keys[0], ["kind", "value"],
+                              _distinct, groups).take_all()
+    return {"sums": sums, "distinct": distinct, "splits": list(parts), "statements": statements is not None}
+
+
+def _from_counts(counts: dict, value=None, whole: bool = True) -> dict:
+    """`dataset_stats`' dict for all rows (`whole`) or those whose `by` is `value`."""
+    sums = [r for r in counts["sums"] if whole or r["by"] == value]
+
+    def total(field: str, split: str | None = None) -> int:
+        return sum(int(r[f"{field}_sum"] or 0) for r in sums if split is None or r["split"] == split)
+
+    def distinct(kind: str, field: str = "distinct") -> int:
+        return sum(int(r[field]) for r in counts["distinct"]
+                   if r["kind"] == kind and r["whole"] == whole and (whole or r["by"] == value))
+
+    users, items = distinct("user_id"), distinct("item_id")
+    sizes = {name: total("rows", name) for name in counts["splits"]}
+    interactions = sum(sizes.values())
+    stats: dict = {
+        "users": users,
+        "items": items,
+        "interactions": interactions,
+        **{name: sizes.get(name) for name in SPLIT_NAMES},
+        "sparsity_pct": 100.0 * (1.0 - interactions / (users * items)) if users and items else None,
+        "avg_words_per_review": total("words") / total("texts") if total("texts") else None,
+        "time_first": None,
+        "time_last": None,
+    }
+    firsts = [r["ts_min"] for r in sums if r["ts_min"] is not None]
+    if firsts:
+        stats["time_first"] = int(min(firsts))
+        stats["time_last"] = int(max(r["ts_max"] for r in sums if r["ts_max"] is not None))
+    if counts["statements"]:
+        n = distinct("statement", "rows")
+
+        def per(d: int) -> float | None:
+            return n / d if d else None
+
+        stats.update({"statements_total": n, "statements_unique": distinct("statement"),
+                      "statements_per_interaction": per(interactions), "statements_per_user": per(users),
+                      "statements_per_item": per(items)})
+    return stats
+
+
+def dataset_stats_ray(splits: dict, statements=None, groups: int = 1) -> dict:
+    """`dataset_stats` of a dataset read as Ray Datasets (`runtime.read_dataset`): its splits
+    {"train", "valid", "test"}, or {"all": reviews}, and optionally its statements, counted
+    on the Ray workers (`groups`: how many groups the distinct counts spread keys over,
+    `runtime.key_groups`). The same numbers as `dataset_stats` on the tables."""
+    return _from_counts(_count(splits, statements, None, groups))
+
+
+def dataset_stats_by(splits: dict, by: str, groups: int = 1) -> tuple[dict, dict]:
+    """`dataset_stats_ray` (no statements), and the same per value of the column `by` for
+    the values the train split has (all splits when there is none): {value: stats}, as
+    `dataset_stats` of the splits filtered to that value gives them."""
+    counts = _count(splits, None, by, groups)
+    source = "train" if "train" in splits else None
+    values = sorted({r["by"] for r in counts["sums"] if (source is None or r["split"] == source)
+                     and r["by"] is not None and r["rows_sum"]})
+    return _from_counts(counts), {v: _from_counts(counts, v, whole=False) for v in values}
+
+
+def split_stats(path, name: str = "all") -> dict:
+    """The study's `stats` job's numbers for a split folder, counted on Ray workers: Table
+    II per category of its train split, then `name` for the whole split."""
+    from rexeval.pipelines.core.inputs import table_rows
+    from rexeval.pipelines.core.io import table_files
+    from rexeval.pipelines.core.runtime import key_groups, read_dataset
+    from rexeval.pipelines.core.storage import location
+
+    root = location(path)
+    parts = {n: read_dataset(root / n, "reviews") for n in SPLIT_NAMES}
+    groups = key_groups(table_rows([f for n in SPLIT_NAMES for f in table_files(root / n)]))
+    whole, per = dataset_stats_by(parts, "category", groups)
+    return {**per, name: whole}

@@ -175,18 +175,11 @@ STATS_OUTPUTS = Outputs(
 @register_study_job("stats", StatsConfig, outputs=STATS_OUTPUTS,
                     description="seed 000 Table II of a split (`rexeval info`)")
 def _stats(cfg, progress):
-    import pyarrow.compute as pc
-
-    from rexeval.pipelines.core.io import read_table, write_bytes_atomic
-    from rexeval.pipelines.core.schema import SPLIT_NAMES
+    from rexeval.pipelines.core.io import write_bytes_atomic
     from rexeval.pipelines.core.storage import location
-    from rexeval.pipelines.ingest.stats import dataset_stats, format_table
+    from rexeval.pipelines.ingest.stats import format_table, split_stats
 
-    splits = {n: read_table(location(cfg.input) / n, "reviews") for n in SPLIT_NAMES}
-    stats = {}
-    for cat in sorted(set(splits["train"].column("category").to_pylist()) - {None}):
-        stats[cat] = dataset_stats({n: t.filter(pc.equal(t.column("category"), cat)) for n, t in splits.items()})
-    stats[cfg.name] = dataset_stats(splits)
+    stats = split_stats(cfg.input, cfg.name)  # counted by Ray workers: this driver holds no table
     table = format_table(stats)
     progress(table)
     write_bytes_atomic(location(cfg.out) / STATS_OUTPUTS.table, (table + "\n").encode())

@@ -423,3 +423,36 @@ def test_a_split_that_keeps_nothing_says_so(tmp_path):
     assert manifest["counts"]["reviews_in"] == 7
     assert any(line.startswith("  warning: the split kept none of the 7 reviews") for line in lines), lines
     assert manifest["warnings"] and "min_interactions" in manifest["warnings"][0]
+
+
+# -- the split part by part (what the split job runs on Ray workers) -------------------------
+
+
+@pytest.mark.parametrize("method", ["temporal", "leave-last-two"])
+def test_split_codes_on_groups_of_users_give_the_whole_table_split(method):
+    """Users spread over three groups, each coded alone; then the cold-start items marked
+    on all rows: every row lands where `temporal_split` / `leave_last_two` put it."""
+    from rexeval.pipelines.ingest.split import (CODE, COLD_TEST, COLD_VALID, DROPPED_MIN, FIRST, TEST, TRAIN,
+                                                VALID, drop_cold_items, split_codes)
+
+    rng = np.random.default_rng(4)
+    n = 600
+    t = pa.table({"user_id": pa.array([f"u{v}" for v in rng.integers(0, 90, n)]),
+                  "item_id": pa.array([f"i{v}" for v in rng.integers(0, 120, n)]),
+                  "timestamp": pa.array(rng.integers(0, 9, n), pa.int64()),
+                  "source": pa.array(rng.choice(["a", "b"], n)), "line": pa.array(np.arange(n), pa.int64())})
+    if method == "temporal":
+        least, whole = 5, temporal_split(t)
+    else:
+        least, whole = 3, leave_last_two(t, drop_cold_start_items=True)
+    group = np.array([hash(u) % 3 for u in t.column("user_id").to_pylist()])
+    coded = pa.concat_tables([split_codes(t.filter(pa.array(group == g)), method, least) for g in range(3)])
+    coded = drop_cold_items(coded).sort_by([(k, "ascending") for k in ORDER_KEY])
+    code = coded.column(CODE).to_numpy()
+    for name, c in (("train", TRAIN), ("valid", VALID), ("test", TEST)):
+        assert coded.filter(pa.array(code == c)).select(t.column_names).equals(getattr(whole, name))
+    got = {"dropped_min_interactions": DROPPED_MIN, "dropped_cold_start_valid": COLD_VALID,
+           "dropped_cold_start_test": COLD_TEST}
+    assert {k: int((code == c).sum()) for k, c in got.items()} == {k: whole.counts[k] for k in got}
+    first = coded.column(FIRST).to_numpy() == 1
+    assert int((first & (code != DROPPED_MIN)).sum()) == whole.counts["users_kept"]

@@ -137,3 +137,54 @@ def test_format_table_extra_rows_from_dataset_stats():
     assert "\n  Unique" + " " * 20 + "4\n" in text             # 9 + 2 + 9 pad
     with pytest.raises(ValueError):
         format_table({})
+
+
+# -- counted on Ray workers (issue 47: the driver never holds a table) --------------------
+
+
+@pytest.mark.slow
+def test_split_stats_count_on_workers_per_category(tmp_path, ray_session, monkeypatch):
+    """The study `stats` job's numbers (`split_stats`), the driver forbidden any table's
+    rows: per category of train, then the whole split, as pandas counts them."""
+    from rexeval.pipelines.ingest.stats import split_stats
+    from tests.doubles.whole_tables import assert_table2, expected_table2, forbid_whole_tables, write_split
+
+    frames = write_split(str(tmp_path / "split"))
+    monkeypatch.setattr("rexeval.pipelines.core.runtime.ROWS_PER_GROUP", 16)  # keys over several groups
+    with monkeypatch.context() as driver:
+        forbid_whole_tables(driver)
+        got = split_stats(str(tmp_path / "split"), name="toys-all")
+    cats = sorted(set(frames["train"]["category"].dropna()))
+    assert list(got) == [*cats, "toys-all"] and len(cats) == 3
+    for cat in cats:
+        assert_table2(got[cat], expected_table2({n: f[f["category"] == cat] for n, f in frames.items()}))
+    assert_table2(got["toys-all"], expected_table2(frames))
+
+
+@pytest.mark.slow
+def test_the_study_stats_job_reads_no_whole_table(tmp_path, ray_session, monkeypatch):
+    """The study's `stats` job (pipelines/study/jobs.py) through `split_stats`."""
+    from rexeval.pipelines.study.jobs import StatsConfig, _stats
+    from tests.doubles.whole_tables import assert_table2, expected_table2, forbid_whole_tables, write_split
+
+    frames = write_split(str(tmp_path / "split"))
+    with monkeypatch.context() as driver:
+        forbid_whole_tables(driver)
+        m = _stats(StatsConfig(input=str(tmp_path / "split"), out=str(tmp_path / "stats"), name="all"),
+                   progress=lambda _: None)
+    assert_table2(m["stats"]["all"], expected_table2(frames))
+
+
+def test_ray_counts_equal_the_in_memory_counts(ray_session):
+    """`dataset_stats_ray` and `dataset_stats` on the toy dataset above: the same dict."""
+    import ray
+
+    from rexeval.pipelines.ingest.stats import dataset_stats_ray
+
+    def full(t: pa.Table) -> pa.Table:  # the columns a reviews table read by the job has
+        return t.append_column("category", pa.nulls(t.num_rows, pa.string()))
+
+    splits = {"train": TRAIN, "valid": VALID, "test": TEST}
+    got = dataset_stats_ray({n: ray.data.from_arrow(full(t)) for n, t in splits.items()},
+                            ray.data.from_arrow(STATEMENTS), groups=3)
+    assert got == dataset_stats(splits, STATEMENTS)
