@@ -5,7 +5,8 @@ import time
 
 import click
 
-from rexeval.pipelines.study.config import load_study, parse_sets
+from rexeval.failures import AwaitingRerun
+from rexeval.pipelines.study.config import STAGES_AS, load_study, parse_sets
 from rexeval.pipelines.study.jobs import STUDY_JOBS
 from rexeval.pipelines.study.plan import build_plan
 from rexeval.pipelines.study.runner import hard_failures, run_study
@@ -36,15 +37,21 @@ def study_group():
               help="Override one of the study's vars (VALUE read as YAML: 3, true, null, [a, b]); repeatable.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Also print Ray's and the libraries' own output of every stage (always in OUT/logs/).")
+@click.option("--stages-as", type=click.Choice(STAGES_AS),
+              help="Each stage's driver as a process of this one, or as a Ray job of its own that may run on any "
+                   "node (with the study's driver_resources); auto: jobs on a running cluster with a job server. "
+                   "Default: REXEVAL_STAGES_AS, else the file's stages_as, else auto.")
 @user_errors
-def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose):
+def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_as):
     """Check the study file, then run the stages that are missing or changed.
 
     Everything a user can fix is reported before anything runs: unknown keys, unknown
     jobs, references to no stage, a cycle, missing input files, settings a job refuses,
-    a model role the profile lacks. Each stage instance runs in a driver process of its
-    own (its log in OUT/logs/<instance>.log); stages that call the same judge share one
-    judge deployment, started once. The state of each stage instance is kept in
+    a model role the profile lacks. Each stage instance runs in a driver of its own (its
+    log in OUT/logs/<instance>.log): on a running Ray cluster a Ray job submitted with
+    the study's `driver_resources` (so it can run on a worker node), else a process of
+    this driver (--stages-as); stages that call the same judge share one judge
+    deployment, started once. The state of each stage instance is kept in
     OUT/study.json; `rexeval study report OUT` turns the results into one HTML page.
 
     OUT may be a URI (s3://, gs://): the state, every stage's folder, the logs and the
@@ -66,20 +73,35 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose):
     started = time.time()
     plan = build_plan(load_study(file, parse_sets(sets)), file, out)
     res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo,
-                    verbose=verbose)
+                    verbose=verbose, stages_as=stages_as)
     if dry_run:
         return res
     hard = set(hard_failures(plan, res))
     notes = [f"{k} FAILED{'' if k in hard else ' (optional)'}: {why}" for k, why in res["failed"].items()]
     notes += [f"{k} skipped: {why}" for k, why in res["skipped"].items()]
     notes += [f"{k}: {why}" for k, why in plan.off.items()]
+    failed_hard = [k for k in hard if k in res["failed"]]
+    left = bool(failed_hard) and set(failed_hard) <= set(res["transport"])
+    if left:
+        notes.append("every failure was in transport (a lost node, calls that failed): run the same command "
+                     "again to finish")
     summary(f"study {plan.study.name}", {"stage instances": len(plan.order), "ran": len(res["ran"]),
                                          "already complete": len(res["done"]), "failed": len(res["failed"]),
                                          "skipped": len(res["skipped"])},
             started, {"state": str(plan.out / "study.json"), "logs": str(plan.out / "logs")}, notes=notes)
     if hard:
-        raise SystemExit(1)
+        raise SystemExit(AwaitingRerun.exit_code if left else 1)
     return res
+
+
+@study_group.command("stage", hidden=True)
+@click.argument("call")
+def study_stage_cmd(call):
+    """Run one stage of a study inside its Ray job: what `study run` submits for a stage
+    (CALL: the call file the study wrote, OUT/_stage_jobs/<instance>/call.json)."""
+    from rexeval.pipelines.study.stage_job import run_call
+
+    raise SystemExit(run_call(call))
 
 
 @study_group.command("jobs")

@@ -4,6 +4,8 @@
     profile: local                   # model profile; `models` overrides roles for every stage
     out: runs/study-local            # or a URI (s3://bucket/studies/local); `rexeval study run --out` wins
     max_parallel: 2                  # independent stage instances run at once
+    stages_as: auto                  # auto | process | job (see below)
+    driver_resources: {num_cpus: 1}  # what a stage's driver asks for when it runs as a Ray job
     datasets:
       sample:
         inputs: [../pipelines/sample/reviews.jsonl]   # relative to this file
@@ -34,6 +36,14 @@ the stage (and the stages it then holds up) does not fail the study. Top-level k
 starting with "x-" are ignored: they hold YAML
 anchors that stages merge in (`with: {<<: *train, model: nrt}`).
 
+Where a stage's driver runs (`stages_as`): "process", a process of the study's own driver
+(forked in milliseconds: a laptop); "job", a Ray job of its own submitted to the cluster
+with `driver_resources` as its entrypoint resources, so it runs on whichever node has
+them (a worker; on an autoscaling cluster the autoscaler adds one); "auto" (the default),
+jobs when the study joined a running cluster that has a job server, processes when the
+study started Ray itself. `rexeval study run --stages-as` and REXEVAL_STAGES_AS override
+the file. A stage's own `driver_resources` override the study's, field by field.
+
 A file with mistakes is still read as far as it can be (`load_study`): an unknown key is
 left out, a bad optional value falls back to its default, a stage or dataset that cannot
 be read at all is left out; what was wrong is kept with the study (`load_problems`), and
@@ -44,7 +54,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
@@ -76,6 +86,27 @@ class DatasetSpec(BaseModel):
     vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {dataset.<name>}")
 
 
+STAGES_AS = ("auto", "process", "job")
+
+
+class DriverResources(BaseModel):
+    """What a stage's driver asks the cluster for when the stage runs as a Ray job (its
+    entrypoint resources): the driver runs on a node that has them, and on an
+    autoscaling cluster a request no node can meet makes the autoscaler add one. All
+    zero: Ray runs the driver on the head."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_cpus: float = Field(1, ge=0)
+    num_gpus: float = Field(0, ge=0)
+    memory: int | None = Field(None, ge=0, description="bytes")
+    resources: dict[str, float] = Field(default_factory=dict, description="custom resources, e.g. {driver: 1}")
+
+    def over(self, base: "DriverResources") -> "DriverResources":
+        """`base` with the fields this one sets (a stage's own over the study's)."""
+        return base.model_copy(update=self.model_dump(exclude_unset=True))
+
+
 class StageSpec(BaseModel):
     """One stage: the job it runs, that job's settings, where it runs."""
 
@@ -88,6 +119,7 @@ class StageSpec(BaseModel):
     after: list[str] = Field(default_factory=list, description="stages to finish first")
     when: bool | str = Field(True, description="false (or a reference resolving to false): the stage is off")
     optional: bool = Field(False, description="a failure here does not fail the study")
+    driver_resources: DriverResources | None = Field(None, description="the study's, field by field overridden")
 
 
 class StudyFile(BaseModel):
@@ -101,6 +133,9 @@ class StudyFile(BaseModel):
     models: dict[str, str | None] = Field(default_factory=dict, description="role -> model ref, every stage")
     out: str | None = Field(None, description="output folder (relative to the working directory) or URI")
     max_parallel: int = Field(2, ge=1, description="independent stage instances running at once")
+    stages_as: Literal["auto", "process", "job"] = Field("auto", description="where a stage's driver runs")
+    driver_resources: DriverResources = Field(default_factory=DriverResources,
+                                              description="a stage's driver as a Ray job asks for these")
     vars: dict[str, Any] = Field(default_factory=dict, description="values stages read as {vars.<name>}")
     datasets: dict[str, DatasetSpec] = Field(default_factory=dict)
     stages: dict[str, StageSpec] = Field(min_length=1)
@@ -117,6 +152,11 @@ class StudyFile(BaseModel):
         """"stages.NAME" / "datasets.NAME" left out for their problems: references to them
         are not reported a second time."""
         return self._dropped
+
+    def driver_of(self, stage: str) -> DriverResources:
+        """The entrypoint resources of `stage`'s driver when it runs as a Ray job."""
+        own = self.stages[stage].driver_resources
+        return own.over(self.driver_resources) if own is not None else self.driver_resources
 
     @field_validator("datasets", "stages")
     @classmethod

@@ -1,7 +1,9 @@
 """Running a study's plan: what is missing, in dependency order, independent instances
-at once, each through its existing job in a driver process of its own
-(`stage_process`: Tune, Serve and Ray Data keep per-process state that two stages in
-one process would share); the state file records each outcome.
+at once, each through its existing job in a driver of its own (Tune, Serve and Ray Data
+keep per-process state that two stages in one process would share): a process forked
+by the study's driver (`stage_process`), or on a running cluster a Ray job of its own
+that can run on any node (`stage_job`; `stages_as` in the study file); the state file
+records each outcome.
 
 - The judge Serve application is started once for all the stages that call the same
   judge (`StudyApps`), not once per stage.
@@ -13,7 +15,11 @@ one process would share); the state file records each outcome.
 - An instance that was interrupted (driver killed) simply runs again: every job resumes
   its finished shards, so the result equals an uninterrupted run.
 - A failed instance is recorded with its reason; what depends on it is skipped, saying
-  why; independent instances go on; the run's result says which failed.
+  why; independent instances go on; the run's result says which failed, and which of
+  them failed in transport (left for a re-run: the command then exits 75).
+- Stages run as Ray jobs are stopped when the study is interrupted (Ctrl-C, or SIGTERM
+  from `ray job stop`), and a job an earlier, killed run left running is stopped before
+  its stage runs again.
 
 The study's folder may be a URI (`s3://bucket/studies/x`): the state, every stage's
 folder and the logs are written there through the storage module (`StageLogs`), and a
@@ -23,12 +29,14 @@ local folder that some node of the cluster cannot see is refused before any stag
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -245,20 +253,77 @@ def _needs(plan: Plan, key: str) -> list[ServeNeed]:
         return []
 
 
+def _stage_jobs(wanted: str, plan: Plan, runtime_env: dict[str, Any], progress: Callable[[str], None]):
+    """A `stage_job.StageJobs` when the stages run as Ray jobs, else None (processes)."""
+    from rexeval.pipelines.study.stage_job import StageJobs, describe, job_client, resolve_mode
+
+    mode, why = resolve_mode(wanted)
+    if mode == "job":
+        try:
+            client = job_client()
+        except Exception as exc:  # noqa: BLE001  (auto falls back to processes, saying why)
+            if wanted == "job":
+                raise ValueError(f"stages as Ray jobs: cannot reach the cluster's job server: "
+                                 f"{type(exc).__name__}: {exc}") from None
+            mode, why = "process", f"the cluster's job server does not answer ({type(exc).__name__})"
+        else:
+            progress(f"study {plan.study.name}: stages run as Ray jobs ({why}); a stage's driver asks for "
+                     f"{describe(plan.study.driver_resources)} unless the stage says otherwise")
+            return StageJobs(client, plan.out, runtime_env)
+    if wanted != "process" and why != "Ray was started by this study":
+        progress(f"study {plan.study.name}: stages run as processes of this driver ({why})")
+    return None
+
+
+@contextmanager
+def _sigterm_interrupts(on: bool) -> Iterator[None]:
+    """`ray job stop` ends a study's driver with SIGTERM: taken as an interrupt, it stops
+    the stages' Ray jobs on its way out (they would run on, orphaned, otherwise)."""
+    if not on or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+@contextmanager
+def _stopping_on_interrupt(jobs, progress: Callable[[str], None]) -> Iterator[None]:
+    """Stop the running stages' Ray jobs when the study is interrupted (inside the thread
+    pool, so that its threads, following those jobs, see them end)."""
+    try:
+        yield
+    except BaseException:
+        if jobs is not None:
+            jobs.stop_all(progress)
+        raise
+
+
 def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = False,
               max_parallel: int | None = None, progress: Callable[[str], None] = print,
               job_lines: Callable[[str], None] | None = None, verbose: bool = False,
-              show_plan: bool = True) -> dict[str, Any]:
+              show_plan: bool = True, stages_as: str | None = None) -> dict[str, Any]:
     """Run what is missing; returns {"ran": [...], "done": [...], "failed": {key: reason},
-    "skipped": {key: reason}}.
+    "skipped": {key: reason}, "transport": [failed keys left for a re-run]}.
 
-    Each instance runs in a driver process of its own (`stage_process`), its log in
-    OUT/logs/<instance>.log (OUT may be a URI; a local OUT that a node of the cluster
-    cannot see is refused before any stage runs: `reach.UnreachablePath`). `progress`
+    Each instance runs in a driver of its own, its log in OUT/logs/<instance>.log (OUT
+    may be a URI; a local OUT that a node of the cluster cannot see is refused before
+    any stage runs: `reach.UnreachablePath`): a process of this driver
+    (`stage_process`) or a Ray job (`stage_job`), as `stages_as` says ("auto",
+    "process", "job"; default: REXEVAL_STAGES_AS, else the study file's). `progress`
     gets the study's lines (the plan, each stage's start and end); `job_lines` each
     job's own progress lines, prefixed with the instance (default: `progress`).
-    `verbose`: the stages' processes print Ray's and the libraries' own output too.
+    `verbose`: the stages' drivers print Ray's and the libraries' own output too.
     `show_plan` False: the plan in two lines, not one per instance."""
+    from rexeval.pipelines.study.stage_job import wanted_mode
+
+    wanted = wanted_mode(stages_as, plan.study.stages_as)
     picked = selected(plan, only)
     status = status_of(plan, read_state(plan.out))
     shown = plan_lines(plan, status, picked)
@@ -266,7 +331,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         progress(line)
     todo = [k for k in plan.order if status[k][0] == "run" and (picked is None or k in picked)]
     result: dict[str, Any] = {"ran": [], "done": [k for k in plan.order if status[k][0] == "done"],
-                              "failed": {}, "skipped": {}, "planned": list(todo)}
+                              "failed": {}, "skipped": {}, "planned": list(todo), "transport": []}
     if dry_run:
         return result
     if picked is not None:
@@ -287,9 +352,15 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     init_ray(quiet=not verbose)
     require_reachable(plan.out, what="the study's out")
     address, runtime_env = ray_connection()
+    jobs = _stage_jobs(wanted, plan, runtime_env, progress)
     lines = job_lines or progress
     state = StudyState(plan)
     previous = {k: dict(v) for k, v in state.data["stages"].items()}
+    for key in todo if jobs is not None else []:
+        old = previous.get(key) or {}
+        if old.get("status") == "running" and old.get("ray_job"):
+            jobs.stop(old["ray_job"], lambda line, key=key: progress(f"[{key}] {line}"),
+                      "left running by an earlier run of this study")
     waiting = set(todo)
     running: dict[Future, str] = {}
     finished = set(result["done"])
@@ -324,24 +395,32 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         overwrite = changed and not inst.job.keeps_changed_settings
         progress(f"[{key}] {inst.job.name} -> {inst.out}" + (" (re-running: settings or inputs changed)"
                                                              if changed else ""))
-        state.record(key, status="running", started=_now(), reason=None)
+        state.record(key, status="running", started=_now(), reason=None, ray_job=None, node=None)
         t0 = time.time()
         apps.open(needs[key])
         call = StageCall(key, inst.job.target, inst.job.config, inst.settings, overwrite,
                          logs.local(key), address, runtime_env, verbose, log_shown=logs.where(key))
+        node = None
         try:
-            counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+            if jobs is None:
+                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+            else:
+                counts, node = jobs.run(call, plan.study.driver_of(inst.stage), lambda line: lines(f"[{key}] {line}"),
+                                        lambda sid: state.record(key, ray_job=sid))
         finally:
             logs.publish(key, progress)
         seconds = round(time.time() - t0, 2)
-        state.record(key, status="complete", finished=_now(), seconds=seconds, summary=counts, reason=None)
+        state.record(key, status="complete", finished=_now(), seconds=seconds, summary=counts, reason=None,
+                     node=node)
         shown = counts_line(counts)
         progress(f"[{key}] done in {seconds:.1f}s" + (f": {shown}" if shown else ""))
         return counts
 
     try:
         slots = max_parallel or plan.study.max_parallel
-        with ThreadPoolExecutor(slots, thread_name_prefix="rexeval-study") as pool:
+        with _sigterm_interrupts(jobs is not None), \
+                ThreadPoolExecutor(slots, thread_name_prefix="rexeval-study") as pool, \
+                _stopping_on_interrupt(jobs, progress):
             while waiting or running:
                 for key in sorted(waiting, key=plan.order.index):
                     blocked = [d for d in plan.instances[key].deps if d in result["failed"] or d in result["skipped"]]
@@ -375,12 +454,15 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                         reason = exc.reason if isinstance(exc, StageFailed) else f"{type(exc).__name__}: {exc}"
                         details = (exc.details if isinstance(exc, StageFailed)
                                    else "".join(traceback.format_exception(exc)))
+                        transport = isinstance(exc, StageFailed) and exc.transport
                         result["failed"][key] = reason
+                        if transport:
+                            result["transport"].append(key)
                         state.record(key, status="failed", reason=reason, finished=_now(),
-                                     traceback=details[-4000:], log=logs.where(key))
+                                     traceback=details[-4000:], log=logs.where(key), transport=transport)
                         optional = plan.study.stages[plan.instances[key].stage].optional
-                        progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}: "
-                                 f"{reason}")
+                        progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}"
+                                 f"{' in transport (left for a re-run)' if transport else ''}: {reason}")
                     still = {(n.app, n.key) for k in waiting for n in needs[k]}
                     apps.done(key, needs[key], still)
     finally:

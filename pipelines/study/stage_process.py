@@ -37,11 +37,20 @@ _CONTEXT_LOCK = threading.Lock()
 
 class StageFailed(RuntimeError):
     """A stage's job raised, or its process died; `reason` is the one line a user reads
-    ("TypeName: message"), `details` the traceback or where to look."""
+    ("TypeName: message"), `details` the traceback or where to look. `transport`: nothing
+    was wrong with the stage (its LLM calls failed in transport, its driver's node was
+    lost): a plain re-run does it (the study exits 75, as a job left for a re-run does)."""
 
-    def __init__(self, reason: str, details: str = ""):
+    def __init__(self, reason: str, details: str = "", transport: bool = False):
         super().__init__(reason)
-        self.reason, self.details = reason, details
+        self.reason, self.details, self.transport = reason, details, transport
+
+
+def is_transport(exc: BaseException) -> bool:
+    """Whether a job's exception leaves its work for a re-run (`failures.AwaitingRerun`)."""
+    from rexeval.failures import AwaitingRerun
+
+    return isinstance(exc, AwaitingRerun)
 
 
 @dataclass
@@ -108,7 +117,7 @@ def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any
         raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
                           f"(out of memory? killed?); its log: {call.log_where}", "")
     if outcome[0] == "error":
-        raise StageFailed(outcome[1], outcome[2])
+        raise StageFailed(outcome[1], outcome[2], transport=outcome[3])
     return outcome[1]
 
 
@@ -243,7 +252,7 @@ def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
     except BaseException as exc:  # noqa: BLE001  (every failure is reported to the study driver)
         tb = traceback.format_exc()
         os.write(log, tb.encode("utf-8", "replace"))
-        conn.send(("error", f"{type(exc).__name__}: {exc}", tb))
+        conn.send(("error", f"{type(exc).__name__}: {exc}", tb, is_transport(exc)))
     finally:
         conn.close()
         try:

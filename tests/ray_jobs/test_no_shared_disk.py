@@ -61,8 +61,10 @@ def cluster(s3_env, run_root, shared_csv):
 
 
 def runtime_env(extra: dict[str, str] | None = None) -> str:
+    # Stages as processes of the study's driver: this test is about resuming on a node that
+    # shares no disk; stage drivers as Ray jobs are tests/ray_jobs/test_study_stage_jobs.py's.
     return json.dumps({"excludes": RUNTIME_ENV_EXCLUDES, "env_vars": {
-        "REXEVAL_SHARED": str(SHARED),
+        "REXEVAL_SHARED": str(SHARED), "REXEVAL_STAGES_AS": "process",
         **(extra or {})}})
 
 
