@@ -157,7 +157,11 @@ class LocalCluster:
     @property
     def gcs_address(self) -> str:
         """What `ray start --address` and `RAY_ADDRESS` take."""
-        return f"127.0.0.1:{self.head.ports['gcs']}"
+        return self.gcs_address_of(self.head)
+
+    @staticmethod
+    def gcs_address_of(head: RayNode) -> str:
+        return f"127.0.0.1:{head.ports['gcs']}"
 
     @property
     def dashboard_url(self) -> str:
@@ -213,9 +217,16 @@ class LocalCluster:
         if line.split()[-1] != "0":
             raise RuntimeError(f"`{' '.join(cmd)}` failed ({line.split()[-1]}):\n{log.read_text()}")
 
-    def start_head(self, num_cpus: int = 2, timeout: float = 60) -> RayNode:
+    def start_head(self, num_cpus: int = 2, timeout: float = 60,
+                   autoscaling: dict[str, dict] | None = None, idle_timeout_s: float = 10) -> RayNode:
         """`ray start --head` with the dashboard (the job server lives in it), on 127.0.0.1;
-        returns once the job server answers."""
+        returns once the job server answers.
+
+        `autoscaling`: worker node types (name -> {"resources", "min_workers",
+        "max_workers"}) that Ray's own autoscaler starts and stops on this machine
+        (`autoscaling_config`): the head then runs the autoscaler's monitor with the fake
+        multi-node provider, as `ray.cluster_utils.AutoscalingCluster` does, but without its
+        `ray stop --force` and on this cluster's ports and temp dir."""
         node = self._new_node(num_cpus, head=True)
         p = node.ports
         args = ["--head", f"--port={p['gcs']}", "--include-dashboard=true", "--dashboard-host=127.0.0.1",
@@ -223,8 +234,15 @@ class LocalCluster:
         if self.system_config:
             args.append(f"--system-config={json.dumps(self.system_config)}")
         # The dashboard's and the autoscaler's metrics ports have no flag, only these variables.
-        self._ray_start(node, args, timeout, env={"DASHBOARD_METRIC_PORT": str(p["dashboard_metrics"]),
-                                                  "AUTOSCALER_METRIC_PORT": str(p["autoscaler_metrics"])})
+        env = {"DASHBOARD_METRIC_PORT": str(p["dashboard_metrics"]),
+               "AUTOSCALER_METRIC_PORT": str(p["autoscaler_metrics"])}
+        if autoscaling is not None:
+            config = self.root / "autoscaling.json"
+            config.write_text(json.dumps(autoscaling_config(num_cpus, autoscaling, self.gcs_address_of(node),
+                                                            idle_timeout_s)))
+            args.append(f"--autoscaling-config={config}")
+            env.update({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"})
+        self._ray_start(node, args, timeout, env=env)
         wait_for(lambda: self._get("/api/version") is not None, timeout, "the dashboard's job server")
         return node
 
@@ -362,6 +380,28 @@ class LocalCluster:
         return info, client.get_job_logs(submission_id)
 
 
+def autoscaling_config(head_cpus: int, worker_types: dict[str, dict], gcs_address: str,
+                       idle_timeout_s: float) -> dict[str, Any]:
+    """The cluster config Ray's autoscaler reads (`ray start --autoscaling-config`), for
+    its fake multi-node provider: worker nodes are raylets it starts on this machine
+    (joining `gcs_address`) when tasks, actors or jobs ask for resources no node has, and
+    stops after `idle_timeout_s` idle. The fields are those of Ray's own example config
+    for that provider (ray/autoscaler/_private/fake_multi_node/example.yaml, which the
+    wheel does not ship)."""
+    types = {name: {"node_config": {}, "min_workers": 0, **spec} for name, spec in worker_types.items()}
+    types["ray.head.default"] = {"resources": {"CPU": head_cpus}, "node_config": {}, "max_workers": 0}
+    return {"cluster_name": "rexeval-autoscaling-test",
+            "max_workers": sum(int(t.get("max_workers", 0)) for t in worker_types.values()),
+            "provider": {"type": "fake_multinode", "use_node_id_as_ip": True, "disable_node_updaters": True,
+                         "disable_launch_config_check": True, "gcs_address": gcs_address},
+            "available_node_types": types, "head_node_type": "ray.head.default", "auth": {},
+            "upscaling_speed": 1.0, "idle_timeout_minutes": idle_timeout_s / 60.0, "docker": {},
+            "initialization_commands": [], "setup_commands": [], "head_setup_commands": [],
+            "worker_setup_commands": [], "head_start_ray_commands": [], "worker_start_ray_commands": [],
+            "file_mounts": {}, "cluster_synced_files": [], "file_mounts_sync_continuously": False,
+            "rsync_exclude": [], "rsync_filter": []}
+
+
 def can_isolate() -> bool:
     """Whether this machine lets a node run in mount and PID namespaces of its own (root,
     or unprivileged user namespaces with mounts)."""
@@ -411,19 +451,21 @@ def local_cluster(head_cpus: int = 2, worker_cpus: tuple[int, ...] = (), *,
                   env: dict[str, str] | None = None, object_store_mb: int = 300,
                   system_config: dict[str, Any] | None = None,
                   hide: list[Path] | None = None,
-                  worker_resources: dict[str, float] | None = None) -> Iterator[LocalCluster]:
+                  worker_resources: dict[str, float] | None = None,
+                  autoscaling: dict[str, dict] | None = None, idle_timeout_s: float = 10) -> Iterator[LocalCluster]:
     """A started cluster (a head with `head_cpus`, one worker node per `worker_cpus`
     entry), stopped on exit however the block ends. A head alone listens on 127.0.0.1
     only. `system_config`: Ray settings for the whole cluster (`ray start --head
     --system-config`), e.g. faster health checks. `hide`: the worker nodes share no disk
     with the head: each runs in its own mount namespace where these folders and the
     cluster's temp dirs are empty (see the module docstring). `worker_resources`: custom
-    resources every worker node offers."""
-    env = {**({} if worker_cpus else LOOPBACK_ONLY), **(env or {})}
+    resources every worker node offers. `autoscaling`: worker node types Ray's autoscaler
+    starts on demand and stops when idle for `idle_timeout_s` (`LocalCluster.start_head`)."""
+    env = {**({} if worker_cpus or autoscaling else LOOPBACK_ONLY), **(env or {})}
     cluster = LocalCluster(Path(tempfile.mkdtemp(prefix="rx", dir="/tmp")), cluster_env(env),
                            object_store_mb=object_store_mb, system_config=system_config)
     try:
-        cluster.start_head(head_cpus)
+        cluster.start_head(head_cpus, autoscaling=autoscaling, idle_timeout_s=idle_timeout_s)
         for cpus in worker_cpus:
             cluster.add_node(cpus, hide=hide, resources=worker_resources)
         yield cluster
