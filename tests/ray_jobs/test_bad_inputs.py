@@ -274,6 +274,8 @@ CASES: list[Case] = [
     Case("study run", "folder-not-file", ["{empty}", *OUT], "/empty"),
     Case("study run", "bad-set", ["{unknown_yaml}", "--set", "novalue", *OUT], "--set"),
     Case("study run", "out-is-a-file", ["{local_study}", "--out", "{occupied}"], "occupied"),
+    Case("study stage", "missing-call", ["{missing_dir}/call.json"], "call.json"),
+    Case("study stage", "garbage-call", ["{garbage_jsonl}"], "garbage.jsonl"),
     Case("study report", "missing-folder", ["{missing_dir}"], "/missing_dir"),
     Case("study report", "empty-folder", ["{empty}"], "/empty"),
     Case("study report", "garbage-state", ["{garbage_run}"], "study.json"),
