@@ -12,6 +12,11 @@ downloads from Hugging Face. A reference resolves, in this order, to
 
 Resolve where the model is loaded (in the actor or the replica): a driver that only
 checks a reference passes ``prepare=False``, which copies nothing and keeps a URI a URI.
+A driver that hands a model to actors or engines that may run on other nodes gives them
+``shipped_location(ref)`` (a URI stays the URI), and the process that loads it opens
+``on_node(location)``: its own node's checked copy (`models/fetch.py`). ``NodeModels``
+is a role -> location mapping that does this on every read, for settings that travel to
+actors whole.
 """
 from __future__ import annotations
 
@@ -240,6 +245,41 @@ def _uri_location(uri: str, prepare: bool, cache_dir) -> str:
         raise ModelUnavailable(str(exc)) from None
     except (OSError, ValueError) as exc:  # no such store, no credentials, unreachable
         raise ModelUnavailable(f"model URI {uri} cannot be read: {exc}") from exc
+
+
+def shipped_location(ref: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """The location a driver hands to actors, replicas and engines that may run on other
+    nodes: a URI stays the URI, only checked to exist (each node that loads it makes its
+    own copy, `on_node`, so no weights pass through the driver's disk); any other
+    reference is resolved and prepared here as `resolve` does."""
+    return resolve(ref, prepare=not fetch.is_model_uri(str(ref)), cache_dir=cache_dir).location
+
+
+def on_node(location: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """Where a shipped location is on this node: a model URI's checked copy in this node's
+    models cache (copied now when missing or damaged); any other location as it is."""
+    if not isinstance(location, str) or not fetch.is_model_uri(location):
+        return location
+    return _uri_location(location.strip(), True, cache_dir)
+
+
+class NodeModels(dict):
+    """Role -> shipped model location (`shipped_location`), read as this node's location
+    (`on_node`): settings that travel whole to actors on any node keep URIs as URIs, and
+    a lookup in the actor, `models["sts"]` or `.get("nli")`, gives the copy on the
+    actor's own node. Iterating gives the locations as shipped."""
+
+    def __getitem__(self, role: str) -> str:
+        return on_node(super().__getitem__(role))
+
+    def get(self, role: str, default=None):
+        return self[role] if role in self else default
+
+
+def node_models(refs: dict[str, str]) -> NodeModels:
+    """`NodeModels` for role -> reference: each checked here (a missing model fails in the
+    driver), none copied here when it is a URI."""
+    return NodeModels({role: shipped_location(ref) for role, ref in refs.items()})
 
 
 def offline_status(resolved: ResolvedModel) -> tuple[bool, str]:

@@ -92,7 +92,9 @@ class JudgeServeConfig(ReplicaSettings):
     from ReplicaSettings."""
 
     backend: BackendSpec = Field(description="the judge backend each replica builds (hf, openai, module:Class)")
-    cache: str | None = Field(None, description="LLM-call cache file on the replicas' node (None: no cache)")
+    cache: str | None = Field(None, description="the replicas' LLM-call cache: a URI (one object per call, "
+                                                "which a replica on any node reads) or a SQLite file on "
+                                                "each replica's node (None: no cache)")
     max_batch_requests: int = Field(32, ge=1, description="chat requests merged into one generate()")
     batch_wait_timeout_s: float = Field(0.02, ge=0)
     target_ongoing_requests: float = Field(8, gt=0)

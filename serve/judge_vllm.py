@@ -29,12 +29,13 @@ ENGINE_OPTIONS = ("engine_kwargs", "tensor_parallel_size", "accelerator_type", "
 def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: int = 1,
                     max_ongoing_requests: int | None = None, initial_replicas: int | None = None) -> dict[str, Any]:
     """The `LLMConfig` (as a dict) serving `spec` (backend vllm): the model's resolved
-    folder as `model_source`, its id (`model_id` option, else the reference) for the
+    folder as `model_source` (a model URI as itself: Ray's replicas download it where
+    they run), its id (`model_id` option, else the reference) for the
     OpenAI routes, our engine defaults under the spec's `engine_kwargs`. `initial_replicas`
     (None: min_replicas) is what the app starts with: a job's own app has min_replicas 0
     (it gives its GPUs back when idle) and starts with one or more."""
     from rexeval.models.llm.vllm_backend import DEFAULT_ENGINE_KWARGS
-    from rexeval.models.refs import NoModelAtPath, resolve
+    from rexeval.models.refs import NoModelAtPath, shipped_location
 
     if spec.backend != "vllm":
         raise ValueError(f"a vLLM judge app serves backend vllm, not {spec.backend!r}")
@@ -53,7 +54,7 @@ def llm_config_args(spec: BackendSpec, *, min_replicas: int = 1, max_replicas: i
     if max_ongoing_requests:
         deployment["max_ongoing_requests"] = int(max_ongoing_requests)
     try:
-        source = resolve(spec.model, prepare=False).location
+        source = shipped_location(spec.model)  # a URI stays one: each replica copies it on its node
     except NoModelAtPath:  # a folder the GPU nodes mount, which this node (a head) may not
         source = spec.model
     args: dict[str, Any] = {

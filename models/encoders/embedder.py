@@ -51,14 +51,17 @@ def torch_dtype(dtype: str, device: str):
 
 def set_common_options(obj, location: str, model_ref: str | None, device: str, batch_size: int,
                        num_threads: int | None) -> None:
-    """The options every local encoder takes: where the weights are, the name to report,
+    """The options every local encoder takes: where the weights are (a model URI, as a
+    driver ships it, is this node's checked copy: `refs.on_node`), the name to report,
     the device, the batch size and torch's CPU threads (process-wide)."""
     import torch
 
+    from rexeval.models.refs import on_node
+
     if num_threads:
         torch.set_num_threads(int(num_threads))
-    obj.location = str(location)
-    obj.model_ref = model_ref or obj.location
+    obj.model_ref = model_ref or str(location)
+    obj.location = on_node(str(location))
     obj.device = resolve_device(device)
     obj.batch_size = int(batch_size)
     if obj.batch_size < 1:
@@ -143,8 +146,9 @@ class Embedder:
 
 
 def build_embedder(ref: str, device: str = "auto", **options: Any) -> Embedder:
-    """An `Embedder` for a model reference (path, packaged model such as
-    "all-MiniLM-L6-v2", or hub id), resolved through `models.refs.resolve`."""
+    """An `Embedder` for a model reference (a URI, path, packaged model such as
+    "all-MiniLM-L6-v2", or hub id), resolved through `models.refs.resolve` here, where it
+    is loaded."""
     from rexeval.models.refs import resolve
 
     return Embedder(resolve(ref).location, model_ref=ref, device=device, **options)
@@ -161,16 +165,17 @@ def vllm_embed_processor_config(model: str, *, batch_size: int = 256,
     No chat template and no detokenising: the statement text is the whole prompt, and
     the tokenise stage runs on CPU workers ahead of the engine. `engine_kwargs` are
     merged over DEFAULT_EMBED_ENGINE_KWARGS; `concurrency` n is a pool of 1..n engine
-    replicas, [m, n] a pool of m..n. Builds no engine and imports no vLLM.
+    replicas, [m, n] a pool of m..n. Builds no engine and imports no vLLM. A model URI
+    stays the `model_source`: Ray's engine stage copies it on the node it runs on.
     """
     from ray.data.llm import vLLMEngineProcessorConfig
 
-    from rexeval.models.refs import resolve
+    from rexeval.models.refs import shipped_location
 
     conc = (tuple(int(c) for c in concurrency) if isinstance(concurrency, (list, tuple))
             else int(concurrency))
     return vLLMEngineProcessorConfig(
-        model_source=resolve(model).location,
+        model_source=shipped_location(model),
         task_type="embed",
         engine_kwargs={**DEFAULT_EMBED_ENGINE_KWARGS, **(engine_kwargs or {})},
         batch_size=int(batch_size),

@@ -44,9 +44,12 @@ IGNORE = -100
 
 
 def load_tokenizer(path: str):
+    """The backbone's tokenizer; a model URI is read from this node's copy (`refs.on_node`)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(path)
+    from rexeval.models.refs import on_node
+
+    return AutoTokenizer.from_pretrained(on_node(path))
 
 
 def encode_plain(tokenizer, text: str) -> list[int]:
@@ -107,13 +110,16 @@ def resolve_dtype(dtype: str, device: str | torch.device) -> torch.dtype:
 
 
 def load_causal_lm(path: str, dtype: str = "auto", device: str = "cpu"):
-    """The backbone, in eval mode, weights in `dtype` (see `resolve_dtype`)."""
+    """The backbone, in eval mode, weights in `dtype` (see `resolve_dtype`); a model URI
+    is loaded from this node's copy (`refs.on_node`)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from rexeval.models.refs import on_node
+
     hf_logging.disable_progress_bar()
     try:
-        lm = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype, device))
+        lm = AutoModelForCausalLM.from_pretrained(on_node(path), dtype=resolve_dtype(dtype, device))
     except OSError as exc:
         raise FileNotFoundError(f"cannot load a causal language model from {path!r}: {exc}. Give a local "
                                 "model folder with --model generator_lm=PATH (or generator_llm for XRec)") from None

@@ -5,12 +5,15 @@ meant to vary, so answering it from a cache would change the experiment. The key
 hash of (model id, messages, sampling params, JSON schema); error results are never
 stored, so a re-run retries them.
 
-Storage here is one SQLite file in WAL mode with a 60 s busy timeout: several processes
-on one machine (Ray workers, parallel jobs) can read and write it at once. SQLite
-locking is not reliable over network file systems, so a cluster whose nodes share no
-disk keeps its cache at a URI instead: one immutable object per call
-(`rexeval.pipelines.core.llm_cache`, built on the pipelines' storage module, which this
-layer must not import). Both are a `CallStore`; `CachedBackend` takes either.
+Two stores, both a `CallStore`, which `CachedBackend` takes either of:
+- a local path: one SQLite file in WAL mode with a 60 s busy timeout (`LLMCache`), which
+  several processes on one machine (Ray workers, parallel jobs) read and write at once;
+- a URI (`s3://`, `gs://`): one immutable object per call (`ObjectCallCache`), which any
+  node reads. SQLite locking is not reliable over network file systems, so a cluster
+  whose nodes share no disk keeps its cache at a URI; `pipelines/core/llm_cache.py` says
+  where a job's goes. It lives here, on `pyarrow.fs` (through `models/fetch.py`'s
+  filesystems, as the model copies do), not on the pipelines' storage module, because the
+  judge deployment's replicas (the serve layer, below the pipelines) open it too.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import os
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Protocol
 
@@ -138,6 +142,116 @@ class LLMCache:
             self._local.conn = None
 
 
+class ObjectCallCache:
+    """Key -> successful LLMResult, one JSON object per key under a URI,
+    `<root>/<key[:2]>/<key>.json` (`pipelines/core/llm_cache.py` gives the reasons).
+
+    An entry is written once by a single PUT, which an object store makes atomic: no
+    locks, no half-written entries, and two nodes that make the same call write the same
+    answer. A batch of lookups or writes runs in parallel threads, one round trip each.
+    Pickles as its URI, so each Ray worker or replica opens it from its own environment."""
+
+    def __init__(self, root: str | os.PathLike, threads: int = 16):
+        self.root = os.fspath(root).rstrip("/")
+        if not is_uri(self.root):
+            raise ValueError(f"an object call cache lives at a URI, not at {self.root!r}: "
+                             "a local path keeps the SQLite file (LLMCache)")
+        self.threads = threads
+        self._fs = self._pool = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def __reduce__(self):
+        return (ObjectCallCache, (self.root, self.threads))
+
+    def __repr__(self) -> str:
+        return f"ObjectCallCache({self.root!r})"
+
+    def _open(self):
+        """(filesystem, base path, thread pool) of this process, made on first use."""
+        with self._lock:
+            if self._fs is None or self._pid != os.getpid():
+                from rexeval.models.fetch import filesystem
+
+                self._fs = filesystem(self.root)
+                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="llm-cache")
+                self._pid = os.getpid()
+            return (*self._fs, self._pool)
+
+    def entry(self, key: str) -> str:
+        """The URI of `key`'s object."""
+        return f"{self.root}/{key[:2]}/{key}.json"
+
+    def _path(self, key: str) -> tuple:
+        fs, base, _ = self._open()
+        return fs, f"{base.rstrip('/')}/{key[:2]}/{key}.json"
+
+    def _map(self, fn, items: list) -> list:
+        """`fn` over `items` in this process's thread pool (in line for one item)."""
+        if len(items) <= 1:
+            return [fn(x) for x in items]
+        return list(self._open()[2].map(fn, items))
+
+    def _get(self, key: str) -> LLMResult | None:
+        fs, path = self._path(key)
+        try:
+            with fs.open_input_stream(path, compression=None) as fh:
+                obj = json.loads(fh.read())
+        except FileNotFoundError:
+            return None
+        except ValueError:  # not JSON: never written by us whole; ask the model again
+            return None
+        return LLMResult(text=obj["text"], prompt_tokens=obj["prompt_tokens"],
+                         completion_tokens=obj["completion_tokens"], finish_reason=obj.get("finish_reason"),
+                         cached=True, seconds=0.0)
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, LLMResult]:
+        keys = list(dict.fromkeys(keys))
+        return {k: r for k, r in zip(keys, self._map(self._get, keys)) if r is not None}
+
+    def put_many(self, items: Iterable[tuple[str, LLMResult]], model_id: str = "") -> int:
+        """Store successful results (errors are skipped); returns how many were written."""
+        now = time.time()
+        rows = {k: r for k, r in items if r.ok}
+
+        def put(key: str) -> None:
+            r = rows[key]
+            blob = {"key": key, "model_id": model_id, "text": r.text, "prompt_tokens": r.prompt_tokens,
+                    "completion_tokens": r.completion_tokens, "finish_reason": r.finish_reason,
+                    "created": now}
+            fs, path = self._path(key)
+            with fs.open_output_stream(path, compression=None) as fh:  # one PUT: whole or absent
+                fh.write(json.dumps(blob, ensure_ascii=False).encode("utf-8"))
+
+        self._map(put, list(rows))
+        return len(rows)
+
+    def __len__(self) -> int:
+        import pyarrow.fs as pafs
+
+        fs, base, _ = self._open()
+        found = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        return sum(1 for f in found if f.type == pafs.FileType.File and f.path.endswith(".json"))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pool is not None and self._pid == os.getpid():
+                self._pool.shutdown(wait=True)
+            self._fs = self._pool = None
+
+
+def open_call_cache(where: str | os.PathLike | None) -> CallStore | None:
+    """The cache at `where`: objects under a URI, a SQLite file at a local path (a
+    `file://` URL is one), or none for None or ""."""
+    if where is None or not os.fspath(where):
+        return None
+    if is_uri(where):
+        return ObjectCallCache(where)
+    path = Path(os.fspath(where).removeprefix("file://")).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return LLMCache(path)
+
+
 class CachedBackend(LLMBackend):
     """Wraps a backend: deterministic requests are answered from the cache when possible.
 
@@ -197,16 +311,8 @@ class CachedBackend(LLMBackend):
 
 def build_cached_backend(backend: str, model: str, options: dict,
                          cache: str | os.PathLike | CallStore | None):
-    """A backend behind the call cache (when one is given: a local SQLite path or an open
-    `CallStore`); built once per actor. A URI is refused here rather than taken for a
-    local path: `rexeval.pipelines.core.llm_cache.build_cached_backend` opens it."""
-    if isinstance(cache, (str, os.PathLike)) and is_uri(cache):
-        raise ValueError(f"the LLM-call cache {os.fspath(cache)} is a URI: build the backend with "
-                         "rexeval.pipelines.core.llm_cache.build_cached_backend, which opens it")
+    """A backend behind the call cache when one is given (a URI, a local SQLite path, or
+    an open `CallStore`: `open_call_cache`); built once per actor or replica."""
     llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
-    if isinstance(cache, (str, os.PathLike)):
-        if not os.fspath(cache):
-            return llm
-        Path(cache).parent.mkdir(parents=True, exist_ok=True)
-        cache = LLMCache(cache)
-    return CachedBackend(llm, cache) if cache is not None else llm
+    store = open_call_cache(cache) if isinstance(cache, (str, os.PathLike)) else cache
+    return CachedBackend(llm, store) if store is not None else llm

@@ -42,10 +42,13 @@ OUTPUT_COLUMNS = ("text", "prompt_tokens", "completion_tokens", "finish_reason",
 
 def processor_config(spec: BackendSpec, *, batch_size: int | None = None,
                      concurrency: int | Sequence[int] | None = None):
-    """The `vLLMEngineProcessorConfig` for a spec; arguments override its options."""
+    """The `vLLMEngineProcessorConfig` for a spec; arguments override its options. A
+    model URI stays the `model_source`: each engine copies it on its own node (Ray's
+    vLLM stage downloads an `s3://` or `gs://` source where the engine starts), never
+    through the driver's disk."""
     from ray.data.llm import vLLMEngineProcessorConfig
 
-    from rexeval.models.refs import resolve
+    from rexeval.models.refs import shipped_location
 
     opts = spec.options
     engine_kwargs = {**DEFAULT_ENGINE_KWARGS, **(opts.get("engine_kwargs") or {})}
@@ -57,7 +60,7 @@ def processor_config(spec: BackendSpec, *, batch_size: int | None = None,
     if opts.get("max_concurrent_batches"):
         extra["max_concurrent_batches"] = int(opts["max_concurrent_batches"])
     return vLLMEngineProcessorConfig(
-        model_source=resolve(spec.model).location,
+        model_source=shipped_location(spec.model),
         engine_kwargs=engine_kwargs,
         batch_size=int(batch_size or opts.get("batch_size", 32)),
         concurrency=conc,

@@ -47,11 +47,11 @@ CLUSTER_RULES_VERSION = 1  # bump when node building or output rules change
 def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
     """Embedder and pair scorer of this run; the pair filter mode is stated in words."""
     from rexeval.models.profiles import load_profile
-    from rexeval.models.refs import resolve
+    from rexeval.models.refs import on_node, shipped_location
 
     profile = load_profile(cfg.profile, overrides=cfg.models)
     embedder = profile.require("embedder")
-    out: dict[str, Any] = {"embedder": embedder, "embedder_location": profile.resolve("embedder").location}
+    out: dict[str, Any] = {"embedder": embedder, "embedder_location": shipped_location(embedder)}
     cross = profile.ref("cross_encoder")
     if cfg.method == "extra":
         out["pair_filter"] = "none (EXTRA groups statements by MinHash-LSH over n-grams)"
@@ -66,16 +66,16 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
     else:
         from rexeval.models.encoders.pair_scorer import detect_pair_scorer_kind
 
-        location = profile.resolve("cross_encoder").location
+        location = shipped_location(cross)  # a URI stays one: each actor copies it on its node
         # Read the checkpoint here, so a wrong path fails before any work, not in an actor.
-        kind = detect_pair_scorer_kind(location, ref=cross) if cfg.cross_kind == "auto" else cfg.cross_kind
+        kind = detect_pair_scorer_kind(on_node(location), ref=cross) if cfg.cross_kind == "auto" else cfg.cross_kind
         out.update({"cross_encoder": cross, "cross_location": location, "cross_kind": kind})
         out["pair_filter"] = (f"cross-encoder {cross} ({kind}): pairs kept when "
                               f"probability > {cfg.cross_threshold}")
     q = cfg.quality_embedder
     out["quality_embedder"] = q or embedder
     if q:
-        out["quality_location"] = resolve(q).location
+        out["quality_location"] = shipped_location(q)
     return out
 
 

@@ -33,119 +33,35 @@ Decision (issue 32, item 2):
   cached, so a re-run retries it), exactly as in the SQLite cache; `CachedBackend` uses
   either through the same `get_many` / `put_many`.
 
-`models/` must not import `pipelines/`, so this class lives here and the pipelines
-build their cached backends with `build_cached_backend` below, which picks the store.
+* Serve-routed calls (a judge deployment or app, `backend: serve`, `--judge-service`)
+  go through the job's cache too: each worker asks it before the deployment, and writes
+  what the deployment answered, so a re-run makes no call for finished work wherever
+  the replicas land (a new app, another node, an empty replica cache). A deployment may
+  still keep a cache of its own (`serve/judge.py`'s `cache`, a URI too), shared by every
+  client that calls it.
+
+The stores themselves (`ObjectCallCache`, the SQLite `LLMCache`) are in
+`models/llm/cache.py`, which the judge deployment's replicas (serve layer) open as well;
+this module decides where a job's cache is.
 """
 from __future__ import annotations
 
-import json
 import os
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable
 
-from rexeval.models.llm.base import LLMResult
-from rexeval.models.llm.cache import CallStore, LLMCache
 from rexeval.models.llm.cache import build_cached_backend as _build_cached_backend
-from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.pipelines.core.storage import PathLike, is_uri, location
 
 CACHE_DIR = "_llm_cache"
 """The cache's folder under a job's output when the output is a URI."""
 ENV_DIR = "llm-calls"
 """The cache's folder under a URI `REXEVAL_CACHE`."""
-THREADS = 16
-
-
-class ObjectCallCache:
-    """Key -> successful LLMResult, one JSON object per key under a folder (a URI).
-
-    Pickles as its location, so each Ray worker opens it from its own environment."""
-
-    def __init__(self, root: PathLike, threads: int = THREADS):
-        self.root = location(root)
-        self.threads = threads
-        self._pool: ThreadPoolExecutor | None = None
-        self._pid = 0
-        self._lock = threading.Lock()
-
-    def __reduce__(self):
-        return (ObjectCallCache, (str(self.root), self.threads))
-
-    def __repr__(self) -> str:
-        return f"ObjectCallCache({str(self.root)!r})"
-
-    def entry(self, key: str) -> Location:
-        return self.root / key[:2] / f"{key}.json"
-
-    def _map(self, fn, items: list) -> list:
-        """`fn` over `items` in this process's thread pool (in line for one item)."""
-        if len(items) <= 1:
-            return [fn(x) for x in items]
-        with self._lock:
-            if self._pool is None or self._pid != os.getpid():
-                self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="llm-cache")
-                self._pid = os.getpid()
-            pool = self._pool
-        return list(pool.map(fn, items))
-
-    def _get(self, key: str) -> LLMResult | None:
-        try:
-            obj = json.loads(self.entry(key).read_bytes())
-        except FileNotFoundError:
-            return None
-        except ValueError:  # not JSON: never written by us whole; ask the model again
-            return None
-        return LLMResult(text=obj["text"], prompt_tokens=obj["prompt_tokens"],
-                         completion_tokens=obj["completion_tokens"], finish_reason=obj.get("finish_reason"),
-                         cached=True, seconds=0.0)
-
-    def get_many(self, keys: Iterable[str]) -> dict[str, LLMResult]:
-        keys = list(dict.fromkeys(keys))
-        return {k: r for k, r in zip(keys, self._map(self._get, keys)) if r is not None}
-
-    def put_many(self, items: Iterable[tuple[str, LLMResult]], model_id: str = "") -> int:
-        """Store successful results (errors are skipped); returns how many were written."""
-        now = time.time()
-        rows = {k: r for k, r in items if r.ok}
-
-        def put(key: str) -> None:
-            r = rows[key]
-            blob = {"key": key, "model_id": model_id, "text": r.text, "prompt_tokens": r.prompt_tokens,
-                    "completion_tokens": r.completion_tokens, "finish_reason": r.finish_reason,
-                    "created": now}
-            self.entry(key).write_bytes(json.dumps(blob, ensure_ascii=False).encode("utf-8"))
-
-        self._map(put, list(rows))
-        return len(rows)
-
-    def __len__(self) -> int:
-        return sum(1 for f in self.root.walk_files() if f.suffix == ".json")
-
-    def close(self) -> None:
-        with self._lock:
-            if self._pool is not None and self._pid == os.getpid():
-                self._pool.shutdown(wait=True)
-            self._pool = None
-
-
-def open_call_cache(where: PathLike | None) -> CallStore | None:
-    """The cache at `where`: objects under a URI, a SQLite file at a local path, or none."""
-    if where is None or not str(where):
-        return None
-    if is_uri(where):
-        return ObjectCallCache(where)
-    path = Path(str(where).removeprefix("file://")).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return LLMCache(path)
 
 
 def build_cached_backend(backend: str, model: str, options: dict, cache: PathLike | None):
     """A backend behind the call cache at `cache` (a URI or a local SQLite path; none
     when None); what every pipeline builds, once per actor."""
-    store = ObjectCallCache(cache) if cache and is_uri(cache) else (None if cache is None else str(cache))
-    return _build_cached_backend(backend, model, options, store)
+    return _build_cached_backend(backend, model, options, None if cache is None else str(cache))
 
 
 def default_cache() -> str:
@@ -160,9 +76,10 @@ def default_cache() -> str:
 
 
 def node_cache(cache: str | None) -> str | None:
-    """`cache` for a process that can open only a local SQLite file (the judge Serve
-    deployment, in the serve layer below this module): itself when local, else the
-    node's own default file, so the deployment still keeps what it answered."""
+    """The replicas' own cache of a judge app that a job starts for itself: `cache` when
+    local, else the node's default file. Not the job's URI cache: the job's workers
+    already keep that one in front of the app (see the module docstring), and other jobs
+    that join the app would write their calls into this job's output."""
     if not cache or not is_uri(cache):
         return cache
     env = os.environ.get("REXEVAL_CACHE")

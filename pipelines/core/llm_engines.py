@@ -10,13 +10,14 @@ repair and transport retry goes to the same group, so an engine is loaded once p
 - "vllm": a `ray.serve.llm` OpenAI application of vLLM replicas, deployed when the job
   starts and deleted when it ends; calls reach it over HTTP on the node's Serve proxy;
 - "serve": a standing rexeval judge deployment (`serve:APP`), by its DeploymentHandle:
-  the deployment merges concurrent callers' requests into batches (`@serve.batch`) and
-  keeps its own call cache;
+  the deployment merges concurrent callers' requests into batches (`@serve.batch`);
 - "http": any OpenAI-compatible server (`backend: openai`), or a judge app by URL.
 
 The worker side, `EngineClient`, is built once per conversation worker (one cache client
 and one HTTP or handle client per worker process, not per batch) from the picklable
-`EngineGroup.client_spec`. It takes single requests from many concurrent conversations
+`EngineGroup.client_spec`. Whatever the kind, the job's call cache (a URI on a cluster)
+sits in the worker, in front of the engines: a re-run asks no engine, replica or
+deployment again for what the job already has, whichever node they land on. It takes single requests from many concurrent conversations
 and sends them as calls of up to `batch_size` requests, at most `inflight` calls at a
 time (`Batcher`): an engine with continuous batching stays full while no conversation
 waits on another's turn. Transport policy stays where it already is: the `serve` and
@@ -75,9 +76,9 @@ class EngineGroup:
                                  "served_model": self.served or p.model,
                                  "concurrency": min(256, inflight * spec["batch_size"])})
         elif p.address.startswith(("serve:", "http://", "https://")):
-            # A judge deployment or app: whatever model it serves answers ("auto"), and it
-            # keeps its own call cache.
-            spec.update(backend="serve", model="auto", cache=None, options={**p.options, "address": p.address})
+            # A judge deployment or app: whatever model it serves answers ("auto"), keyed in
+            # the job's cache by the served model's id.
+            spec.update(backend="serve", model="auto", options={**p.options, "address": p.address})
         else:
             spec.update(backend=p.backend, options=dict(p.options))
         return spec

@@ -48,8 +48,6 @@ local: each actor's CPUs           `cpus_per_worker`, else on one  `cpus_per_wor
                                                                    replica), on a cluster one
 vllm: `resources` (unused by the   `worker_resources`              Resources() (one CPU)
 vllm app)
-a service: the job's call cache    kept in the plan                none (the deployment keeps
-                                                                   its own)
 =================================  ==============================  ==========================
 """
 from __future__ import annotations
@@ -117,7 +115,7 @@ def place_llm(backend: str, options: Mapping[str, Any] | None, settings, *, job:
     opts = dict(options or {})
     workers = max(1, settings.workers or 1)
     if job == "chunks" and address != "none":
-        return Placement("serve", address, (1, workers), CLIENT, keeps_cache=False,
+        return Placement("serve", address, (1, workers), CLIENT,
                          reason=f"judge_service: the judge at {address} answers, {workers} batch(es) at a time")
     if job == "stream" and backend in ("serve", "openai"):
         if backend == "serve":

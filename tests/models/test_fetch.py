@@ -1,8 +1,11 @@
 """Model references that are URIs: a model folder or file in a bucket resolves to a local
 copy with the same files, made once per node (threads racing make one copy), reused
-without asking the store again; a URI with nothing there is refused, naming it."""
+without asking the store again while it is whole and unchanged (a damaged copy is copied
+again, a copy cut short never put in place); a URI with nothing there is refused, naming
+it. A driver ships the URI itself, and the node that loads it makes its own copy."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -155,3 +158,81 @@ def test_a_ray_worker_resolves_the_uri_where_it_runs(ray_session, s3_root, model
     got = Path(ray.get(load.remote(uri, str(where))))
     assert got == fetch.fetched_dir(uri, where)
     assert files_of(got) == files_of(model_folder)
+
+
+def _damage_by(how: str, copy: Path) -> None:
+    """A copy on this node damaged as a full disk, a killed copier or a stray write would."""
+    weights = copy / "model.safetensors"
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[:1000])
+    elif how == "rewritten":  # same length, other bytes: caught by the time it was written
+        data = bytearray(weights.read_bytes())
+        data[:4] = b"\xff\xff\xff\xff"
+        weights.write_bytes(bytes(data))
+        os.utime(weights, ns=(weights.stat().st_atime_ns, weights.stat().st_mtime_ns + 1_000_000))
+    elif how == "missing":
+        (copy / "tokenizer" / "vocab.txt").unlink()
+    elif how == "unmarked":  # an older rexeval's copy, or a folder someone made by hand
+        (copy / fetch.MARKER).write_text('{"uri": "x", "kind": "dir", "files": 3}')
+
+
+@pytest.mark.parametrize("how", ["truncated", "rewritten", "missing", "unmarked"])
+def test_a_damaged_copy_is_copied_again(s3_root, model_folder, cache, how):
+    uri = f"{s3_root}/models/damaged-{how}"
+    location(uri).upload(model_folder)
+    local = fetch.fetch(uri)
+    _damage_by(how, local)
+    assert fetch.fetched(uri) is None  # not whole: not counted as this node's copy
+    assert not is_available_offline(resolve(uri, prepare=False))
+    again = Path(resolve(uri).location)
+    assert again == local and files_of(again) == files_of(model_folder)
+    assert fetch.fetched(uri) == again
+    assert sorted(p.name for p in (cache / "fetched").iterdir() if p.is_dir()) == [local.name]  # nothing left over
+
+
+def test_a_copy_cut_short_in_transfer_is_never_put_in_place(s3_root, model_folder, cache, monkeypatch):
+    import pyarrow.fs as pafs
+
+    uri = f"{s3_root}/models/cut-short"
+    location(uri).upload(model_folder)
+    real = pafs.copy_files
+
+    def short_copy(source, destination, **kw):  # the store sent fewer bytes than it lists
+        real(source, destination, **kw)
+        for f in Path(destination).rglob("*.safetensors"):
+            f.write_bytes(f.read_bytes()[:10])
+
+    monkeypatch.setattr(pafs, "copy_files", short_copy)
+    with pytest.raises(ModelUnavailable, match="incomplete: model.safetensors has 10 of 76800 bytes"):
+        resolve(uri)
+    assert not fetch.fetched_dir(uri).exists()
+    assert [p for p in (cache / "fetched").iterdir() if p.is_dir()] == []  # no temporary folder left
+    monkeypatch.setattr(pafs, "copy_files", real)
+    assert files_of(Path(resolve(uri).location)) == files_of(model_folder)
+
+
+def test_a_driver_ships_the_uri_and_a_loader_opens_its_own_node_copy(s3_root, model_folder, cache, tmp_path,
+                                                                     monkeypatch):
+    """`shipped_location` keeps a URI a URI without copying; `on_node` and `NodeModels`
+    give the copy on the node that reads them; other references pass through."""
+    import pickle
+
+    from rexeval.models.refs import NodeModels, node_models, on_node, shipped_location
+
+    uri = f"{s3_root}/models/shipped"
+    location(uri).upload(model_folder)
+    assert shipped_location(uri) == uri and not (cache / "fetched").exists()
+    models = node_models({"sts": uri, "other": str(model_folder)})
+    assert dict(models) == {"sts": uri, "other": str(model_folder)}  # as shipped
+    assert not (cache / "fetched").exists()
+    # In the actor (another node: another models cache), a lookup copies it there.
+    monkeypatch.setenv("REXEVAL_CACHE", str(tmp_path / "other-node"))
+    there = pickle.loads(pickle.dumps(models))
+    assert isinstance(there, NodeModels)
+    local = Path(there["sts"])
+    assert local == fetch.fetched_dir(uri, tmp_path / "other-node" / "models")
+    assert files_of(local) == files_of(model_folder)
+    assert there.get("other") == str(model_folder) and there.get("absent", "d") == "d"
+    assert on_node(str(model_folder)) == str(model_folder) and on_node("org/model") == "org/model"
+    with pytest.raises(ModelUnavailable, match="not found"):
+        shipped_location(f"{s3_root}/models/not-there")

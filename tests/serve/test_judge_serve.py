@@ -206,6 +206,30 @@ def test_concurrent_calls_share_generate_calls(judge):
 
 
 @pytest.mark.slow
+def test_replicas_share_a_call_cache_at_a_uri(judge, s3_root, tmp_path):
+    """A judge app's cache may be a URI (one object per call in the bucket): a new app,
+    whose replicas may run on another node, answers what an earlier one cached without
+    asking its model."""
+    from ray import serve
+
+    from rexeval.models.llm.base import LLMResult
+
+    log = tmp_path / "model-calls.jsonl"
+    spec = SCRIPTED.model_copy(update={"options": {**SCRIPTED.options, "log": str(log)}})
+    reqs = [chat("the strings are bright"), chat("the case fits"), chat("anything else")]
+    answers = []
+    for name in ("rexeval-judge-uri-a", "rexeval-judge-uri-b"):
+        handle = start_judge_service(JudgeServeConfig(backend=spec, cache=f"{s3_root}/judge-cache", num_cpus=0.25,
+                                                      batch_wait_timeout_s=0.0), name=name)
+        try:
+            answers.append([LLMResult(**r) for r in handle.generate.remote([r.model_dump() for r in reqs]).result()])
+        finally:
+            serve.delete(name)
+    assert len(log.read_text().splitlines()) == 3, "the second app asked its model again"
+    assert essentials(answers[1]) == essentials(answers[0]) and all(r.cached for r in answers[1])
+
+
+@pytest.mark.slow
 def test_http_bad_requests_get_4xx(judge):
     _, url, _ = judge
     bad = httpx.post(url, content=b"{oops", timeout=30)

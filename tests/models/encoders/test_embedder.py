@@ -131,3 +131,40 @@ def test_embed_rows_with_prompt_and_custom_columns():
     out = from_embed_row({"idx": 1, "embeddings": [[0.0, 2.0]]}, index_column="idx")
     assert out["idx"] == 1 and out["embedding"].tolist() == [0.0, 1.0]
     assert from_embed_row({"row": 2})["error"] == "no embedding from the vLLM engine"
+
+
+@pytest.mark.slow
+def test_an_actor_loads_a_model_uri_from_its_own_nodes_checked_copy(tiny_bert, s3_root, ray_session, tmp_path,
+                                                                    monkeypatch):
+    """The driver ships the URI (the vLLM embed plan keeps it as its source, nothing is
+    copied here); a Ray worker with a models cache of its own (another node's disk) copies
+    it there and encodes as the local folder does; a copy damaged on that node is copied
+    again before it is loaded."""
+    import ray
+
+    from rexeval.models import fetch
+    from rexeval.pipelines.core.storage import location
+
+    src = tiny_bert[1]
+    uri = f"{s3_root}/models/tiny-embedder"
+    location(uri).upload(src)
+    monkeypatch.setattr(fetch, "fetch", lambda *a, **k: pytest.fail("the driver copied the model"))
+    assert vllm_embed_processor_config(uri).model_source == uri
+    node = tmp_path / "other-node"
+
+    @ray.remote(runtime_env={"env_vars": {"REXEVAL_CACHE": str(node)}})
+    def encode(where: str):
+        from rexeval.models.encoders.embedder import Embedder
+
+        model = Embedder(where, device="cpu")
+        return model.location, model.model_ref, model.encode(TEXTS)
+
+    at, ref, vectors = ray.get(encode.remote(uri))
+    copy = fetch.fetched_dir(uri, node / "models")
+    assert (at, ref) == (str(copy), uri)
+    np.testing.assert_allclose(vectors, Embedder(str(src), device="cpu").encode(TEXTS), atol=1e-6)
+    weights = copy / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # cut short on that node's disk
+    at, _, again = ray.get(encode.remote(uri))
+    assert at == str(copy) and weights.stat().st_size == (src / "model.safetensors").stat().st_size
+    np.testing.assert_allclose(again, vectors, atol=1e-6)

@@ -130,3 +130,26 @@ def test_vllm_answers_through_the_stream_processor_on_gpu(ray_session):
 def test_the_vllm_backend_has_no_per_call_path(spec):
     with pytest.raises(ValueError, match="Ray Data stream"):
         build_backend(spec).generate([ChatRequest(messages=[{"role": "user", "content": "hi"}])])
+
+
+def test_a_model_uri_reaches_the_engines_as_the_uri(tiny_model_dir, s3_root, ray_session, monkeypatch, tmp_path):
+    """Weights in a bucket are never copied to the driver: the engine stage gets the URI,
+    and Ray's vLLM stage downloads it on the node where each engine starts (building the
+    processor, Ray reads the tokenizer's files only, into the Hugging Face cache and a
+    lock in the home folder: both kept in this test's folder)."""
+    import huggingface_hub.constants
+
+    from rexeval.models import fetch
+    from rexeval.pipelines.core.storage import location
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    uri = f"{s3_root}/models/tiny-chat"
+    location(uri).upload(tiny_model_dir)
+    monkeypatch.setattr(fetch, "fetch", lambda *a, **k: pytest.fail("the driver copied the model"))
+    spec = BackendSpec(backend="vllm", model=uri, options={"concurrency": [1, 2]})
+    assert processor_config(spec).model_source == uri
+    proc = build_request_processor(spec)
+    for stage in ("ChatTemplateStage", "vLLMEngineStage"):
+        assert proc.processor.get_stage_by_name(stage).fn_constructor_kwargs["model"] == uri, stage
+    assert "vllm" not in sys.modules

@@ -1,5 +1,6 @@
-"""The LLM-call cache at a URI (one object per call on the test S3 endpoint), where the
-cache of a job goes, and that a local path keeps the SQLite file."""
+"""The LLM-call cache at a URI (one object per call on the test S3 endpoint,
+`models/llm/cache.py`'s `ObjectCallCache`), where the cache of a job goes
+(`pipelines/core/llm_cache.py`), and that a local path keeps the SQLite file."""
 from __future__ import annotations
 
 import json
@@ -13,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from rexeval.models.llm import BackendSpec, ChatRequest, LLMBackend, LLMResult, SamplingParams
-from rexeval.models.llm.cache import CachedBackend, LLMCache, request_key
+from rexeval.models.llm.cache import CachedBackend, LLMCache, ObjectCallCache, open_call_cache, request_key
 from rexeval.models.llm.cache import build_cached_backend as models_build_cached_backend
-from rexeval.pipelines.core.llm_cache import (ObjectCallCache, build_cached_backend, node_cache,
-                                              open_call_cache, resolve_cache)
+from rexeval.pipelines.core.llm_cache import build_cached_backend, node_cache, resolve_cache
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.storage import location
 
@@ -137,19 +137,21 @@ def test_a_fresh_process_reads_what_another_wrote(s3_root):
     assert second == {"asked": [], "cached": [True] * 6}
 
 
-def test_a_local_path_keeps_the_sqlite_file_and_models_refuse_a_uri(tmp_path, monkeypatch):
+def test_a_local_path_keeps_the_sqlite_file_and_models_open_a_uri(tmp_path, monkeypatch):
     assert isinstance(open_call_cache(tmp_path / "sub" / "c.sqlite"), LLMCache)
     assert open_call_cache(None) is None and open_call_cache("") is None
     llm = build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, str(tmp_path / "c.sqlite"))
     assert isinstance(llm.cache, LLMCache) and (tmp_path / "c.sqlite").is_file()
     assert not isinstance(build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, None),
                           CachedBackend)
-    # models/ cannot open a URI (it may not import the storage module): it says so,
-    # instead of making a local folder named "s3:".
+    # models/ opens a URI as the object store too (the judge replicas, in the serve layer,
+    # build their backends there), never as a local folder named "s3:".
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match="pipelines.core.llm_cache"):
-        models_build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, "s3://b/cache")
+    llm = models_build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, "s3://b/cache")
+    assert isinstance(llm.cache, ObjectCallCache) and llm.cache.root == "s3://b/cache"
     assert not (tmp_path / "s3:").exists()
+    with pytest.raises(ValueError, match="lives at a URI"):
+        ObjectCallCache(tmp_path / "c")
 
 
 def test_where_a_job_caches_its_calls(tmp_path, monkeypatch):
@@ -172,6 +174,7 @@ def test_where_a_job_caches_its_calls(tmp_path, monkeypatch):
     assert resolve_cache(None, "s3://b/runs/x") == "s3://b/cache/llm-calls"
     assert resolve_cache(None, str(tmp_path / "out")) == "s3://b/cache/llm-calls"
     assert LLMJobSettings().cache_path() == "s3://b/cache/llm-calls"
-    # The judge deployment (serve layer) opens only a local file: the node's own.
+    # A judge app a job starts keeps the node's own file: the job's workers keep the job's
+    # cache in front of it.
     assert node_cache("s3://b/cache/llm-calls") == str((Path.home() / ".cache" / "rexeval" / "llm-calls.sqlite").resolve())
     assert node_cache(local_default) == local_default and node_cache(None) is None

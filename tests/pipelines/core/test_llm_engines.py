@@ -132,8 +132,8 @@ def test_clients_by_kind(ray_session):
     judge_url = CallPlan(backend="serve", model="m", address="http://h:2/judge")
     assert (serve_plan.kind, http_plan.kind, judge_url.kind) == ("serve", "http", "http")
     s = EngineGroup(serve_plan).client_spec()
-    # A judge deployment answers with whatever it serves, and keeps its own cache.
-    assert (s["backend"], s["model"], s["cache"], s["inflight"]) == ("serve", "auto", None, 3)
+    # A judge deployment answers with whatever it serves, behind the job's own call cache.
+    assert (s["backend"], s["model"], s["cache"], s["inflight"]) == ("serve", "auto", "/c.sqlite", 3)
     assert s["options"]["address"] == "serve:app" and s["options"]["deployment"] == "D"
     h = EngineGroup(http_plan).client_spec()
     assert (h["backend"], h["model"], h["cache"]) == ("openai", "gpt-x", "/c.sqlite")
@@ -278,3 +278,52 @@ def test_the_batcher_merges_requests_sends_earlier_shards_first_and_turns_a_fail
     assert sent[:2] == [["early0", "early1", "late0"], ["late1", "late2"]]
     assert [r.text for r in got] == ["LATE0", "LATE1", "LATE2", "EARLY0", "EARLY1"]
     assert all(r.transient and "replica died" in r.error for r in failed)
+
+
+@pytest.mark.slow
+def test_a_serve_routed_rerun_on_a_fresh_replica_makes_no_call(tmp_path, s3_root, ray_session):
+    """A judge job whose calls a judge deployment answers keeps the job's call cache (a
+    URI) in its workers, in front of the deployment: run again against a new deployment
+    whose replicas have an empty cache of their own (another node's disk), it makes no
+    call and writes the same verdicts."""
+    import pyarrow.parquet as pq
+    from ray import serve
+
+    from rexeval.models.llm.base import BackendSpec
+    from rexeval.pipelines.judge.config import PairwiseJobConfig
+    from rexeval.pipelines.judge.jobs import run_pairwise
+    from rexeval.pipelines.core.storage import location
+    from rexeval.serve.judge import JudgeServeConfig, start_judge_service
+    from tests.pipelines.judge.test_jobs_uri import CHUNK, SCRIPTED, _calls, _planted
+
+    inputs = _planted(tmp_path / "inputs")
+    log = tmp_path / "model-calls.jsonl"
+    model = BackendSpec(backend=SCRIPTED, model="scripted-judge",
+                        options={"rules": [["great", "Better.\n[[A]]"]], "default": "Fair.\n[[C]]", "log": str(log)})
+
+    def judged(app: str, replica_cache: str, out: str) -> dict:
+        start_judge_service(JudgeServeConfig(backend=model, cache=replica_cache, num_cpus=0.25,
+                                             batch_wait_timeout_s=0.0), port=free_port(), name=app)
+        try:
+            return run_pairwise(PairwiseJobConfig(
+                explanations=[inputs["explanations"]], reviews=[inputs["reviews"]], baseline="base", divide=False,
+                out=out, judge_service=f"serve:{app}", chunk_size=CHUNK, backend=SCRIPTED,
+                models={"judge_llm": "scripted-judge"}, cache=f"{s3_root}/job-cache"), progress=lambda m: None)
+        finally:
+            serve.delete(app)
+
+    try:
+        first = judged("rexeval-judge-node-a", str(tmp_path / "node-a" / "calls.sqlite"), f"{s3_root}/first")
+        asked = len(_calls(log))
+        again = judged("rexeval-judge-node-b", str(tmp_path / "node-b" / "calls.sqlite"), f"{s3_root}/second")
+    finally:
+        serve.shutdown()  # later tests start Serve on ports of their own
+    assert asked > 0 and first["usage"]["calls"] == asked
+    assert len(_calls(log)) == asked, "the re-run asked the model again"
+    assert again["usage"]["calls"] == asked and again["usage"]["cached_calls"] == asked
+
+    def verdicts(out: str) -> list:
+        with location(f"{out}/verdicts.parquet").open_input() as fh:
+            return pq.read_table(fh).to_pylist()
+
+    assert verdicts(f"{s3_root}/first") == verdicts(f"{s3_root}/second")

@@ -70,10 +70,11 @@ def test_a_streamed_job_places_its_model_as_before(backend, options, workers, ki
 # Chunked jobs (the judges, detect's generator, the prompted generators): chunk_plan with
 # the judge service's address ("none": judge_service none, or vLLM with auto).
 CHUNKS = [
-    # a judge deployment or app answers: backend serve, `workers` batches, no cache here
-    ("hf", {}, "serve:rexeval-judge", {"workers": 2}, "serve", "serve", CLIENT, (1, 2), None),
-    ("openai", {"concurrency": 9}, "serve:app", {}, "serve", "serve", CLIENT, (1, 1), None),
-    ("hf", {"batch_size": 8}, "http://h:3/judge", {"workers": 3}, "http", "serve", CLIENT, (1, 3), None),
+    # a judge deployment or app answers: backend serve, `workers` batches, the job's cache
+    # in front of it
+    ("hf", {}, "serve:rexeval-judge", {"workers": 2}, "serve", "serve", CLIENT, (1, 2), CACHE),
+    ("openai", {"concurrency": 9}, "serve:app", {}, "serve", "serve", CLIENT, (1, 1), CACHE),
+    ("hf", {"batch_size": 8}, "http://h:3/judge", {"workers": 3}, "http", "serve", CLIENT, (1, 3), CACHE),
     # judge_service none, in-process: up to `workers` actors sharing the 6 CPUs free now
     ("hf", {}, "none", {}, "local", "hf", R(6.0, 0.0), (1, 1), CACHE),
     ("hf", {}, "none", {"workers": 2, "gpus_per_worker": 1.0}, "local", "hf", R(3.0, 1.0), (1, 2), CACHE),
