@@ -341,3 +341,69 @@ def block_partials(ds, fn, **fn_kwargs) -> list[dict]:
     """`fn(block, **fn_kwargs)` (a few rows of partial counts) on every block of `ds`, in
     Ray workers; their rows, for the driver to combine. No shuffle: one pass over `ds`."""
     return ds.map_batches(fn, fn_kwargs=fn_kwargs, batch_size=None, batch_format="pyarrow").take_all()
+
+
+# -- numbering rows across a sorted Dataset -----------------------------------------------
+
+def _block_summary(block: pa.Table, key: str | None) -> tuple:
+    """(rows, first and last value of `key`, runs of equal `key` values) of one block."""
+    n = block.num_rows
+    if not n or key is None:
+        return n, None, None, 0
+    values = block.column(key).to_numpy(zero_copy_only=False)
+    return n, values[0], values[-1], 1 + int((values[1:] != values[:-1]).sum())
+
+
+def block_refs(ds, key: str | None = None) -> tuple[list, list[tuple]]:
+    """`ds`'s blocks (object references, in order) and, worked out where each block is, its
+    rows and (with `key`) its first and last value of that column and the runs of equal
+    values in it: what a driver needs to number or cut rows across blocks, a few values per
+    block."""
+    import ray
+
+    refs = ds.to_arrow_refs()
+    summary = ray.remote(_block_summary).options(num_cpus=0.1)
+    return refs, ray.get([summary.remote(r, key) for r in refs])
+
+
+def _numbered(block: pa.Table, columns: dict[str, tuple[str | None, int]]) -> pa.Table:
+    """`block` with each of `columns` (name -> (key, start)): the row's place from `start`
+    (key None), or the rank of its `key` value among the distinct values from `start`."""
+    import numpy as np
+
+    n = block.num_rows
+    for name, (key, start) in columns.items():
+        if key is None:
+            values = np.arange(start, start + n, dtype=np.int64)
+        else:
+            v = block.column(key).to_numpy(zero_copy_only=False)
+            values = start + np.concatenate([[0], np.cumsum(v[1:] != v[:-1])]).astype(np.int64)[:n]
+        if name in block.column_names:
+            block = block.drop_columns([name])
+        block = block.append_column(name, pa.array(values, pa.int64()))
+    return block
+
+
+def ranked(ds, keys: list[str], *, position: str | None = None, dense: str | None = None):
+    """`ds` sorted by `keys` (Ray Data's sort) with each row's place in that order in the
+    column `position` and the rank of its `keys[0]` value among that column's distinct
+    values in `dense` (both from 0), numbered by Ray tasks from a few values per block.
+    Returns (the dataset, how many distinct `keys[0]` values there are). How a job indexes
+    users, items or interactions in sorted order without the driver holding the ids."""
+    import ray
+
+    refs, ends = block_refs(ds.sort(list(keys)), keys[0] if dense else None)
+    row, rank, last, plans = 0, 0, _UNSEEN, []
+    for n, first, end, runs in ends:
+        start = rank - 1 if n and first == last else rank
+        plans.append({**({position: (None, row)} if position else {}), **({dense: (keys[0], start)} if dense else {})})
+        row += n
+        if n:
+            rank, last = start + runs, end
+    if not refs:
+        return ds, 0
+    number = ray.remote(_numbered).options(num_cpus=0.25)
+    return ray.data.from_arrow_refs([number.remote(r, p) for r, p in zip(refs, plans)]), rank
+
+
+_UNSEEN = object()

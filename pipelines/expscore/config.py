@@ -47,7 +47,9 @@ class ExpScoreInputs(BaseModel):
     models: dict[str, str | None] = Field(default_factory=dict,
                                           description="profile role overrides (a study's `models:`)")
     device: str = "auto"
-    ray: Literal["auto", "always", "never"] = "auto"
+    ray: Literal["auto", "always", "never"] = Field(
+        "auto", description="run on Ray workers (the driver holds no table): always, never, or auto: when the "
+        "explanations or the reviews reach ray_min_rows rows")
     ray_min_rows: int = Field(20000, ge=1)
     batch_size: int = Field(512, ge=1)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -271,6 +272,23 @@ def attach_reviews(rows: list[dict], cfg: ExpScoreInputs
             errors.append(error_row(row["source"], row["line"], row["example_id"], cfg.item_column, "no_reviews",
                                     f"item {row['item_id']!r} has no reviews in {cfg.reviews} (relevance needs them)"))
     return kept, errors, corpus, by_item
+
+
+@dataclass
+class Loaded:
+    """A job's checked inputs: in this process (`rows`, and `by_item` the reviews of each
+    item) or on Ray (`dataset`: the rows with their item's reviews, on the workers:
+    `on_ray.load_on_ray`); the error rows, how many rows came in and are usable, whether
+    a features column exists, and WI's word counts (when asked for)."""
+
+    errors: list[dict]
+    n_in: int
+    n_rows: int
+    has_features: bool
+    tf: dict[str, int] | None = None
+    rows: list[dict] | None = None
+    by_item: dict[str, list[str]] = field(default_factory=dict)
+    dataset: Any = None
 
 
 def split_rows(n: int, test_fraction: float, seed: int) -> np.ndarray:

@@ -10,8 +10,12 @@ Grammar (GC) needs LanguageTool (`models.languagetool`); without one GC is
 *unavailable*: the heads are trained and scored without it and the report
 (`pipelines.expscore.report`) says so.
 
-Factors are computed by one Stage (`FactorStage`), in process for small inputs and on a
-Ray Data actor pool for large ones (`ray: auto` switches at `ray_min_rows`). The math
+Factors are computed by one Stage (`FactorStage`). A small job runs in process; with
+`ray: always`, or `auto` once the explanations or the reviews reach `ray_min_rows` rows,
+it runs on Ray workers (`pipelines.expscore.on_ray`): the inputs read, the reviews joined
+and counted, the factors computed and the heads trained by Ray tasks and actors, so the
+driver never holds a table. Either way the split, the heads and the outputs are
+`finish_train` / `finish_score` on the same rows and factors. The math
 lives in `metrics.expscore_factors` and `models.expscore`.
 """
 from __future__ import annotations
@@ -40,6 +44,7 @@ from rexeval.models.languagetool import (
 from rexeval.pipelines.expscore.config import (ENCODER_ROLE, EXPSCORE_SCORE_OUTPUTS, EXPSCORE_TRAIN_OUTPUTS, ExpScoreInputs,
                                              ExpScoreScoreConfig, ExpScoreTrainConfig)
 from rexeval.pipelines.expscore.inputs import (
+    Loaded,
     attach_reviews,
     error_row,
     load_examples,
@@ -94,7 +99,8 @@ class FactorStage(Stage):
     sentence encoder once per actor. The grammar checker (a LanguageTool client) travels
     with the stage and reconnects in each actor: a server started from a local folder
     listens on 127.0.0.1, so on a multi-node cluster pass a URL the workers can reach.
-    `encoder` and `grammar` may be given as objects (tests, in-process runs).
+    `encoder` and `grammar` may be given as objects (tests, in-process runs). `carry`:
+    columns of the rows copied to the output (on Ray, what the heads' task needs of them).
     """
 
     name = "expscore-factors"
@@ -102,7 +108,7 @@ class FactorStage(Stage):
     def __init__(self, factors: Sequence[str], term_frequency: dict[str, int],
                  reviews: dict[str, list[str]], *, encoder_ref: str | None = None, device: str = "auto",
                  encoder=None, grammar=None, repetition_n: int = 2, batch_size: int = 512,
-                 resources: Resources = ONE_CPU):
+                 resources: Resources = ONE_CPU, carry: Sequence[str] = ()):
         self.factors = list(factors)
         self.term_frequency = term_frequency
         self.reviews = reviews
@@ -113,6 +119,7 @@ class FactorStage(Stage):
         self.repetition_n = repetition_n
         self.batch_size = batch_size
         self.resources = resources
+        self.carry = list(carry)  # the rows' own columns copied beside their factors
         self._centroids: dict = {}
 
     def setup(self) -> None:
@@ -131,7 +138,7 @@ class FactorStage(Stage):
                              grammar=self.grammar, features_column="features",
                              repetition_n=self.repetition_n, factors=self.factors,
                              centroid_cache=self._centroids)
-        cols = {"row": batch.column("row")}
+        cols = {"row": batch.column("row"), **{c: batch.column(c) for c in self.carry}}
         cols.update({f: pa.array(table.values[f].to_numpy(), pa.float64()) for f in self.factors})
         return pa.table(cols)
 
@@ -231,19 +238,18 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
               progress: Callable[[str], None] = print) -> dict:
     """Read, compute factors, split, train the heads, write model + scores + report.
 
-    `encoder` / `grammar` replace the profile's sentence encoder / the LanguageTool
-    checker (tests pass fakes); otherwise they come from the config.
+    In process, or on Ray workers (`use_ray`: `pipelines.expscore.on_ray`), where this
+    driver holds counts and the report, never a table. `encoder` / `grammar` replace the
+    profile's sentence encoder / the LanguageTool checker (tests pass fakes); otherwise
+    they come from the config.
     """
     out = location(cfg.out)
-    settings = cfg.train_settings()
-    rows, errors, has_features = load_examples(cfg, "required", (cfg.rating_min, cfg.rating_max))
-    n_in = len(rows) + len(errors)
-    rows, more, corpus, by_item = attach_reviews(rows, cfg)
-    errors += more
-    progress(f"inputs: {n_in:,} rows, {len(rows):,} usable, {len(errors):,} errors")
-    if len(rows) < 3:
+    loaded = load_inputs(cfg, "required", (cfg.rating_min, cfg.rating_max), want_tf=True)
+    errors = loaded.errors
+    progress(f"inputs: {loaded.n_in:,} rows, {loaded.n_rows:,} usable, {len(errors):,} errors")
+    if loaded.n_rows < 3:
         first = "; ".join(f"{e['source']} row {e['line']}: {e['message']}" for e in errors[:3])
-        raise ValueError(f"only {len(rows)} usable rows; ExpScore needs at least 3 rated explanations"
+        raise ValueError(f"only {loaded.n_rows} usable rows; ExpScore needs at least 3 rated explanations"
                          + (f" (first problems: {first})" if first else ""))
     job = ShardedOutput(out, "expscore-train", cfg.recorded(), tables=[], owns=EXPSCORE_TRAIN_OUTPUTS.paths()).open(overwrite=overwrite)
     unavailable: dict[str, str] = {}
@@ -252,19 +258,32 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         grammar, note, close = open_grammar_checker(cfg.languagetool, cfg.language)
         if grammar is None:
             unavailable["GC"] = note
-    if not has_features:
+    if not loaded.has_features:
         unavailable["FA"] = f"no {cfg.features_column!r} column in the inputs"
     used = [f for f in FACTORS if f not in unavailable]
-    tf = dict(term_frequencies(corpus))
     encoder_ref = None if encoder is not None else _encoder_ref(cfg)
-    stage = FactorStage(used, tf, by_item, encoder_ref=encoder_ref, device=cfg.device, encoder=encoder,
-                        grammar=grammar, repetition_n=cfg.repetition_n, batch_size=cfg.batch_size)
+    stage = FactorStage(used, loaded.tf, loaded.by_item, encoder_ref=encoder_ref, device=cfg.device,
+                        encoder=encoder, grammar=grammar, repetition_n=cfg.repetition_n, batch_size=cfg.batch_size)
+    finish = dict(cfg=cfg, errors=errors, n_in=loaded.n_in, used=used, unavailable=unavailable, tf=loaded.tf,
+                  encoder_ref=encoder_ref, progress=progress)
     try:
-        values = compute_factors(rows, stage, cfg.ray, cfg.ray_min_rows, progress)
+        report = _finish(loaded, stage, finish_train, finish, progress)
     finally:
         close()
+    job.finish(shards=0, counts=report["counts"])
+    return report
+
+
+def finish_train(cfg: ExpScoreTrainConfig, rows: list[dict], values: pd.DataFrame, errors: list[dict], n_in: int,
+                 used: list[str], unavailable: dict[str, str], tf: dict[str, int], encoder_ref: str | None,
+                 progress: Callable[[str], None] = print) -> dict:
+    """The rows' factors (`values`, by position) -> the split, the trained heads, the
+    model folder, scores, errors and the report; returns the report. Where the factors
+    are: this process, or a Ray task of the job (`on_ray`)."""
+    out = location(cfg.out)
+    settings = cfg.train_settings()
     keep, more = undefined_factor_errors(rows, values, used)
-    errors += more
+    errors = errors + more
     rows, values = _factor_rows(rows, values, keep)
     split = split_rows(len(rows), cfg.test_fraction, cfg.seed)
     if (split == "train").sum() < 2:
@@ -308,8 +327,46 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         "notes": unavailable_notes(unavailable),
     }
     _write_outputs(out, scores_table(rows, split, values, predictions), errors, report)
-    job.finish(shards=0, counts=report["counts"])
     return report
+
+
+# ================================================================== inputs, here or on Ray
+
+
+def _finish(loaded: Loaded, stage: FactorStage, finish: Callable, kwargs: dict,
+            progress: Callable[[str], None]) -> dict:
+    """The factors of the rows, then `finish(rows=, values=, **kwargs)`: here, or on Ray
+    (the factors on an actor pool, `finish` in a Ray task: `on_ray.finish_on_ray`)."""
+    if loaded.dataset is not None:
+        from rexeval.pipelines.expscore.on_ray import finish_on_ray
+
+        return finish_on_ray(loaded.dataset, stage, finish, kwargs, progress)
+    values = compute_factors(loaded.rows, stage, "never", 1, progress)
+    return finish(rows=loaded.rows, values=values, **kwargs)
+
+
+def use_ray(cfg: ExpScoreInputs) -> bool:
+    """`ray`: always, never, or (auto) when the explanations or the reviews reach
+    `ray_min_rows` rows, counted without reading a table (`on_ray.input_rows`)."""
+    if cfg.ray != "auto":
+        return cfg.ray == "always"
+    from rexeval.pipelines.expscore.on_ray import input_rows
+
+    return input_rows(cfg) >= cfg.ray_min_rows
+
+
+def load_inputs(cfg: ExpScoreInputs, rating: str, scale: tuple[float, float], want_tf: bool) -> Loaded:
+    """The inputs checked (`inputs.load_examples`) and given their item's reviews
+    (`inputs.attach_reviews`), here or on Ray (`use_ray`)."""
+    if use_ray(cfg):
+        from rexeval.pipelines.expscore.on_ray import load_on_ray
+
+        return load_on_ray(cfg, rating, scale, want_tf)
+    rows, errors, has_features = load_examples(cfg, rating, scale)
+    n_in = len(rows) + len(errors)
+    rows, more, corpus, by_item = attach_reviews(rows, cfg)
+    return Loaded(errors + more, n_in, len(rows), has_features, dict(term_frequencies(corpus)) if want_tf else None,
+                  rows, by_item)
 
 
 # ================================================================== score
@@ -355,19 +412,16 @@ def load_models(path: str | Path, head: str) -> tuple[dict[str, ExpScoreModel], 
 def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None, grammar=None,
               progress: Callable[[str], None] = print) -> dict:
     """Score explanations with a trained model; ratings, when the input has them, are
-    compared with the scores in the report."""
+    compared with the scores in the report. In process or on Ray workers, as `run_train`."""
     out = location(cfg.out)
     models, settings = load_models(cfg.model, cfg.head)
     needed = [f for f in FACTORS if any(f in m.factors for m in models.values())]
     if "GC" in needed and grammar is None and not (cfg.languagetool or os.environ.get(LANGUAGETOOL_ENV)):
         raise ValueError(f"the model uses grammar correctness (GC): {GRAMMAR_UNAVAILABLE}")
     first = next(iter(models.values())).settings
-    rows, errors, has_features = load_examples(cfg, "optional", (first.rating_min, first.rating_max))
-    n_in = len(rows) + len(errors)
-    rows, more, _, by_item = attach_reviews(rows, cfg)
-    errors += more
-    progress(f"inputs: {n_in:,} rows, {len(rows):,} usable, {len(errors):,} errors")
-    if "FA" in needed and not has_features:
+    loaded = load_inputs(cfg, "optional", (first.rating_min, first.rating_max), want_tf=False)
+    progress(f"inputs: {loaded.n_in:,} rows, {loaded.n_rows:,} usable, {len(loaded.errors):,} errors")
+    if "FA" in needed and not loaded.has_features:
         raise ValueError(f"the model uses feature appearance (FA) but the inputs have no "
                          f"{cfg.features_column!r} column")
     job = ShardedOutput(out, "expscore-score", cfg.recorded(), tables=[], owns=EXPSCORE_SCORE_OUTPUTS.paths()).open(overwrite=overwrite)
@@ -381,15 +435,26 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
         encoder_ref = cfg.embedder
     if encoder is None and "REL" in needed and not encoder_ref:
         encoder_ref = _encoder_ref(cfg)
-    stage = FactorStage(needed, settings["term_frequency"], by_item, encoder_ref=encoder_ref, device=cfg.device,
+    stage = FactorStage(needed, settings["term_frequency"], loaded.by_item, encoder_ref=encoder_ref, device=cfg.device,
                         encoder=encoder, grammar=grammar if "GC" in needed else None,
                         repetition_n=int(settings.get("repetition_n", 2)), batch_size=cfg.batch_size)
+    finish = dict(cfg=cfg, errors=loaded.errors, n_in=loaded.n_in, models=models, needed=needed, settings=settings,
+                  notes=notes)
     try:
-        values = compute_factors(rows, stage, cfg.ray, cfg.ray_min_rows, progress)
+        report = _finish(loaded, stage, finish_score, finish, progress)
     finally:
         close()
+    job.finish(shards=0, counts=report["counts"])
+    return report
+
+
+def finish_score(cfg: ExpScoreScoreConfig, rows: list[dict], values: pd.DataFrame, errors: list[dict], n_in: int,
+                 models: dict[str, ExpScoreModel], needed: list[str], settings: dict, notes: list[str]) -> dict:
+    """The rows' factors -> the heads' scores, the outputs and the report (returned); in
+    this process or a Ray task of the job, as `finish_train`."""
+    out = location(cfg.out)
     keep, more = undefined_factor_errors(rows, values, needed)
-    errors += more
+    errors = errors + more
     rows, values = _factor_rows(rows, values, keep)
     predictions = {h: m.predict(values[list(m.factors)].to_numpy(dtype=np.float64)) for h, m in models.items()}
     rated = np.array([r["rating"] is not None for r in rows], dtype=bool)
@@ -409,5 +474,4 @@ def run_score(cfg: ExpScoreScoreConfig, *, overwrite: bool = False, encoder=None
         "notes": unavailable_notes(unavailable) + notes,
     }
     _write_outputs(out, scores_table(rows, ["score"] * len(rows), values, predictions), errors, report)
-    job.finish(shards=0, counts=report["counts"])
     return report

@@ -15,6 +15,10 @@ Each distinct (prompt, response) is scored once: explanations repeated across pa
 deterministic, so no presentation-order swap is needed: the verdict only depends on
 which explanation is called A.
 
+`run_disc_on_ray` does the same with the model on Ray actors (`DiscStage`), as the judge
+jobs do, so it never loads in the job's driver: the pairs go in batches that keep each
+context whole, so what repeats is still scored once.
+
 `run_disc` also records what the scoring took (wall seconds, the devices the model sat
 on), the reward model's side of seed 004's cost comparison (Table 3): a reward model
 is paid by the GPU-hour, not by the token (`pipelines.judge.cost`).
@@ -22,15 +26,17 @@ is paid by the GPU-hour, not by the token (`pipelines.judge.cost`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from time import perf_counter
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.metrics.preference import majority_vote
+from rexeval.pipelines.core.stage import Resources, Stage
 from rexeval.pipelines.judge.pairwise import ALL, NO_HISTORY, PAIR_COLUMNS
 
 
@@ -70,16 +76,21 @@ def reward_prompt(template, criteria: list, user_profile: str, item_description:
     return "\n\n".join(m["content"] for m in messages)
 
 
-def score_tasks(pairs: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:
-    """One row per (pair, unit): pair_id, unit, prompt, explanation_a, explanation_b."""
-    from rexeval.prompts import load_prompt
-    from rexeval.prompts.rubrics import load_rubric
-
+def check_pairs(pairs: pd.DataFrame) -> None:
+    """Refuse pairs without the columns the prompts need, or with a pair_id twice."""
     missing = [c for c in PAIR_COLUMNS if c not in pairs.columns]
     if missing:
         raise ValueError(f"pairs lack column(s) {missing}")
     if pairs["pair_id"].duplicated().any():
         raise ValueError("pairs repeat a pair_id: one row per pair")
+
+
+def score_tasks(pairs: pd.DataFrame, cfg: DiscConfig) -> pd.DataFrame:
+    """One row per (pair, unit): pair_id, unit, prompt, explanation_a, explanation_b."""
+    from rexeval.prompts import load_prompt
+    from rexeval.prompts.rubrics import load_rubric
+
+    check_pairs(pairs)
     template = load_prompt(cfg.prompt, cfg.prompts_dir)
     rubric = load_rubric(cfg.criteria, cfg.prompts_dir)
     plan = units(rubric, cfg)
@@ -209,3 +220,98 @@ def _combine(pairs: pd.DataFrame, detail: pd.DataFrame, cfg: DiscConfig) -> pd.D
     out["score_b"] = out[[f"score_b_{u}" for u in names]].mean(axis=1)
     lead = ["pair_id", "verdict", "score_a", "score_b"]
     return out[lead + [c for c in out.columns if c not in lead]]
+
+
+# -- the scoring on Ray actors ------------------------------------------------------------
+
+PAIRS_PER_BATCH = 256
+"""Pairs one call of the scoring stage gets, about (`context_batches` keeps contexts whole)."""
+DETAIL = ["pair_id", "unit", "score_a", "score_b", "verdict"]
+
+
+def context_batches(pairs: pd.DataFrame, size: int | None = None) -> list[pd.DataFrame]:
+    """`pairs` in batches of about `size` that keep every pair of one context (the user's
+    history and the item description, what a reward prompt is made of) together: a
+    (prompt, response) that repeats across pairs (a baseline's explanation against each
+    system) falls in one batch and is scored once, as on the whole table. `size`:
+    PAIRS_PER_BATCH unless given."""
+    size = size or PAIRS_PER_BATCH
+    contexts = [f"{p or NO_HISTORY}\x1f{d or ''}" for p, d in zip(pairs["user_profile"], pairs["item_description"])]
+    codes = pd.factorize(pd.Series(contexts, dtype=object))[0]
+    batch_of, batch, filled = np.zeros(codes.max() + 1 if len(codes) else 0, np.int64), 0, 0
+    for code, n in enumerate(np.bincount(codes)):
+        if filled and filled + n > size:
+            batch, filled = batch + 1, 0
+        batch_of[code], filled = batch, filled + n
+    rows = batch_of[codes]
+    return [pairs[rows == b].reset_index(drop=True) for b in range(batch + 1)] if len(pairs) else []
+
+
+class DiscStage(Stage):
+    """The reward model on Ray actors (`runtime.map_stage`): `setup()` loads it once per
+    actor with `build(reward_model)`; a batch of pairs (`context_batches`) -> its detail
+    rows (DETAIL) and, on each, what the batch's scoring took (batch: its first pair_id,
+    scored, seconds by `clock`, devices)."""
+
+    name = "disc"
+    batch_size = None  # a whole block, one `context_batches` batch, per call
+
+    def __init__(self, reward_model: str, cfg: DiscConfig, resources: Resources, build: Callable,
+                 clock: Callable[[], float] | None = None):
+        self.reward_model, self.cfg, self.resources, self.build = reward_model, cfg, resources, build
+        self.clock = clock or perf_counter
+        self.scorer = None
+
+    def setup(self) -> None:
+        self.scorer = self.build(self.reward_model)
+
+    def process(self, batch: pa.Table) -> pa.Table:
+        pairs = batch.to_pandas()
+        pairs = pairs.astype(object).where(pairs.notna(), None)  # a missing text as None, as the job's frame has it
+        run = run_disc(self.scorer, pairs, self.cfg, clock=self.clock)
+        detail = run.detail.assign(batch=str(pairs["pair_id"].iloc[0]), scored=run.scored, seconds=run.seconds,
+                                   devices=[run.devices] * len(run.detail))
+        return pa.Table.from_pandas(detail, preserve_index=False)
+
+
+def run_disc_on_ray(stage: DiscStage, pairs: pd.DataFrame, workers: int | None = None,
+                    min_workers: int = 1) -> DiscRun:
+    """`run_disc` with the model on Ray actors of `stage` (a pool of up to `workers`), never
+    in this process: the verdicts are `run_disc`'s, `scored` and `seconds` summed over
+    the batches, `devices` those any actor used."""
+    import ray
+
+    from rexeval.pipelines.core.runtime import init_ray, map_stage, worker_failures
+    from rexeval.pipelines.core.stage import pool_size
+
+    check_pairs(pairs)
+    batches = context_batches(pairs[list(PAIR_COLUMNS)])
+    if not batches:
+        return DiscRun(_combine(pairs, pd.DataFrame(columns=DETAIL), stage.cfg), pd.DataFrame(columns=DETAIL),
+                       pairs=0, scored=0, seconds=0.0, devices=None)
+    init_ray()
+    ds = ray.data.from_arrow([_texts_as_strings(b) for b in batches])
+    ds = map_stage(ds, stage, pool_size(workers, len(batches), min_workers))
+    with worker_failures(stage):
+        rows = ds.to_pandas()
+    place = {pid: i for i, pid in enumerate(pairs["pair_id"])}
+    rows = rows.iloc[np.argsort(rows["pair_id"].map(place).to_numpy(), kind="stable")].reset_index(drop=True)
+    runs = rows.drop_duplicates("batch")
+    detail = rows[DETAIL]
+    return DiscRun(_combine(pairs, detail, stage.cfg), detail, pairs=len(pairs), scored=int(runs["scored"].sum()),
+                   seconds=float(runs["seconds"].sum()), devices=_devices(runs["devices"]))
+
+
+def _texts_as_strings(batch: pd.DataFrame) -> pa.Table:
+    """A batch as Arrow with its text columns typed as strings (a column of only nulls
+    would be typed null)."""
+    table = pa.Table.from_pandas(batch, preserve_index=False)
+    for name in PAIR_COLUMNS[1:]:
+        table = table.set_column(table.schema.get_field_index(name), name, table.column(name).cast(pa.string()))
+    return table
+
+
+def _devices(per_batch: Iterable) -> list[str] | None:
+    """The devices of every batch's scorer, sorted; None when no scorer said."""
+    said = [d for d in per_batch if d is not None]
+    return sorted({str(x) for d in said for x in d}) if said else None

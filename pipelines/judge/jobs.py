@@ -342,22 +342,25 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
 def _disc_verdicts(cfg: PairwiseJobConfig | DetectJobConfig, pairs: pd.DataFrame,
                    progress) -> tuple[pd.DataFrame, dict]:
     """The reward-model judge (ALERT-Disc) on `pairs` (pair_id, user_profile,
-    item_description, explanation_a, explanation_b), with the job's rubric, criteria
+    item_description, explanation_a, explanation_b), scored on Ray actors
+    (`disc.run_disc_on_ray`), with the job's rubric, criteria
     subset (`only`, where the job has one) and divide setting: `judge_disc`'s verdicts,
     one row per pair (pair_id, verdict, score_a, score_b, then verdict_<unit>,
     score_a_<unit>, score_b_<unit> per criterion), and the scoring's usage record
     (seconds, devices, GPU-hours, cost at the model's gpu_hour price: `cost.reward_usage`)."""
     from rexeval.models.encoders.reward import build_reward_scorer
     from rexeval.models.llm.pricing import PriceTable
+    from rexeval.pipelines.core.stage import worker_resources
     from rexeval.pipelines.judge.cost import reward_line, reward_usage
-    from rexeval.pipelines.judge.disc import DiscConfig, run_disc
+    from rexeval.pipelines.judge.disc import DiscConfig, DiscStage, run_disc_on_ray
 
     # The price table is read before the scoring, so a bad one fails before the work.
     prices = PriceTable.load(cfg.price_table) if cfg.price_table else None
     progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
-    scorer = build_reward_scorer(cfg.reward_model)
     dcfg = DiscConfig(criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide)
-    run = run_disc(scorer, pairs, dcfg)
+    # The model loads on Ray actors sized by the job's worker settings, never in this driver.
+    stage = DiscStage(cfg.reward_model, dcfg, worker_resources(cfg, free=True), build=build_reward_scorer)
+    run = run_disc_on_ray(stage, pairs, cfg.workers, cfg.min_workers)
     usage = reward_usage(run, cfg.reward_model, prices, cfg.price_table)
     progress(f"  disc: {reward_line(usage)}")
     return run.verdicts, usage

@@ -83,10 +83,25 @@ def unclustered_ids(statements: pd.DataFrame) -> pd.Series:
                       for s, k in zip(sent, keys)], index=statements.index)
 
 
-def _errors(rows: pd.DataFrame, error_type: str, field_: str, message: str, source: str) -> list[dict]:
+ERROR_KINDS = {
+    "empty_statement": ("statement", "statement has no words once case, spaces and punctuation are ignored"),
+    "no_cluster": ("statement_id", "statement_id is not in the clusters table (was it clustered from these "
+                                   "statements? rows the cluster job rejected are in its errors table)"),
+    "unknown_review": ("review_id", "review_id is not in the reviews table (pass the ingest output the "
+                                    "statements were extracted from)"),
+}
+"""Error type -> (the field it names, its message)."""
+
+
+def error_dicts(error_type: str, ids, raws, source: str) -> list[dict]:
+    """Error rows of one type for statement ids and their raw texts."""
+    field_, message = ERROR_KINDS[error_type]
     return [{"source": source, "row_id": sid, "field": field_, "error_type": error_type,
-             "message": message, "raw": text}
-            for sid, text in zip(rows["statement_id"], rows["statement" if "statement" in rows else "text"])]
+             "message": message, "raw": text} for sid, text in zip(ids, raws)]
+
+
+def _errors(rows: pd.DataFrame, error_type: str, source: str) -> list[dict]:
+    return error_dicts(error_type, rows["statement_id"], rows["statement" if "statement" in rows else "text"], source)
 
 
 def assign_statements(statements: pa.Table, clusters: pa.Table | None,
@@ -97,17 +112,14 @@ def assign_statements(statements: pa.Table, clusters: pa.Table | None,
     if clusters is None:
         df["key"] = unclustered_ids(df)
         empty = np.array([dedup_key(t) == "" for t in df["statement"]], dtype=bool)
-        errors += _errors(df[empty], "empty_statement", "statement",
-                          "statement has no words once case, spaces and punctuation are ignored", source)
+        errors += _errors(df[empty], "empty_statement", source)
         df = df[~empty]
         df["text"] = df["statement"]
         return df[["statement_id", "review_id", "key", "text", "sentiment"]], errors
     cmap = clusters.select(["statement_id", "cluster_id"]).to_pandas().drop_duplicates("statement_id")
     df = df.merge(cmap, on="statement_id", how="left")
     missing = df["cluster_id"].isna()
-    errors += _errors(df[missing], "no_cluster", "statement_id",
-                      "statement_id is not in the clusters table (was it clustered from these "
-                      "statements? rows the cluster job rejected are in its errors table)", source)
+    errors += _errors(df[missing], "no_cluster", source)
     df = df[~missing].rename(columns={"cluster_id": "key"})
     if canonical is not None and canonical.num_rows:
         canon = canonical.select(["cluster_id", "statement", "sentiment"]).to_pandas()
@@ -140,9 +152,7 @@ def build_star(statements: pa.Table, reviews: pa.Table, clusters: pa.Table | Non
     rev = rev.drop_duplicates("review_id")
     rows = rows.merge(rev, on="review_id", how="left")
     unknown = rows["user_id"].isna()
-    errors += _errors(rows[unknown], "unknown_review", "review_id",
-                      "review_id is not in the reviews table (pass the ingest output the "
-                      "statements were extracted from)", source)
+    errors += _errors(rows[unknown], "unknown_review", source)
     rows = rows[~unknown].reset_index(drop=True)
 
     inter = rows.drop_duplicates("review_id")[["review_id", "user_id", "item_id", "timestamp", "source", "line"]]

@@ -18,8 +18,6 @@ from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob
 from rexeval.pipelines.core.io import (
     ShardedOutput,
     config_hash,
-    read_parquet,
-    read_table,
     table_files,
     write_json_atomic,
 )
@@ -59,21 +57,22 @@ def _reviews_source(cfg: BuildConfig) -> str:
 
 
 def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
-    from rexeval.pipelines.star.build import before_clustering_stats, build_star, format_table6
-    from rexeval.pipelines.core.inputs import check_schemas, resolve_stage, statement_files
+    """Build the benchmark on Ray workers (`star.build_ray`): the inputs are read as Ray
+    Datasets and the tables written by Ray tasks; this driver holds counts."""
+    from rexeval.pipelines.core.inputs import statement_files, table_rows
+    from rexeval.pipelines.core.io import DONE_DIR, remove_entries
+    from rexeval.pipelines.core.runtime import key_groups, read_dataset
+    from rexeval.pipelines.star import build_ray
+    from rexeval.pipelines.star.build import format_table6
 
     t0 = time.time()
-    annotated = location(cfg.statements).suffix == ".jsonl"
-    if annotated:  # hand-written statements (pipelines/sample/statements.jsonl layout)
-        from rexeval.pipelines.core.inputs import statements_from_annotations
-
-        if not location(cfg.statements).exists():
-            raise FileNotFoundError(f"statements input not found: {cfg.statements}")
-        files, stage = [], "verified"
+    if location(cfg.statements).suffix == ".jsonl":  # hand-written statements (pipelines/sample/statements.jsonl)
+        statements, stage, rows = _annotated(cfg.statements)
     else:
         files = statement_files(cfg.statements)
-        check_schemas(files)
-        stage = resolve_stage(files, cfg.stage)
+        columns = ["statement_id", "review_id", "statement", "sentiment", "stage"]
+        statements = read_dataset(files, "statements", columns=columns, order=build_ray.ORDER).materialize()
+        stage, rows = _statement_stage(statements, cfg.stage), table_rows(files) or 0
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
     job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES), owns=STAR_BUILD_OUTPUTS.paths()),
@@ -81,33 +80,66 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     if (manifest := job.finished("star build")) is not None:
         return manifest
     out = job.output
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    st = (statements_from_annotations(cfg.statements) if annotated
-          else pa.concat_tables([read_parquet(f) for f in files]))
-    st = st.filter(pc.equal(st.column("stage"), stage))
-    progress(f"  {st.num_rows:,} {stage} statement row(s) from {cfg.statements}")
-    reviews = read_table(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
-                                                            "source", "line"])
+    statements = statements.map_batches(build_ray.of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
+    reviews = read_dataset(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
+                                                            "source", "line"], order=build_ray.ORDER)
+    rows += table_rows(table_files(reviews_src)) or 0
     clusters = canonical = None
     if cfg.clusters:
         cdir = location(cfg.clusters)
         if not (cdir / "clusters").exists() or not table_files(cdir / "clusters"):
             raise FileNotFoundError(f"{cfg.clusters}: no clusters/ table; is it an `rexeval cluster` output?")
-        clusters = read_table(cdir / "clusters", "clusters")
-        has_canonical = (cdir / "canonical").exists() and table_files(cdir / "canonical")
-        canonical = read_table(cdir / "canonical", "canonical") if has_canonical else None
-    built = build_star(st, reviews, clusters, canonical, cfg.min_user_interactions, source=str(cfg.statements))
-    stats = {"before": before_clustering_stats(st, built)}
+        clusters = read_dataset(cdir / "clusters", "clusters", columns=["statement_id", "cluster_id"],
+                                order=build_ray.ORDER)
+        canon = table_files(cdir / "canonical") if (cdir / "canonical").exists() else []
+        if canon and table_rows(canon) != 0:  # an unreadable part (None) is named by the read
+            canonical = read_dataset(canon, "canonical", columns=["cluster_id", "statement", "sentiment"])
+    remove_entries(out.root, [*BUILD_TABLES, DONE_DIR])  # what an interrupted run left is written anew
+    built = build_ray.build(out, str(cfg.statements), statements, reviews, clusters, canonical,
+                            cfg.min_user_interactions, key_groups(rows))
+    counts = built["counts"]
+    progress(f"  {counts['statement_rows']:,} {stage} statement row(s) from {cfg.statements}")
+    stats = {"before": built["before"]}
     if clusters is not None:
-        stats["after"] = built.stats["after"]
-    out.write_shard(0, {**built.tables, "errors": built.errors}, built.counts)
+        stats["after"] = built["after"]
     write_json_atomic(location(cfg.out) / STAR_BUILD_OUTPUTS.stats, {cfg.name: stats})
     (location(cfg.out) / STAR_BUILD_OUTPUTS.stats_md).write_text(format_table6({cfg.name: stats}))
-    manifest = out.finish(1, counts=built.counts, stage=stage, seconds=round(time.time() - t0, 2),
+    manifest = out.finish(built["shards"], counts=counts, stage=stage, seconds=round(time.time() - t0, 2),
                           clustered=clusters is not None)
     return manifest
+
+
+def _annotated(path: str):
+    """Hand-written statements (a JSON-lines file, small: read here) as a Ray Dataset."""
+    import numpy as np
+    import pyarrow as pa
+
+    from rexeval.pipelines.core.inputs import statements_from_annotations
+    from rexeval.pipelines.core.runtime import init_ray
+    from rexeval.pipelines.star.build_ray import ORDER
+
+    if not location(path).exists():
+        raise FileNotFoundError(f"statements input not found: {path}")
+    table = statements_from_annotations(path)
+    table = table.append_column(ORDER, pa.array(np.arange(table.num_rows, dtype=np.int64)))
+    return init_ray().data.from_arrow(table), "verified", table.num_rows
+
+
+def _verified(block):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pa.table({"verified": [pc.sum(pc.equal(block.column("stage"), "verified")).as_py() or 0]})
+
+
+def _statement_stage(statements, stage: str) -> str:
+    """"auto" -> "verified" if any row is (counted by the workers), else "triplet"
+    (`inputs.resolve_stage`'s rule)."""
+    from rexeval.pipelines.core.runtime import block_partials
+
+    if stage != "auto":
+        return stage
+    return "verified" if any(r["verified"] for r in block_partials(statements, _verified)) else "triplet"
 
 
 # -- baselines --------------------------------------------------------------------------
