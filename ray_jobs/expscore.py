@@ -34,8 +34,9 @@ _INPUT_OPTIONS = [
                                     "all-MiniLM-L6-v2)."),
     click.option("--device", help="auto (default), cpu or cuda for the sentence encoder."),
     click.option("--ray", "ray_mode", type=click.Choice(["auto", "always", "never"]),
-                 help="Factors on Ray Data: auto (default: from --ray-min-rows rows on), always, never."),
-    click.option("--ray-min-rows", type=int, help="Rows from which `--ray auto` uses Ray Data (default 20000)."),
+                 help="On Ray workers (inputs, factors and heads; the driver holds counts): auto "
+                      "(default: once the explanations or reviews reach --ray-min-rows rows), always, never."),
+    click.option("--ray-min-rows", type=int, help="Rows from which `--ray auto` runs on Ray workers (default 20000)."),
     click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings."),
 ]
 

@@ -174,7 +174,9 @@ def serve_nli_cmd(model, profile, scorer, device, max_batch_pairs, **flags):
 @click.option("--backend", help="LLM backend: hf, openai, vllm, package.module:Class (default: the profile's).")
 @click.option("--backend-option", "backend_options", multiple=True, metavar="KEY=VALUE",
               help="Backend setting, e.g. batch_size=8, device=cuda, base_url=http://upstream/v1.")
-@click.option("--cache", help="LLM-call cache file on the replicas' node (default $REXEVAL_CACHE/llm-calls.sqlite).")
+@click.option("--cache", help="The replicas' LLM-call cache: a URI (s3://bucket/llm-calls, one object per call, "
+              "read by a replica on any node) or a SQLite file on each replica's node "
+              "(default $REXEVAL_CACHE, else ~/.cache/rexeval/llm-calls.sqlite).")
 @click.option("--no-cache", is_flag=True, help="Answer every call afresh.")
 @click.option("--max-batch-requests", type=int, help="Chat requests merged into one generate() (default 32).")
 @_endpoint_options("/judge", "rexeval-judge")
@@ -206,11 +208,9 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
 
     prof = load_profile(profile)
     model = model or prof.require("judge_llm")
+    # A URI stays a URI: the replicas keep one object per call there, so a replica on any
+    # node answers from what another cached (models/llm/cache.py, ObjectCallCache).
     job = LLMJobSettings(profile=profile, cache=cache, use_cache=not no_cache).with_resolved_cache()
-    # The replicas open only a local SQLite file (serve sits below the storage module).
-    from rexeval.pipelines.core.llm_cache import node_cache
-
-    job = job.model_copy(update={"cache": node_cache(job.cache)}) if job.use_cache else job
     spec = BackendSpec(backend=backend or prof.llm_backend, model=model,
                        options=parse_backend_options(backend_options))
     check_model_here(spec.backend, spec.model)  # in the driver first: a missing model package is named here

@@ -35,11 +35,11 @@ class CallPlan:
     @classmethod
     def placed(cls, placement: Placement, model: str, options: dict[str, Any] | None,
                cache: str | None) -> CallPlan:
-        """A model's plan where `placement` (`llm_placement.place_llm`) puts it: the job's
-        call cache kept unless a judge deployment keeps its own."""
+        """A model's plan where `placement` (`llm_placement.place_llm`) puts it, with the
+        job's call cache in front of it wherever it runs."""
         opts = dict(options or {})
         return cls(backend=placement.backend, model=model, options=opts,
-                   cache=cache if placement.keeps_cache else None, address=placement.address,
+                   cache=cache, address=placement.address,
                    resources=placement.resources, concurrency=placement.concurrency,
                    batch_size=int(opts.get("batch_size", 16)), reason=placement.reason)
 

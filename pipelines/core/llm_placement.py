@@ -30,7 +30,7 @@ The stages, by how they reach `place_llm`:
   job's backend is placed as a streamed job's is.
 
 Not placed here, since no LLM backend is called: pairwise's and detect's disc (the
-reward model scores in the driver, `judge.jobs._disc_verdicts`), evaluate's NLI and
+reward model scores on Ray actors, `judge.disc.DiscStage`), evaluate's NLI and
 other model families (`evaluate.pipeline._family_resources`), ground truth (no LLM).
 
 The two kinds of job differ in a few defaults, kept as they were:
@@ -87,13 +87,13 @@ class Placement:
     job's judge deployment answers); address: "none", "serve:APP" or a URL;
     concurrency: (min, max) model actors (local) or engines (vllm), or (1, batches or
     requests at a time) for a service; resources: one local actor's share (a service's
-    plans record `CLIENT`); keeps_cache: whether the job's call cache goes into the plan."""
+    plans record `CLIENT`). Every placement keeps the job's call cache in its plan, a
+    served judge's included, so a re-run whose replicas land elsewhere makes no new call."""
 
     backend: str
     address: str = "none"
     concurrency: tuple[int, ...] = (1, 1)
     resources: Resources = Resources()
-    keeps_cache: bool = True
     reason: str = ""
 
     @property

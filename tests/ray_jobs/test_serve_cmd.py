@@ -131,3 +131,22 @@ def test_serve_judge_on_vllm_is_rays_llm_app_and_names_what_to_install_without_v
     assert "rexeval[gpu]" in result.output and "vLLM judge app" in result.output
     out = CliRunner().invoke(cli, ["serve", "judge", "--help"]).output
     assert "ray.serve.llm" in out and "--backend openai" in out
+
+
+@pytest.mark.parametrize("given, expect_uri", [("s3://calls-bucket/llm-calls", True), (None, False)])
+def test_serve_judge_keeps_a_uri_cache_for_its_replicas(monkeypatch, tmp_path, given, expect_uri):
+    """`serve judge --cache s3://...`: the replicas get the URI itself, so a replica the
+    autoscaler starts on another node answers from what the others cached (it was mapped
+    to a SQLite file on each replica's node); without --cache, the local default file."""
+    from rexeval.ray_jobs import serve_cmd
+    from rexeval.serve import judge
+
+    seen = {}
+    monkeypatch.setattr(judge, "start_judge_service", lambda cfg, **kw: seen.setdefault("cfg", cfg))
+    monkeypatch.setattr(serve_cmd, "_serve", lambda kind, flags, start, info: start())
+    monkeypatch.setenv("REXEVAL_CACHE", str(tmp_path / "cache"))
+    args = ["serve", "judge", "--port", str(free_port())] + (["--cache", given] if given else [])
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    cache = seen["cfg"].cache
+    assert cache == given if expect_uri else (cache.startswith(str(tmp_path / "cache")) and "://" not in cache)
