@@ -114,6 +114,17 @@ class Profile(BaseModel):
         except NoModelAtPath as exc:  # name the role the path was given for
             raise NoModelAtPath(f"the {role} model: {exc}") from None
 
+    def shipped(self, role: str) -> str:
+        """``require(role)`` as the location a driver hands to actors on any node
+        (``models.refs.shipped_location``: a URI stays the URI); a missing path names
+        the role it was given for."""
+        from rexeval.models.refs import shipped_location
+
+        try:
+            return shipped_location(self.require(role))
+        except NoModelAtPath as exc:
+            raise NoModelAtPath(f"the {role} model: {exc}") from None
+
 
 def _check_role(role: str) -> None:
     if role not in ROLES:

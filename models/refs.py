@@ -16,7 +16,7 @@ A driver that hands a model to actors or engines that may run on other nodes giv
 ``shipped_location(ref)`` (a URI stays the URI), and the process that loads it opens
 ``on_node(location)``: its own node's checked copy (`models/fetch.py`). ``NodeModels``
 is a role -> location mapping that does this on every read, for settings that travel to
-actors whole.
+actors whole (``Profile.shipped`` gives a role's location, naming the role when it is missing).
 """
 from __future__ import annotations
 
@@ -274,12 +274,6 @@ class NodeModels(dict):
 
     def get(self, role: str, default=None):
         return self[role] if role in self else default
-
-
-def node_models(refs: dict[str, str]) -> NodeModels:
-    """`NodeModels` for role -> reference: each checked here (a missing model fails in the
-    driver), none copied here when it is a URI."""
-    return NodeModels({role: shipped_location(ref) for role, ref in refs.items()})
 
 
 def offline_status(resolved: ResolvedModel) -> tuple[bool, str]:

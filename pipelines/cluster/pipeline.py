@@ -51,7 +51,7 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
 
     profile = load_profile(cfg.profile, overrides=cfg.models)
     embedder = profile.require("embedder")
-    out: dict[str, Any] = {"embedder": embedder, "embedder_location": shipped_location(embedder)}
+    out: dict[str, Any] = {"embedder": embedder, "embedder_location": profile.shipped("embedder")}
     cross = profile.ref("cross_encoder")
     if cfg.method == "extra":
         out["pair_filter"] = "none (EXTRA groups statements by MinHash-LSH over n-grams)"
@@ -66,7 +66,7 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
     else:
         from rexeval.models.encoders.pair_scorer import detect_pair_scorer_kind
 
-        location = shipped_location(cross)  # a URI stays one: each actor copies it on its node
+        location = profile.shipped("cross_encoder")  # a URI stays one: each actor copies it on its node
         # Read the checkpoint here, so a wrong path fails before any work, not in an actor.
         kind = detect_pair_scorer_kind(on_node(location), ref=cross) if cfg.cross_kind == "auto" else cfg.cross_kind
         out.update({"cross_encoder": cross, "cross_location": location, "cross_kind": kind})

@@ -214,7 +214,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
                  progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (resuming) and return its report."""
     from rexeval.models.profiles import load_profile
-    from rexeval.models.refs import node_models
+    from rexeval.models.refs import NodeModels
 
     t0 = time.time()
     profile = load_profile(cfg.profile, cfg.models)
@@ -280,7 +280,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
 
     needed = {r for cls, _ in plan for r in cls.roles if not (r == "nli" and cls.uses_nli and remote)}
     refs = {r: profile.ref(r) for r in needed}
-    locations = node_models(refs)  # a model URI stays one: each actor copies it on its node
+    # A model URI stays one: each actor copies it on its node; a missing path names its role.
+    locations = NodeModels({r: profile.shipped(r) for r in needed})
     llm = {}
     if any(cls.uses_llm for cls, _ in plan):
         c = cfg.with_resolved_cache(cfg.out)

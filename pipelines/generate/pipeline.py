@@ -155,9 +155,7 @@ def run_train(job: TrainJob, progress: Callable[[str], None] = print, trainable=
 def backbone(job: TrainJob, role: str) -> str:
     """Where the profile's (or the `--model ROLE=...` override's) pretrained LM is (a
     model URI as itself: each trial copies it on its own node, `refs.on_node`)."""
-    from rexeval.models.refs import shipped_location
-
-    return shipped_location(load_profile(job.profile, job.models).require(role))
+    return load_profile(job.profile, job.models).shipped(role)
 
 
 def llm_settings(job: TrainJob) -> LLMJobSettings:

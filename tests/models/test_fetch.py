@@ -217,12 +217,12 @@ def test_a_driver_ships_the_uri_and_a_loader_opens_its_own_node_copy(s3_root, mo
     give the copy on the node that reads them; other references pass through."""
     import pickle
 
-    from rexeval.models.refs import NodeModels, node_models, on_node, shipped_location
+    from rexeval.models.refs import NodeModels, on_node, shipped_location
 
     uri = f"{s3_root}/models/shipped"
     location(uri).upload(model_folder)
     assert shipped_location(uri) == uri and not (cache / "fetched").exists()
-    models = node_models({"sts": uri, "other": str(model_folder)})
+    models = NodeModels({"sts": shipped_location(uri), "other": shipped_location(str(model_folder))})
     assert dict(models) == {"sts": uri, "other": str(model_folder)}  # as shipped
     assert not (cache / "fetched").exists()
     # In the actor (another node: another models cache), a lookup copies it there.
