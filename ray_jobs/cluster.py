@@ -44,8 +44,10 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--workers", type=int, help="Most encoder actors (a pool from min_workers); each loads the model (default 1).")
 @click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0); above 0 the FAISS "
                                                    "neighbour search asks for a GPU too.")
-@click.option("--neighbour-workers", type=int, help="Ray actors sharing the FAISS queries (default 1: "
-                                                    "one process of cpus_per_worker threads).")
+@click.option("--neighbour-workers", type=int, help="FAISS index shards at least, one Ray actor each, every "
+              "query sent to all (default 1: one index in one process of cpus_per_worker threads).")
+@click.option("--index-shard-gib", type=float, help="Most vectors one index shard holds, in GiB (default 8): "
+              "a polarity group above it is split into more shards.")
 @click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
 @click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default 5).")
 @click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default 0.9).")

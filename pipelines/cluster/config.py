@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rexeval.models.profiles import ModelOverrides
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
+from rexeval.pipelines.cluster.shards import INDEX_SHARD_GIB
 from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
 
 # What `rexeval cluster` writes in its folder (pipelines/core/outputs.py); `statements`
@@ -59,7 +60,10 @@ class ClusterConfig(BaseModel):
     resources_per_worker: dict[str, float] = Field(
         default_factory=dict, description="custom Ray resources each worker actor asks for, e.g. "
         "{accel: 1} for a node type of the cluster's own; an autoscaler starts that type for them")
-    neighbour_workers: int = Field(1, ge=1, description="Ray actors sharing the FAISS queries")
+    neighbour_workers: int = Field(1, ge=1, description="FAISS index shards at least, each on a Ray actor "
+                                   "of its own (1: one index in the step's process)")
+    index_shard_gib: float = Field(INDEX_SHARD_GIB, gt=0, description="the most vectors (GiB) one index "
+                                   "shard holds: a group needs more shards above it")
     quality_embedder: str | None = Field(None, description="model for SSE/SSB (default: the embedder)")
     examples: int = Field(5, ge=0)
     extra_min_count: int = Field(5, ge=1, description="EXTRA: reviews a sentence must recur in")

@@ -16,8 +16,9 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from rexeval.pipelines.core.io import ShardedOutput, read_parquet, table_files
+from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, Stage, pool_size, use_cpus
 from rexeval.pipelines.core.storage import PathLike, location
@@ -49,6 +50,51 @@ def read_vectors(folder: PathLike, n: int | None = None) -> np.ndarray:
     if n is not None and (len(rows) != n or (n and rows[-1] != n - 1)):
         raise RuntimeError(f"{folder}: expected {n} embedded rows, found {len(rows)}")
     return vecs
+
+
+def embedding_dim(folder: PathLike) -> int:
+    """The vectors' dimension, from the first shard's schema (no rows read)."""
+    files = table_files(location(folder) / TABLE)
+    if not files:
+        raise RuntimeError(f"{folder}: no embeddings")
+    return int(parquet_schema(files[0]).field("vector").type.list_size)
+
+
+def read_rows(folder: PathLike, rows: np.ndarray) -> np.ndarray:
+    """The vectors of global rows `rows` (ascending) from an embeddings folder: only the
+    files whose `row` statistics say they hold some, only the rows asked for (an index
+    shard's own rows, `pipelines/cluster/shards.py`), in the order asked."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(rows) == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    lo, hi = int(rows[0]), int(rows[-1])
+    parts = []
+    for f in table_files(location(folder) / TABLE):
+        with f.open_input() as fh:
+            meta = pq.ParquetFile(fh).metadata
+        ranges = [_row_range(meta.row_group(g)) for g in range(meta.num_row_groups)]
+        if ranges and all(r is not None and (r[1] < lo or r[0] > hi) for r in ranges):
+            continue
+        t = read_parquet(f)
+        have = t.column("row").to_numpy()
+        want = np.isin(have, rows)
+        if want.any():
+            parts.append(t.filter(pa.array(want)))
+    table = pa.concat_tables(parts).sort_by("row") if parts else None
+    if table is None or table.num_rows != len(rows) or not np.array_equal(table.column("row").to_numpy(), rows):
+        found = 0 if table is None else table.num_rows
+        raise RuntimeError(f"{folder}: {len(rows)} embedded rows asked for ({lo}-{hi}), {found} found")
+    col = table.column("vector").combine_chunks()
+    return np.asarray(col.values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(-1, col.type.list_size)
+
+
+def _row_range(row_group) -> tuple[int, int] | None:
+    """(min, max) of a row group's `row` column from its statistics, None without them."""
+    for c in range(row_group.num_columns):
+        col = row_group.column(c)
+        if col.path_in_schema == "row" and col.statistics is not None and col.statistics.has_min_max:
+            return int(col.statistics.min), int(col.statistics.max)
+    return None
 
 
 def read_texts(texts_at: PathLike) -> list[str]:

@@ -179,7 +179,7 @@ def neighbour_pairs(cfg: ClusterConfig, work: Location, emb_key: str, prep: dict
 
     GPUs follow what the job asks for (--gpus-per-worker > 0), not what the cluster has
     now: with one neighbour worker the step's task asks for a GPU and FAISS uses it there;
-    with several, that task asks for none and its index builds and search actors ask
+    with several, that task asks for none, holds no vectors, and its index shards ask
     for one each (an autoscaling cluster brings a GPU node when they do)."""
     gpu = cfg.gpus_per_worker > 0
     # One process: its threads; several: each build task's and search actor's CPUs.
@@ -209,7 +209,8 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
     enc = resolve_encoders(cfg)
     src, stage = describe_input(cfg)
     hashed = cfg.model_dump(exclude={"input", "out", "workers", "min_workers", "cpus_per_worker", "gpus_per_worker",
-                                     "memory_per_worker", "resources_per_worker", "neighbour_workers", "shard_size",
+                                     "memory_per_worker", "resources_per_worker", "neighbour_workers", "index_shard_gib",
+                                     "shard_size",
                                      "embed_batch_size", "pair_batch_size", "device"})
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}

@@ -105,8 +105,9 @@ def neighbours(cfg: ClusterConfig, work: PathLike, emb_key: str, n: int, nodes_d
                gpu: str | bool, threads: int) -> dict:
     """Candidate pairs (a < b, cos >= tau_pair) within each polarity, saved in
     `_work/neighbours/` (reused by a re-run): {"pairs", "digest", "stats", "messages"}."""
-    from rexeval.pipelines.cluster.embed import read_vectors
+    from rexeval.pipelines.cluster.embed import embedding_dim, read_vectors
     from rexeval.pipelines.cluster.neighbours import candidate_pairs
+    from rexeval.pipelines.cluster.shards import EmbeddingsAt
 
     work = location(work)
     folder = work / "neighbours"
@@ -121,9 +122,15 @@ def neighbours(cfg: ClusterConfig, work: PathLike, emb_key: str, n: int, nodes_d
                 "messages": [f"  neighbours: reusing {len(a):,} candidate pair(s) from {folder}"]}
     messages: list[str] = []
     groups = read_parquet(work / NODES, columns=["group"]).column("group").to_numpy()
-    res = candidate_pairs(read_vectors(work / "embeddings", n), groups, k=cfg.k, tau=cfg.tau_pair,
+    if cfg.neighbour_workers > 1:  # the index shards read their own rows; this task holds none
+        vectors = EmbeddingsAt(str(work / "embeddings"), n, embedding_dim(work / "embeddings"))
+    else:
+        vectors = read_vectors(work / "embeddings", n)
+    res = candidate_pairs(vectors, groups, k=cfg.k, tau=cfg.tau_pair,
                           kind=cfg.index, nprobe=cfg.nprobe, workers=cfg.neighbour_workers, gpu=gpu,
-                          progress=lambda m: messages.append("  " + m), threads=threads)
+                          progress=lambda m: messages.append("  " + m), threads=threads,
+                          memory_gib=cfg.memory_per_worker, resources=cfg.resources_per_worker,
+                          index_shard_gib=cfg.index_shard_gib)
     table = pa.table({"a": pa.array(res.a, pa.int64()), "b": pa.array(res.b, pa.int64()),
                       "cos": pa.array(res.cos, pa.float32())})
     out.write_shard(0, {"pairs": table}, {"pairs": table.num_rows})

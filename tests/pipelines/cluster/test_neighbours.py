@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rexeval.pipelines.cluster.neighbours import NeighbourStage, PairResult, candidate_pairs, search_pairs
+from rexeval.pipelines.cluster.neighbours import PairResult, candidate_pairs, search_pairs
 from rexeval.pipelines.cluster.index import IndexPlan, build_index, choose_index, ivf_join_pairs
 from rexeval.pipelines.core.stage import Resources
 
@@ -200,57 +200,45 @@ def test_gpu_auto_is_off_and_gpu_true_fails_clearly_without_gpus():
         candidate_pairs(np.eye(4, dtype=np.float32), np.zeros(4), gpu=True)
 
 
-def test_neighbour_stage_declares_a_gpu_when_planned():
-    assert NeighbourStage({}, k=8, tau=0.9, cpus=4, gpu=True).resources == Resources(cpus=4, gpus=1)
-    assert NeighbourStage({}, k=8, tau=0.9, cpus=2).resources == Resources(cpus=2, gpus=0)
+def _spy_shards(monkeypatch) -> list[dict]:
+    """Replace `sharded_pairs` by a recorder of what each group's shards would ask for."""
+    import rexeval.pipelines.cluster.neighbours as nb
+
+    calls: list[dict] = []
+
+    def fake(n, d, source_for, ids, plan, k, tau, **kw):
+        calls.append({"n": n, "plan": plan, **kw})
+        return (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)), {"shards": 0}
+
+    monkeypatch.setattr(nb, "sharded_pairs", fake)
+    return calls
 
 
-def test_ray_path_gpus_are_what_the_tasks_ask_for_not_what_the_cluster_has(ray_session, small, monkeypatch):
-    """Plan-inspected on CPU: gpu=True makes every index build and search actor ask for a
-    GPU, though this cluster has none now (an autoscaler would bring one); "auto" asks
-    only when this process was given a GPU. Nothing touches CUDA."""
+def test_ray_path_gpus_are_what_the_shards_ask_for_not_what_the_cluster_has(ray_session, small, monkeypatch):
+    """Plan-inspected on CPU: gpu=True makes every index shard ask for a GPU, though this
+    cluster has none now (an autoscaler would bring one); "auto" asks only when this
+    process was given a GPU. Nothing touches CUDA."""
     import ray
 
-    import rexeval.pipelines.cluster.neighbours as nb
-    import rexeval.pipelines.core.runtime as rt
-
-    seen, builds = {}, []
-
-    def fake_run_tasks(tasks, stage, concurrency=None):
-        seen.update(tasks=tasks, stage=stage, concurrency=concurrency)
-        return iter(())
-
-    def fake_submit_build(vectors, plan, seed, resources):
-        builds.append((plan, resources))
-        return ray.put(b""), ray.put({"pid": 0, "build_s": 0.0})
-
-    monkeypatch.setattr(rt, "run_tasks", fake_run_tasks)
-    monkeypatch.setattr(nb, "submit_build", fake_submit_build)
+    calls = _spy_shards(monkeypatch)
     x, groups = small
     said: list[str] = []
     res = candidate_pairs(x, groups, k=8, kind="ivf", workers=2, gpu=True, progress=said.append)
     assert not ray.cluster_resources().get("GPU")
     assert any("no GPU in the cluster now" in m for m in said)
-    stage = seen["stage"]
-    assert stage.resources.gpus == 1 and seen["concurrency"] == (1, 2)  # a pool of up to the workers asked for
-    assert all(r.plan.gpu and r.plan.kind == "ivf" for r in stage.groups.values())
-    assert [(p.gpu, r.gpus) for p, r in builds] == [(True, 1)] * 3
-    assert {t["group"] for t in seen["tasks"]} == {0, 1, 2}
+    assert [(c["plan"].gpu, c["plan"].kind, c["resources"].gpus, c["workers"]) for c in calls] == [(True, "ivf", 1, 2)] * 3
     assert res.stats["0"]["plan"]["gpu"] is True and len(res) == 0
 
-    builds.clear()
+    calls.clear()
     candidate_pairs(x, groups, k=8, kind="ivf", workers=2, gpu="auto")
-    assert seen["stage"].resources.gpus == 0 and [r.gpus for _, r in builds] == [0] * 3
+    assert [c["resources"].gpus for c in calls] == [0] * 3
 
 
-def test_ray_path_sizes_its_tasks_and_actors_from_threads_not_the_cluster(ray_session, small, monkeypatch):
-    """threads=4, workers=3 on a cluster joined by address (one whose nodes may not be
-    read: a cold autoscaling one): every index build asks for 4 CPUs and runs FAISS with
-    4 threads, and the search actors are a pool of up to 3, of 4 CPUs each."""
+def test_ray_path_sizes_its_shards_from_the_settings_not_the_cluster(ray_session, small, monkeypatch):
+    """threads=4, workers=3, 2 GiB and a custom resource on a cluster joined by address (one
+    whose nodes may not be read: a cold autoscaling one): every shard actor asks for 4
+    CPUs (FAISS threads), 2 GiB and {accel: 1}, with the shard budget the settings give."""
     import ray
-
-    import rexeval.pipelines.cluster.neighbours as nb
-    import rexeval.pipelines.core.runtime as rt
 
     def refuse(*_a, **_k):
         raise AssertionError("the cluster's nodes or resources were read")
@@ -258,36 +246,21 @@ def test_ray_path_sizes_its_tasks_and_actors_from_threads_not_the_cluster(ray_se
     for name in ("cluster_resources", "available_resources", "nodes"):
         monkeypatch.setattr(ray, name, refuse)
     monkeypatch.delenv("REXEVAL_ONE_MACHINE", raising=False)  # joined, not started here
-    seen, builds = {}, []
-
-    def fake_run_tasks(tasks, stage, concurrency=None):
-        seen.update(stage=stage, concurrency=concurrency)
-        return iter(())
-
-    def fake_submit_build(vectors, plan, seed, resources):
-        builds.append(resources)
-        return ray.put(b""), ray.put({"pid": 0, "build_s": 0.0})
-
-    monkeypatch.setattr(rt, "run_tasks", fake_run_tasks)
-    monkeypatch.setattr(nb, "submit_build", fake_submit_build)
+    calls = _spy_shards(monkeypatch)
     x, groups = small
-    candidate_pairs(x, groups, k=8, kind="ivf", workers=3, gpu=False, threads=4)
-    assert builds == [Resources(cpus=4, gpus=0)] * 3  # build_serialized: int(cpus) FAISS threads
-    assert seen["stage"].resources == Resources(cpus=4) and seen["concurrency"] == (1, 3)
+    candidate_pairs(x, groups, k=8, kind="ivf", workers=3, gpu=False, threads=4, memory_gib=2,
+                    resources={"accel": 1}, index_shard_gib=0.5)
+    want = Resources(cpus=4, gpus=0, memory=2 * (1 << 30), custom=(("accel", 1),))
+    assert [(c["resources"], c["workers"], c["budget_gib"]) for c in calls] == [(want, 3, 0.5)] * 3
 
-
-# ----------------------------------------------------------------------------- Ray
 
 def test_ray_path_equals_in_process(ray_session, small, monkeypatch):
-    """One Ray run covers both index kinds: the largest group is IVF, the others flat. Each
-    index is built by a Ray task, not in this process."""
+    """One Ray run covers both index kinds: the largest group is IVF, the others flat. No
+    index is built in this process."""
     x, groups = small
     sizes = np.bincount(groups)
     opts = {"k": 8, "tau": 0.9, "flat_max": int(sizes.max()) - 1}
-    local = candidate_pairs(x, groups, workers=1, ivf_join=False, **opts)  # FAISS's IVF search, as actors
-    import os
-
-    import ray
+    local = candidate_pairs(x, groups, workers=1, ivf_join=False, **opts)  # FAISS's IVF search, as shards
 
     import rexeval.pipelines.cluster.index as index
     import rexeval.pipelines.cluster.neighbours as nb
@@ -295,28 +268,16 @@ def test_ray_path_equals_in_process(ray_session, small, monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("an index was built in the calling process")
 
-    infos = []
-
-    def spy(*args):
-        refs = submit_build(*args)
-        infos.append(refs[1])
-        return refs
-
-    submit_build = nb.submit_build
-    monkeypatch.setattr(nb, "submit_build", spy)
     monkeypatch.setattr(nb, "build_index", refuse)
     monkeypatch.setattr(index, "build_index", refuse)
     seen = []
-    remote = candidate_pairs(x, groups, workers=2, progress=seen.append, shards_per_worker=2, **opts)
-    assert len(infos) == 3 and all(i["pid"] != os.getpid() for i in ray.get(infos))  # built by tasks
-    assert all(remote.stats[g]["build_s"] >= 0 for g in "012")
+    remote = candidate_pairs(x, groups, workers=2, progress=seen.append, chunk=256, **opts)
     assert remote.stats["total"]["path"] == "ray" and local.stats["total"]["path"] == "in-process"
     kinds = sorted(st["plan"]["kind"] for st in remote.stats.values() if "plan" in st)
     assert kinds == ["flat", "flat", "ivf"] and len(local) > 500
     for f in ("a", "b", "cos"):
         np.testing.assert_array_equal(getattr(local, f), getattr(remote, f))
-    shards = sum(-(-int(s) // max(1024, -(-int(s) // 4))) for s in sizes)
-    assert sum("shard" in m for m in seen) == shards >= 4
+    assert all(remote.stats[g]["shards"] >= 1 for g in "012") and any("query chunk" in m for m in seen)
     assert {g: remote.stats[g]["pairs"] for g in "012"} == {g: local.stats[g]["pairs"] for g in "012"}
 
 
