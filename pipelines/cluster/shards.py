@@ -31,6 +31,7 @@ per-vector dot products, which do not depend on blocks.
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import os
@@ -170,12 +171,13 @@ def pairs_from_topk(sims: np.ndarray, rows: np.ndarray, query_rows: np.ndarray, 
 
 # ------------------------------------------------------------------------- where rows come from
 
-class RowSource:
+class RowSource(abc.ABC):
     """Where a shard's vectors come from: `rows(group_rows) -> float32 [len, d]`. Picklable,
     so each actor reads its own rows where it runs."""
 
-    def rows(self, group_rows: np.ndarray) -> np.ndarray:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abc.abstractmethod
+    def rows(self, group_rows: np.ndarray) -> np.ndarray:
+        """The vectors of group rows `group_rows`, in that order."""
 
     def global_rows(self, lo: int, hi: int) -> np.ndarray:
         """How an error names group rows [lo, hi): their rows in the whole input when the
@@ -254,7 +256,8 @@ class ShardSpec:
 
 def reset_peak_rss() -> int:
     """Start measuring this process's peak RSS afresh (Linux: `clear_refs` 5 resets VmHWM;
-    a Ray worker may have run other work before) and return its RSS now, in bytes."""
+    a Ray worker may have run other work before) and return its RSS now, in bytes. The
+    /proc files are the kernel's view of this process, not data: not the storage module's."""
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")

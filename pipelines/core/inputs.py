@@ -197,3 +197,23 @@ def reviews_input(path: PathLike) -> Location:
                              "row was refused, fix the input or the ingest settings and ingest again")
         raise ValueError(f"{given_text(src)}: the reviews table has 0 rows; expected {REVIEWS_EXPECTED} with reviews")
     return src
+
+
+def of_stage(batch: pa.Table, stage: str) -> pa.Table:
+    """The statement rows of `stage` in a block (a Ray Data batch)."""
+    return batch.filter(pc.equal(batch.column("stage"), stage))
+
+
+def _verified(block: pa.Table) -> pa.Table:
+    return pa.table({"verified": [pc.sum(pc.equal(block.column("stage"), "verified")).as_py() or 0]})
+
+
+def dataset_stage(statements, stage: str) -> str:
+    """`resolve_stage`'s rule on a Ray dataset of statements: "auto" -> "verified" if any
+    row is (counted by the workers, `runtime.block_partials`), else "triplet"."""
+    from rexeval.pipelines.core.runtime import block_partials
+
+    if stage != "auto":
+        return stage
+    return "verified" if any(r["verified"] for r in block_partials(statements, _verified)) else "triplet"
+

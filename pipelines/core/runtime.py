@@ -407,3 +407,23 @@ def ranked(ds, keys: list[str], *, position: str | None = None, dense: str | Non
 
 
 _UNSEEN = object()
+
+
+def even_cuts(sizes: list[int], shards: int, total: int | None = None) -> list[list[tuple[int, int, int]]]:
+    """Per shard, the (block, start, stop) slices of blocks of `sizes` rows that make it:
+    the rows in order (`total`, default all of them), in `shards` runs of equal size (the
+    last ones smaller). Ray's sort
+    cuts its blocks at sampled keys, differently on every run; these cuts depend on the
+    rows only, so a re-run, on one node or many, writes the same shards."""
+    import numpy as np
+
+    total = int(sum(sizes) if total is None else total)
+    per = max(1, -(-total // max(1, shards)))
+    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    cuts = []
+    for k in range(shards):
+        lo, hi = k * per, min((k + 1) * per, total)
+        cuts.append([(b, int(max(lo, starts[b]) - starts[b]), int(min(hi, starts[b + 1]) - starts[b]))
+                     for b in range(len(sizes)) if max(lo, starts[b]) < min(hi, starts[b + 1])])
+    return cuts
+

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.core.inputs import reviews_input, table_rows
 from rexeval.pipelines.core.io import DONE_DIR, ShardedOutput, remove_entries, table_files
-from rexeval.pipelines.core.runtime import block_partials, key_groups, map_key_groups, read_dataset
+from rexeval.pipelines.core.runtime import block_partials, even_cuts, key_groups, map_key_groups, read_dataset
 from rexeval.pipelines.core.schema import REVIEWS, SPLIT_NAMES, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.ingest.config import SPLIT_OUTPUTS, SplitConfig
@@ -166,20 +166,10 @@ def _code_counts(coded) -> dict[str, int]:
 
 
 def shard_cuts(sizes: list[int], total: int) -> list[list[tuple[int, int, int]]]:
-    """Per shard, the (block, start, stop) slices of the sorted blocks (of `sizes` rows)
-    that make it: `total` rows in `runtime.key_groups(total)` shards of equal size (the
-    last one smaller), shard k the k-th run of rows in sorted order. Ray's sort cuts its
-    blocks at sampled keys, differently on every run; these cuts depend on the rows only,
-    so a re-run, on one node or many, writes the same files."""
-    shards = key_groups(total)
-    per = -(-total // shards) if total else 1
-    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    cuts = []
-    for k in range(shards):
-        lo, hi = k * per, min((k + 1) * per, total)
-        cuts.append([(b, int(max(lo, starts[b]) - starts[b]), int(min(hi, starts[b + 1]) - starts[b]))
-                     for b in range(len(sizes)) if max(lo, starts[b]) < min(hi, starts[b + 1])])
-    return cuts
+    """Per shard, the (block, start, stop) slices of the sorted blocks (of `sizes` rows,
+    `total` in all) that make it: `runtime.key_groups(total)` shards of equal size, cut by
+    `runtime.even_cuts`, so a re-run, on one node or many, writes the same files."""
+    return even_cuts(sizes, key_groups(total), total)
 
 
 def _num_rows(block: pa.Table) -> int:

@@ -42,7 +42,7 @@ class StatementStatsConfig(BaseModel):
 @register_study_job("statement_stats", StatementStatsConfig, outputs=OUTPUTS,
                     description="seed 000 Table II with its Statements rows (`rexeval info --statements`)")
 def run_statement_stats(cfg: StatementStatsConfig, progress: Callable[[str], None] = print) -> dict:
-    from rexeval.pipelines.core.inputs import reviews_path, statement_files, table_rows
+    from rexeval.pipelines.core.inputs import dataset_stage, of_stage, reviews_path, statement_files, table_rows
     from rexeval.pipelines.core.io import table_files, write_bytes_atomic
     from rexeval.pipelines.core.runtime import key_groups, read_dataset
     from rexeval.pipelines.core.schema import SPLIT_NAMES
@@ -58,8 +58,8 @@ def run_statement_stats(cfg: StatementStatsConfig, progress: Callable[[str], Non
     reviews = {n: read_dataset(p, "reviews") for n, p in parts.items()}
     files = statement_files(cfg.statements)
     statements = read_dataset(files, "statements").materialize()  # two passes: read once
-    stage = _stage(statements, cfg.stage)
-    statements = statements.map_batches(_of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
+    stage = dataset_stage(statements, cfg.stage)
+    statements = statements.map_batches(of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
     rows = table_rows([f for p in parts.values() for f in table_files(p)] + files) or 0
     stats = {cfg.name: dataset_stats_ray(reviews, statements, key_groups(rows))}
     table = format_table(stats, markdown=True)
@@ -69,26 +69,3 @@ def run_statement_stats(cfg: StatementStatsConfig, progress: Callable[[str], Non
     counts = {"interactions": mine["interactions"], "statements": mine["statements_total"],
               "unique statements": mine["statements_unique"]}
     return write_manifest(cfg, "statement_stats", counts, stage=stage, stats=stats)
-
-
-def _of_stage(batch, stage: str):
-    import pyarrow.compute as pc
-
-    return batch.filter(pc.equal(batch.column("stage"), stage))
-
-
-def _verified(block):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pa.table({"verified": [pc.sum(pc.equal(block.column("stage"), "verified")).as_py() or 0]})
-
-
-def _stage(statements, stage: str) -> str:
-    """"auto" -> "verified" if any statement is (counted by the workers), else "triplet"
-    (`inputs.resolve_stage`'s rule)."""
-    from rexeval.pipelines.core.runtime import block_partials
-
-    if stage != "auto":
-        return stage
-    return "verified" if any(r["verified"] for r in block_partials(statements, _verified)) else "triplet"

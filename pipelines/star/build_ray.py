@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 from rexeval.pipelines.cluster.nodes import NO_SENTIMENT
 from rexeval.pipelines.core.ids import dedup_key
 from rexeval.pipelines.core.io import ShardedOutput
-from rexeval.pipelines.core.runtime import block_partials, block_refs, key_groups, map_key_groups, ranked
+from rexeval.pipelines.core.runtime import (block_partials, block_refs, even_cuts, key_groups, map_key_groups,
+                                            ranked)
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.star.build import (CANDIDATES, INTERACTIONS, SPLIT_CODES, STAGE, TRIPLETS, error_dicts,
                                           split_interactions, unclustered_ids)
@@ -97,10 +98,6 @@ def _failed(rows: pd.DataFrame, error: str, raw: str, phase: int) -> pd.DataFram
 
 
 # -- 1. each row's statement ------------------------------------------------------------------
-
-def of_stage(batch: pa.Table, stage: str) -> pa.Table:
-    return batch.filter(pc.equal(batch.column("stage"), stage))
-
 
 def unclustered(batch: pa.Table) -> pa.Table:
     """Statement rows keyed by polarity + words; those without words are errors."""
@@ -372,21 +369,6 @@ def before_clustering(statements, inter, counts: dict, groups: int) -> dict:
 
 
 # -- writing ----------------------------------------------------------------------------------
-
-def even_cuts(sizes: list[int], shards: int) -> list[list[tuple[int, int, int]]]:
-    """Per shard, the (block, start, stop) slices of blocks of `sizes` rows that make it: the
-    rows in order, in `shards` runs of equal size (the last ones smaller), so a re-run cuts
-    the same shards whatever blocks the sort made."""
-    total = int(sum(sizes))
-    per = max(1, -(-total // shards))
-    starts = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
-    cuts = []
-    for k in range(shards):
-        lo, hi = k * per, min((k + 1) * per, total)
-        cuts.append([(b, int(max(lo, starts[b]) - starts[b]), int(min(hi, starts[b + 1]) - starts[b]))
-                     for b in range(len(sizes)) if max(lo, starts[b]) < min(hi, starts[b + 1])])
-    return cuts
-
 
 def final_table(name: str, parts: list[pa.Table], source: str) -> pa.Table:
     """One shard of a benchmark table from its slices of the sorted blocks."""

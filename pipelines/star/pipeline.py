@@ -59,7 +59,7 @@ def _reviews_source(cfg: BuildConfig) -> str:
 def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str], None] = print) -> dict:
     """Build the benchmark on Ray workers (`star.build_ray`): the inputs are read as Ray
     Datasets and the tables written by Ray tasks; this driver holds counts."""
-    from rexeval.pipelines.core.inputs import statement_files, table_rows
+    from rexeval.pipelines.core.inputs import dataset_stage, of_stage, statement_files, table_rows
     from rexeval.pipelines.core.io import DONE_DIR, remove_entries
     from rexeval.pipelines.core.runtime import key_groups, read_dataset
     from rexeval.pipelines.star import build_ray
@@ -72,7 +72,7 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
         files = statement_files(cfg.statements)
         columns = ["statement_id", "review_id", "statement", "sentiment", "stage"]
         statements = read_dataset(files, "statements", columns=columns, order=build_ray.ORDER).materialize()
-        stage, rows = _statement_stage(statements, cfg.stage), table_rows(files) or 0
+        stage, rows = dataset_stage(statements, cfg.stage), table_rows(files) or 0
     reviews_src = _reviews_source(cfg)
     conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
     job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES), owns=STAR_BUILD_OUTPUTS.paths()),
@@ -80,7 +80,7 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     if (manifest := job.finished("star build")) is not None:
         return manifest
     out = job.output
-    statements = statements.map_batches(build_ray.of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
+    statements = statements.map_batches(of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
     reviews = read_dataset(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
                                                             "source", "line"], order=build_ray.ORDER)
     rows += table_rows(table_files(reviews_src)) or 0
@@ -123,23 +123,6 @@ def _annotated(path: str):
     table = statements_from_annotations(path)
     table = table.append_column(ORDER, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     return init_ray().data.from_arrow(table), "verified", table.num_rows
-
-
-def _verified(block):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pa.table({"verified": [pc.sum(pc.equal(block.column("stage"), "verified")).as_py() or 0]})
-
-
-def _statement_stage(statements, stage: str) -> str:
-    """"auto" -> "verified" if any row is (counted by the workers), else "triplet"
-    (`inputs.resolve_stage`'s rule)."""
-    from rexeval.pipelines.core.runtime import block_partials
-
-    if stage != "auto":
-        return stage
-    return "verified" if any(r["verified"] for r in block_partials(statements, _verified)) else "triplet"
 
 
 # -- baselines --------------------------------------------------------------------------
