@@ -127,7 +127,7 @@ def on_worker(fn: Callable, *args: Any, resources: Resources = Resources(), thre
     """`fn(*args)` run as one Ray task with `resources`, its numerical libraries using
     `threads` cores (default: its CPUs), and its (small) result. An error the step
     raised is raised here as itself, so a user's mistake still reads as one line.
-    `options`: Ray options such as the placement `inputs.reads_here` gives."""
+    `options`: Ray options such as the placement `runtime.reads_here` gives."""
     import ray
 
     threads = max(1, int(threads or resources.cpus))
@@ -202,7 +202,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (reusing finished work) and return the manifest."""
     from rexeval.pipelines.cluster.embed import embed_texts
-    from rexeval.pipelines.core.inputs import reads_here
+    from rexeval.pipelines.core.runtime import reads_here
 
     t0 = time.time()
     timings: dict[str, float] = {}

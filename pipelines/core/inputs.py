@@ -1,13 +1,12 @@
-"""Where job inputs come from, and where a task that reads them may run.
+"""Where job inputs come from.
 
 Jobs that consume statements (ground truth, clustering, the ranking benchmark) find
 the shards, check their columns before any work, and pick which stage's rows to use
 the same way, through these functions. Every input may be a local path or a URI
-(`pipelines/core/storage.py`); `reads_here` says where a task reading one must run.
+(`pipelines/core/storage.py`); `runtime.reads_here` says where a task reading one must run.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,34 +15,6 @@ import pyarrow.compute as pc
 from rexeval.pipelines.core.io import UnreadableParquet, json_lines, parquet_schema, read_parquet, table_files
 from rexeval.pipelines.core.schema import SchemaError, validate_table
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
-
-
-def reads_here(paths: Iterable[PathLike]) -> dict:
-    """Ray options for a task that reads the input files `paths`: pinned to the driver's
-    node when any of them is a local path; none when all are URIs.
-
-    On a cluster the nodes share no disk: a user's local file exists only on the machine
-    that started the job (the driver's node; the head for `ray job submit`), and a task
-    placed on another node would not find it. A URI reaches the same object from every
-    node, so a task reading only URIs may run anywhere. The pin is hard (soft=False):
-    elsewhere the task could only fail. A driver's node that runs no tasks (a head
-    started with 0 CPUs) could never run it, so that is said at once. (A local output
-    folder is another matter: on a cluster it must be one every node mounts, which
-    `pipelines/core/reach.py` checks, so its readers and writers are not pinned.)
-    """
-    local = [str(p) for p in paths if not is_uri(p)]
-    if not local:
-        return {}
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    node = ray.get_runtime_context().get_node_id()
-    cpus = next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == node), 0)
-    if not cpus:
-        raise ValueError(f"{local[0]} is a local path, so the tasks that read it must run on this "
-                         "node, which gives Ray no CPUs; put the data where every node reaches it "
-                         "(s3://..., gs://...) or give this node CPUs")
-    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
 
 
 def given_text(path: PathLike) -> str:

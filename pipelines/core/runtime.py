@@ -112,7 +112,7 @@ def _batch_args(stage: Stage) -> dict:
     """What `map_batches` needs from a stage, whether it runs on actors or tasks: its
     batch size and resources, and where it may run when it says (`ray_remote_args`, e.g.
     a stage that reads a local input file is pinned to the driver's node, the one node
-    that has the file: `pipelines/core/inputs.reads_here`). A node pin is passed as
+    that has the file: `reads_here`). A node pin is passed as
     Ray's node-id label selector, which Ray Data takes for actors and tasks alike."""
     args = {"batch_format": "pyarrow", "batch_size": stage.batch_size,
             "num_cpus": stage.resources.cpus, "num_gpus": stage.resources.gpus or None}
@@ -259,15 +259,44 @@ class _ReadParts(Stage):
         return pa.concat_tables(tables)
 
 
+def reads_here(paths: Iterable) -> dict:
+    """Ray options for a task that reads the input files `paths`: pinned to the driver's
+    node when any of them is a local path; none when all are URIs.
+
+    On a cluster the nodes share no disk: a user's local file exists only on the machine
+    that started the job (the driver's node; the head for `ray job submit`), and a task
+    placed on another node would not find it. A URI reaches the same object from every
+    node, so a task reading only URIs may run anywhere. The pin is hard (soft=False):
+    elsewhere the task could only fail. A driver's node that runs no tasks (a head
+    started with 0 CPUs) could never run it, so that is said at once. (A local output
+    folder is another matter: on a cluster it must be one every node mounts, which
+    `pipelines/core/reach.py` checks, so its readers and writers are not pinned.)
+    """
+    from rexeval.pipelines.core.storage import is_uri
+
+    local = [str(p) for p in paths if not is_uri(p)]
+    if not local:
+        return {}
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    node = ray.get_runtime_context().get_node_id()
+    cpus = next((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["NodeID"] == node), 0)
+    if not cpus:
+        raise ValueError(f"{local[0]} is a local path, so the tasks that read it must run on this "
+                         "node, which gives Ray no CPUs; put the data where every node reaches it "
+                         "(s3://..., gs://...) or give this node CPUs")
+    return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node, soft=False)}
+
+
 def read_dataset(path, schema: str | pa.Schema, columns: list[str] | None = None,
                  *, order: str | None = None):
     """A table (a file, a folder of parts, or a list of part files) as a Ray Dataset whose
     blocks are its parts, each read and validated by a Ray task, so that a job's driver
     never holds the table. The driver reads only the footers: a part that is not Parquet,
     or lacks a required column, is refused before any work. Local files are read on this
-    node (`inputs.reads_here`). `order`: a column to add that orders the rows as
+    node (`reads_here`). `order`: a column to add that orders the rows as
     `read_table` concatenates them, for jobs where input order settles ties."""
-    from rexeval.pipelines.core.inputs import reads_here
     from rexeval.pipelines.core.io import UnreadableParquet, parquet_schema, table_files
     from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
     from rexeval.pipelines.core.storage import location

@@ -166,7 +166,8 @@ def _where_missing(batch: pa.Table, missing: bool) -> pa.Table:
 
 def load_on_ray(cfg: ExpScoreInputs, rating: str, scale: tuple[float, float], want_tf: bool):
     """`pipeline.load_inputs` on Ray: steps 1 and 2 (the module docstring)."""
-    from rexeval.pipelines.core.inputs import reads_here, table_rows
+    from rexeval.pipelines.core.inputs import table_rows
+    from rexeval.pipelines.core.runtime import reads_here
     from rexeval.pipelines.core.io import table_files
     from rexeval.pipelines.core.runtime import init_ray, key_groups, map_key_groups, ranked, read_dataset
     from rexeval.pipelines.expscore.inputs import Loaded

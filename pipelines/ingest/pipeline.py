@@ -7,14 +7,15 @@ file), item titles (one task, staged as a Parquet file the parse actors read), p
 (one task over the id columns) and committing (one task per shard: its files at their
 final keys, then its marker). The driver handles plans, markers and counts only. A task
 that reads a local input file runs on the driver's node, where that file is
-(`inputs.reads_here`).
+(`runtime.reads_here`).
 """
 from __future__ import annotations
 
 import time
 from typing import Callable
 
-from rexeval.pipelines.core.inputs import given_text, reads_here
+from rexeval.pipelines.core.inputs import given_text
+from rexeval.pipelines.core.runtime import reads_here
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, write_parquet_atomic
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.storage import as_text, location
@@ -94,7 +95,7 @@ def _stage_titles(meta: list[str], at) -> int:
 
 def _run_all(calls: list[tuple[Callable, list, tuple]]) -> list:
     """Run each (function, input files it reads, arguments) as one Ray task placed where
-    those files can be read (`inputs.reads_here`); their results, in order (small values)."""
+    those files can be read (`runtime.reads_here`); their results, in order (small values)."""
     import ray
 
     remote = {fn: ray.remote(fn) for fn, _, _ in calls}

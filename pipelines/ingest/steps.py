@@ -44,7 +44,7 @@ class ParseStage(Stage):
     def __init__(self, output, chunks: dict[int, Chunk], min_rating: float, max_rating: float,
                  category: str | None, titles: PathLike | None = None, ray_remote_args: dict | None = None):
         """`titles`: a Parquet (item_id, item_title) table every actor reads in `setup`;
-        `ray_remote_args`: where the actors may run (`inputs.reads_here`)."""
+        `ray_remote_args`: where the actors may run (`runtime.reads_here`)."""
         self.output, self.chunks = output, chunks
         self.min_rating, self.max_rating, self.category = min_rating, max_rating, category
         self.titles_at = None if titles is None else str(titles)

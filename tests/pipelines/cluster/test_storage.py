@@ -141,7 +141,7 @@ def test_the_steps_run_where_the_data_can_be_read(tmp_path, s3_root, monkeypatch
         assert call["fn"] == "neighbours" and call["args"][5] == want
         assert call["resources"].gpus == (1 if workers == 1 and gpus else 0)
     assert not ray.cluster_resources().get("GPU")  # none here: the request alone decides
-    from rexeval.pipelines.core.inputs import reads_here
+    from rexeval.pipelines.core.runtime import reads_here
 
     assert reads_here([f"{s3_root}/in", f"{s3_root}/o"]) == {}
     pinned = reads_here([f"{s3_root}/in", str(tmp_path / "o")])["scheduling_strategy"]

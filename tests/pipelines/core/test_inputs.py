@@ -1,5 +1,5 @@
 """The shared input readers (pipelines/core/inputs.py) on a local folder and on an S3
-endpoint, and where a task that reads an input may run."""
+endpoint."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from rexeval.pipelines.core.inputs import (
-    check_schemas, file_record, given_text, reads_here, resolve_stage, resolved_text, reviews_path,
+    check_schemas, file_record, given_text, resolve_stage, resolved_text, reviews_path,
     statement_files, statements_from_annotations)
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import STATEMENTS, SchemaError
@@ -23,30 +23,6 @@ def root(request, tmp_path):
     if request.param == "local":
         return str(tmp_path / "store")
     return request.getfixturevalue("s3_root")
-
-
-def test_a_task_reading_a_local_path_is_pinned_to_the_drivers_node(ray_session, tmp_path):
-    ray = ray_session
-    here = ray.get_runtime_context().get_node_id()
-    assert reads_here(["s3://bucket/a.json", "gs://bucket/b.json"]) == {}
-    for paths in ([str(tmp_path / "a.json")], ["s3://bucket/a.json", tmp_path / "b.json"]):
-        strategy = reads_here(paths)["scheduling_strategy"]
-        assert strategy.node_id == here and strategy.soft is False
-
-    @ray.remote(num_cpus=1)
-    def node() -> str:
-        return ray.get_runtime_context().get_node_id()
-
-    assert ray.get(node.options(**reads_here([tmp_path])).remote()) == here
-
-
-def test_a_driver_node_without_cpus_is_said_at_once(ray_session, monkeypatch):
-    ray = ray_session
-    here = ray.get_runtime_context().get_node_id()
-    monkeypatch.setattr(ray, "nodes", lambda: [{"NodeID": here, "Resources": {"memory": 1.0}}])
-    with pytest.raises(ValueError, match=r"reviews\.json is a local path.*s3://"):
-        reads_here(["reviews.json"])
-    assert reads_here(["s3://bucket/reviews.json"]) == {}
 
 
 def test_paths_as_given_and_as_recorded(tmp_path, monkeypatch):

@@ -1,10 +1,11 @@
-"""A stage runs the same on a plain table and inside a Ray Data actor pool."""
+"""A stage runs the same on a plain table and inside a Ray Data actor pool; a task that
+reads a local input runs where the file is."""
 import pyarrow as pa
 import pytest
 import pyarrow.compute as pc
 
 from rexeval.failures import WorkerFailed
-from rexeval.pipelines.core.runtime import map_stage, run_tasks
+from rexeval.pipelines.core.runtime import map_stage, reads_here, run_tasks
 from rexeval.pipelines.core.stage import Resources, Stage
 
 
@@ -106,3 +107,27 @@ def test_custom_resources_from_the_settings_reach_the_stages_ray_options():
     assert args["num_cpus"] == 1.0 and args["resources"] == {"accel": 1}
     plain = SimpleNamespace(workers=2, cpus_per_worker=1.0, gpus_per_worker=0.0)
     assert "resources" not in _batch_args(type("P", (Accel,), {"resources": worker_resources(plain)})())
+
+
+def test_a_task_reading_a_local_path_is_pinned_to_the_drivers_node(ray_session, tmp_path):
+    ray = ray_session
+    here = ray.get_runtime_context().get_node_id()
+    assert reads_here(["s3://bucket/a.json", "gs://bucket/b.json"]) == {}
+    for paths in ([str(tmp_path / "a.json")], ["s3://bucket/a.json", tmp_path / "b.json"]):
+        strategy = reads_here(paths)["scheduling_strategy"]
+        assert strategy.node_id == here and strategy.soft is False
+
+    @ray.remote(num_cpus=1)
+    def node() -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    assert ray.get(node.options(**reads_here([tmp_path])).remote()) == here
+
+
+def test_a_driver_node_without_cpus_is_said_at_once(ray_session, monkeypatch):
+    ray = ray_session
+    here = ray.get_runtime_context().get_node_id()
+    monkeypatch.setattr(ray, "nodes", lambda: [{"NodeID": here, "Resources": {"memory": 1.0}}])
+    with pytest.raises(ValueError, match=r"reviews\.json is a local path.*s3://"):
+        reads_here(["reviews.json"])
+    assert reads_here(["s3://bucket/reviews.json"]) == {}
