@@ -117,14 +117,34 @@ def group_correlations(df: pd.DataFrame, judge_col: str, human_col: str, by: lis
             ranks = grouped[["x", "y"]].rank(method="average")
             frame = frame.assign(x=ranks["x"], y=ranks["y"])
             grouped = frame.groupby(grouper, sort=True, dropna=False)
-        dx = frame["x"] - grouped["x"].transform("mean")
-        dy = frame["y"] - grouped["y"].transform("mean")
+        dx, dy = _unit_deviations(frame, "x", grouper), _unit_deviations(frame, "y", grouper)
         sums = frame[by].assign(xy=dx * dy, xx=dx * dx, yy=dy * dy).groupby(grouper, sort=True, dropna=False).sum()
         spread = grouped[["x", "y"]].max() - grouped[["x", "y"]].min()
         defined = (grouped.size() >= 2) & (spread["x"] > 0) & (spread["y"] > 0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            r = (sums["xy"] / np.sqrt(sums["xx"] * sums["yy"])).clip(-1.0, 1.0).where(defined)
+            r = (sums["xy"] / (np.sqrt(sums["xx"]) * np.sqrt(sums["yy"]))).clip(-1.0, 1.0).where(defined)
     return r.reindex(every_group).astype(np.float64)
+
+
+def _unit_deviations(frame: pd.DataFrame, column: str, grouper) -> pd.Series:
+    """Each value's deviation from its group's mean, divided by the group's largest
+    absolute deviation (so within [-1, 1]). Pearson's r does not change when a group is
+    scaled, and the scaling keeps the products and sums of squares finite and above the
+    subnormal range whatever the magnitude: raw deviations near 1e200 overflow when
+    squared, near 1e-200 they underflow to 0. The values are first divided by the
+    group's largest absolute value, so the mean itself cannot overflow."""
+    keys = [frame[k] for k in grouper] if isinstance(grouper, list) else frame[grouper]
+
+    def per_group(v: pd.Series, how: str) -> pd.Series:
+        return v.groupby(keys, sort=False, dropna=False).transform(how)
+
+    def largest(v: pd.Series) -> pd.Series:  # 1 for an all-zero group: nothing to scale
+        m = per_group(v.abs(), "max")
+        return m.where(m > 0, 1.0)
+
+    scaled = frame[column] / largest(frame[column])
+    dev = scaled - per_group(scaled, "mean")
+    return dev / largest(dev)
 
 
 def _grouped_kendall(frame: pd.DataFrame, grouped) -> pd.Series:
@@ -180,14 +200,24 @@ def _percentiles(values: np.ndarray, confidence: float) -> tuple[float, float]:
 
 
 def _rowwise_pearson(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Pearson r of each row pair of two (B, n) matrices; NaN for a constant row."""
-    xm = xs - xs.mean(axis=1, keepdims=True)
-    ym = ys - ys.mean(axis=1, keepdims=True)
+    """Pearson r of each row pair of two (B, n) matrices; NaN for a constant row. Rows
+    are centred and scaled to unit largest deviation first (see `_unit_deviations`)."""
     constant = (np.ptp(xs, axis=1) == 0) | (np.ptp(ys, axis=1) == 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        r = (xm * ym).sum(axis=1) / np.sqrt((xm * xm).sum(axis=1) * (ym * ym).sum(axis=1))
+        xm, ym = _unit_rows(xs), _unit_rows(ys)
+        r = (xm * ym).sum(axis=1) / (np.sqrt((xm * xm).sum(axis=1)) * np.sqrt((ym * ym).sum(axis=1)))
     r[constant] = NAN
     return np.clip(r, -1.0, 1.0)
+
+
+def _unit_rows(m: np.ndarray) -> np.ndarray:
+    """Each row's deviations from its mean over its largest absolute deviation, after
+    dividing the row by its largest absolute value (magnitude-safe, as `_unit_deviations`)."""
+    top = np.abs(m).max(axis=1, keepdims=True)
+    scaled = m / np.where(top > 0, top, 1.0)
+    dev = scaled - scaled.mean(axis=1, keepdims=True)
+    span = np.abs(dev).max(axis=1, keepdims=True)
+    return dev / np.where(span > 0, span, 1.0)
 
 
 def _count_tables(a: np.ndarray, b: np.ndarray, ka: int, kb: int) -> np.ndarray:

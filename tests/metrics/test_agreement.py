@@ -167,6 +167,34 @@ def test_group_correlations_equal_scipy_per_group(method, table_limit, monkeypat
         assert got.isna().sum() > 0 and got.notna().sum() > 0
 
 
+@pytest.mark.parametrize("scale", [1e200, 1e-200])
+def test_grouped_and_resampled_pearson_hold_at_extreme_magnitudes(scale):
+    """Near 1e200 the centred products overflow and near 1e-200 they underflow (the user
+    level gave 0.0 or NaN where scipy gives about 0.4); r does not depend on the scale,
+    so every group must still equal scipy.stats.pearsonr of that group."""
+    rng = np.random.default_rng(21)
+    n = 120
+    judge = rng.normal(3.0, 1.0, n)
+    human = 0.4 * judge + rng.normal(0.0, 1.0, n) + 3.0
+    df = pd.DataFrame({"user_id": rng.integers(0, 6, n).astype(str), "item_id": rng.integers(0, 3, n).astype(str),
+                       "judge": judge * scale, "human": human * scale})
+    for by in (["user_id"], ["user_id", "item_id"]):
+        got = group_correlations(df, "judge", "human", by, "pearson")
+        expected = [stats.pearsonr(g["judge"], g["human"]).statistic
+                    for _, g in df.groupby(by[0] if len(by) == 1 else by)]
+        assert np.isfinite(got.to_numpy()).all()
+        np.testing.assert_allclose(got.to_numpy(), expected, atol=1e-12, rtol=0)
+    user = level_correlation(df, "judge", "human", "user").value
+    assert user == pytest.approx(np.mean([stats.pearsonr(g["judge"], g["human"]).statistic
+                                          for _, g in df.groupby("user_id")]), abs=1e-12)
+    # The dataset level's bootstrap computes every resample's r at once in the same way.
+    x, y = df["judge"].to_numpy(), df["human"].to_numpy()
+    idx = np.random.default_rng(4).integers(0, n, size=(50, n))
+    expected_ci = percentile_ci([stats.pearsonr(x[i], y[i]).statistic for i in idx])
+    got_ci = level_bootstrap_ci(df, "judge", "human", "dataset", "pearson", n_resamples=50, seed=4)
+    assert got_ci == pytest.approx(expected_ci, abs=1e-9)
+
+
 # ------------------------------------------------------------------ bootstrap
 
 
