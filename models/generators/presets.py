@@ -131,11 +131,17 @@ PAPER_COMMON: dict[str, dict[str, Any]] = {
 
 # --- seed000: every value seed 000 ran, with the line it comes from ----------------------
 
+_PETERLIKE_LINES = {"PETER": (330, 344), "CER": (333, 347)}
+"""main.py's lines of the selecting sum and of the plateau step: CER's main.py has three more
+lines before them than PETER's (read in the authors' repository at 6549831)."""
+
+
 def _peterlike(m: str) -> dict[str, tuple[Any, str]]:
+    select, step = _PETERLIKE_LINES[m]
     return {
         "optimizer": ("sgd", _seed(m, "py", 144, "torch.optim.SGD")),
-        "lr": (1.0, _seed(m, "sh", 14)), "lr_decay": (0.25, _seed(m, "py", 145, "StepLR gamma 0.25, stepped at line "
-                                                                        "344 after an epoch that does not improve")),
+        "lr": (1.0, _seed(m, "sh", 14)), "lr_decay": (0.25, _seed(m, "py", 145, f"StepLR gamma 0.25, stepped at line "
+                                                                        f"{step} after an epoch that does not improve")),
         "weight_decay": (0.0, _seed(m, "py", 144, "no weight decay")), "clip": (1.0, _seed(m, "sh", 15)),
         "batch_size": (32, _seed(m, "sh", 17)), "vocab_size": (20000, _seed(m, "sh", 20)),
         "max_words": (128, _seed(m, "sh", 27, "--words 128")), "emsize": (512, _seed(m, "sh", 9)),
@@ -145,7 +151,7 @@ def _peterlike(m: str) -> dict[str, tuple[Any, str]]:
         "epochs": (100, _seed(m, "sh", 16)),
         "patience": (100, _seed(m, "sh", 21, "--endure_times 100: with 100 epochs it never stops early")),
         "seed": (42, _seed(m, "sh", 18)),
-        "select": ("text_rating", _seed(m, "py", 330, "val_t_loss + val_r_loss")),
+        "select": ("text_rating", _seed(m, "py", select, "val_t_loss + val_r_loss")),
     }
 
 
@@ -230,7 +236,10 @@ SEED000: dict[str, dict[str, tuple[Any, str]]] = {
         "gcn_init": ("xavier", "seed 000 baselines/XRec/encoder/models/lightgcn.py:18 (Xavier uniform)"),
         "profile_reviews": (8, "our choice (seed 000: baselines/NL_profiles, its own prompts)"),
         "profile_length": (128, "our choice"), "profile_tokens": (128, "our choice"),
-        "patience": (1, "one epoch: unused"), "seed": (42, "seed 000's seed"), "select": ("loss", "one epoch: unused"),
+        "patience": (1, "one epoch: unused"), "select": ("loss", "one epoch: unused"),
+        "seed": (42, "our choice: seed 000's XRec scripts set no seed (explainer and encoder main.sh, "
+                     "utils/parse.py); 42 is the seed its other five models' main.sh pass (e.g. "
+                     "baselines/PETER/main.sh:18)"),
     },
 }
 

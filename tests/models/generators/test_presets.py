@@ -12,7 +12,7 @@ import pytest
 
 from rexeval.models.generators import presets as P
 
-_PETER_SEED000 = {  # baselines/{PETER,CER}/main.sh lines 9-27, main.py:144-145, 330
+_PETER_SEED000 = {  # baselines/{PETER,CER}/main.sh lines 9-27, main.py:144-145, 330 (PETER) / 333 (CER)
     "optimizer": "sgd", "lr": 1.0, "lr_decay": 0.25, "weight_decay": 0.0, "clip": 1.0, "batch_size": 32,
     "vocab_size": 20000, "max_words": 128, "emsize": 512, "nhead": 2, "nhid": 2048, "nlayers": 2, "dropout": 0.2,
     "rating_reg": 0.1, "context_reg": 1.0, "text_reg": 1.0, "epochs": 100, "patience": 100, "seed": 42,
@@ -92,6 +92,24 @@ def test_every_value_has_a_source_and_seed000_cites_a_file_and_line(model):
             assert source.strip(), (preset, model, key)
     cited = [src for _, src in P.table("seed000", model).values() if src.startswith("seed 000 ")]
     assert cited and all(re.search(r"baselines/\S+:\d+", src) for src in cited)
+
+
+# Read by hand in the authors' repository (BenKabongo25/factual_explainable_recommendation at
+# 6549831): the line of main.py that sums val_t_loss + val_r_loss, and the line of scheduler.step().
+# CER's main.py has three more lines above them than PETER's.
+_OWN_LINES = {"peter": ("baselines/PETER/main.py:330", "line 344"), "cer": ("baselines/CER/main.py:333", "line 347")}
+
+
+@pytest.mark.parametrize("model", sorted(_OWN_LINES))
+def test_peter_and_cer_cite_their_own_main_py_lines(model):
+    select, step = _OWN_LINES[model]
+    assert select in P.table("seed000", model)["select"][1]
+    assert step in P.table("seed000", model)["lr_decay"][1]
+
+
+def test_xrecs_seed_is_marked_as_our_choice():
+    # seed 000's XRec scripts (explainer/, encoder/) seed nothing: 42 is ours, as the other models' seed.
+    assert P.table("seed000", "xrec")["seed"][1].startswith("our choice")
 
 
 def test_the_docs_print_the_tables_as_they_are():
