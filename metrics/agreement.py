@@ -12,7 +12,8 @@ Two kinds of agreement:
   of the data a level rests on.
 - Pairwise verdicts (seed 004, Table 2): labels "A", "B" or "C" (a tie) from the judge
   and from a human; accuracy, Cohen's kappa and Krippendorff's alpha (nominal), with
-  and without ties.
+  and without ties. The same statistics between repeated runs of one judge (seed 004,
+  Table 6: `run_agreement`).
 
 Intervals are percentile bootstraps from a simple seeded loop (numpy
 `default_rng(seed)`), not scipy.stats.bootstrap: the user and pair levels resample
@@ -488,3 +489,52 @@ def pairwise_agreement(judge: Sequence, human: Sequence, ties: bool = True, n_re
                              n_tie_dropped=len(pairs) - n, accuracy=acc, kappa=cohen_kappa(j, h),
                              alpha=krippendorff_alpha(j, h), accuracy_ci=cis[0], kappa_ci=cis[1],
                              alpha_ci=cis[2])
+
+
+# ------------------------------------------------------------------ a judge against itself
+
+
+@dataclass(frozen=True)
+class RunAgreement:
+    """How one judge agrees with itself over repeated runs of the same items (seed 004,
+    appendix B.2, Table 6)."""
+
+    n_runs: int
+    n_items: int  # items given (a run without a label for one counts it missing there)
+    n_complete: int  # items every run labelled
+    kappa: float  # Cohen's kappa averaged over every pair of runs
+    kappas: tuple[float, ...]  # per pair of runs: (1, 2), (1, 3), ..., (2, 3), ...
+    alpha: float  # Krippendorff's alpha (nominal), every run a coder
+
+
+def run_agreement(runs: Sequence[Sequence]) -> RunAgreement:
+    """Cohen's kappa and Krippendorff's alpha of two or more runs of a judge over the same
+    items (labels "A", "B", "C"; None or NaN: no verdict).
+
+    Seed 004 reports one kappa and one alpha over three runs without saying how kappa,
+    a two-rater statistic, meets three runs; we average Cohen's kappa over the pairs of
+    runs (each pair on the items both labelled, `cohen_kappa`), and take alpha with the
+    runs as its coders, where a missing verdict is a missing value, as alpha allows.
+    NaN where a statistic is undefined (one label throughout)."""
+    labelled = [_labels(list(r), f"run {k + 1}") for k, r in enumerate(runs)]
+    if len(labelled) < 2:
+        raise ValueError(f"agreement of a judge with itself needs two or more runs, got {len(labelled)}")
+    n = len(labelled[0])
+    if any(len(r) != n for r in labelled):
+        raise ValueError(f"every run must label the same items, got lengths {[len(r) for r in labelled]}")
+    kappas = []
+    for a in range(len(labelled)):
+        for b in range(a + 1, len(labelled)):
+            both = [(x, y) for x, y in zip(labelled[a], labelled[b]) if x is not None and y is not None]
+            kappas.append(cohen_kappa([x for x, _ in both], [y for _, y in both]))
+    present = sorted({v for r in labelled for v in r if v is not None})
+    code = {label: float(i) for i, label in enumerate(present)}
+    data = np.array([[NAN if v is None else code[v] for v in r] for r in labelled], dtype=np.float64)
+    pairable = (~np.isnan(data)).sum(axis=0) >= 2
+    alpha = NAN
+    if len(present) >= 2 and pairable.any():
+        alpha = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
+    defined = [k for k in kappas if not math.isnan(k)]
+    return RunAgreement(n_runs=len(labelled), n_items=n,
+                        n_complete=int((~np.isnan(data)).all(axis=0).sum()) if n else 0,
+                        kappa=float(np.mean(defined)) if defined else NAN, kappas=tuple(kappas), alpha=alpha)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
+from rexeval.ray_jobs.curate import curate_cmd
 from rexeval.ray_jobs.demo import demo_cmd
 from rexeval.ray_jobs.evaluate import evaluate_cmd
 from rexeval.ray_jobs.expscore import expscore_group
@@ -33,6 +34,7 @@ def cli():
 
 cli.add_command(ingest_cmd)
 cli.add_command(split_cmd)
+cli.add_command(curate_cmd)
 cli.add_command(info_cmd)
 cli.add_command(extract_cmd)
 cli.add_command(extract_quality_cmd)

@@ -233,6 +233,9 @@ def detect_cmd(config_file, llm, **flags):
 @click.option("--resamples", type=int, help="Bootstrap resamples of the pairs (default 2000; 0: no intervals).")
 @click.option("--seed", type=int, help="Seed of the bootstrap (default 0).")
 @click.option("--baseline-label", help="The baseline's name in the figure and tables (default its system name).")
+@click.option("--repeat", "repeats", multiple=True, type=Where(exists=True, file_okay=False),
+              help="A pairwise folder that judged the same pairs again, one more run (repeatable): seed 004's "
+                   "Table 6, each judge's agreement with itself (table6.md).")
 @config_option
 @user_errors
 def winrate_cmd(config_file, **flags):
@@ -247,6 +250,9 @@ def winrate_cmd(config_file, **flags):
     Writes winrate.csv (every number), winrate.md with figure5.png/.svg (per judge,
     the shares "<baseline> loses / wins / tie" per system, as stacked bars), table4.md
     and table4.csv (per judge, each system's win rate per criterion) and report.json.
+    With --repeat (further runs of the same pairs, e.g. at temperature 0.7 with other
+    seeds) also table6.md / table6.csv: seed 004's Table 6, Cohen's kappa (averaged
+    over the pairs of runs) and Krippendorff's alpha of each judge with itself.
     Needs no Ray and no model.
 
     Example:

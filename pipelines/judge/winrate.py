@@ -24,7 +24,12 @@ folder:
   and as stacked horizontal bars, one panel per judge;
 - table4.md, table4.csv: Table 4, per judge the win rate of each system (rows) on each
   criterion (columns) with its interval, e.g. "0.166 [0.10, 0.24]";
-- report.json: the inputs, the settings and the counts.
+- report.json: the inputs, the settings and the counts;
+- with `repeats` (further pairwise folders that judged the same pairs again, seed 004
+  appendix B.2): table6.md and table6.csv, Table 6, how each judge agrees with itself
+  over `runs` and the repeats (`metrics.agreement.run_agreement`: Cohen's kappa
+  averaged over the pairs of runs, Krippendorff's alpha with every run a coder) on the
+  overall verdicts. The win rates are those of `runs` alone.
 
 The folders and the output may be local paths or URIs (`pipelines/core/storage.py`).
 """
@@ -40,6 +45,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from rexeval.metrics.agreement import run_agreement
 from rexeval.metrics.preference import win_tie_loss
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
@@ -59,6 +65,8 @@ WINRATE_OUTPUTS = Outputs(
     figure5=Output("figure5.png", "seed 004's Figure 5"),
     figure5_svg=Output("figure5.svg", "Figure 5 as SVG"),
     report=Output(REPORT_OUTPUT, "the inputs, the settings and the counts"),
+    table6=Output("table6.md", "seed 004's Table 6: the judge's agreement with itself over runs (with repeats)"),
+    table6_csv=Output("table6.csv", "Table 6 as CSV, with the kappa of each pair of runs"),
 )
 OVERALL = "overall"
 REQUIRED = ("system", "baseline", "example_id", "verdict")
@@ -81,6 +89,8 @@ class WinrateConfig(BaseModel):
     seed: int = Field(0, description="seed of the bootstrap")
     baseline_label: str | None = Field(None, description="the baseline's name in the figure and tables "
                                        "(default: its system name)")
+    repeats: ReadPaths = Field(default_factory=list, description="pairwise folders that judged the pairs of "
+                               "`runs` again, one run each: Table 6 (the judge's agreement with itself)")
 
 
 # ------------------------------------------------------------------ reading
@@ -279,6 +289,40 @@ def figure5_markdown(stats: pd.DataFrame, baseline_label: str, confidence: float
     return "\n".join(lines)
 
 
+def self_agreement(runs: Sequence[pd.DataFrame], baseline: str) -> pd.DataFrame:
+    """Table 6: per judge that every run holds, its overall verdicts on every (system,
+    example) any run judged, aligned across the runs (a pair one run lacks is a missing
+    verdict there), and `run_agreement` of them. Runs must share the baseline."""
+    key = ["judge", "system", "example_id"]
+    overall = []
+    for k, run in enumerate(runs):
+        other = run["baseline"].drop_duplicates().tolist()
+        if other and other != [baseline]:
+            raise ValueError(f"repeat {k}: its verdicts compare against {other}, the runs against {baseline!r}")
+        overall.append(run[run["criterion"] == OVERALL].set_index(key)["verdict"])
+    judges = [j for j in _order(runs[0]["judge"]) if all(j in o.index.get_level_values(0) for o in overall)]
+    rows = []
+    for judge in judges:
+        mine = [o[o.index.get_level_values(0) == judge] for o in overall]
+        items = sorted(set().union(*(m.index for m in mine)))
+        labels = [[None if pd.isna(v) else v for v in m.reindex(items)] for m in mine]
+        agree = run_agreement(labels)
+        rows.append({"judge": judge, "runs": agree.n_runs, "pairs": agree.n_items, "complete": agree.n_complete,
+                     "kappa": agree.kappa, "alpha": agree.alpha,
+                     **{f"kappa_{a + 1}_{b + 1}": agree.kappas[i] for i, (a, b) in enumerate(
+                         (a, b) for a in range(agree.n_runs) for b in range(a + 1, agree.n_runs))}})
+    return pd.DataFrame(rows)
+
+
+def table6_markdown(table: pd.DataFrame) -> str:
+    lines = ["The judge's agreement with itself over repeated runs of the same pairs (overall verdicts; Cohen's "
+             "kappa averaged over the pairs of runs, Krippendorff's alpha with every run a coder):", "",
+             "| judge | runs | pairs | C-κ | K-α |", "|---|---:|---:|---:|---:|"]
+    lines += [f"| {r.judge} | {r.runs} | {r.pairs} | {r.kappa:.3f} | {r.alpha:.3f} |"
+              for r in table.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
 # ------------------------------------------------------------------ figure
 
 
@@ -376,6 +420,12 @@ def run_winrate(cfg: WinrateConfig, progress: Callable[[str], None] = print) -> 
                            "interval": "percentile bootstrap over pairs"},
               "overall": stats[stats["criterion"] == OVERALL].to_dict("records"),
               "elapsed_s": round(time.time() - t0, 2)}
+    if cfg.repeats:
+        t6 = self_agreement([long] + [read_runs([r])[0] for r in cfg.repeats], baseline)
+        (root / WINRATE_OUTPUTS.table6_csv).write_text(t6.to_csv(index=False))
+        (root / WINRATE_OUTPUTS.table6).write_text(table6_markdown(t6))
+        report["table6"] = t6.to_dict("records")
+        report["inputs_repeats"] = [_shown(r) for r in cfg.repeats]
     write_json_atomic(root / WINRATE_OUTPUTS.report, report)
     report["table_md"] = md
     return report

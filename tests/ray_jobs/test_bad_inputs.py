@@ -93,6 +93,13 @@ CASES: list[Case] = [
     Case("split", "bad-method", ["{reviews}", "--method", "nosuch", *OUT], "--method"),
     Case("split", "bad-train-share", ["{reviews}", "--train", "abc", *OUT], "--train"),
     *_cases_for_config("split", ["{reviews}", *OUT]),
+    Case("curate", "missing-input", ["{missing_parquet}", *OUT], "missing.parquet"),
+    Case("curate", "garbage-parquet", ["{garbage_parquet}", *OUT], "garbage.parquet"),
+    Case("curate", "corrupt-parquet", ["{corrupt_parquet}", *OUT], "corrupt.parquet"),
+    Case("curate", "empty-folder", ["{empty}", *OUT], "/empty"),
+    Case("curate", "out-is-a-file", ["{reviews}", "--out", "{occupied}"], "occupied"),
+    Case("curate", "min-above-max", ["{reviews}", "--min-purchases", "21", *OUT], "min_purchases"),
+    *_cases_for_config("curate", ["{reviews}", *OUT]),
     # -- info ----------------------------------------------------------------------------
     Case("info", "missing-input", ["{missing_parquet}"], "missing.parquet"),
     Case("info", "garbage-parquet", ["{garbage_parquet}"], "garbage.parquet"),
