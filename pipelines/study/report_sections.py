@@ -582,6 +582,9 @@ def section_winrate(b: Builder, inst: Instance) -> Section:
                                    "Figure 5's numbers")
     sec.tables += b.md_file_tables(inst, folder / WINRATE.table4, sec.notes, f"Table 4: win rate per criterion "
                                    f"({inst.name})", "Table 4")
+    if (folder / WINRATE.table6).exists():  # written with `repeats`: the judge against itself
+        sec.tables += b.md_file_tables(inst, folder / WINRATE.table6, sec.notes, f"Table 6: the judge's agreement "
+                                       f"with itself over runs ({inst.name})", "Table 6")
     png, svg = folder / WINRATE.figure5, folder / WINRATE.figure5_svg
     path = png if png.exists() else svg if svg.exists() else None
     if path is None:

@@ -76,3 +76,22 @@ def test_repeats_through_the_cli(tmp_path):
                                    str(runs[2]), "--resamples", "0", "--out", str(tmp_path / "wr")])
     assert res.exit_code == 0, res.output
     assert len(pd.read_csv(tmp_path / "wr" / "table6.csv")) == 2
+
+
+def test_the_study_report_shows_table6(tmp_path):
+    from rexeval.pipelines.core.io import write_json_atomic
+    from rexeval.pipelines.study.report import build_report, render_markdown
+
+    runs = [_rewrite(write_run(tmp_path / f"run{k}"), v) for k, v in enumerate((RUN1, RUN2, RUN3), 1)]
+    d = tmp_path / "study"
+    run_winrate(WinrateConfig(runs=[str(runs[0])], repeats=[str(r) for r in runs[1:]], out=str(d / "table6"),
+                              resamples=0), progress=lambda _: None)
+    write_json_atomic(d / "study.json", {
+        "name": "planted", "file": "/x/s.yaml", "profile": "paper", "out": str(d), "stages": {
+            "table6": {"stage": "table6", "job": "judge_winrate", "dataset": None, "out": str(d / "table6"),
+                       "status": "complete", "fingerprint": "f", "settings": {},
+                       "finished": "2025-11-25T10:00:00+00:00"}}})
+    report = build_report(d)
+    assert any(t.title.startswith("Table 6: the judge's agreement with itself") for t in report.tables())
+    t6 = pd.read_csv(d / "table6" / "table6.csv")
+    assert f"{t6['kappa'].iloc[0]:.3f}" in render_markdown(report)
