@@ -68,8 +68,27 @@ SETTINGS = ("llm_backend", *LAYER_SETTINGS)
 """Non-model profile values that can be overridden like roles."""
 
 
+class AnswerCaps(BaseModel):
+    """How much an LLM may write per answer in seed 004's method (the prompted generators,
+    the pairwise judge, the detection test), where a job's own settings give no cap. In
+    the profile because the right cap depends on the machine: seed 004 (appendix A) lets
+    generation and evaluation write 2,048 tokens and keeps whole answers, which a paper
+    run should do by default, while a laptop run wants short, cheap answers. The
+    defaults are the `local` values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    explain_tokens: int = Field(96, ge=8, description="tokens per explanation: `generate llm` and the writer "
+                                "of `judge detect`")
+    explain_words: int | None = Field(60, ge=5, description="the longest explanation kept (a longer one keeps "
+                                      "its leading whole sentences); null keeps every answer whole")
+    judge_tokens: int = Field(512, ge=8, description="tokens per pairwise verdict, reasoning included: "
+                              "`judge pairwise` (ALERT-Gen) and the judge of `judge detect`")
+
+
 class Profile(BaseModel):
-    """A resolved profile: which reference plays each role, and the LLM backend."""
+    """A resolved profile: which reference plays each role, the LLM backend, and the
+    answer caps of seed 004's jobs."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -78,6 +97,7 @@ class Profile(BaseModel):
     llm_backend: Backend
     bertscore_num_layers: int | None = None
     questeval_bertscore_num_layers: int | None = None
+    answer_caps: AnswerCaps = Field(default_factory=AnswerCaps)
     models: ModelSet
     notes: dict[str, str] = Field(default_factory=dict)
     overridden: tuple[str, ...] = ()
@@ -124,6 +144,12 @@ class Profile(BaseModel):
             return shipped_location(self.require(role))
         except NoModelAtPath as exc:
             raise NoModelAtPath(f"the {role} model: {exc}") from None
+
+
+def answer_caps(name: str) -> AnswerCaps:
+    """The answer caps of profile `name` (ProfileError when there is no such profile):
+    what a job's validator fills its unset caps from."""
+    return load_profile(name).answer_caps
 
 
 def _check_role(role: str) -> None:

@@ -127,7 +127,10 @@ def _pairwise_flags(fn):
                      help="Ask each pair in both orders (default) to cancel and measure position bias."),
         click.option("--disagreement", type=click.Choice(["tie", "first"]),
                      help="When the two orders disagree: a tie (default) or the first order's verdict."),
-        click.option("--max-tokens", type=int, help="Answer length limit, reasoning included (default 512)."),
+        click.option("--max-tokens", type=int,
+                     help="Answer length limit, reasoning included (default: the profile's answer_caps."
+                          "judge_tokens: 2048 with paper, as seed 004; 512 with local)."),
+        click.option("--temperature", type=float, help="Judge sampling temperature (default 0; seed 004 used 0.7)."),
     ]
     for o in reversed(options):
         fn = o(fn)
@@ -154,7 +157,6 @@ def _evaluator_flags(fn):
 @click.option("--system", "systems", multiple=True, help="Only these systems (and the baseline).")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
 @click.option("--only", multiple=True, help="Only these criteria of the rubric.")
-@click.option("--temperature", type=float, help="Judge sampling temperature (default 0; seed 004 used 0.7).")
 @_evaluator_flags
 @_pairwise_flags
 @_judge_options
@@ -202,7 +204,11 @@ def pairwise_cmd(config_file, llm, **flags):
                    "bad_experience (default all).")
 @click.option("--generator", help="Model that writes the explanations (default the profile's llm).")
 @_evaluator_flags
-@click.option("--generation-max-tokens", type=int, help="Length limit of a generated explanation (default 96).")
+@click.option("--generation-max-tokens", type=int,
+              help="Length limit of a generated explanation (default: the profile's answer_caps.explain_tokens: "
+                   "2048 with paper, as seed 004; 96 with local).")
+@click.option("--generation-temperature", type=float,
+              help="Sampling temperature of the generator (default 0: greedy, cached).")
 @_pairwise_flags
 @_judge_options
 @llm_options

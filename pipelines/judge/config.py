@@ -5,6 +5,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from rexeval.models.profiles import answer_caps
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
@@ -38,6 +39,11 @@ DETECT_OUTPUTS = Outputs(
     generate=Output("generate", "the generator's resumable LLM chunks", folder=True),
     judge_gen=Output("judge_gen", "the LLM judge's resumable chunks", folder=True),
 )
+
+
+_JUDGE_TOKENS = ("tokens per verdict, reasoning included; unset: the profile's answer_caps.judge_tokens "
+                 "(2048 with `paper`, seed 004's appendix A; 512 with `local`)")
+_JUDGE_TEMPERATURE = "the judge's sampling temperature (0: greedy and cached; seed 004, appendix A: 0.7)"
 
 
 class JudgeJobSettings(ChunkedLLMSettings):
@@ -93,8 +99,8 @@ class PairwiseJobConfig(JudgeJobSettings):
     divide: bool = True
     both_orders: bool = True
     disagreement: Literal["tie", "first"] = "tie"
-    max_tokens: int = Field(512, ge=8)
-    temperature: float = Field(0.0, ge=0)
+    max_tokens: int | None = Field(None, ge=8, description=_JUDGE_TOKENS)
+    temperature: float = Field(0.0, ge=0, description=_JUDGE_TEMPERATURE)
     constrained: bool = True
     evaluators: list[Literal["gen", "disc"]] = Field(
         default_factory=lambda: ["gen"], min_length=1,
@@ -106,7 +112,7 @@ class PairwiseJobConfig(JudgeJobSettings):
 
     @model_validator(mode="after")
     def _disc_needs_a_reward_model(self):
-        return _check_disc(self)
+        return _check_disc(_capped(self))
 
 
 class DetectJobConfig(JudgeJobSettings):
@@ -121,9 +127,18 @@ class DetectJobConfig(JudgeJobSettings):
     divide: bool = True
     both_orders: bool = True
     disagreement: Literal["tie", "first"] = "tie"
-    max_tokens: int = Field(512, ge=8)
+    max_tokens: int | None = Field(None, ge=8, description=_JUDGE_TOKENS)
+    temperature: float = Field(0.0, ge=0, description=_JUDGE_TEMPERATURE)
     constrained: bool = True
-    generation_max_tokens: int = Field(96, ge=8)
+    generation_max_tokens: int | None = Field(
+        None, ge=8, description="tokens per generated explanation; unset: the profile's answer_caps.explain_tokens "
+        "(2048 with `paper`, seed 004's appendix A; 96 with `local`)")
+    generation_max_words: int | None = Field(
+        60, ge=5, description="the longest explanation kept (a longer one keeps its leading whole sentences); "
+        "null keeps answers whole; unset: the profile's answer_caps.explain_words (null with `paper`: seed 004 "
+        "caps no words; 60 with `local`)")
+    generation_temperature: float = Field(0.0, ge=0, description="sampling temperature of the generator (0: "
+                                          "greedy and cached; seed 004 names 0.7 for its judge only)")
 
     _criteria = field_validator("criteria")(_known_rubric)
 
@@ -135,7 +150,18 @@ class DetectJobConfig(JudgeJobSettings):
             raise ValueError("detect needs contexts (--contexts FILE) or reviews (--reviews PATH): where the "
                              "interactions come from")
         check_conditions(DetectSuiteConfig(conditions=self.conditions or list(ALL_CONDITIONS)))
-        return _check_disc(self)
+        if "generation_max_words" not in self.model_fields_set:  # None is a setting: "keep answers whole"
+            self.generation_max_words = answer_caps(self.profile).explain_words
+        if self.generation_max_tokens is None:
+            self.generation_max_tokens = answer_caps(self.profile).explain_tokens
+        return _check_disc(_capped(self))
+
+
+def _capped(cfg):
+    """The judge's token cap from the profile when the settings give none."""
+    if cfg.max_tokens is None:
+        cfg.max_tokens = answer_caps(cfg.profile).judge_tokens
+    return cfg
 
 
 def _check_disc(cfg):

@@ -69,7 +69,8 @@ class DetectSuiteConfig(BaseModel):
     max_tokens: int = Field(128, ge=16)
     temperature: float = Field(0.0, ge=0.0, description="0: greedy, reproducible, cacheable")
     min_words: int = Field(5, ge=1, description="shorter answers are sent back")
-    max_words: int = Field(60, ge=5, description="longer answers are sent back (the prompt asks 20-30)")
+    max_words: int | None = Field(60, ge=5, description="the longest answer kept (the prompt asks 20-30); "
+                                  "a longer one keeps its leading whole sentences; None keeps it whole")
 
     @field_validator("conditions")
     @classmethod

@@ -151,7 +151,7 @@ def _pairwise_settings(cfg) -> dict:
     return {"pairwise": PairwiseConfig(
         criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide,
         both_orders=cfg.both_orders, disagreement=cfg.disagreement, max_retries=cfg.max_retries,
-        max_tokens=cfg.max_tokens, temperature=getattr(cfg, "temperature", 0.0), seed=cfg.seed,
+        max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed,
         constrained=cfg.constrained).model_dump()}
 
 
@@ -280,15 +280,22 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     return contexts.head(cfg.limit) if cfg.limit else contexts
 
 
+def detect_suite(cfg: DetectJobConfig):
+    """How the detection test's generator is asked: conditions, caps and sampling."""
+    from rexeval.pipelines.judge.detect import ALL_CONDITIONS, DetectSuiteConfig
+
+    return DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
+                             max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens,
+                             max_words=cfg.generation_max_words, temperature=cfg.generation_temperature)
+
+
 def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) -> dict:
-    from rexeval.pipelines.judge.detect import (ALL_CONDITIONS, DetectSuiteConfig, detection_accuracy,
-                                        judge_layout, plan_conditions)
+    from rexeval.pipelines.judge.detect import detection_accuracy, judge_layout, plan_conditions
 
     t0 = time.time()
     root = location(cfg.out)
     profile = _profile(cfg)
-    suite = DetectSuiteConfig(conditions=cfg.conditions or list(ALL_CONDITIONS), seed=cfg.seed,
-                              max_retries=cfg.max_retries, max_tokens=cfg.generation_max_tokens)
+    suite = detect_suite(cfg)
     contexts = detect_contexts(cfg)
     if not len(contexts):
         raise ValueError(f"judge detect: no interaction to explain in {cfg.contexts or ', '.join(cfg.reviews)}"

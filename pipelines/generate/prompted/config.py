@@ -6,7 +6,7 @@ from pydantic import Field, field_validator, model_validator
 from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPath
-from rexeval.pipelines.generate.prompted.methods import ANSWER_TOKENS, DEFAULT_ANSWER_TOKENS, PromptedSettings
+from rexeval.pipelines.generate.prompted.methods import PromptedSettings
 
 
 # What `rexeval generate llm` writes in its folder (pipelines/core/outputs.py).
@@ -35,10 +35,16 @@ class PromptedJob(ChunkedLLMSettings):
 
     @model_validator(mode="after")
     def _answer_cap(self):
-        """max_tokens unset: the profile's answer cap (seed 004's 2048 with `paper`)."""
-        if self.settings.max_tokens is None:
-            cap = ANSWER_TOKENS.get(self.profile, DEFAULT_ANSWER_TOKENS)
-            self.settings = self.settings.model_copy(update={"max_tokens": cap})
+        """Caps the settings leave unset come from the profile's `answer_caps` (seed 004's
+        2,048 tokens and whole answers with `paper`); explicit settings win."""
+        from rexeval.models.profiles import answer_caps
+
+        caps, given = answer_caps(self.profile), self.settings.model_fields_set
+        update = {"max_tokens": caps.explain_tokens} if self.settings.max_tokens is None else {}
+        if "max_words" not in given:  # None is a setting here ("keep answers whole"), so unset is checked
+            update["max_words"] = caps.explain_words
+        if update:
+            self.settings = PromptedSettings(**{**self.settings.model_dump(exclude_unset=True), **update})
         return self
 
     @field_validator("methods")

@@ -69,7 +69,6 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
     if not live:
         return {}, {}
     spec = llm_spec(cfg, load_profile(cfg.profile, cfg.models), role="llm")
-    s = cfg.settings
     service = JudgeService(cfg, spec, progress)
     answers, outputs = {}, []
     try:
@@ -77,9 +76,7 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
         spec["model"] = service.model_id
         for name, rows in live.items():
             progress(f"  {name}: {len(rows)} prompt(s) ({rows['messages'].nunique()} distinct)")
-            settings = {"explain": {"min_words": s.min_words, "max_words": s.max_words, "max_tokens": s.max_tokens,
-                                    "temperature": s.temperature, "max_retries": s.max_retries, "seed": cfg.seed,
-                                    "asked_words": methods[name].asked_words}}
+            settings = explain_settings(cfg, methods[name])
             calls = location(cfg.out) / PROMPTED_OUTPUTS.calls.format(method=name)
             out = run_chunks(f"explain_{name}", explain_task, rows[["example_id", "messages"]].reset_index(drop=True),
                              calls, ["answers"], settings, spec, address, cfg, progress)
@@ -88,6 +85,14 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
     finally:
         service.stop()
     return answers, usage_totals(outputs, cfg.price_table, spec["model"])
+
+
+def explain_settings(cfg: PromptedJob, method) -> dict:
+    """What the chunks of `method` read: the caps and sampling of its LLM calls."""
+    s = cfg.settings
+    return {"explain": {"min_words": s.min_words, "max_words": s.max_words, "max_tokens": s.max_tokens,
+                        "temperature": s.temperature, "max_retries": s.max_retries, "seed": cfg.seed,
+                        "asked_words": method.asked_words}}
 
 
 def assemble(inputs, plans: dict[str, pd.DataFrame], answers: dict[str, pd.DataFrame]

@@ -35,11 +35,6 @@ known yet, so a new generator is one file here."""
 register_method = METHODS.register
 
 
-ANSWER_TOKENS = {"paper": 2048}
-"""The answer cap of a profile when the settings give none (others: DEFAULT_ANSWER_TOKENS)."""
-DEFAULT_ANSWER_TOKENS = 96
-
-
 class PromptedSettings(BaseModel):
     """What the prompted generators condition on and how their answers are read."""
 
@@ -58,13 +53,13 @@ class PromptedSettings(BaseModel):
     min_words: int = Field(5, ge=1, description="shorter answers are sent back")
     max_words: int | None = Field(
         60, ge=5, description="the longest answer kept: a longer one keeps its leading whole sentences that fit, "
-        "or is sent back when none does; null (`--set max_words=null`) keeps every answer whole. The prompts ask "
-        "for 15-30 words (PreferenceLogic 20-30, as seed 004); seed 004 itself caps nothing, so "
-        "studies/seed004.yaml sets null")
+        "or is sent back when none does; null (`--set max_words=null`) keeps every answer whole. Unset in a job: "
+        "the profile's answer_caps.explain_words (null with `paper`: seed 004 caps no words, its prompt only "
+        "asks for 20-30; 60 with `local`)")
     max_tokens: int | None = Field(
-        None, ge=8, description="the most tokens the LLM may write per answer; default by profile "
-        "(ANSWER_TOKENS): 2048 with `paper`, seed 004's (appendix A), 96 elsewhere (ample for the 15-30 words "
-        "the prompts ask for, and cheap on a laptop)")
+        None, ge=8, description="the most tokens the LLM may write per answer; unset: the profile's "
+        "answer_caps.explain_tokens: 2048 with `paper`, seed 004's (appendix A), 96 with `local` (ample for "
+        "the 15-30 words the prompts ask for, and cheap on a laptop)")
     temperature: float = Field(0.0, ge=0.0, description="0: greedy, reproducible, cacheable")
     max_retries: int = Field(2, ge=0, le=10)
     mf: dict[str, Any] = Field(default_factory=dict, description="BiasedMF settings over its defaults")

@@ -12,6 +12,8 @@ _LABEL = re.compile(r"^[*_#\s]*(?:(?:recommendation|final|your)\s+)?explanation[
                     re.IGNORECASE)
 _QUOTES = "\"'“”‘’`"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_LAYOUT_START = re.compile(r"^(?:[-*•+]\s|\d+[.)]\s|#|\*\*)")  # a bullet, a numbered item, a heading
+_UNIT_END = re.compile(r"(?<=[.!?])[ \t]+|\n+")  # a sentence end, or a line break of the layout
 
 
 def parse_explanation(text: str, *, min_words: int = 5, max_words: int | None = 60,
@@ -19,10 +21,13 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int | None = 
     """The explanation text, or why the answer is not one (for the retry message).
 
     Reasoning blocks, code fences, a "Here is ...:" preamble, an "Explanation:" label and
-    quotes around the whole text are dropped and whitespace is collapsed. An answer that
+    quotes around the whole text are dropped and whitespace is collapsed within each line;
+    the layout's line breaks stay (one blank line at most between paragraphs), since
+    PreferenceLogic asks for short paragraphs or bullets (seed 004, A.1). An answer that
     copies the prompt's data blocks (`<<<`, `>>>`) is refused. A trailing fragment without
     a sentence end (an answer cut by the token limit) is dropped when whole sentences of
-    at least `min_words` words precede it. An answer
+    at least `min_words` words precede it; in an answer of several lines only within its
+    last line (a last bullet without a full stop is kept: lists often end so). An answer
     longer than `max_words` keeps its leading whole sentences that fit in `max_words`,
     each distinct sentence once (small models often write a good first sentence, then
     repeat it until the token limit); with no such sentence of at least `min_words`
@@ -31,8 +36,8 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int | None = 
     regenerated). `max_words` None caps nothing: every answer of at least `min_words`
     words is kept whole.
     """
-    body = " ".join(_FENCE.sub(" ", _THINK.sub(" ", text or "")).split())
-    body = _LABEL.sub("", _PREAMBLE.sub("", body)).strip()
+    body = _tidy(_FENCE.sub(" ", _THINK.sub(" ", text or "")))
+    body = _tidy(_LABEL.sub("", _PREAMBLE.sub("", body)))
     while len(body) >= 2 and body[0] in _QUOTES and body[-1] in _QUOTES:
         body = body[1:-1].strip()
     if "<<<" in body or ">>>" in body:
@@ -53,27 +58,62 @@ def parse_explanation(text: str, *, min_words: int = 5, max_words: int | None = 
     return body, None
 
 
+def _tidy(text: str) -> str:
+    """Spaces collapsed within each line; a line that only wraps a sentence joined to the
+    one before (a layout break follows a stop, a colon or a bold heading, or comes before
+    a bullet, a number or a heading); blank lines between paragraphs kept as one."""
+    out: list[str] = []
+    for line in (" ".join(x.split()) for x in text.splitlines()):
+        prev = out[-1] if out else ""
+        if line and prev and not prev.endswith("**") and prev.rstrip(_QUOTES + ")*")[-1:] not in ".!?:" \
+                and not _LAYOUT_START.match(line):
+            out[-1] = f"{prev} {line}"
+        else:
+            out.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip()
+
+
+def _units(body: str) -> list[tuple[str, str]]:
+    """(sentence or line, the separator after it) in order: the layout's pieces."""
+    out, start = [], 0
+    for m in _UNIT_END.finditer(body):
+        out.append((body[start:m.start()], m.group()))
+        start = m.end()
+    out.append((body[start:], ""))
+    return [(u, sep) for u, sep in out if u]
+
+
 def _leading_sentences(body: str, max_words: int) -> str:
-    """The first distinct whole sentences of `body` that together fit in `max_words`."""
+    """The first distinct whole sentences (or lines) of `body` that together fit in
+    `max_words`, with the line breaks between them."""
+    units = _units(body)
     kept: list[str] = []
+    seen: set[str] = set()
     words = 0
-    for sentence in _SENTENCE_END.split(body):
-        if not sentence or sentence[-1] not in ".!?":
+    for k, (unit, sep) in enumerate(units):
+        if unit[-1] not in ".!?" and (k == len(units) - 1 or "\n" not in sep):
             break  # a sentence cut off by the token limit
-        if sentence in kept:
+        if unit in seen:
             continue
-        n = len(sentence.split())
+        n = len(unit.split())
         if words + n > max_words:
             break
-        kept.append(sentence)
+        kept.append(unit + (sep if "\n" in sep else " "))
+        seen.add(unit)
         words += n
-    return " ".join(kept)
+    return "".join(kept).strip()
 
 
 def _drop_cut_tail(body: str, min_words: int) -> str:
     """`body` without a last, unfinished sentence when whole sentences precede it."""
     if not body or body[-1] in ".!?" + _QUOTES + ")":
         return body
+    if "\n" in body:  # a layout: only its last line can be the cut one
+        head, last = body.rsplit("\n", 1)
+        if _SENTENCE_END.search(last):
+            parts = _SENTENCE_END.split(last)
+            return _tidy(head + "\n" + " ".join(parts[:-1]))
+        return body  # a last bullet or heading often ends without a stop: kept
     parts = _SENTENCE_END.split(body)
     head = " ".join(parts[:-1])
     return head if len(parts) > 1 and len(head.split()) >= min_words else body

@@ -67,8 +67,8 @@ def test_every_interaction_and_condition_ends_in_pairs_or_errors():
     assert list(errors.columns) == ["stage", "source", "line", "row_id", "field", "error_type", "message", "raw"]
     row = pairs.iloc[0]
     assert row["generator"] == "scripted-model"
-    assert row["original_prompt_version"].startswith("explain_recommendation/v1-")
-    assert "+explanation_style/v2-" in row["original_prompt_version"]
+    assert row["original_prompt_version"].startswith("explain_recommendation/v2-")
+    assert "+explanation_style/v3-" in row["original_prompt_version"]
     jargon = pairs[pairs["condition"] == "jargon"].iloc[0]
     assert "+inferior_styles/v1-" in jargon["inferior_prompt_version"]
     # the label and quotes are stripped from the answer

@@ -1,6 +1,7 @@
 """Where `generate llm` follows seed 004 (ALERT) closely: PreferenceLogic's prompt carries
-all six style rules of appendix A.1, the answer caps are settings whose seed-004 values
-the study uses, and the BiasedMF picks its epoch on ratings it did not train on."""
+all six style rules of appendix A.1 (rule 5's layout included, no one-line demand) and the
+answer keeps that layout, the answer caps are settings whose seed-004 values the `paper`
+profile gives, and the BiasedMF picks its epoch on ratings it did not train on."""
 from __future__ import annotations
 
 import json
@@ -33,12 +34,46 @@ SIX = ["reasoning", "benefits", "plain_language", "picture_of_use", "scannable",
 def test_preference_logic_asks_for_all_six_style_rules_of_the_appendix():
     template, style = preference_prompt()
     assert style.names == SIX
-    assert style.version.startswith("explanation_style/v2-")
+    assert style.version.startswith("explanation_style/v3-")
+    assert template.version.startswith("explain_recommendation/v2-")
     system = conversation(template, "- bought a tent", "Camping stove", list(style.items))[0]["content"]
     numbered = re.findall(r"^(\d+)\. ([^:\n]+):", system, re.MULTILINE)
     assert numbered == [(str(k), i.title) for k, i in enumerate(style.items, 1)]
     scan, facts = style.item("scannable").description.lower(), style.item("accurate_details").description.lower()
     assert "glance" in scan and "material" in facts and "never invent" in facts
+
+
+def _system(rules: list) -> str:
+    template, _ = preference_prompt()
+    return conversation(template, "- bought a tent", "Camping stove", rules)[0]["content"]
+
+
+def test_rule_5_asks_for_short_paragraphs_or_bullets_under_bold_capital_subheadings():
+    """Appendix A.1, rule 5: small paragraphs or bullets, bold capitalised subheadings."""
+    _, style = preference_prompt()
+    scan = style.item("scannable").description
+    for asked in ("short paragraphs", "bullet points", "subheadings", "bold", "capital"):
+        assert asked in scan, asked
+    assert " ".join(scan.split()) in " ".join(_system(list(style.items)).split())
+
+
+@pytest.mark.parametrize("flawed", [False, True])
+def test_the_prompt_demands_no_single_line_and_asks_the_seeds_20_to_30_words(flawed):
+    _, style = preference_prompt()
+    rules = [load_rubric("inferior_styles").item("jargon")] if flawed else list(style.items)
+    flat = " ".join(_system(rules).lower().split())
+    assert not re.search(r"\b(one|single|a) line\b", flat)  # the old prompt: "on one line"
+    assert "between 20 and 30 words" in flat  # the meta prompt's range
+    assert "bullet" in flat and "bold subheadings" in flat  # the answer format lets rule 5 be followed
+
+
+def test_a_laid_out_answer_keeps_its_paragraphs_bullets_and_subheadings():
+    answer = ("**MADE FOR YOUR TRIPS**\nYour tent and stove say you camp often.\n\n"
+              "- **LIGHT:** the pots nest into one\n- **TOUGH:** hard-anodised aluminium")
+    kept, _ = _explain(answer, max_tokens=2048, max_words=None)
+    assert kept.loc[0, "explanation"] == answer
+    wrapped, _ = _explain("Your tent and stove say\nyou camp often, and this pot set\nwill come along.")
+    assert wrapped.loc[0, "explanation"] == "Your tent and stove say you camp often, and this pot set will come along."
 
 
 def test_a_prompt_interruption_still_swaps_all_six_rules_for_one_flaw():
@@ -62,6 +97,13 @@ def test_the_token_and_word_caps_are_settings_with_the_seed004_values_named(tmp_
     assert PromptedJob(**job).settings.max_tokens == 96  # local: cheap runs
     assert PromptedJob(**job, profile="paper").settings.max_tokens == 2048  # seed 004's appendix A
     assert PromptedJob(**job, profile="paper", settings={"max_tokens": 300}).settings.max_tokens == 300
+    # the word cap too: seed 004 keeps whole answers under `paper`, an explicit setting wins
+    assert PromptedJob(**job).settings.max_words == 60
+    assert PromptedJob(**job, profile="paper").settings.max_words is None
+    assert PromptedJob(**job, profile="paper", settings={"max_words": 40}).settings.max_words == 40
+    assert PromptedJob(**job, settings={"max_words": None}).settings.max_words is None
+    again = PromptedJob(**PromptedJob(**job, profile="paper").model_dump())  # a dumped config reads back the same
+    assert (again.settings.max_tokens, again.settings.max_words) == (2048, None)
     fields = PromptedSettings.model_fields
     assert "2048" in fields["max_tokens"].description and "seed 004" in fields["max_tokens"].description
     assert "null" in fields["max_words"].description
@@ -89,6 +131,29 @@ def test_the_seed004_study_lets_the_llm_write_2048_tokens_and_keeps_whole_answer
         cfg = build_config(inst.job, inst.settings)
         assert isinstance(cfg, PromptedJob)
         assert (cfg.settings.max_tokens, cfg.settings.max_words) == (2048, None)
+        assert cfg.settings.temperature == 0.0  # the paper names 0.7 for its judge only
+    judges = [i for i in plan.instances.values() if i.job.name in ("judge_pairwise", "judge_detect")]
+    assert {i.job.name for i in judges} == {"judge_pairwise", "judge_detect"}
+    for inst in judges:  # ALERT-Gen: 2,048 tokens at temperature 0.7 (appendix A)
+        cfg = build_config(inst.job, inst.settings)
+        assert (cfg.max_tokens, cfg.temperature) == (2048, 0.7), inst.key
+        if inst.job.name == "judge_detect":
+            assert (cfg.generation_max_tokens, cfg.generation_max_words, cfg.generation_temperature) == (2048, None, 0.0)
+
+
+@pytest.mark.parametrize("profile, tokens, words", [("paper", 2048, None), ("local", 96, 60)])
+def test_the_job_asks_the_llm_for_the_profiles_cap(tmp_path, profile, tokens, words):
+    """What `generate llm` sends with each prompt: seed 004's 2,048 tokens under `paper`."""
+    from rexeval.pipelines.generate.prompted.job import explain_settings
+    from rexeval.pipelines.generate.prompted.methods import method
+
+    cfg = PromptedJob(input=str(tmp_path), methods=["preference_logic"], out=str(tmp_path / "o"), profile=profile)
+    settings = explain_settings(cfg, method("preference_logic"))
+    assert (settings["explain"]["max_tokens"], settings["explain"]["max_words"]) == (tokens, words)
+    llm = ScriptedLLM.make(default="You camp often, so this pot set will come along on every trip you take.")
+    rows = pd.DataFrame({"example_id": ["e1"], "messages": [json.dumps([{"role": "user", "content": "write"}])]})
+    explain_task(llm, rows, settings)
+    assert (llm.calls[0].sampling.max_tokens, llm.calls[0].sampling.temperature) == (tokens, 0.0)
 
 
 def _explain(answer: str, **settings) -> tuple[pd.DataFrame, ScriptedLLM]:
