@@ -19,6 +19,18 @@ or None / NaN (the verifier's answer could not be parsed). Policies:
   average on its own: a side with nothing to average (no statements, or, under
   ``unparseable="skip"``, only unparseable votes) gives NaN under "skip" and 0
   under "zero". St2Exp-F1 is then NaN (skip) as soon as either side is.
+
+Population (``population=``, the batch over examples only)
+----------------------------------------------------------
+Which examples the averages over a system take. ``"both"`` (default) is seed 000's: an
+example counts only when it has statements on both sides, for all three metrics (the
+released evaluation/llm/compute_metrics.py averages over the examples found in both the
+precision and the recall votes; eq. 6-7 are undefined for an empty side). An example
+with an empty side is then undefined on P, R and F1 alike, and ``empty=`` gives it NaN
+(left out of the means) or 0. ``"each"``: St2Exp-P keeps every example with generated
+statements and St2Exp-R every example with reference statements, each on its own (what
+rexeval did before; F1 is the same under both). The single-example functions above see
+one side each, so the population is the batch's.
 """
 from __future__ import annotations
 
@@ -32,6 +44,9 @@ from rexeval.metrics.statement_level import EMPTY_POLICIES, BatchScores, check_p
 
 
 UNPARSEABLE_POLICIES: tuple[str, ...] = ("zero", "skip")
+
+POPULATIONS: tuple[str, ...] = ("both", "each")
+"""Examples St2Exp averages over: with statements on both sides (seed 000), or each side's own."""
 
 
 ST2EXP_METRICS: tuple[str, ...] = ("st2exp_p", "st2exp_r", "st2exp_f1")
@@ -148,7 +163,8 @@ def _segment_vote_average(
 
 
 def st2exp_batch(
-    votes_gen, n_gen, votes_ref, n_ref, *, unparseable: str = "zero", empty: str = "skip"
+    votes_gen, n_gen, votes_ref, n_ref, *, unparseable: str = "zero", empty: str = "skip",
+    population: str = "both",
 ) -> BatchScores:
     """St2Exp-P/R/F1 for B examples from flat votes (1, 0, NaN = unparseable).
 
@@ -160,10 +176,13 @@ def st2exp_batch(
     n_unparseable_gen / n_unparseable_ref (votes); n_undefined_p / n_undefined_r
     (examples with nothing to average on that side: empty, or all votes unparseable
     under unparseable="skip"; NaN under empty="skip", 0 under "zero"); n_skipped
-    (examples whose St2Exp-F1 is NaN by the empty policy; 0 under "zero").
+    (examples whose St2Exp-F1 is NaN by the empty policy; 0 under "zero");
+    n_one_side_empty (examples with statements on one side only: under
+    population="both" their P and R are undefined too, see the module docstring).
     """
     check_policy(unparseable, UNPARSEABLE_POLICIES, "unparseable policy")
     check_policy(empty, EMPTY_POLICIES, "empty policy")
+    check_policy(population, POPULATIONS, "St2Exp population")
     n, m = set_sizes(n_gen, n_ref)
     sides = []
     for name, votes, cnt in (("votes_gen", votes_gen, n), ("votes_ref", votes_ref, m)):
@@ -173,6 +192,10 @@ def st2exp_batch(
         _check_votes(v)
         sides.append(_segment_vote_average(v, cnt, unparseable, empty))
     (p, bad_g, none_p), (r, bad_r, none_r) = sides
+    one_side = (n == 0) != (m == 0)
+    if population == "both":
+        none_p, none_r = none_p | one_side, none_r | one_side
+        p[one_side] = r[one_side] = empty_value(empty)
     counts = {
         "n_examples": int(len(n)),
         "n_empty_gen": int((n == 0).sum()),
@@ -182,6 +205,7 @@ def st2exp_batch(
         "n_undefined_p": int(none_p.sum()),
         "n_undefined_r": int(none_r.sum()),
         "n_skipped": int((none_p | none_r).sum()) if empty == "skip" else 0,
+        "n_one_side_empty": int(one_side.sum()),
     }
     values = {"st2exp_p": p, "st2exp_r": r, "st2exp_f1": f1(p, r)}
     return BatchScores(values, counts)

@@ -44,6 +44,10 @@ def metric_family_names() -> list[str]:
 @click.option("--unparseable", type=click.Choice(["zero", "skip"]),
               help="An St2Exp verifier answer without a verdict: counts as unsupported (zero, "
                    "default) or is left out; counted either way.")
+@click.option("--st2exp-population", type=click.Choice(["both", "each"]),
+              help="Examples St2Exp-P/R average over: those with statements on both sides (both, default: "
+                   "seed 000's) or each side's own (each: P over examples with generated statements, R over "
+                   "those with reference statements).")
 @click.option("--nli-service",
               help="auto (default: use the running rexeval-nli Serve app, else start one with the "
                    "profile's nli model and stop it at the end), none (in-process model), "

@@ -58,6 +58,10 @@ class EvaluateConfig(LLMJobSettings):
     limit: int | None = Field(None, ge=1, description="first N examples of each system")
     empty: Literal["skip", "zero"] = "skip"
     unparseable: Literal["zero", "skip"] = "zero"
+    st2exp_population: Literal["both", "each"] = Field(
+        "both", description="examples St2Exp-P/R average over: with statements on both sides (seed 000's "
+                            "released code) or each side's own (P: with generated statements, R: with "
+                            "reference statements); metrics/st2exp.py")
     nli_service: str = Field("auto", description="auto | none | serve:APP | http://host:port/route")
     nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     nli_replicas: int = Field(1, ge=1)

@@ -34,6 +34,7 @@ class EvalContext:
     device: str = "cpu"
     empty: str = "skip"
     unparseable: str = "zero"
+    st2exp_population: str = "both"  # metrics/st2exp.py POPULATIONS
     nli_service: str = "none"  # none (in process) | serve:<app name> | http(s)://host:port/route
     nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     feature_vocabulary: tuple[str, ...] = ()
@@ -336,7 +337,8 @@ class St2Exp(Family):
 
         got, _ = score_st2exp(batch["gen_sentences"], list(batch["reference"]), batch["ref_sentences"],
                               list(batch["explanation"]), self.llm, unparseable=self.ctx.unparseable,
-                              empty=self.ctx.empty, max_retries=int(self.ctx.llm.get("max_retries", 1)))
+                              empty=self.ctx.empty, population=self.ctx.st2exp_population,
+                              max_retries=int(self.ctx.llm.get("max_retries", 1)))
         return got.values, got.counts
 
 

@@ -296,6 +296,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     ctx = EvalContext(locations=locations, refs=refs, bertscore_num_layers=profile.bertscore_num_layers,
                       questeval_bertscore_num_layers=profile.questeval_bertscore_num_layers,
                       device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
+                      st2exp_population=cfg.st2exp_population,
                       nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm)
     service = NLIService(cfg, profile, progress)
     examples_hash = _hash_file(root / EVALUATE_OUTPUTS.examples)
@@ -388,6 +389,8 @@ def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows
             "bertscore_num_layers": {"bertscore": ctx.bertscore_num_layers,
                                      "questeval": ctx.questeval_bertscore_num_layers}.get(cls.name),
             "nli_scorer": cfg.nli_scorer if cls.uses_nli else None,
+            # Only St2Exp's own settings move (the other families' folders stay valid).
+            **({"population": cfg.st2exp_population} if cls.name == "st2exp" else {}),
             "llm": {k: v for k, v in ctx.llm.items() if k != "cache"} if cls.uses_llm else None}
 
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rexeval.metrics.statement_level import BatchScores
-from rexeval.metrics.st2exp import st2exp_batch
+from rexeval.metrics.statement_level import BatchScores, check_policy
+from rexeval.metrics.st2exp import POPULATIONS, st2exp_batch
 from rexeval.pipelines.evaluate.verdicts import parse_binary_verdict
 
 MAX_TOKENS = 8
@@ -74,19 +74,28 @@ def verify(tasks: Sequence[tuple[str, str]], llm, max_retries: int = 1,
 
 def score_st2exp(gen_statements: Sequence[Sequence[str]], ref_texts: Sequence[str],
                  ref_statements: Sequence[Sequence[str]], gen_texts: Sequence[str], llm,
-                 unparseable: str = "zero", empty: str = "skip", max_retries: int = 1
-                 ) -> tuple[BatchScores, VerifierStats]:
+                 unparseable: str = "zero", empty: str = "skip", max_retries: int = 1,
+                 population: str = "both") -> tuple[BatchScores, VerifierStats]:
     """St2Exp-P/R/F1 per example: generated statements against the reference text,
-    reference statements against the generated text, in one verifier batch."""
+    reference statements against the generated text, in one verifier batch. `population`:
+    `metrics.st2exp.POPULATIONS` (seed 000's "both" asks no vote for an example with an
+    empty side, which scores nothing)."""
     b = len(gen_statements)
     if not (len(ref_texts) == len(ref_statements) == len(gen_texts) == b):
         raise ValueError("gen_statements, ref_texts, ref_statements and gen_texts differ in length")
-    p_tasks = [(s, ref_texts[e]) for e in range(b) for s in gen_statements[e]]
-    r_tasks = [(s, gen_texts[e]) for e in range(b) for s in ref_statements[e]]
-    votes, stats = verify(p_tasks + r_tasks, llm, max_retries=max_retries)
-    flat = np.array([np.nan if v is None else v for v in votes], dtype=np.float64)
+    check_policy(population, POPULATIONS, "St2Exp population")
     n = np.array([len(s) for s in gen_statements], dtype=np.int64)
     m = np.array([len(s) for s in ref_statements], dtype=np.int64)
-    out = st2exp_batch(flat[:len(p_tasks)], n, flat[len(p_tasks):], m, unparseable=unparseable, empty=empty)
+    # Under "both" an example with one empty side scores nothing: its statements are not asked.
+    asked = (n > 0) == (m > 0) if population == "both" else np.ones(b, dtype=bool)
+    p_tasks = [(s, ref_texts[e]) for e in range(b) if asked[e] for s in gen_statements[e]]
+    r_tasks = [(s, gen_texts[e]) for e in range(b) if asked[e] for s in ref_statements[e]]
+    votes, stats = verify(p_tasks + r_tasks, llm, max_retries=max_retries)
+    got = iter([np.nan if v is None else v for v in votes])
+    # The ones not asked stand as 0 (not as unparseable): st2exp_batch leaves those examples undefined.
+    flat_p = [next(got) if asked[e] else 0.0 for e in range(b) for _ in gen_statements[e]]
+    flat_r = [next(got) if asked[e] else 0.0 for e in range(b) for _ in ref_statements[e]]
+    out = st2exp_batch(np.array(flat_p, dtype=np.float64), n, np.array(flat_r, dtype=np.float64), m,
+                       unparseable=unparseable, empty=empty, population=population)
     out.counts.update({"verifier_" + k: v for k, v in stats.as_dict().items() if k != "raw_unparseable_examples"})
     return out, stats

@@ -70,7 +70,8 @@ def test_st2exp_batch_equals_per_example(unparseable, empty):
     refs[0] = [None, None]  # nothing left under "skip"
     flat_g, n = st.flatten_votes(gens)
     flat_r, m = st.flatten_votes(refs)
-    got = st.st2exp_batch(flat_g, n, flat_r, m, unparseable=unparseable, empty=empty)
+    # "each": every side on its own, as the single-example functions
+    got = st.st2exp_batch(flat_g, n, flat_r, m, unparseable=unparseable, empty=empty, population="each")
     kw = {"unparseable": unparseable, "empty": empty}
     for e in range(50):
         want = {
@@ -89,7 +90,7 @@ def test_st2exp_batch_equals_per_example(unparseable, empty):
 
 def test_st2exp_batch_by_hand_counts():
     # e0: gen [1, NaN], ref [1]; e1: gen [], ref [NaN, 0]
-    got = st.st2exp_batch([1, NAN], [2, 0], [1, NAN, 0], [1, 2], unparseable="skip")
+    got = st.st2exp_batch([1, NAN], [2, 0], [1, NAN, 0], [1, 2], unparseable="skip", population="each")
     # e0: p = 1/1, r = 1/1 -> F1 1; e1: p has no statements -> NaN, r = 0/1 = 0
     np.testing.assert_array_equal(got.values["st2exp_p"], [1.0, NAN])
     np.testing.assert_array_equal(got.values["st2exp_r"], [1.0, 0.0])
@@ -97,5 +98,41 @@ def test_st2exp_batch_by_hand_counts():
     assert got.counts == {
         "n_examples": 2, "n_empty_gen": 1, "n_empty_ref": 0,
         "n_unparseable_gen": 1, "n_unparseable_ref": 1,
-        "n_undefined_p": 1, "n_undefined_r": 0, "n_skipped": 1,
+        "n_undefined_p": 1, "n_undefined_r": 0, "n_skipped": 1, "n_one_side_empty": 1,
     }
+
+
+# A planted system of four examples (votes: 1 supported, 0 not):
+#   e0: generated [1, 0, 1], reference [1, 0]        P 2/3, R 1/2, F1 4/7
+#   e1: generated [1, 1],    reference []            P 1,   R -
+#   e2: generated [],        reference [1, 0, 0, 0]  P -,   R 1/4
+#   e3: generated [0, 1],    reference [1, 1, 1, 1]  P 1/2, R 1,   F1 2/3
+_PLANTED = ([1, 0, 1, 1, 1, 0, 1], [3, 2, 0, 2], [1, 0, 1, 0, 0, 0, 1, 1, 1, 1], [2, 0, 4, 4])
+
+
+def test_the_seeds_population_keeps_examples_with_statements_on_both_sides():
+    got = st.st2exp_batch(*_PLANTED)  # default: seed 000's population, e0 and e3 only
+    np.testing.assert_array_equal(np.isnan(got.values["st2exp_p"]), [False, True, True, False])
+    np.testing.assert_array_equal(np.isnan(got.values["st2exp_r"]), [False, True, True, False])
+    # By hand: P (2/3 + 1/2) / 2 = 7/12; R (1/2 + 1) / 2 = 3/4; F1 (4/7 + 2/3) / 2 = 13/21
+    assert _close(np.nanmean(got.values["st2exp_p"]), 7 / 12)
+    assert _close(np.nanmean(got.values["st2exp_r"]), 3 / 4)
+    assert _close(np.nanmean(got.values["st2exp_f1"]), 13 / 21)
+    assert got.counts["n_one_side_empty"] == 2 and got.counts["n_undefined_p"] == 2
+    assert got.counts["n_skipped"] == 2
+
+
+def test_each_sides_own_population_gives_the_old_means():
+    got = st.st2exp_batch(*_PLANTED, population="each")
+    # By hand: P over e0, e1, e3 = (2/3 + 1 + 1/2) / 3 = 13/18; R over e0, e2, e3 = (1/2 + 1/4 + 1) / 3 = 7/12
+    assert _close(np.nanmean(got.values["st2exp_p"]), 13 / 18)
+    assert _close(np.nanmean(got.values["st2exp_r"]), 7 / 12)
+    assert _close(np.nanmean(got.values["st2exp_f1"]), 13 / 21)  # F1 needs both sides either way
+
+
+def test_under_zero_the_seeds_population_scores_a_one_sided_example_0():
+    got = st.st2exp_batch(*_PLANTED, empty="zero")
+    np.testing.assert_array_equal(got.values["st2exp_p"][1:3], [0.0, 0.0])
+    np.testing.assert_array_equal(got.values["st2exp_r"][1:3], [0.0, 0.0])
+    with pytest.raises(ValueError, match="population"):
+        st.st2exp_batch(*_PLANTED, population="all")

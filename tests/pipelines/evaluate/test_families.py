@@ -21,3 +21,24 @@ def test_a_newly_registered_metric_is_dispatched_to_its_family(monkeypatch):
     registry.register_metric("sts-extra", group="sts")(lambda: 0)
     assert FAMILIES["sts"].metrics() == ("sts", "sts-extra")
     assert select_families(["sts-extra"], []) == ["sts"]
+
+
+def test_st2exp_averages_over_the_seeds_population_unless_the_job_says_each():
+    import numpy as np
+
+    from rexeval.pipelines.evaluate.config import EvaluateConfig
+    from rexeval.pipelines.evaluate.families import EvalContext
+    from rexeval.ray_jobs.evaluate import evaluate_cmd
+    from tests.doubles.llm import ScriptedLLM
+
+    assert EvaluateConfig(explanations=["x.parquet"], out="o").st2exp_population == "both"
+    assert "st2exp_population" in {p.name for p in evaluate_cmd.params}
+    # e0 has statements on both sides; e1 only reference statements (its R is 1 under "each").
+    batch = {"gen_sentences": [["it is loud"], []], "ref_sentences": [["it is loud"], ["it is light"]],
+             "reference": ["ref 0", "ref 1"], "explanation": ["gen 0", "gen 1"]}
+    scores = {}
+    for population in ("both", "each"):
+        fam = FAMILIES["st2exp"](EvalContext(st2exp_population=population))
+        fam.llm = ScriptedLLM.make(rules=[], default="1")
+        scores[population], _ = fam.score(batch)
+    assert np.isnan(scores["both"]["st2exp_r"][1]) and scores["each"]["st2exp_r"][1] == 1.0

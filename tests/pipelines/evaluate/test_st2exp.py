@@ -39,7 +39,8 @@ def test_unparseable_after_the_retries_is_counted():
 def test_st2exp_per_example_and_policies():
     gen = [["the product is loud", "the product is blue"], []]
     ref = [["the product is light"], ["the product is red"]]
-    out, stats = score_st2exp(gen, ["ref text 1", "ref text 2"], ref, ["gen text 1", ""], verifier())
+    out, stats = score_st2exp(gen, ["ref text 1", "ref text 2"], ref, ["gen text 1", ""], verifier(),
+                              population="each")
     # Example 0: P = (1 + 0) / 2; R = 1 / 1 ("light" -> "The answer is 1.").
     assert out.values["st2exp_p"][0] == pytest.approx(0.5)
     assert out.values["st2exp_r"][0] == 1.0
@@ -47,6 +48,19 @@ def test_st2exp_per_example_and_policies():
     # Example 1 has no generated statement: P undefined -> NaN under "skip", counted.
     assert np.isnan(out.values["st2exp_p"][1]) and out.counts["n_skipped"] == 1
     assert out.counts["verifier_asked"] == stats.asked == 4
+
+
+def test_the_seeds_population_asks_nothing_for_an_example_with_one_empty_side():
+    gen = [["the product is loud", "the product is blue"], []]
+    ref = [["the product is light"], ["the product is red"]]
+    llm = verifier()
+    out, stats = score_st2exp(gen, ["ref text 1", "ref text 2"], ref, ["gen text 1", ""], llm)
+    # Example 0 as under "each"; example 1 has no generated statement, so neither side counts
+    # and its reference statement is never put to the verifier.
+    assert out.values["st2exp_p"][0] == pytest.approx(0.5) and out.values["st2exp_r"][0] == 1.0
+    assert np.isnan(out.values["st2exp_p"][1]) and np.isnan(out.values["st2exp_r"][1])
+    assert stats.asked == 3 and not any("is red" in c.messages[-1]["content"] for c in llm.calls)
+    assert out.counts["n_one_side_empty"] == 1 and out.counts["n_unparseable_ref"] == 0
 
 
 def test_instruction_inside_the_data_is_just_data():
