@@ -19,6 +19,10 @@ EXPSCORE_SCORE_OUTPUTS = Outputs(
     report_md=Output("report.md", "the same as Markdown (the seed's Tables 1-4 on this data)"),
 )
 EXPSCORE_TRAIN_OUTPUTS = EXPSCORE_SCORE_OUTPUTS | Outputs(
+    report=Output(REPORT_OUTPUT, "Pearson and Kendall of each head, each factor and the BLEU-4, ROUGE-1/2/L and "
+                  "METEOR baselines (against the item's reviews) against the human ratings (`baselines`)"),
+    report_md=Output("report.md", "the same as Markdown (the seed's Tables 1-4 on this data; Table 1's "
+                     "baselines in the heads' tables)"),
     model=Output("model", "the trained heads and factor settings (what `expscore score` reads)", folder=True),
 )
 

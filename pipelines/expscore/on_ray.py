@@ -199,7 +199,7 @@ def load_on_ray(cfg: ExpScoreInputs, rating: str, scale: tuple[float, float], wa
 # -- 3 and 4. the factors and the heads -------------------------------------------------------
 
 def _finish(finish: Callable, kwargs: dict, factors: list[str], *blocks: pa.Table) -> dict:
-    """The heads' task: the rows' factors in input order, then `finish`."""
+    """The heads' task: the rows' factors (and baselines) in input order, then `finish`."""
     if not blocks:
         return finish(rows=[], values=pd.DataFrame(columns=factors, dtype=np.float64), **kwargs)
     table = pa.concat_tables(blocks).sort_by("row")
@@ -221,6 +221,6 @@ def finish_on_ray(rows, stage, finish: Callable, kwargs: dict, progress: Callabl
         blocks = ds.to_arrow_refs()
     task = ray.remote(_finish).options(num_cpus=1)
     try:
-        return ray.get(task.remote(finish, kwargs, list(stage.factors), *blocks))
+        return ray.get(task.remote(finish, kwargs, stage.columns, *blocks))
     except ray.exceptions.RayTaskError as exc:
         raise _cause(exc) from None

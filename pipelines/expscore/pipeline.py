@@ -41,6 +41,7 @@ from rexeval.models.languagetool import (
     LANGUAGETOOL_ENV,
     open_grammar_checker,
 )
+from rexeval.pipelines.expscore.baselines import available_baselines, baseline_values
 from rexeval.pipelines.expscore.config import (ENCODER_ROLE, EXPSCORE_SCORE_OUTPUTS, EXPSCORE_TRAIN_OUTPUTS, ExpScoreInputs,
                                              ExpScoreScoreConfig, ExpScoreTrainConfig)
 from rexeval.pipelines.expscore.inputs import (
@@ -51,6 +52,8 @@ from rexeval.pipelines.expscore.inputs import (
     split_rows,
 )
 from rexeval.pipelines.expscore.report import (
+    baseline_correlations,
+    baseline_notes,
     correlations,
     head_metrics,
     report_markdown,
@@ -101,6 +104,8 @@ class FactorStage(Stage):
     listens on 127.0.0.1, so on a multi-node cluster pass a URL the workers can reach.
     `encoder` and `grammar` may be given as objects (tests, in-process runs). `carry`:
     columns of the rows copied to the output (on Ray, what the heads' task needs of them).
+    `baselines`: text-overlap baselines against the item's reviews computed beside the
+    factors (`expscore.baselines`, seed 003's Table 1; training only).
     """
 
     name = "expscore-factors"
@@ -108,8 +113,9 @@ class FactorStage(Stage):
     def __init__(self, factors: Sequence[str], term_frequency: dict[str, int],
                  reviews: dict[str, list[str]], *, encoder_ref: str | None = None, device: str = "auto",
                  encoder=None, grammar=None, repetition_n: int = 2, batch_size: int = 512,
-                 resources: Resources = ONE_CPU, carry: Sequence[str] = ()):
+                 resources: Resources = ONE_CPU, carry: Sequence[str] = (), baselines: Sequence[str] = ()):
         self.factors = list(factors)
+        self.baselines = list(baselines)
         self.term_frequency = term_frequency
         self.reviews = reviews
         self.encoder_ref = encoder_ref
@@ -140,7 +146,15 @@ class FactorStage(Stage):
                              centroid_cache=self._centroids)
         cols = {"row": batch.column("row"), **{c: batch.column(c) for c in self.carry}}
         cols.update({f: pa.array(table.values[f].to_numpy(), pa.float64()) for f in self.factors})
+        if self.baselines:
+            values = baseline_values(frame["explanation"].tolist(), frame["item_reviews"].tolist(), self.baselines)
+            cols.update({b: pa.array(values[b], pa.float64()) for b in self.baselines})
         return pa.table(cols)
+
+    @property
+    def columns(self) -> list[str]:
+        """The value columns `process` writes: the factors, then the baselines."""
+        return self.factors + self.baselines
 
 
 def rows_table(rows: list[dict]) -> pa.Table:
@@ -262,10 +276,13 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
         unavailable["FA"] = f"no {cfg.features_column!r} column in the inputs"
     used = [f for f in FACTORS if f not in unavailable]
     encoder_ref = None if encoder is not None else _encoder_ref(cfg)
+    baselines, baselines_unavailable = available_baselines()
     stage = FactorStage(used, loaded.tf, loaded.by_item, encoder_ref=encoder_ref, device=cfg.device,
-                        encoder=encoder, grammar=grammar, repetition_n=cfg.repetition_n, batch_size=cfg.batch_size)
+                        encoder=encoder, grammar=grammar, repetition_n=cfg.repetition_n, batch_size=cfg.batch_size,
+                        baselines=baselines)
     finish = dict(cfg=cfg, errors=errors, n_in=loaded.n_in, used=used, unavailable=unavailable, tf=loaded.tf,
-                  encoder_ref=encoder_ref, progress=progress)
+                  encoder_ref=encoder_ref, progress=progress, baselines=baselines,
+                  baselines_unavailable=baselines_unavailable)
     try:
         report = _finish(loaded, stage, finish_train, finish, progress)
     finally:
@@ -276,10 +293,12 @@ def run_train(cfg: ExpScoreTrainConfig, *, overwrite: bool = False, encoder=None
 
 def finish_train(cfg: ExpScoreTrainConfig, rows: list[dict], values: pd.DataFrame, errors: list[dict], n_in: int,
                  used: list[str], unavailable: dict[str, str], tf: dict[str, int], encoder_ref: str | None,
-                 progress: Callable[[str], None] = print) -> dict:
+                 progress: Callable[[str], None] = print, baselines: Sequence[str] = (),
+                 baselines_unavailable: dict[str, str] | None = None) -> dict:
     """The rows' factors (`values`, by position) -> the split, the trained heads, the
     model folder, scores, errors and the report; returns the report. Where the factors
-    are: this process, or a Ray task of the job (`on_ray`)."""
+    are: this process, or a Ray task of the job (`on_ray`). `values` also holds the
+    `baselines` columns, correlated with the ratings on the heads' rows (Table 1)."""
     out = location(cfg.out)
     settings = cfg.train_settings()
     keep, more = undefined_factor_errors(rows, values, used)
@@ -322,9 +341,11 @@ def finish_train(cfg: ExpScoreTrainConfig, rows: list[dict], values: pd.DataFram
                    "train": int(train.sum()), "test": int(test.sum())},
         "factors": used, "unavailable": unavailable, "heads": heads,
         "factor_correlations": {f: (None if f in unavailable else correlations(values[f], y)) for f in FACTORS},
+        "baselines": baseline_correlations(values, y, {"train": train, "test": test}, baselines,
+                                           baselines_unavailable or {}),
         "linear_weights": linear_weights,
         "settings": {**settings.model_dump(), "test_fraction": cfg.test_fraction, "encoder": encoder_ref},
-        "notes": unavailable_notes(unavailable),
+        "notes": unavailable_notes(unavailable) + baseline_notes(baselines_unavailable or {}),
     }
     _write_outputs(out, scores_table(rows, split, values, predictions), errors, report)
     return report

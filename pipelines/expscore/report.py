@@ -46,6 +46,24 @@ def head_metrics(model: ExpScoreModel, x: np.ndarray, y: np.ndarray) -> dict[str
             "loss_type": "CE" if model.head == "logistic" else "MSE"}
 
 
+def baseline_correlations(values, y: np.ndarray, parts: dict[str, np.ndarray], names: Sequence[str],
+                          unavailable: dict[str, str]) -> dict[str, dict | None]:
+    """Seed 003's Table 1 baselines against the ratings: per baseline and part (the
+    heads' train / test rows, and all rows), Pearson and Kendall over the rows where the
+    baseline is defined; None for a baseline that could not run (`unavailable`)."""
+    out: dict[str, dict | None] = {}
+    for name in names:
+        v = np.asarray(values[name], dtype=np.float64)
+        out[name] = {part: correlations(v[m & np.isfinite(v)], y[m & np.isfinite(v)])
+                     for part, m in {**parts, "all": np.ones(len(y), dtype=bool)}.items()}
+    return out | {name: None for name in unavailable}
+
+
+def baseline_notes(unavailable: dict[str, str]) -> list[str]:
+    """One line per Table 1 baseline that could not be computed, with the reason."""
+    return [f"baseline {name} not computed: {why}" for name, why in unavailable.items()]
+
+
 def unavailable_notes(unavailable: dict[str, str]) -> list[str]:
     """One line per factor the model was trained and scores without, with the reason."""
     return [f"{f} ({FACTOR_NAMES[f]}) unavailable, so trained and scored without it: {why}"
@@ -66,8 +84,15 @@ def report_markdown(report: dict) -> str:
         if not have:
             continue
         lines += [f"## Heads against human ratings ({part} rows)", "",
-                  "| head | n | Pearson r | Kendall τ | accuracy (±0.5) | loss type | loss |",
+                  "| metric | n | Pearson r | Kendall τ | accuracy (±0.5) | loss type | loss |",
                   "|---|---:|---:|---:|---:|---|---:|"]
+        for name, m in (report.get("baselines") or {}).items():  # Table 1's text-overlap rows
+            if m is None:
+                lines.append(f"| {name} (vs the item's reviews) | – | unavailable | unavailable | – | | – |")
+            elif m.get(part, {}).get("n"):
+                b = m[part]
+                lines.append(f"| {name} (vs the item's reviews) | {b['n']} | {_fmt(b.get('pearson'))} | "
+                             f"{_fmt(b.get('kendall'))} | – | | – |")
         for h, m in have.items():
             lines.append(f"| ExpScore ({h}) | {m['n']} | {_fmt(m.get('pearson'))} | {_fmt(m.get('kendall'))} | "
                          f"{_fmt(m.get('accuracy'))} | {m.get('loss_type', '')} | {_fmt(m.get('loss'), 4)} |")
