@@ -707,7 +707,7 @@ def part_train(args, ctx) -> dict:
     from rexeval.models.generators.peter import PETER
     from rexeval.models.recommenders.bper import BPERPlus
     from rexeval.models.recommenders.expgcn import ExpGCN
-    from rexeval.pipelines.star.train import MODEL_DEFAULTS
+    from rexeval.pipelines.star.config import MODEL_DEFAULTS
 
     tiny, dev = args.tiny, args.device
     out: dict = {}

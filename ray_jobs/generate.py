@@ -28,6 +28,14 @@ def _generators():
     return GENERATORS
 
 
+def _declared_generators() -> list[str]:
+    """The generators' names for --help, read from their modules' source (no torch)."""
+    from rexeval.models.generators import SCAN
+    from rexeval.registry import declared_names
+
+    return sorted(declared_names(*SCAN))
+
+
 def _methods():
     """The prompted generators' registry."""
     from rexeval.pipelines.generate.prompted.methods import METHODS
@@ -99,7 +107,7 @@ def generate_group():
 @llm_options(model_help="The generator: {names} (default peter) or package.module:Class; and, as ROLE=REF, "
                         "a model of the profile, e.g. --model pepler --model generator_lm=/models/gpt2, "
                         "--model xrec --model generator_llm=/models/llama-2-7b-chat --model llm=/models/qwen3-8b "
-                        "(the LLM that writes XRec's profiles).", model_names=lambda: _generators().names())
+                        "(the LLM that writes XRec's profiles).", model_names=_declared_generators)
 @config_option
 @user_errors
 def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):

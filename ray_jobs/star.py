@@ -31,6 +31,15 @@ def _rankers():
     return RANKERS
 
 
+def _declared_rankers(trainable: bool) -> list[str]:
+    """The rankers' names for --help, read from their modules' source (no torch): a
+    trainable one's class derives from TrainableRanker directly (`registry.declared_names`)."""
+    from rexeval.models.recommenders import SCAN
+    from rexeval.registry import declared_names
+
+    return [n for n, bases in declared_names(*SCAN).items() if ("TrainableRanker" in bases) == trainable]
+
+
 def _trainable(ranker) -> bool:
     from rexeval.models.recommenders.base import TrainableRanker
 
@@ -125,7 +134,7 @@ def eval_options(fn):
 @star_group.command("baselines")
 @click.argument("data", required=False, type=Where())
 @click.option("--method", "methods", multiple=True, type=RegistryName(_rankers, where=lambda r: not _trainable(r)),
-              cls=ListedOption, help="Baseline, repeatable: {names} (default: " + ", ".join(SEED_BASELINES) + ").")
+              cls=ListedOption, names=lambda: _declared_rankers(False), help="Baseline, repeatable: {names} (default: " + ", ".join(SEED_BASELINES) + ").")
 @click.option("--seed", type=int, help="RANDOM's seed (default 0).")
 @eval_options
 @config_option
@@ -159,7 +168,7 @@ def _baseline_counts(cfg, res: dict) -> dict:
 @star_group.command("train")
 @click.argument("data", required=False, type=Where())
 @click.option("--model", type=RegistryName(_rankers, where=_trainable), cls=ListedOption,
-              help="Model: {names} (default expgcn).")
+              names=lambda: _declared_rankers(True), help="Model: {names} (default expgcn).")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A training setting, e.g. --set epochs=50 --set dim=64 --set mu=0.7 "
                    "(see the settings list below).")

@@ -75,6 +75,31 @@ def scanned_modules(package: str, marker: str) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
+def declared_names(package: str, marker: str) -> dict[str, tuple[str, ...]]:
+    """Name -> base class names of every entry the modules of `package` register with
+    `@marker("name")` on a class or function (bases empty for a function), read from
+    their source with `ast`, so nothing is imported: what `--help` lists without
+    importing torch. A name given by anything but a literal is not seen here."""
+    import ast
+    import importlib.util
+
+    decorator = marker.lstrip("@")
+    found: dict[str, tuple[str, ...]] = {}
+    for module in scanned_modules(package, marker):
+        origin = importlib.util.find_spec(module).origin
+        with open(origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), origin)
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                continue
+            for dec in node.decorator_list:
+                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == decorator
+                        and dec.args and isinstance(dec.args[0], ast.Constant) and isinstance(dec.args[0].value, str)):
+                    bases = tuple(ast.unparse(b).rpartition(".")[2] for b in getattr(node, "bases", ()))
+                    found[dec.args[0].value] = bases
+    return found
+
+
 def _same_definition(a: Any, b: Any) -> bool:
     """Identity, or the same definition seen again (e.g. after a module reload)."""
     if a is b:

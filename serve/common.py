@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
-from ray import serve
 
 TOKEN_ENV = "REXEVAL_SERVE_TOKEN"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
@@ -178,6 +177,8 @@ def error_response(exc: RequestError, body: dict | None = None):
 def startup_failure(app: str) -> str | None:
     """Why the application's replicas failed to start, in one line (the last exception
     of the first failed deployment's message), or None when none failed."""
+    from ray import serve
+
     from rexeval.failures import last_exception_line
 
     try:
@@ -198,6 +199,8 @@ def run_app(application, name: str, route: str):
     """`serve.run` of one application; when its replicas cannot start, ServeStartFailed
     with the replica's own error in one line (Serve says only "Failed to update the
     deployments"), and the failed application is deleted."""
+    from ray import serve
+
     from rexeval.failures import ServeStartFailed
 
     try:
@@ -227,6 +230,8 @@ def serve_running() -> bool:
 
 def running_apps() -> set[str]:
     """Names of the Serve applications running on the connected Ray cluster."""
+    from ray import serve
+
     try:
         return {name for name, app in serve.status().applications.items()
                 if str(app.status).endswith("RUNNING")}
@@ -262,6 +267,8 @@ class AppLease:
     def acquire(self, start: Callable[[], Any], what: str, where: str, wait_s: float = 600) -> str:
         """`serve:NAME`; calls `start()` (serving `what` at `where`) when no such app runs
         and no other holder is starting it (then waits for that one, at most `wait_s`)."""
+        from ray import serve
+
         deadline = time.monotonic() + wait_s
         said_wait = False
         while True:
@@ -296,6 +303,8 @@ class AppLease:
         return f"serve:{self.name}"
 
     def release(self) -> None:
+        from ray import serve
+
         if not self._holding:
             return
         self._holding = False

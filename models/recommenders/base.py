@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rexeval.models.recommenders import SCAN
 from rexeval.registry import Registry
 
-RANKERS: Registry[type] = Registry("ranker", normalize=str.lower,
-                                   scan=("rexeval.models.recommenders", "@register_ranker"))
+RANKERS: Registry[type] = Registry("ranker", normalize=str.lower, scan=SCAN)
 """Rankers by name (case-insensitive); the built-in modules load on the first look-up
 of a name not registered yet."""
 

@@ -26,11 +26,12 @@ import tempfile
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from rexeval.pipelines.core.storage import location
+
+if TYPE_CHECKING:  # torch is imported where it runs: the CLI and study plans import this module
+    import torch
 
 STATE_FILE = "state.pt"
 MAX_FAILURES = 3
@@ -65,6 +66,7 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
     across phases, so a later phase must beat the earlier ones. Each phase runs at most
     `epochs` epochs.
     """
+    import torch
     from ray import tune
 
     if mode not in ("max", "min"):
@@ -134,6 +136,8 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
 
 def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:
     """The state `fit_epochs` saved in an epoch checkpoint (weights, epoch, extra state)."""
+    import torch
+
     return torch.load(Path(checkpoint_dir) / STATE_FILE, weights_only=False, map_location=device)
 
 

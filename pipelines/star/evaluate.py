@@ -25,10 +25,10 @@ import torch
 
 from rexeval.metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
 from rexeval.pipelines.core.storage import Location, location
+from rexeval.pipelines.star.config import KS
 from rexeval.pipelines.star.data import LEVELS, StarData
 from rexeval.pipelines.star.outputs import METHOD_SUMMARY, PER_INTERACTION, RESULTS
 
-KS = (1, 3, 5, 10, 20)
 MAX_ELEMENTS = 1 << 25
 
 

@@ -25,70 +25,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.recommenders.base import ranker_class
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
+from rexeval.pipelines.star.config import TrainSettings
 from rexeval.pipelines.star.data import StarData
-
-MODEL_DEFAULTS = {
-    # Seed 002, section 5.1.2: BPER+ d=20, gamma (L2) = 1e-5, mu=0.7; ExpGCN d=128, gamma=1e-3,
-    # L=4 on the user-statement and item-statement graphs, 2 on the user-item graph; 500
-    # epochs at most, the best epoch by validation NDCG@10, the mean of 3 runs.
-    # Our choices, which the paper does not state (it runs the models' official code,
-    # footnotes 2-3, without naming these): Adam's learning rate, 0.01 for BPER+'s small
-    # embeddings and 0.001 for ExpGCN's deeper, larger model (the usual Adam range for
-    # each size); TrainSettings' patience of 20 epochs, so the 500-epoch cap is not spent
-    # after the validation score stopped improving; its batch of 1,024 triplets.
-    "bper+": {"dim": 20, "reg": 1e-5, "lr": 0.01},
-    "expgcn": {"dim": 128, "reg": 1e-3, "lr": 0.001},
-}
-
-
-class TrainSettings(BaseModel):
-    """One trial's settings (what the Tune param space varies)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: Literal["bper+", "expgcn"] = "expgcn"
-    dim: int | None = Field(None, ge=1, description="embedding size (default: 20 BPER+, 128 ExpGCN)")
-    mu: float = Field(0.7, ge=0, le=1, description="BPER+: weight of the user score")
-    layers_us: int = Field(4, ge=0, description="ExpGCN: layers on the user-statement graph")
-    layers_is: int = Field(4, ge=0, description="ExpGCN: layers on the item-statement graph")
-    layers_ui: int = Field(2, ge=0, description="ExpGCN: layers on the user-item graph")
-    layers: int | None = Field(None, ge=0, description="ExpGCN: sets layers_us and layers_is together "
-                               "(the L of seed 002's Figure 3b)")
-    reg: float | None = Field(None, ge=0, description="L2 weight (default 1e-5 BPER+, 1e-3 ExpGCN)")
-    rec_weight: float = Field(1.0, ge=0, description="ExpGCN: weight of the item-recommendation loss")
-    lr: float | None = Field(None, gt=0, description="Adam learning rate (default 0.01 / 0.001)")
-    batch_size: int = Field(1024, ge=1)
-    epochs: int = Field(500, ge=1)
-    patience: int = Field(20, ge=1, description="stop after this many epochs without improvement")
-    seed: int = 0
-    select_level: Literal["global", "item", "user"] = "global"
-    select_metric: str = "ndcg@10"
-    valid_rows: int | None = Field(None, ge=1, description="rank at most this many validation "
-                                   "interactions per epoch (seeded sample); default all")
-
-    def resolved(self) -> dict[str, Any]:
-        d = self.model_dump()
-        for k, v in MODEL_DEFAULTS[self.model].items():
-            if d[k] is None:
-                d[k] = v
-        if d["layers"] is not None:
-            d["layers_us"] = d["layers_is"] = d["layers"]
-        return d
-
-    @property
-    def metric_key(self) -> str:
-        return f"val_{self.select_metric}"
-
 
 def model_kwargs(s: dict[str, Any]) -> dict[str, Any]:
     if s["model"] == "bper+":

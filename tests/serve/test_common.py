@@ -36,8 +36,10 @@ def fake(monkeypatch):
     f = FakeServe()
     monkeypatch.setattr(common, "running_apps", lambda: set(f.apps))
     monkeypatch.setattr(common, "serve_running", lambda: f.up)
-    monkeypatch.setattr(common.serve, "delete", f.delete)
-    monkeypatch.setattr(common.serve, "shutdown", f.shutdown)
+    from ray import serve  # what common's functions import when they run
+
+    monkeypatch.setattr(serve, "delete", f.delete)
+    monkeypatch.setattr(serve, "shutdown", f.shutdown)
     f.book = LeaseBook(clock=lambda: f.now)
     f.now = 0.0
     return f

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rexeval.models.recommenders.biased_mf import nearest
 from rexeval.pipelines.generate.context import history_lines, item_facts, prepare_reviews
 from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
 
@@ -50,6 +49,7 @@ class UserBased(Method):
     needs_mf = True
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
+        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
         from rexeval.prompts import load_prompt
 
         template = load_prompt("explain_user_based")
@@ -100,6 +100,7 @@ class ItemBased(Method):
     needs_mf = True
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
+        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
         from rexeval.prompts import load_prompt
 
         template = load_prompt("explain_item_based")

@@ -1,0 +1,60 @@
+"""`rexeval --help` and every subcommand's `--help` answer at once: none of them imports
+torch, transformers or Ray Serve (seconds and hundreds of MB before any help appears).
+Checked in a fresh interpreter, since this test session has imported them all."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "ray.serve")
+
+_SCRIPT = f"""
+import json, sys
+from click.testing import CliRunner
+from rexeval.ray_jobs.cli import cli
+
+def walk(cmd, path, out):
+    if getattr(cmd, "hidden", False):
+        return
+    out.append(path)
+    for name, sub in sorted(getattr(cmd, "commands", {{}}).items()):
+        walk(sub, [*path, name], out)
+
+paths = []
+walk(cli, [], paths)
+report = []
+for path in paths:
+    res = CliRunner().invoke(cli, [*path, "--help"])
+    report.append({{"command": " ".join(["rexeval", *path]), "exit": res.exit_code,
+                    "names_listed": "{{names}}" not in res.output,
+                    "heavy": [m for m in {HEAVY!r} if m in sys.modules]}})
+print(json.dumps(report))
+"""
+
+
+def test_no_help_imports_torch_transformers_or_serve():
+    out = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(report) > 30  # every command, groups included
+    assert [r["command"] for r in report if r["exit"] != 0 or not r["names_listed"]] == []
+    # The first command after which a heavy module is loaded is the one that loaded it.
+    first = next((r for r in report if r["heavy"]), None)
+    assert first is None, f"{first['command']} --help imported {first['heavy']}"
+
+
+def test_the_help_lists_registered_names_without_importing_them():
+    """The rankers' and generators' names come from their modules' source: the same
+    names the registries give once imported, each ranker on the side it belongs to."""
+    from rexeval.models.generators.base import GENERATORS
+    from rexeval.models.recommenders.base import RANKERS, TrainableRanker
+    from rexeval.ray_jobs.generate import _declared_generators
+    from rexeval.ray_jobs.star import _declared_rankers
+
+    assert _declared_generators() == sorted(GENERATORS.names())
+    trainable = sorted(n for n in RANKERS.names() if issubclass(RANKERS.lookup(n), TrainableRanker))
+    assert sorted(_declared_rankers(True)) == trainable == ["bper+", "expgcn"]
+    assert sorted(_declared_rankers(False)) == sorted(set(RANKERS.names()) - set(trainable))
