@@ -34,7 +34,8 @@ def metric_family_names() -> list[str]:
 @click.option("--metrics", "metrics", multiple=True, cls=ListedOption, names=metric_family_names,
               help="Families or metric names to run (default all: seed 000's metrics): {names} (questeval is "
                    "the published score, questeval_f1 its token-F1 variant; texts: the model-free metrics added "
-                   "beside the seed's, run only when asked for); or a metric, e.g. stent_p.")
+                   "beside the seed's, run only when asked for); or a metric, e.g. stent_p, which is then the only one of "
+                   "its family reported.")
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")

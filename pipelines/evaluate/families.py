@@ -39,6 +39,7 @@ class EvalContext:
     nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     feature_vocabulary: tuple[str, ...] = ()
     llm: dict[str, Any] = field(default_factory=dict)  # backend, model, options, cache, max_retries
+    only: dict[str, tuple[str, ...]] = field(default_factory=dict)  # family -> the metrics asked by name
 
     def nli_client(self):
         """The NLI scorer families call: the shared Serve deployment, a remote one over
@@ -67,6 +68,8 @@ class Family:
     uses_llm: ClassVar[bool] = False
     batch_size: ClassVar[int] = 256
     in_all: ClassVar[bool] = True  # run by "all" (the default); False: only when asked for by name
+    computes_subset: ClassVar[bool] = False  # scores only `wanted()`; the others compute every
+    # metric of the family (their model's one pass gives them all) and the job keeps those asked
 
     def __init__(self, ctx: EvalContext):
         self.ctx = ctx
@@ -74,6 +77,11 @@ class Family:
     @classmethod
     def metrics(cls) -> tuple[str, ...]:
         return group_metrics(cls.name, kind="per_example")
+
+    def wanted(self) -> tuple[str, ...]:
+        """The metrics this run asks of the family: those named (`--metrics distinct-2`),
+        else all of them."""
+        return self.ctx.only.get(self.name) or self.metrics()
 
     @classmethod
     def unavailable(cls, ctx: EvalContext) -> str | None:
@@ -142,13 +150,14 @@ class Texts(Family):
     changes an existing study's tables."""
 
     in_all = False
+    computes_subset = True
     batch_size = 1024
 
     def score(self, batch):
         from rexeval.metrics.registry import METRICS
 
         gen, ref = _texts(batch)
-        return {m: np.asarray(METRICS.lookup(m)(gen, ref), dtype=np.float64) for m in self.metrics()}, {}
+        return {m: np.asarray(METRICS.lookup(m)(gen, ref), dtype=np.float64) for m in self.wanted()}, {}
 
 
 # ------------------------------------------------------------- encoder models
@@ -355,9 +364,12 @@ def corpus_scores(explanations: list[str], references: list[str], vocabulary: tu
     from rexeval.metrics.text_overlap import bleu_1, bleu_4
 
     feats = [extract_features(e, vocabulary) for e in explanations]
+    # Without features (no reference topics) FCR and DIV are undefined, not 0: "–" in the
+    # tables, as FMR's missing values are.
     return {"bleu-1": bleu_1(explanations, references), "bleu-4": bleu_4(explanations, references),
             "usr": unique_sentence_ratio(explanations),
-            "fcr": feature_coverage_ratio(feats, vocabulary), "div": feature_diversity(feats)}
+            "fcr": feature_coverage_ratio(feats, vocabulary),
+            "div": feature_diversity(feats) if vocabulary else float("nan")}
 
 
 # ------------------------------------------------------------------ selection by name
@@ -369,6 +381,21 @@ RENAMED_WHY = ("the published QuestEval (`questeval`) has no precision or recall
                "two directions into one score. Precision and recall exist only in rexeval's "
                "variant that scores answers by token F1 only (QuestEval-F1, see "
                "metrics/questeval.py and metrics/questeval_published.py)")
+
+
+def asked_metrics(names: list[str]) -> dict[str, tuple[str, ...]]:
+    """family -> the metrics `names` asks of it by their own names, for the families
+    asked only that way (a family named whole, or by "all", computes all its metrics)."""
+    by_metric = {m: f for f, cls in FAMILIES.items() for m in cls.metrics()}
+    by_metric.update({m: "corpus" for m in corpus_metrics()})
+    whole = {x for x in names if x in FAMILIES or x == "corpus"}
+    if ALL in names:
+        whole |= {f for f, cls in FAMILIES.items() if cls.in_all} | {"corpus"}
+    out: dict[str, list[str]] = {}
+    for x in names:
+        if x in by_metric and by_metric[x] not in whole:
+            out.setdefault(by_metric[x], []).append(x)
+    return {f: tuple(dict.fromkeys(ms)) for f, ms in out.items()}
 
 
 def select_families(names: list[str], skip: list[str]) -> list[str]:

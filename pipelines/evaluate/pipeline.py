@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS, EvaluateConfig
 from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_scores,
-                                                 select_families)
+                                                 asked_metrics, select_families)
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
@@ -297,7 +297,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
                       questeval_bertscore_num_layers=profile.questeval_bertscore_num_layers,
                       device=resolve_device(cfg.device), empty=cfg.empty, unparseable=cfg.unparseable,
                       st2exp_population=cfg.st2exp_population,
-                      nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm)
+                      nli_scorer=cfg.nli_scorer, feature_vocabulary=vocab, llm=llm,
+                      only=asked_metrics(cfg.metrics))
     service = NLIService(cfg, profile, progress)
     examples_hash = _hash_file(root / EVALUATE_OUTPUTS.examples)
     family_counts: dict[str, dict] = {}
@@ -326,8 +327,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         service.stop()
 
     ran = [cls.name for cls, _ in plan if cls.name in family_counts]
-    corpus = corpus_frame(corpus_rows(examples, vocab)) if "corpus" in families else None
-    summary = on_worker(summarise, str(root), ran, corpus, cfg)
+    corpus = corpus_frame(corpus_rows(examples, vocab), ctx.only.get("corpus")) if "corpus" in families else None
+    summary = on_worker(summarise, str(root), ran, corpus, cfg, ctx.only)
     agg, n_scores = summary["aggregates"], summary["scores"]
     from rexeval.pipelines.evaluate.report import plot_stent_bin, results_csv, results_markdown
 
@@ -348,7 +349,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     return report
 
 
-def summarise(root: str, families: list[str], corpus: pd.DataFrame | None, cfg: EvaluateConfig) -> dict:
+def summarise(root: str, families: list[str], corpus: pd.DataFrame | None, cfg: EvaluateConfig,
+              only: dict[str, tuple[str, ...]] | None = None) -> dict:
     """The families' shards -> scores.parquet, aggregates.parquet (with the corpus-level
     rows) and the metric agreement files (Kendall tau, rebuilt from the files just
     written). Runs where the shards are read (`on_worker`): only the aggregates, a few
@@ -356,7 +358,7 @@ def summarise(root: str, families: list[str], corpus: pd.DataFrame | None, cfg: 
     from rexeval.pipelines.evaluate.correlations import write_metric_correlations
 
     root = location(root)
-    scores = collect_scores(root, families)
+    scores = collect_scores(root, families, only or {})
     write_parquet_atomic(root / EVALUATE_OUTPUTS.scores, scores)
     agg = aggregate(scores, cfg)
     if corpus is not None:
@@ -382,7 +384,8 @@ def on_worker(fn: Callable[..., dict], *args) -> dict:
 def family_config(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, rows: np.ndarray,
                   examples_hash: str) -> dict:
     """What decides a family's results (its folder is recomputed when this changes)."""
-    return {"family": cls.name, "metrics": list(cls.metrics()), "examples": examples_hash,
+    metrics = ctx.only.get(cls.name) if cls.computes_subset else None
+    return {"family": cls.name, "metrics": list(metrics or cls.metrics()), "examples": examples_hash,
             "rows": hashlib.blake2b(rows.tobytes(), digest_size=8).hexdigest(),
             "models": {r: ctx.refs.get(r) for r in cls.roles},
             "empty": cfg.empty, "unparseable": cfg.unparseable, "chunk": cfg.chunk_size,
@@ -511,9 +514,17 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
         job.finish_partial(summary.awaiting, "verifier question(s)")  # raises AwaitingRerun
 
 
-def collect_scores(root: Location, families: list[str]) -> pa.Table:
-    parts = [read_table(root / EVALUATE_OUTPUTS.families / f / "scores", SCORES) for f in families
-             if (root / EVALUATE_OUTPUTS.families / f / "scores").exists()]
+def collect_scores(root: Location, families: list[str], only: dict[str, tuple[str, ...]] | None = None) -> pa.Table:
+    """The families' scores; of a family asked for some of its metrics by name
+    (`only`), those metrics' rows alone."""
+    parts = []
+    for f in families:
+        folder = root / EVALUATE_OUTPUTS.families / f / "scores"
+        if folder.exists():
+            part = read_table(folder, SCORES)
+            if (only or {}).get(f):
+                part = part.filter(pc.is_in(part.column("metric"), pa.array(list(only[f]))))
+            parts.append(part)
     return pa.concat_tables(parts) if parts else SCORES.empty_table()
 
 
@@ -536,10 +547,11 @@ def corpus_rows(examples: pa.Table, vocab: tuple[str, ...]) -> dict[str, dict[st
     return out
 
 
-def corpus_frame(corpus: dict[str, dict[str, float]]) -> pd.DataFrame:
+def corpus_frame(corpus: dict[str, dict[str, float]], only: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """The corpus-level rows of the aggregates (`only`: the corpus metrics asked by name)."""
     rows = [{"system": s, "metric": m, "mean": v, "std": np.nan, "n": vals["_n"], "n_missing": 0,
              "ci_low": np.nan, "ci_high": np.nan, "kind": "corpus"}
-            for s, vals in corpus.items() for m, v in vals.items() if m != "_n"]
+            for s, vals in corpus.items() for m, v in vals.items() if m != "_n" and (not only or m in only)]
     return pd.DataFrame(rows)
 
 

@@ -42,3 +42,16 @@ def test_st2exp_averages_over_the_seeds_population_unless_the_job_says_each():
         fam.llm = ScriptedLLM.make(rules=[], default="1")
         scores[population], _ = fam.score(batch)
     assert np.isnan(scores["both"]["st2exp_r"][1]) and scores["each"]["st2exp_r"][1] == 1.0
+
+
+def test_fcr_and_div_are_undefined_without_features_not_zero():
+    """No reference topics, so no features to cover or share: both are NaN ("–" in the
+    tables, as FMR's missing values are), never a 0 that reads as a measured lack."""
+    import math
+
+    from rexeval.pipelines.evaluate.families import corpus_scores
+
+    got = corpus_scores(["the battery lasts", "a sturdy case"], ["the battery lasts", "a case"], ())
+    assert math.isnan(got["fcr"]) and math.isnan(got["div"])
+    with_features = corpus_scores(["the battery lasts", "battery is fine"], ["x", "y"], ("battery",))
+    assert with_features["fcr"] == 1.0 and with_features["div"] == 1.0

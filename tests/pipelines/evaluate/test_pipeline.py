@@ -174,3 +174,22 @@ def test_the_nli_app_the_job_starts_on_a_gpu_may_fall_to_zero(bench, tmp_path, m
         service.address()
         cfg = started.pop()
         assert (cfg.min_replicas, cfg.initial_replicas, cfg.max_replicas) == want, gpus
+
+
+@pytest.mark.slow
+def test_a_metric_asked_by_name_is_the_only_one_of_its_family_reported(ray_session, bench, tmp_path):
+    """`--metrics rouge-1-f --metrics usr`: one metric of the overlap family (twelve in all)
+    and one corpus metric, not their families' every metric; the family named whole
+    still gives all of them."""
+    from rexeval.pipelines.evaluate.families import FAMILIES, asked_metrics
+
+    assert asked_metrics(["rouge-1-f", "usr"]) == {"overlap": ("rouge-1-f",), "corpus": ("usr",)}
+    assert asked_metrics(["overlap", "rouge-1-f"]) == {} and asked_metrics(["all", "usr"]) == {}
+    out = tmp_path / "eval"
+    rep = run_evaluate(_cfg(bench, out, metrics=["rouge-1-f", "usr"], limit=8), progress=lambda s: None)
+    assert rep["families_run"] == ["overlap"]
+    assert {m for _, m in _means(out)} == {"rouge-1-f", "usr"}
+    assert set(pq.read_table(out / "scores.parquet").column("metric").to_pylist()) == {"rouge-1-f"}
+    whole = tmp_path / "whole"
+    run_evaluate(_cfg(bench, whole, metrics=["overlap"], limit=8), progress=lambda s: None)
+    assert {m for _, m in _means(whole)} == set(FAMILIES["overlap"].metrics())
