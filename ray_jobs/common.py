@@ -112,6 +112,20 @@ def backend_names() -> list[str]:
     return BACKENDS.names()
 
 
+def _columns(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, str] | None:
+    from rexeval.pipelines.core.table_formats import parse_columns
+
+    try:
+        return parse_columns(value) or None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+columns_option = click.option(
+    "--columns", multiple=True, callback=_columns, metavar="OURS=YOURS,...",
+    help="Your tables' column names for ours, e.g. --columns explanation=text,system=model "
+         "(repeatable); the files may be Parquet, CSV, TSV or JSON lines, gzipped or not.")
+
 config_option = click.option(
     "--config", "config_file", type=Where(exists=True, dir_okay=False),
     help="YAML file (a path or a URI) with this command's settings; flags given on the command line win.")

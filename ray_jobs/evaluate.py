@@ -7,7 +7,8 @@ import click
 
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT, EvaluateConfig
-from rexeval.ray_jobs.common import ListedOption, Where, config_option, llm_options, run_job, user_errors
+from rexeval.ray_jobs.common import (ListedOption, Where, columns_option, config_option, llm_options, run_job,
+                                     user_errors)
 
 
 def metric_family_names() -> list[str]:
@@ -39,6 +40,7 @@ def metric_family_names() -> list[str]:
 @click.option("--skip", multiple=True, help="Families or metric names to leave out.")
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
+@columns_option
 @click.option("--empty", type=click.Choice(["skip", "zero"]),
               help="An example with an empty statement set: left out of the means (skip, "
                    "default, and counted) or scored 0.")
@@ -75,7 +77,8 @@ def evaluate_cmd(overwrite, config_file, llm, **flags):
     """Score generated explanations against ground truth with seed 000's metrics.
 
     EXPLANATIONS are tables of explanations (example_id, system, user_id, item_id,
-    explanation[, reference]), one or several systems each. Writes per-example scores in
+    explanation[, reference]), one or several systems each: Parquet, CSV, TSV or JSON
+    lines, gzipped or not; --columns maps your column names to these. Writes per-example scores in
     long format (scores.parquet), mean ± std, n and a bootstrap 95% interval per system
     and metric (aggregates.parquet), Tables III-VI (tables.md, tables.csv),
     report.json, which lists every metric that was skipped and why, and how the metrics
@@ -98,6 +101,9 @@ def evaluate_cmd(overwrite, config_file, llm, **flags):
       --skip st2exp --out runs/eval
 
       rexeval evaluate runs/nrt-review-test --metrics bertscore --metrics sts --out runs/eval-review
+
+      rexeval evaluate my_system.csv --columns explanation=text,system=model --references runs/gt
+      --metrics overlap --out runs/eval-mine
     """
     return run_job("evaluate", EvaluateConfig, partial(run_evaluate, overwrite=overwrite), config_file,
                    {**flags, **llm}, show=lambda cfg, report: print_report(report),

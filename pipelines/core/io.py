@@ -159,28 +159,67 @@ def table_files(path: PathLike) -> list[Location]:
     raise FileNotFoundError(f"no such table: {loc}")
 
 
-def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """One part of a table, validated against `schema`; bytes that are not Parquet are a
-    SchemaError naming the part."""
-    name = schema if isinstance(schema, str) else None
+def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
+             name: str = "table") -> pa.Table:
+    """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
+    TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs);
+    not validated. A file that is none of them, or not readable as the one it claims to
+    be, is a SchemaError naming it and the format tried."""
+    from rexeval.pipelines.core.table_formats import (UnknownTableFormat, read_any, renamed, table_format,
+                                                      their_types)
+
     try:
-        t = read_parquet(path)
-    except (UnreadableParquet, pa.ArrowInvalid) as exc:
-        reason = getattr(exc, "reason", str(exc))
-        raise SchemaError(name or "table", str(path), None, None, f"not a readable Parquet file ({reason})") from None
-    t = validate_table(t, schema, source=str(path), name=name)
+        fmt = table_format(path)
+    except UnknownTableFormat as exc:
+        raise SchemaError(name, str(path), None, None, str(exc).split(": ", 1)[-1]) from None
+    if fmt == "parquet":
+        try:
+            t = read_parquet(path)
+        except (UnreadableParquet, pa.ArrowInvalid) as exc:
+            reason = getattr(exc, "reason", str(exc))
+            raise SchemaError(name, str(path), None, None, f"not a readable Parquet file ({reason})") from None
+    else:
+        sch = TABLES[schema] if isinstance(schema, str) else schema
+        try:
+            t = read_any(path, fmt, their_types(sch, rename) if sch is not None else None)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise SchemaError(name, str(path), None, None, f"not a readable {fmt.upper()} file ({reason})") from None
+    return renamed(t, rename)
+
+
+def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None,
+              rename: dict[str, str] | None = None) -> pa.Table:
+    """One part of a table (any format `read_raw` reads), validated against `schema`: a
+    missing or unexpected column is a SchemaError naming the part and the columns found."""
+    name = schema if isinstance(schema, str) else None
+    t = validated(read_raw(path, schema, rename, name or "table"), schema, str(path), name)
     return t.select(columns) if columns is not None else t
 
 
-def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None) -> pa.Table:
-    """Read a table (file or folder of parts), validating each part against `schema`.
+def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None) -> pa.Table:
+    """`schema.validate_table`, a missing or unexpected column also naming the columns the
+    file has and how to map them."""
+    try:
+        return validate_table(raw, schema, source=source, name=name)
+    except SchemaError as exc:
+        if exc.problem.startswith(("required column is missing", "unexpected column")):
+            exc.problem += (f"; columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
+                            "--columns OURS=YOURS, or `columns:` in a config)")
+        raise
+
+
+def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None,
+               rename: dict[str, str] | None = None) -> pa.Table:
+    """Read a table (a file in any format `read_raw` reads, or a folder of Parquet parts),
+    validating each part against `schema`.
 
     A mismatch raises `SchemaError` naming the part file, the row within it and the
     field, rather than failing later in a stage with an unrelated message.
     """
     files = table_files(path)
     sch = TABLES[schema] if isinstance(schema, str) else schema
-    parts = [read_part(f, schema, columns) for f in files]
+    parts = [read_part(f, schema, columns, rename) for f in files]
     if not parts:
         t = sch.empty_table()
         return t.select(columns) if columns is not None else t

@@ -45,7 +45,11 @@ FLIP_OUTPUTS = Outputs(
 class EvaluateConfig(LLMJobSettings):
     """Settings of `rexeval evaluate` (YAML or flags)."""
 
-    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files, folders, or job folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables: Parquet, CSV, TSV or JSON-lines files "
+                                                "(gzipped or not), folders of Parquet parts, or job folders")
+    columns: dict[str, str] = Field(default_factory=dict,
+                                    description="our column name -> yours, for the explanation tables "
+                                                "(e.g. {explanation: text, system: model})")
     out: str
     references: OptionalReadPath = Field(None, description="ground-truth job folder (texts + statement sentences)")
     statements: ReadPaths = Field(default_factory=list,

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, parquet_schema, read_table, table_files
+from rexeval.pipelines.core.io import json_lines, read_raw, table_files, validated
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows, is_text_type
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
@@ -90,10 +90,11 @@ def _part_source(given: PathLike, part: Location) -> str:
     return f"{shown.rstrip('/')}/{rest}"
 
 
-def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | None = None
-               ) -> list[tuple[str, pa.Table]]:
-    """(source, table) of each Parquet part of a table (a file, a folder of parts, or a
-    job folder's `sub` table), its column types checked before it is read."""
+def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | None = None,
+               rename: dict[str, str] | None = None) -> list[tuple[str, pa.Table]]:
+    """(source, table) of each part of a table (a file in any format `io.read_raw`
+    reads, a folder of Parquet parts, or a job folder's `sub` table), its columns renamed
+    by `rename` (ours -> theirs) and their types checked before its rows are."""
     loc = _table_path(path, sub) if sub else location(path)
     parts = []
     files = table_files(loc)
@@ -102,19 +103,22 @@ def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | No
                                 + (f", nor a {sub}/ table" if sub else "") + ")")
     for f in files:
         source = _part_source(path, f)
-        check_column_types(parquet_schema(f), source, name)  # a part that is not Parquet is named there
-        parts.append((source, read_table(f, schema)))
+        raw = read_raw(f, schema, rename, name)  # a file in no format we read is named there
+        check_column_types(raw.schema, source, name)
+        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None)))
     return parts
 
 
-def read_explanation_rows(paths: Sequence[PathLike]) -> tuple[pa.Table, list[tuple[str, int]]]:
-    """The EXPLANATIONS rows of every input and, for each, (file, 1-based row in that
-    file), so an error row points where the user can look."""
+def read_explanation_rows(paths: Sequence[PathLike], rename: dict[str, str] | None = None
+                          ) -> tuple[pa.Table, list[tuple[str, int]]]:
+    """The EXPLANATIONS rows of every input (Parquet, CSV, TSV or JSON lines; `rename`
+    maps our column names to the file's) and, for each, (file, 1-based row in that file),
+    so an error row points where the user can look."""
     if not paths:
         raise ValueError("no explanations given")
     tables, origins = [], []
     for p in paths:
-        for source, t in read_parts(p, "explanations", "explanations", sub="explanations"):
+        for source, t in read_parts(p, "explanations", "explanations", sub="explanations", rename=rename):
             tables.append(t)
             origins += [(source, n) for n in range(1, t.num_rows + 1)]
     return pa.concat_tables(tables), origins

@@ -219,7 +219,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     t0 = time.time()
     profile = load_profile(cfg.profile, cfg.models)
     root = location(cfg.out)
-    explanations, origins = read_explanation_rows(cfg.explanations)
+    explanations, origins = read_explanation_rows(cfg.explanations, cfg.columns)
     task = evaluation_task(cfg)
     conf = {"explanations": _file_info(cfg.explanations),
             "references": _file_info([cfg.references]) if cfg.references else None,

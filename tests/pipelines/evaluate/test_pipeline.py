@@ -5,6 +5,7 @@ starts and stops; outputs, skipped metrics, resume, St2Exp and --extract."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -193,3 +194,31 @@ def test_a_metric_asked_by_name_is_the_only_one_of_its_family_reported(ray_sessi
     whole = tmp_path / "whole"
     run_evaluate(_cfg(bench, whole, metrics=["overlap"], limit=8), progress=lambda s: None)
     assert {m for _, m in _means(whole)} == set(FAMILIES["overlap"].metrics())
+
+
+@pytest.mark.slow
+def test_a_csv_and_a_gzipped_json_lines_table_under_other_names_score_as_the_parquet_one(ray_session, bench,
+                                                                                         tmp_path):
+    """A researcher's own explanations as CSV or gzipped JSON lines, under their own column
+    names (`--columns`), give the Parquet table's scores, metric for metric."""
+    import gzip
+
+    import pyarrow.csv as pcsv
+
+    theirs = {"example_id": "id", "system": "model", "explanation": "text"}
+    table = pq.read_table(bench["explanations"])
+    mine = table.rename_columns([theirs.get(c, c) for c in table.column_names])
+    csv_path = tmp_path / "mine.csv"
+    pcsv.write_csv(mine, csv_path)
+    jsonl_path = tmp_path / "mine.jsonl.gz"
+    jsonl_path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in mine.to_pylist()).encode()))
+
+    def scores(path, columns):
+        out = tmp_path / f"eval-{path.name}"
+        run_evaluate(_cfg(bench, out, explanations=[str(path)], columns=columns, metrics=["overlap", "corpus"],
+                          limit=8), progress=lambda s: None)
+        return _means(out)
+
+    want = scores(Path(bench["explanations"]), {})
+    assert want and scores(csv_path, theirs) == pytest.approx(want)
+    assert scores(jsonl_path, theirs) == pytest.approx(want)
