@@ -71,11 +71,14 @@ def idle_to_zero(cfg: S) -> S:
 
 
 class RequestError(ValueError):
-    """A request the deployment refuses, with the HTTP status it deserves."""
+    """A request the deployment refuses, with the HTTP status it deserves; `code` (a
+    machine-readable reason) and `param` (the request field at fault) go into the
+    OpenAI-shaped bodies of the judge's /v1 routes (serve/openai_compat.py)."""
 
-    def __init__(self, status: int, message: str):
+    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
         super().__init__(message)
-        self.status = status
+        self.status, self.code, self.param = status, code, param
+        self.allow: str | None = None  # a 405's Allow header
 
 
 # -- authentication ----------------------------------------------------------------------
@@ -114,7 +117,8 @@ def check_bearer(headers: Mapping[str, str], expected_sha256: str | None) -> Non
     if scheme.lower() != "bearer" or not token.strip():
         raise RequestError(401, "this endpoint needs an 'Authorization: Bearer <token>' header")
     if not hmac.compare_digest(token_sha256(token.strip()), expected_sha256):
-        raise RequestError(401, "the bearer token is not the one this endpoint was started with")
+        raise RequestError(401, "the bearer token is not the one this endpoint was started with",
+                           "invalid_api_key")
 
 
 def auth_headers(env: str = TOKEN_ENV) -> dict[str, str]:
@@ -167,11 +171,13 @@ def validation_summary(exc) -> str:
 
 def error_response(exc: RequestError, body: dict | None = None):
     """The refusal as JSON (`{"error": message}` unless another `body` shape is given),
-    with its status, and the Bearer challenge on a 401."""
+    with its status, the Bearer challenge on a 401 and the allowed methods on a 405."""
     from starlette.responses import JSONResponse
 
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return JSONResponse(body or {"error": str(exc)}, status_code=exc.status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else {}
+    if exc.status == 405 and exc.allow:
+        headers["Allow"] = exc.allow
+    return JSONResponse(body or {"error": str(exc)}, status_code=exc.status, headers=headers or None)
 
 
 def startup_failure(app: str) -> str | None:

@@ -8,7 +8,7 @@ a token on /healthz, the other not). Each app keeps only what differs, in `HttpR
 
 The opening, in order: `GET <route>/healthz` is answered 200 `{"status": "ok"}` without
 a token; every other request must carry the token (401 with a Bearer challenge); a
-(path, method) the app does not serve is 404 below the route, 405 on the route itself.
+path the app does not serve is 404, a method a path it serves does not take 405.
 All refusals are JSON (`common.error_response`), in the body shape the app asks for.
 """
 from __future__ import annotations
@@ -35,19 +35,31 @@ class HttpRoutes:
     not in it is refused. `not_found` (404, below the route) and `not_allowed` (405, on
     the route) are `str.format` templates given `method` and `path` (the full URL
     path). `error_body(path, exc)` gives another JSON shape for a refusal (None:
-    `{"error": message}`)."""
+    `{"error": message}`). `route_of(path)` names the route a path belongs to, for
+    routes with a parameter in the path (`/v1/models/{model}`); None: the path itself."""
 
     tags: Mapping[tuple[str, str], str | None]
     not_found: str
     not_allowed: str
     error_body: Callable[[str, RequestError], dict | None] | None = None
+    route_of: Callable[[str], str] | None = None
+
+    def route(self, path: str) -> str:
+        """The key in `tags` a path below the route is served under."""
+        return self.route_of(path) if self.route_of else path
 
     def unknown(self, path: str, method: str, url_path: str) -> RequestError | None:
-        """The refusal of a (path, method) the app does not serve; None for one it does."""
-        if (path, method) in self.tags:
+        """The refusal of a (path, method) the app does not serve; None for one it does:
+        404 for a path it does not serve, 405 (with the methods it allows) for one it
+        serves by other methods, and for the route itself."""
+        route = self.route(path)
+        if (route, method) in self.tags:
             return None
-        template, status = (self.not_found, 404) if path else (self.not_allowed, 405)
-        return RequestError(status, template.format(method=method, path=url_path))
+        allowed = sorted(m for p, m in self.tags if p == route)
+        template, status = (self.not_allowed, 405) if allowed or not path else (self.not_found, 404)
+        exc = RequestError(status, template.format(method=method, path=url_path))
+        exc.allow = ", ".join(allowed) or None
+        return exc
 
     def refusal(self, path: str, exc: RequestError):
         """The JSON response for a refused request at `path` (below the route)."""
@@ -80,7 +92,7 @@ async def answer_http(request, routes: HttpRoutes, metrics: ReplicaMetrics, toke
         opened = opening(routes, path, method, request.url.path, request.headers, token_sha256)
         return opened if opened is not None else await respond(request, path, method)
 
-    return await metrics.http(route_label(path, method, routes.tags), answer())
+    return await metrics.http(route_label(routes.route(path), method, routes.tags), answer())
 
 
 # -- building and starting an application -----------------------------------------------

@@ -18,7 +18,8 @@ Ways in:
     busy, `max_queued_requests` full) 503.
   - `GET <route>`: model id, limits, counters; `GET <route>/healthz`: 200
     `{"status": "ok"}` without a token, for probes.
-  - `POST <route>/v1/chat/completions` and `GET <route>/v1/models`: OpenAI's shape
+  - `POST <route>/v1/chat/completions`, `GET <route>/v1/models` and
+    `GET <route>/v1/models/{model}`: OpenAI's shape, errors included
     (serve/openai_compat.py), so `base_url=http://host:8000/judge/v1` works in any
     OpenAI client, and in our own `openai` backend.
 
@@ -48,30 +49,36 @@ from ray import serve
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMResult, check_model_here
 from rexeval.serve.common import HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, validation_summary
 from rexeval.serve.deployment import HttpRoutes, answer_http, config_from_args, deployment_app, start_app
-from rexeval.serve.openai_compat import (CHAT_PATH, MODELS_PATH, OpenAIError, chat_completion, models_list,
-                                         parse_chat_completion)
+from rexeval.serve.openai_compat import (CHAT_PATH, MODEL_PATH, MODELS_PATH, OPENAI_PREFIX, OpenAIError,
+                                         chat_completion, models_list, openai_error_body, openai_route,
+                                         parse_chat_completion, retrieve_model)
 from rexeval.serve.telemetry import ReplicaMetrics
 
 DEFAULT_ROUTE = "/judge"
 APP_NAME = "rexeval-judge"
 DEPLOYMENT = "JudgeServer"
 HTTP_ROUTES = {("", "POST"): "judge", ("", "GET"): "info", (CHAT_PATH, "POST"): "chat_completions",
-               (MODELS_PATH, "GET"): "models", (HEALTH_PATH, "GET"): None}
+               (MODELS_PATH, "GET"): "models", (MODEL_PATH, "GET"): "model", (HEALTH_PATH, "GET"): None}
 """(path below the route, method) -> the route tag its requests are counted under."""
 
 
+def is_openai_path(path: str) -> bool:
+    return path == OPENAI_PREFIX or path.startswith(OPENAI_PREFIX + "/")
+
+
 def _error_body(path: str, exc: RequestError) -> dict | None:
-    """OpenAI clients read errors in OpenAI's shape: a refusal on the /v1 routes is one."""
-    if isinstance(exc, OpenAIError):
-        return exc.body()
-    if path in (CHAT_PATH, MODELS_PATH):
-        return OpenAIError(exc.status, str(exc)).body()
+    """OpenAI clients read errors in OpenAI's shape: every refusal under /v1 (401, 404,
+    405, 413, 400, 500, 503) is one; the native routes keep `{"error": message}`."""
+    if isinstance(exc, OpenAIError) or is_openai_path(path):
+        return openai_error_body(exc)
     return None
 
 
 _NO_SUCH_ROUTE = ("no {method} {path!r}: POST or GET the route, "
-                  f"POST <route>{CHAT_PATH}, GET <route>{MODELS_PATH}, GET <route>{HEALTH_PATH}")
-HTTP = HttpRoutes(HTTP_ROUTES, not_found=_NO_SUCH_ROUTE, not_allowed=_NO_SUCH_ROUTE, error_body=_error_body)
+                  f"POST <route>{CHAT_PATH}, GET <route>{MODELS_PATH}, GET <route>{MODELS_PATH}/{{{{model}}}}, "
+                  f"GET <route>{HEALTH_PATH}")
+HTTP = HttpRoutes(HTTP_ROUTES, not_found=_NO_SUCH_ROUTE, not_allowed=_NO_SUCH_ROUTE, error_body=_error_body,
+                  route_of=openai_route)
 """The judge's routes and refusals (the opening every request meets: serve/deployment.py)."""
 
 
@@ -278,21 +285,22 @@ class JudgeServer:
                 return JSONResponse(await self._chat_completion(await request.body()))
             if path == MODELS_PATH:
                 return JSONResponse(models_list(self.llm.model_id))
+            if HTTP.route(path) == MODEL_PATH:
+                return JSONResponse(retrieve_model(path, self.llm.model_id))
             if method == "GET":
                 return JSONResponse(await self.info())
             requests = parse_judge_body(await request.body(), self.cfg.limits)
+            results = await self._generate(requests)
         except RequestError as exc:
             return HTTP.refusal(path, exc)
-        results = await self._generate(requests)
+        except Exception as exc:  # noqa: BLE001  (answered in the route's error shape, not Serve's bare 500)
+            return HTTP.refusal(path, RequestError(500, f"the judge endpoint failed: {type(exc).__name__}: {exc}"))
         return JSONResponse({"results": results, "model_id": self.llm.model_id})
 
     async def _chat_completion(self, body: bytes) -> dict[str, Any]:
         """One OpenAI-shaped call: validated, held to the limits, batched with the rest."""
         limits = self.cfg.limits
-        req = parse_chat_completion(body, self.llm.model_id, limits.max_body_bytes)
-        problem = limit_problem(req, limits)
-        if problem:
-            raise OpenAIError(413, problem, "over_limit")
+        req = parse_chat_completion(body, self.llm.model_id, limits.max_body_bytes, limits)  # 400 with param
         [result] = await self._generate([req])
         return chat_completion(LLMResult(**result), self.llm.model_id)
 

@@ -1,6 +1,6 @@
 """The opening every request to a rexeval Serve app meets (serve/deployment.py), as a pure
 function, without Ray: the health probe answered without a token, 401 with a Bearer
-challenge, 404 below the route and 405 on it, JSON bodies in the app's shape; both apps'
+challenge, 404 for a path not served and 405 for a method not taken, JSON bodies in the app's shape; both apps'
 own routes tables; `answer_http` handing served routes to the app and counting under
 route tags; the start building the app only once the proxy is up."""
 from __future__ import annotations
@@ -44,14 +44,15 @@ def test_served_routes_go_to_the_app():
         assert opening(ROUTES, "", "POST", "/app", headers, token) is None
 
 
-def test_unknown_path_is_404_wrong_method_on_the_route_is_405():
+def test_unknown_path_is_404_wrong_method_is_405():
     r = opening(ROUTES, "/nowhere", "DELETE", "/app/nowhere", AUTH, token_sha256(TOKEN))
     assert r.status_code == 404 and body(r) == {"error": "no DELETE '/app/nowhere' here"}
     assert "www-authenticate" not in r.headers
     r = opening(ROUTES, "/healthz", "POST", "/app/healthz", {}, None)  # the probe is GET only
-    assert r.status_code == 404
+    assert r.status_code == 405 and r.headers["allow"] == "GET"
     r = opening(ROUTES, "", "PUT", "/app", AUTH, token_sha256(TOKEN))
     assert r.status_code == 405 and body(r) == {"error": "PUT: use GET or POST"}
+    assert r.headers["allow"] == "GET, POST"
 
 
 def test_an_app_gives_its_refusals_its_own_shape():
@@ -70,13 +71,22 @@ def test_the_judge_answers_refusals_on_its_openai_routes_in_openai_shape():
 
     r = opening(HTTP, "/v1/chat/completions", "POST", "/judge/v1/chat/completions", {}, token_sha256(TOKEN))
     assert r.status_code == 401 and set(body(r)["error"]) == {"message", "type", "code", "param"}
+    r = opening(HTTP, "/v1/models", "GET", "/judge/v1/models", {"authorization": "Bearer nope"}, token_sha256(TOKEN))
+    assert r.status_code == 401 and body(r)["error"]["code"] == "invalid_api_key"
     r = opening(HTTP, "/v1/chat/completions", "GET", "/judge/v1/chat/completions", {}, None)
-    assert r.status_code == 404 and body(r)["error"]["message"].startswith("no GET '/judge/v1/chat/completions'")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    assert body(r)["error"]["message"].startswith("no GET '/judge/v1/chat/completions'")
+    assert body(r)["error"]["type"] == "invalid_request_error"
+    r = opening(HTTP, "/v1/completions", "POST", "/judge/v1/completions", {}, None)  # unknown below /v1
+    assert r.status_code == 404 and set(body(r)["error"]) == {"message", "type", "code", "param"}
+    r = opening(HTTP, "/v1/models/org/judge-x", "DELETE", "/judge/v1/models/org/judge-x", {}, None)
+    assert r.status_code == 405 and body(r)["error"]["type"] == "invalid_request_error"
     r = opening(HTTP, "/nowhere", "GET", "/judge/nowhere", {}, None)
     assert r.status_code == 404 and body(r)["error"].startswith("no GET '/judge/nowhere': POST or GET the route")
     r = opening(HTTP, "", "PUT", "/judge", {}, None)
     assert r.status_code == 405 and body(r)["error"].startswith("no PUT '/judge': ")
-    for path, method in [("", "GET"), ("", "POST"), ("/v1/chat/completions", "POST"), ("/v1/models", "GET")]:
+    for path, method in [("", "GET"), ("", "POST"), ("/v1/chat/completions", "POST"), ("/v1/models", "GET"),
+                         ("/v1/models/judge-x", "GET"), ("/v1/models/org/judge-x", "GET")]:
         assert opening(HTTP, path, method, "/judge" + path, {}, None) is None
 
 

@@ -17,7 +17,8 @@ import yaml
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMResult, SamplingParams, build_backend
 from rexeval.serve.common import (AppAuth, RequestError, bind_token_sha256, check_bearer, token_sha256)
-from rexeval.serve.openai_compat import OpenAIError, chat_completion, parse_chat_completion
+from rexeval.serve.judge import JudgeLimits
+from rexeval.serve.openai_compat import OpenAIError, chat_completion, parse_chat_completion, retrieve_model
 from tests.doubles.nli import scripted_probs
 from tests.serve.test_judge_serve import free_port
 
@@ -92,24 +93,60 @@ def test_chat_completion_request_becomes_our_chat_request():
                                  10_000).json_schema == {"type": "object"}
 
 
-@pytest.mark.parametrize("body,status,code", [
-    (b"{nope", 400, None),
-    (_body(model="gpt-4o"), 404, "model_not_found"),
-    (_body(stream=True), 400, "unsupported_parameter"),
-    (_body(n=2), 400, "unsupported_parameter"),
-    (_body(tools=[{"type": "function"}]), 400, "unsupported_parameter"),
-    (_body(messages=[]), 400, None),
+LIMITS = JudgeLimits(max_messages=3, max_chars=50, max_tokens=100)
+
+
+@pytest.mark.parametrize("body,status,code,param", [
+    (b"{nope", 400, None, None),
+    (b"[1, 2]", 400, "invalid_type", None),
+    (_body(model="gpt-4o"), 404, "model_not_found", None),
+    (_body(stream=True), 400, "unsupported_parameter", "stream"),
+    (_body(n=2), 400, "unsupported_parameter", "n"),
+    (_body(tools=[{"type": "function"}]), 400, "unsupported_parameter", "tools"),
+    (_body(stop=["\n"]), 400, "unsupported_parameter", "stop"),
+    (_body(messages=[]), 400, "invalid_value", "messages"),
+    (json.dumps({"model": "judge-x"}).encode(), 400, "missing_required_parameter", "messages"),
+    (_body(messages=[{"role": "robot", "content": "hi"}]), 400, "invalid_value", "messages[0].role"),
+    (_body(temperature=3), 400, "invalid_value", "temperature"),
+    (_body(max_tokens="many"), 400, "invalid_type", "max_tokens"),
+    (_body(max_tokens=0), 400, "invalid_value", "max_tokens"),
     (_body(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), 400,
-     "unsupported_content"),
-    (_body(response_format={"type": "grammar"}), 400, None),
-    (b" " * 101, 413, None),
+     "unsupported_content", "messages[0].content"),
+    (_body(response_format={"type": "grammar"}), 400, "invalid_value", "response_format.type"),
+    # over the endpoint's limits: 400 naming the field, as OpenAI answers, not 413
+    (_body(max_tokens=101), 400, "invalid_value", "max_tokens"),
+    (_body(max_completion_tokens=101), 400, "invalid_value", "max_completion_tokens"),
+    (_body(messages=[{"role": "user", "content": "a"}] * 4), 400, "array_above_max_length", "messages"),
+    (_body(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "x" * 51}]), 400,
+     "string_above_max_length", "messages[1].content"),
+    (b" " * 1001, 413, None, None),  # only a body over the size limit is 413
 ])
-def test_chat_completion_refusals_in_openai_error_shape(body, status, code):
+def test_chat_completion_refusals_in_openai_error_shape(body, status, code, param):
     with pytest.raises(OpenAIError) as err:
-        parse_chat_completion(body, "judge-x", 100 if status == 413 else 10_000)
+        parse_chat_completion(body, "judge-x", 1000 if status == 413 else 10_000, LIMITS)
     assert err.value.status == status
-    assert err.value.body()["error"]["code"] == code
-    assert err.value.body()["error"]["message"]
+    error = err.value.body()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert (error["code"], error["param"], error["type"]) == (code, param, "invalid_request_error")
+    assert error["message"]
+
+
+def test_chat_completion_default_max_tokens_within_the_limit():
+    assert parse_chat_completion(_body(), "judge-x", 10_000, LIMITS).sampling.max_tokens == 100
+    assert parse_chat_completion(_body(), "judge-x", 10_000).sampling.max_tokens == 512
+    assert parse_chat_completion(_body(max_tokens=100), "judge-x", 10_000, LIMITS).sampling.max_tokens == 100
+
+
+def test_model_retrieve_and_its_404():
+    assert retrieve_model("/v1/models/org/judge-x", "org/judge-x") == {
+        "id": "org/judge-x", "object": "model", "created": 0, "owned_by": "rexeval"}
+    assert retrieve_model("/v1/models/auto", "judge-x")["id"] == "judge-x"
+    with pytest.raises(OpenAIError) as err:
+        retrieve_model("/v1/models/gpt-4o", "judge-x")
+    assert err.value.status == 404 and err.value.body()["error"] == {
+        "message": err.value.body()["error"]["message"], "type": "invalid_request_error", "param": None,
+        "code": "model_not_found"}
+    assert "gpt-4o" in str(err.value)
 
 
 def test_chat_completion_response_shape():
@@ -120,7 +157,7 @@ def test_chat_completion_response_shape():
     assert out["usage"] == {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
     with pytest.raises(OpenAIError) as err:
         chat_completion(LLMResult(error="boom"), "m")
-    assert err.value.status == 500
+    assert err.value.status == 500 and err.value.body()["error"]["type"] == "server_error"
     with pytest.raises(OpenAIError) as err:  # the backend's call failed: a client may retry
         chat_completion(LLMResult(error="connection reset", transient=True), "m")
     assert err.value.status == 503 and err.value.body()["error"]["type"] == "server_error"
@@ -244,8 +281,48 @@ def test_official_openai_sdk_calls_the_judge(endpoints):
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "x"}])
     bad = openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as err:
         bad.chat.completions.create(model="judge-x", messages=[{"role": "user", "content": "x"}])
+    assert err.value.code == "invalid_api_key" and err.value.type == "invalid_request_error"
+
+
+def test_official_openai_sdk_sees_openai_errors_and_models_retrieve(endpoints):
+    """What `except openai.BadRequestError` / `NotFoundError` code written against OpenAI
+    meets here: the same exceptions, with `param`, `code` and `type` filled as OpenAI does."""
+    openai = pytest.importorskip("openai")
+    url = endpoints["rexeval-judge"]
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=TOKEN, max_retries=0)
+    ask = [{"role": "user", "content": "Give your verdict."}]
+    # over the endpoint's max_tokens (8192): 400 naming the field, not a bare 413
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="judge-x", messages=ask, max_tokens=9000)
+    assert err.value.param == "max_tokens" and err.value.code == "invalid_value"
+    assert err.value.type == "invalid_request_error" and "9000" in err.value.message
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="judge-x", messages=ask, max_completion_tokens=9000)
+    assert err.value.param == "max_completion_tokens"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="judge-x", messages=ask, temperature=2.5)
+    assert err.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="judge-x", messages=ask, n=2)
+    assert (err.value.param, err.value.code) == ("n", "unsupported_parameter")
+    # an unknown model, on a chat call and on retrieve: NotFoundError, model_not_found
+    with pytest.raises(openai.NotFoundError) as err:
+        client.chat.completions.create(model="gpt-4o", messages=ask)
+    assert err.value.code == "model_not_found" and err.value.type == "invalid_request_error"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("gpt-4o")
+    assert err.value.code == "model_not_found" and err.value.param is None
+    model = client.models.retrieve("judge-x")
+    assert (model.id, model.object, model.owned_by) == ("judge-x", "model", "rexeval")
+    # a route OpenAI has and we do not, and a method a route does not take: OpenAI's shape
+    r = httpx.post(f"{url}/v1/completions", headers=AUTH, json={"model": "judge-x", "prompt": "x"})
+    assert r.status_code == 404 and set(r.json()["error"]) == {"message", "type", "param", "code"}
+    r = httpx.get(f"{url}/v1/chat/completions", headers=AUTH)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+    r = httpx.post(f"{url}/v1/chat/completions", headers=AUTH, content=b" " * 8_000_001)
+    assert r.status_code == 413 and r.json()["error"]["type"] == "invalid_request_error"
 
 
 @pytest.mark.slow
