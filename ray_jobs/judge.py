@@ -6,7 +6,7 @@ import click
 from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.cost import reward_line
-from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, llm_options, run_job, user_errors
 
 
 def _judge_options(fn):
@@ -95,6 +95,7 @@ def _show(report: dict) -> None:
 @click.option("--ensemble-missing", type=click.Choice(["skip", "zero"]),
               help="In the ensemble an unreadable score is left out (skip, default) or counts 0 (seed 001).")
 @click.option("--max-tokens", type=int, help="Answer length limit (default 64).")
+@columns_option
 @_judge_options
 @llm_options
 @config_option
@@ -157,6 +158,7 @@ def _evaluator_flags(fn):
 @click.option("--system", "systems", multiple=True, help="Only these systems (and the baseline).")
 @click.option("--limit", type=int, help="Only the first N examples of each system.")
 @click.option("--only", multiple=True, help="Only these criteria of the rubric.")
+@columns_option
 @_evaluator_flags
 @_pairwise_flags
 @_judge_options

@@ -57,7 +57,9 @@ class JudgeJobSettings(ChunkedLLMSettings):
 
 
 class LikertJobConfig(JudgeJobSettings):
-    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files or folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "explanation tables (e.g. {explanation: text})")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N examples of each system")
     judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
@@ -90,7 +92,9 @@ def _known_rubric(ref: str) -> str:
 
 
 class PairwiseJobConfig(JudgeJobSettings):
-    explanations: ReadPaths = Field(description="EXPLANATIONS tables (files or folders)")
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "explanation tables (e.g. {explanation: text})")
     baseline: str = Field(description="the system every other system is compared with")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1)

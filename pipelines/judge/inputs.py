@@ -119,12 +119,13 @@ def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd
 
 
 def explanations_frame(paths: Sequence[str], systems: Sequence[str] | None = None,
-                       limit: int | None = None) -> pd.DataFrame:
-    """EXPLANATIONS rows as a DataFrame, optionally limited to systems and to the first
-    `limit` examples of each system (in file order)."""
-    from rexeval.pipelines.evaluate.inputs import read_explanations  # local or by URI
+                       limit: int | None = None, columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """EXPLANATIONS rows as a DataFrame (any table format; `columns`: our names -> the
+    file's), optionally limited to systems and to the first `limit` examples of each
+    system (in file order)."""
+    from rexeval.pipelines.evaluate.inputs import read_explanation_rows  # local or by URI
 
-    df = read_explanations(paths).to_pandas()
+    df = read_explanation_rows(paths, columns)[0].to_pandas()
     if systems:
         unknown = sorted(set(systems) - set(df["system"]))
         if unknown:

@@ -78,7 +78,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     t0 = time.time()
     root = location(cfg.out)
     profile = _profile(cfg)
-    expl = explanations_frame(cfg.explanations, cfg.systems, cfg.limit)
+    expl = explanations_frame(cfg.explanations, cfg.systems, cfg.limit, cfg.columns)
     rows, no_ctx = _with_contexts(cfg, expl, progress)
     rows = rows[["example_id", "system", "user_id", "item_id", "explanation", "item_description"]]
     judges = cfg.judges or [profile.require("judge_llm")]
@@ -181,7 +181,7 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     evaluators = list(dict.fromkeys(cfg.evaluators))
     profile = _profile(cfg)
     systems = None if not cfg.systems else sorted(set(cfg.systems) | {cfg.baseline})
-    expl = explanations_frame(cfg.explanations, systems, cfg.limit)
+    expl = explanations_frame(cfg.explanations, systems, cfg.limit, cfg.columns)
     rows, no_ctx = _with_contexts(cfg, expl, progress)
     pairs, errors = baseline_pairs(rows, cfg.baseline)
     root.mkdir()
