@@ -130,3 +130,25 @@ def test_the_outputs_page_and_the_study_jobs_list_come_from_the_registries():
             assert f"`{out}{'/' if out.folder else ''}`" in page, (name, str(out))
     statements = page.split("## annotations")[1].split("\n## ")[0]
     assert "`statement_id`" in statements  # a table folder shows its schema's columns
+
+
+def test_the_own_system_page_study_plans_on_a_csv_under_other_names(tmp_path):
+    """The study of docs/own-system.md, as printed there, plans on a CSV whose columns
+    are named as the page's `--columns` says (the planner checks every setting)."""
+    import gzip
+
+    import yaml
+
+    from rexeval.pipelines.study.config import load_study
+    from rexeval.pipelines.study.plan import build_plan
+
+    text = (DOCS / "own-system.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S).group(1)
+    study = tmp_path / "mine.yaml"
+    study.write_text(block)
+    (tmp_path / "mine.csv").write_text("id,model,user_id,item_id,text\nr1,mine,u1,i1,Bright and sturdy.\n")
+    (tmp_path / "reviews.jsonl.gz").write_bytes(gzip.compress(b'{"reviewerID": "u1", "asin": "i1"}\n'))
+    plan = build_plan(load_study(study), study, tmp_path / "runs" / "mine")
+    assert set(yaml.safe_load(block)["stages"]) <= {k.split("@")[0] for k in plan.order}
+    assert plan.instances["evaluate@mine"].settings["columns"] == {"example_id": "id", "system": "model",
+                                                                    "explanation": "text"}
