@@ -42,7 +42,10 @@ def test_every_study_job_declares_the_paths_it_reads():
         "judge_detect": ["contexts", "reviews", "interactions"],
         "judge_likert": ["contexts", "reviews", "explanations"],
         "judge_pairwise": ["contexts", "reviews", "explanations"],
-        "judge_winrate": ["runs"],
+        "judge_winrate": ["runs", "repeats"],  # repeats: seed 004's Table 6 re-runs
+        "likert_pool": ["runs"],  # pipelines/judge/study_job.py
+        "metric_table": ["run"],  # pipelines/evaluate/study_job.py
+        "alert_curate": ["input"],  # pipelines/curate/study_job.py
         "meta_evaluate": ["scores", "human"],
         "expscore_train": ["inputs", "reviews", "languagetool"],
         "expscore_score": ["inputs", "reviews", "languagetool", "model"],
