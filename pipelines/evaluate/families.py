@@ -79,7 +79,7 @@ class Family:
         return group_metrics(cls.name, kind="per_example")
 
     def wanted(self) -> tuple[str, ...]:
-        """The metrics this run asks of the family: those named (`--metrics distinct-2`),
+        """The metrics this run asks of the family: those named (`--metrics rouge-1-f`),
         else all of them."""
         return self.ctx.only.get(self.name) or self.metrics()
 
