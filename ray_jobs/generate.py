@@ -29,7 +29,13 @@ def _generators():
 
 
 def _declared_generators() -> list[str]:
-    """The generators' names for --help, read from their modules' source (no torch)."""
+    """The generators' names for --help, read from their modules' source (no torch),
+    unless the registry is loaded already (torch is then too), which also knows the
+    generators registered at run time."""
+    import sys
+
+    if "rexeval.models.generators.base" in sys.modules:
+        return _generators().names()
     from rexeval.models.generators import SCAN
     from rexeval.registry import declared_names
 

@@ -32,12 +32,19 @@ def _rankers():
 
 
 def _declared_rankers(trainable: bool) -> list[str]:
-    """The rankers' names for --help, read from their modules' source (no torch): a
-    trainable one's class derives from TrainableRanker directly (`registry.declared_names`)."""
+    """The rankers' names for --help, sorted. Read from their modules' source (no torch;
+    a trainable one's class derives from TrainableRanker directly, `registry.declared_names`)
+    unless the registry is loaded already (torch is then too), which also knows the
+    rankers registered at run time."""
+    import sys
+
+    if "rexeval.models.recommenders.base" in sys.modules:
+        reg = _rankers()
+        return [n for n in reg.names() if _trainable(reg.lookup(n)) == trainable]
     from rexeval.models.recommenders import SCAN
     from rexeval.registry import declared_names
 
-    return [n for n, bases in declared_names(*SCAN).items() if ("TrainableRanker" in bases) == trainable]
+    return sorted(n for n, bases in declared_names(*SCAN).items() if ("TrainableRanker" in bases) == trainable)
 
 
 def _trainable(ranker) -> bool:

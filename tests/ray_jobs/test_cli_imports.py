@@ -47,14 +47,17 @@ def test_no_help_imports_torch_transformers_or_serve():
 
 
 def test_the_help_lists_registered_names_without_importing_them():
-    """The rankers' and generators' names come from their modules' source: the same
-    names the registries give once imported, each ranker on the side it belongs to."""
+    """The rankers' and generators' names read from their modules' source (what --help
+    lists before torch is imported) are the names the registries give once imported,
+    each ranker on the side it belongs to."""
+    from rexeval.models import generators, recommenders
     from rexeval.models.generators.base import GENERATORS
     from rexeval.models.recommenders.base import RANKERS, TrainableRanker
-    from rexeval.ray_jobs.generate import _declared_generators
-    from rexeval.ray_jobs.star import _declared_rankers
+    from rexeval.registry import declared_names
 
-    assert _declared_generators() == sorted(GENERATORS.names())
+    assert sorted(declared_names(*generators.SCAN)) == sorted(GENERATORS.names())
+    rankers = declared_names(*recommenders.SCAN)
     trainable = sorted(n for n in RANKERS.names() if issubclass(RANKERS.lookup(n), TrainableRanker))
-    assert sorted(_declared_rankers(True)) == trainable == ["bper+", "expgcn"]
-    assert sorted(_declared_rankers(False)) == sorted(set(RANKERS.names()) - set(trainable))
+    assert sorted(n for n, bases in rankers.items() if "TrainableRanker" in bases) == trainable == ["bper+", "expgcn"]
+    assert sorted(n for n, bases in rankers.items() if "TrainableRanker" not in bases) == sorted(
+        set(RANKERS.names()) - set(trainable))
