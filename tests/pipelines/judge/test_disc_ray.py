@@ -69,7 +69,10 @@ def test_the_reward_model_scores_on_actors_as_in_one_process(tmp_path, monkeypat
     verdict_cols = [c for c in verdicts.columns if c.startswith("verdict")]
     assert verdicts[verdict_cols].equals(want.verdicts[verdict_cols])
     scores = [c for c in verdicts.columns if c.startswith("score")]
-    np.testing.assert_allclose(verdicts[scores].to_numpy(float), want.verdicts[scores].to_numpy(float), rtol=1e-5)
+    # float32 scores of texts batched with other texts (padded to other lengths, on other
+    # BLAS paths) differ in the last bits: 6e-6 on 0.328 was seen; the verdicts are equal.
+    np.testing.assert_allclose(verdicts[scores].to_numpy(float), want.verdicts[scores].to_numpy(float),
+                               rtol=1e-4, atol=1e-5)
     assert (usage["pairs"], usage["scored"], usage["devices"], usage["gpus"]) == (16, want.scored, ["cpu"], 0)
     # Per criterion: 3 contexts ("" and None are the same history), each with the three
     # systems' texts and its baselines (Picks has two): 13 distinct (prompt, response).
