@@ -77,6 +77,15 @@ class Plan:
                     todo.append(other.key)
         return out
 
+    def chains(self) -> dict[str, int]:
+        """Instance -> the most stages that must still run after it, one after another
+        (0 for a stage nothing waits on): the study's critical path, counted in stages,
+        so the runner starts the stage that holds up the most work first."""
+        below: dict[str, int] = {}
+        for key in reversed(self.order):  # every dependent comes later in `order`
+            below[key] = max((below[o] + 1 for o, inst in self.instances.items() if key in inst.deps), default=0)
+        return below
+
 
 def _instances_of(study: StudyFile, stage: str) -> list[str | None]:
     spec = study.stages[stage]

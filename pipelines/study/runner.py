@@ -7,6 +7,8 @@ records each outcome.
 
 - The judge Serve application is started once for all the stages that call the same
   judge (`StudyApps`), not once per stage.
+- Free slots go to the critical path first (`start_order`): the stage with the longest
+  chain of stages waiting on it.
 - An instance whose fingerprint is unchanged since it completed is skipped (a second
   run does nothing and says so).
 - An instance whose settings changed since its folder was written is re-run with the
@@ -34,7 +36,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -245,6 +247,18 @@ def counts_line(counts: dict[str, Any], most: int = 4) -> str:
     return ", ".join(f"{k} {counts[k]:,}" if isinstance(counts[k], int) else f"{k} {counts[k]}" for k in keys[:most])
 
 
+def start_order(plan: Plan, ready: Iterable[str], cost: Callable[[str], int],
+                chains: dict[str, int]) -> list[str]:
+    """Which ready stages take the free slots first. Stages that use an application
+    already up before those that would start one (a Serve replica holds its CPUs or
+    GPUs only while it is needed); then the critical path: the stage with the longest
+    chain of stages waiting on it (`Plan.chains`: the demo's split -> peter ->
+    peter_test -> evaluate) before a leaf such as stats, which would hold a slot (and,
+    beside an LLM stage, wait for a CPU) while the long chain waits; then the study
+    file's order."""
+    return sorted(ready, key=lambda k: (cost(k), -chains[k], plan.order.index(k)))
+
+
 def _needs(plan: Plan, key: str) -> list[ServeNeed]:
     inst = plan.instances[key]
     try:
@@ -365,6 +379,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     running: dict[Future, str] = {}
     finished = set(result["done"])
     needs = {k: _needs(plan, k) for k in todo}
+    chains = plan.chains()
     logs = StageLogs(plan.out)
 
     def hold(opener, app: str, say: Callable[[str], None]) -> Callable[[], None]:
@@ -431,9 +446,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                         state.record(key, status="skipped", reason=why, finished=_now())
                         progress(f"[{key}] skipped: {why}")
                 ready = [k for k in waiting if plan.instances[k].deps <= finished and apps.can_start(needs[k])]
-                # Stages that use an application already up first, stages that would start
-                # one last: a Serve replica holds its CPUs (or GPUs) only while it is needed.
-                for key in sorted(ready, key=lambda k: (apps.cost(needs[k]), plan.order.index(k))):
+                for key in start_order(plan, ready, lambda k: apps.cost(needs[k]), chains):
                     if len(running) >= slots:
                         break
                     if not apps.can_start(needs[key]):  # another just claimed the application

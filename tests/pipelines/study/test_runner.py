@@ -335,3 +335,29 @@ def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
     md = write_report(build_report(tmp_path / "out"), tmp_path / "out" / "report")["md"].read_text()
     assert "ExpScore training (seed 003)" in md and "ExpScore scores (seed 003)" in md
     assert "ExpScore against human ratings" in md
+
+
+def test_free_slots_go_to_the_critical_path_first(tmp_path):
+    """The demo's longest chain (ingest -> split -> peter -> peter_test -> evaluate) starts
+    before leaves: once ingest is done, split (3 stages wait on it) takes a slot before
+    the LLM extractions (1) and stats (0), and peter (2) before them too. Before the fix the study file's order ran stats, then both extractions, first: flip
+    and peter started four minutes into the demo, evaluate six."""
+    from rexeval.pipelines.study.runner import start_order
+
+    f = REPO / "studies" / "demo.yaml"
+    plan = build_plan(load_study(f), f, tmp_path / "out")
+    chains = plan.chains()
+    # Counted by hand from studies/demo.yaml's `with:` references.
+    assert {k.split("@")[0]: chains[k] for k in ("ingest@sample", "split@sample", "flip@sample", "peter@sample",
+                                                 "peter_test@sample", "evaluate@sample", "stats@sample",
+                                                 "triplets@sample", "seed004@sample")} == {
+        "ingest": 4, "split": 3, "flip": 3, "peter": 2, "peter_test": 1, "evaluate": 0, "stats": 0,
+        "triplets": 1, "seed004": 2}
+    free = lambda k: 0  # noqa: E731 - no Serve application in the way
+    after_ingest = ["split@sample", "stats@sample", "triplets@sample", "star_statements@sample", "extra@sample"]
+    assert start_order(plan, sorted(after_ingest), free, chains)[:1] == ["split@sample"]
+    assert start_order(plan, ["stats@sample", "peter@sample", "triplets@sample"], free, chains) == [
+        "peter@sample", "triplets@sample", "stats@sample"]
+    # A stage that would start a Serve application still waits behind those that need none.
+    assert start_order(plan, ["likert@sample", "stats@sample"], lambda k: int(k.startswith("likert")), chains) == [
+        "stats@sample", "likert@sample"]
