@@ -105,6 +105,45 @@ class ListedOption(click.Option):
         return record[0], record[1].replace("{names}", ", ".join(self.names()))
 
 
+class ListedCommand(click.Command):
+    """A command whose help says "{names}" where a registry's entries go, one a line with
+    what each is: `listing` gives the (name, description) pairs when the help is shown
+    (not at import, so `rexeval --help` imports no implementation). "{names}" stands
+    alone in a paragraph that a \\b line keeps from being rewrapped."""
+
+    def __init__(self, *args: Any, listing: Callable[[], list[tuple[str, str]]] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.listing = listing
+
+    def format_help_text(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if self.listing is None or not self.help or "{names}" not in self.help:
+            return super().format_help_text(ctx, formatter)
+        import inspect
+
+        kept = self.help
+        # The help text is indented by the formatter's step (2) under "Usage:".
+        self.help = inspect.cleandoc(kept).replace("{names}", name_lines(self.listing(), formatter.width - 2))
+        try:
+            super().format_help_text(ctx, formatter)
+        finally:
+            self.help = kept
+
+
+def name_lines(entries: list[tuple[str, str]], width: int) -> str:
+    """`name  description` lines, the descriptions wrapped in a column of their own."""
+    import textwrap
+
+    if not entries:
+        return "(none registered)"
+    col = max(len(name) for name, _ in entries) + 2
+    lines = []
+    for name, what in entries:
+        wrapped = textwrap.wrap(what, max(width - col, 30)) or [""]
+        lines.append((name.ljust(col) + wrapped[0]).rstrip())
+        lines += [" " * col + more for more in wrapped[1:]]
+    return "\n".join(lines)
+
+
 def backend_names() -> list[str]:
     """The LLM backends a job can name (`serve` is declared by llm_job)."""
     from rexeval.pipelines.core.llm_job import BACKENDS

@@ -8,6 +8,7 @@ import click
 
 from rexeval.models.generators.presets import PRESETS
 from rexeval.ray_jobs.common import (
+    ListedCommand,
     ListedOption,
     RegistryName,
     Where,
@@ -49,6 +50,15 @@ def _methods():
     return METHODS
 
 
+def _method_lines() -> list[tuple[str, str]]:
+    """Every prompted generator with what it does (its docstring's first paragraph), for
+    `generate llm --help`: registered ones included."""
+    from rexeval.registry import summary
+
+    reg = _methods()
+    return [(name, summary(reg.lookup(name))) for name in reg.names()]
+
+
 def split_model_flags(values: list | tuple | None) -> tuple[str | None, list[str]]:
     """--model values: one generator (a registered name, lower-cased, or a
     package.module:Class), and ROLE=REF overrides of the profile."""
@@ -69,10 +79,10 @@ def split_model_flags(values: list | tuple | None) -> tuple[str | None, list[str
 @click.group("generate")
 def generate_group():
     """Explanation generators: seed 000's trained baselines (train NRT, Att2Seq, PETER,
-    CER, PEPLER or XRec on a split with Ray Tune, then `run` decodes a split) and seed
-    004's prompted ones (`llm`: user-based, item-based, review extraction, review
-    summarisation, PreferenceLogic). Both write an explanations table that `rexeval
-    evaluate` and `rexeval judge` read as is.
+    CER, PEPLER or XRec on a split with Ray Tune, then `run` decodes a split) and
+    prompted ones, seed 004's and rexeval's own (`llm`; `rexeval generate llm --help`
+    lists them). Both write an explanations table that `rexeval evaluate` and `rexeval
+    judge` read as is.
 
     Typical run (seed 000, Tables III-VI):
 
@@ -262,7 +272,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
     return {**out, **({"mf": mf} if mf else {})}
 
 
-@generate_group.command("llm")
+@generate_group.command("llm", cls=ListedCommand, listing=_method_lines)
 @click.argument("data", required=False, type=Where(exists=True, file_okay=False))
 @click.option("--method", "methods", multiple=True, type=RegistryName(_methods), cls=ListedOption,
               help="Generator(s) to run (repeatable): {names} (preference_logic is seed 004's baseline), "
@@ -303,16 +313,10 @@ def llm_cmd(data, sets, config_file, llm, **flags):
     interaction's (user, item) pair. DATA and --out may be local folders or URIs
     (s3://bucket/run; credentials and endpoint from the standard AWS variables).
 
+    The generators (the registry's, so one added in a module of its own is listed):
+
     \b
-    user_based        a BiasedMF (Tune trial) finds shoppers with similar tastes who
-                      bought the item; the LLM says so and names what else they liked
-    item_based        the BiasedMF finds the shopper's earlier purchases closest to the
-                      item; the LLM says the item resembles them
-    review_extract    the most typical sentences of other buyers' reviews of the item
-                      (TF-IDF centroid score; no LLM)
-    review_summary    the LLM summarises other buyers' reviews of the item
-    preference_logic  the LLM links the shopper's purchase history to the item (the
-                      baseline of seed 004's win rates)
+    {names}
 
     Writes explanations.parquet (read by `rexeval evaluate` and `rexeval judge`),
     errors.parquet (every interaction a method could not explain, with the reason),

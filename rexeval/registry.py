@@ -28,6 +28,7 @@ registered names), so reports and tests can inspect a registry like a dict.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
@@ -98,6 +99,20 @@ def declared_names(package: str, marker: str) -> dict[str, tuple[str, ...]]:
                     bases = tuple(ast.unparse(b).rpartition(".")[2] for b in getattr(node, "bases", ()))
                     found[dec.args[0].value] = bases
     return found
+
+
+def summary(obj: Any) -> str:
+    """What a registered entry is, on one line: its declared `description` (a string
+    attribute), else the first paragraph of its own docstring (not a base class's), with
+    the line breaks joined; "" when it has neither. What the docs' lists and `--help`
+    print beside each name."""
+    declared = getattr(obj, "description", None)
+    if isinstance(declared, str) and declared.strip():
+        return " ".join(declared.split())
+    doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
+    if not doc or not doc.strip():
+        return ""
+    return " ".join(re.split(r"\n[ \t]*\n", doc.strip(), maxsplit=1)[0].split())
 
 
 def _same_definition(a: Any, b: Any) -> bool:

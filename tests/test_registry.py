@@ -151,3 +151,33 @@ def test_scan_imports_the_packages_modules_that_use_the_marker_and_no_other(tmp_
     assert "rexeval_scan_pkg.heavy" not in sys.modules
     for name in [m for m in sys.modules if m.startswith("rexeval_scan_pkg")]:
         monkeypatch.delitem(sys.modules, name)
+
+
+def test_summary_is_the_declared_description_or_the_docstrings_first_paragraph():
+    """What the docs' generated lists and --help print beside a name."""
+    from rexeval.registry import summary
+
+    class Base:
+        """A base's docstring, which a subclass does not inherit here."""
+
+    class Documented(Base):
+        """Scores a thing
+        in two lines.
+
+        Details that stay out of the one-liner."""
+
+    class Declared(Base):
+        """Not this."""
+
+        description = "  the declared\n description "
+
+    class Bare(Base):
+        pass
+
+    def fn():
+        """A function's line."""
+
+    assert summary(Documented) == "Scores a thing in two lines."
+    assert summary(Declared) == "the declared description"
+    assert summary(Bare) == ""
+    assert summary(fn) == "A function's line."

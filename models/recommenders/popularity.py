@@ -45,7 +45,7 @@ def hash_uniform(rows: torch.Tensor, n_cols: int, seed: int) -> torch.Tensor:
 
 @register_ranker("random")
 class RandomRanker(Ranker):
-    """Uniformly random ranking, reproducible from `seed`."""
+    """RANDOM: a uniformly random ranking, reproducible from `seed`."""
 
     def __init__(self, n_statements: int, seed: int = 0):
         self.n_statements = n_statements
@@ -98,21 +98,23 @@ class _CountRanker(Ranker):
 
 @register_ranker("userpop")
 class UserPop(_CountRanker):
-    """Eq. 2: how many of the user's training interactions contain s."""
+    """USERPOP (eq. 2): a statement scores how many of the user's training interactions
+    contain it."""
 
     key = "user"
 
 
 @register_ranker("itempop")
 class ItemPop(_CountRanker):
-    """Eq. 3: how many of the item's training interactions contain s."""
+    """ITEMPOP (eq. 3): a statement scores how many of the item's training interactions
+    contain it."""
 
     key = "item"
 
 
 @register_ranker("globalpop")
 class GlobalPop(_CountRanker):
-    """Eq. 4: how many training interactions contain s."""
+    """GLOBALPOP (eq. 4): a statement scores how many training interactions contain it."""
 
     key = "global"
 

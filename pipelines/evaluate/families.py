@@ -128,6 +128,9 @@ class Overlap(Family):
 
 @register_family("meteor")
 class Meteor(Family):
+    """NLTK's METEOR per explanation against the reference; needs NLTK's WordNet data, else
+    skipped with the reason."""
+
     batch_size = 512
 
     @classmethod
@@ -145,9 +148,10 @@ class Meteor(Family):
 @register_family(TEXTS_GROUP)
 class Texts(Family):
     """The metrics that need no model (`metrics.registry.TEXTS_GROUP`): each registered
-    function of (explanations, references). Not part of "all", which is seed 000's metrics:
-    they run when asked for (`--metrics texts` or a metric's own name), so adding one never
-    changes an existing study's tables."""
+    function of (explanations, references).
+
+    Not part of "all", which is seed 000's metrics: they run when asked for (`--metrics
+    texts` or a metric's own name), so adding one never changes an existing study's tables."""
 
     in_all = False
     computes_subset = True
@@ -165,6 +169,9 @@ class Texts(Family):
 
 @register_family("bertscore")
 class BertScore(Family):
+    """BERTScore precision, recall and F1 (`bertscore_model`, at the profile's layer) from one
+    pass."""
+
     roles = ("bertscore_model",)
     batch_size = 256
 
@@ -179,6 +186,9 @@ class BertScore(Family):
 
 @register_family("sts")
 class Sts(Family):
+    """Semantic textual similarity: the cosine of the explanation's and the reference's sentence
+    embeddings."""
+
     roles = ("sts",)
 
     def setup(self):
@@ -233,6 +243,9 @@ class SummacZS(Family):
 
 @register_family("summac_conv")
 class SummacConv(Family):
+    """SummaC-Conv: the package's trained head over histograms of each generated sentence's
+    NLI scores against the reference sentences."""
+
     roles = ("nli", "summac_conv")
     uses_nli = True
 
@@ -251,6 +264,9 @@ class SummacConv(Family):
 
 @register_family("alignscore")
 class AlignScore(Family):
+    """AlignScore (eq. 5): the package's `.ckpt` read without lightning, chunks of the
+    explanation checked against the reference."""
+
     roles = ("alignscore",)
     batch_size = 128
 
@@ -270,6 +286,8 @@ class AlignScore(Family):
 
 @register_family("bartscore")
 class BartScore(Family):
+    """BARTScore: mean log p(reference | explanation) per token under a BART model."""
+
     roles = ("bartscore",)
     batch_size = 128
 
@@ -282,6 +300,9 @@ class BartScore(Family):
 
 @register_family("bleurt")
 class Bleurt(Family):
+    """BLEURT: the logit of a one-output sequence-classification model on (reference,
+    explanation)."""
+
     roles = ("bleurt",)
 
     def score(self, batch):

@@ -5,6 +5,8 @@ test time are taken and listed, `package.module:Class` plug-ins are taken. No Ra
 here: `init_ray` and the pipeline functions are replaced by fakes."""
 from __future__ import annotations
 
+import re
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -177,6 +179,8 @@ def test_a_prompted_method_registered_now_is_taken_listed_and_run(toy_method, ca
 
     res = CliRunner().invoke(cli, ["generate", "llm", "--help"], terminal_width=200)
     assert res.exit_code == 0 and "toy_method" in res.output and "preference_logic" in res.output
+    # the help's list of generators: each name with its docstring's first paragraph
+    assert re.search(r"(?m)^  toy_method +A prompted generator of a user's own package\.$", res.output)
     report = {"table_md": "| toy table |", "interactions": 3, "explanations": 2, "errors": 1}
     monkeypatch.setattr(job, "run_prompted", _fake(calls, report))
     (tmp_path / "split").mkdir()

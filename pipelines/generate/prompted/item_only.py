@@ -51,7 +51,13 @@ user: |
 
 @register_method("item_only")
 class ItemOnly(Method):
+    """The LLM says why the item is worth a look from its description alone (rexeval's
+    non-personalised control, not a paper's)."""
+
     uses_llm = True
+    conditions_on = "the item's description only"
+    never_sees = "anything about the shopper: their history, ratings or reviews"
+    errors = ("no_description",)
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         from rexeval.prompts import inline_prompt

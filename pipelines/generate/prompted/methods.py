@@ -66,12 +66,20 @@ class PromptedSettings(BaseModel):
 
 
 class Method(abc.ABC):
-    """A prompted generator: `plan` makes one PLAN_COLUMNS row per interaction."""
+    """A prompted generator: `plan` makes one PLAN_COLUMNS row per interaction.
+
+    A subclass's docstring opens with what it does in a sentence or two (`--help` and
+    docs/methods/prompted-generators.md print that first paragraph beside its name);
+    `conditions_on`, `never_sees` and `errors` fill the rest of its row on that page.
+    """
 
     name = "method"
     uses_llm = True
     needs_mf = False
     asked_words = "15 to 30"  # the length its prompt asks for (retry messages repeat it)
+    conditions_on = ""  # what its prompt (or its answer, without an LLM) is made from
+    never_sees = ""  # what it is kept from, beyond the review it explains (no method reads that)
+    errors: tuple[str, ...] = ()  # the `skip` types of its error rows
 
     @abc.abstractmethod
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:

@@ -34,8 +34,17 @@ def conversation(template, user_profile: str, item_description: str, rules: list
 
 @register_method("preference_logic")
 class PreferenceLogic(Method):
+    """The LLM links the shopper's purchase history to the item (the baseline of seed
+    004's win rates)."""
+
     uses_llm = True
     asked_words = "20 to 30"
+    conditions_on = ("the user's purchases before the interaction (most recent first, ≤ 10) and the item's "
+                     "description (`explain_recommendation` with the `explanation_style` rules; the detection "
+                     "test uses this same generator). A user with no earlier purchase (e.g. every review on the "
+                     "same day) gets a prompt that says so, as seed 004's baseline would, where item-based gives "
+                     "`no_history`")
+    never_sees = "the explained review"
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         template, style = preference_prompt()

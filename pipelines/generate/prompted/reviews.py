@@ -95,7 +95,13 @@ def select_sentences(cands: pd.DataFrame, vectorizer, max_sentences: int, max_wo
 
 @register_method("review_extract")
 class ReviewExtract(Method):
+    """The most typical sentences of other buyers' reviews of the item (TF-IDF centroid
+    score; no LLM)."""
+
     uses_llm = False
+    conditions_on = "other buyers' reviews of the item (no LLM)"
+    never_sees = "the user's reviews"
+    errors = ("no_reviews", "no_sentence")
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         from sklearn.feature_extraction.text import TfidfVectorizer
@@ -134,7 +140,13 @@ class ReviewExtract(Method):
 
 @register_method("review_summary")
 class ReviewSummary(Method):
+    """The LLM summarises other buyers' reviews of the item."""
+
     uses_llm = True
+    conditions_on = ("up to 8 of other buyers' reviews of the item (most helpful, then most recent; 80 words "
+                     "each) and its description")
+    never_sees = "the user's reviews"
+    errors = ("no_reviews",)
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         from rexeval.prompts import load_prompt

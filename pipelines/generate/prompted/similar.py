@@ -45,8 +45,16 @@ def _rating(v) -> str:
 
 @register_method("user_based")
 class UserBased(Method):
+    """A BiasedMF (Tune trial) finds shoppers with similar tastes who bought the item;
+    the LLM says so and names what else they liked."""
+
     uses_llm = True
     needs_mf = True
+    conditions_on = ("the item's description; the `k_users` (3) shoppers whose BiasedMF factors are closest to "
+                     "the user's, among those who reviewed the item (those who rated it ≥ 4 when any), each with "
+                     "their rating of it and up to 3 other items they liked")
+    never_sees = "anything the user wrote"
+    errors = ("cold_user", "no_neighbour")
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
@@ -96,8 +104,15 @@ class UserBased(Method):
 
 @register_method("item_based")
 class ItemBased(Method):
+    """The BiasedMF finds the shopper's earlier purchases closest to the item; the LLM
+    says the item resembles them."""
+
     uses_llm = True
     needs_mf = True
+    conditions_on = ("the item's description; the `k_items` (2) of the user's purchases before the interaction "
+                     "whose factors are closest to the item's, with the user's ratings")
+    never_sees = "other shoppers' choices"
+    errors = ("cold_item", "no_history")
 
     def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
         from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
