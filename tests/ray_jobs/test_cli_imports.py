@@ -61,3 +61,23 @@ def test_the_help_lists_registered_names_without_importing_them():
     assert sorted(n for n, bases in rankers.items() if "TrainableRanker" in bases) == trainable == ["bper+", "expgcn"]
     assert sorted(n for n, bases in rankers.items() if "TrainableRanker" not in bases) == sorted(
         set(RANKERS.names()) - set(trainable))
+
+
+def test_the_generators_settings_facts_read_from_source_are_their_classes():
+    """What a --dry-run checks a generator's settings with (its name, DEFAULTS and
+    DATA_KEYS, read from the source without importing torch) is what its class holds,
+    CER's inherited from PETER included; and once the registry is loaded, the facts
+    come from the classes."""
+    from rexeval.models.generators.base import GENERATORS
+    from rexeval.models.generators.declared import declared_generators, generator_facts
+
+    read = declared_generators()
+    assert sorted(read) == sorted(GENERATORS.names())
+    for key in GENERATORS.names():
+        cls = GENERATORS.lookup(key)
+        facts = read[key]
+        assert (facts.name, facts.defaults, facts.data_keys) == (cls.name, cls.DEFAULTS, cls.DATA_KEYS), key
+        assert generator_facts(key.upper()) == facts
+    assert read["cer"].defaults == GENERATORS.lookup("peter").DEFAULTS
+    assert read["xrec"].data_keys and "gcn_dim" in read["xrec"].data_keys
+
