@@ -143,7 +143,7 @@ def main() -> None:
     import torch
 
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.generate.train import resolve_settings
+    from rexeval.pipelines.generate.settings import resolve_settings
 
     threads = os.cpu_count() or 1
     work = Path(args.work)

@@ -13,13 +13,20 @@ fewer than k finite candidates, after all finite ones and again by index; pass
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from rexeval.metrics.registry import register_metric
+
+if TYPE_CHECKING:
+    import torch
+    from torch import Tensor
+# torch is imported by the functions that compute, not here: the metric registry imports
+# this module to list the metrics (a study's --dry-run checks its metric names that way),
+# and that should not cost torch's import.
 
 DEFAULT_KS: tuple[int, ...] = (1, 3, 5, 10, 20)
 FAMILIES: tuple[str, ...] = ("precision", "recall", "ndcg", "hit")
@@ -36,6 +43,8 @@ def metric_names(ks: Iterable[int] = DEFAULT_KS) -> list[str]:
 
 def _as_scores(scores: Tensor) -> Tensor:
     """Float scores with NaN turned into -inf (copied only when there is a NaN)."""
+    import torch
+
     if scores.dim() != 2:
         raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
     if not scores.is_floating_point():
@@ -85,6 +94,8 @@ def _first_true(eq: Tensor, kk: int, n: int) -> tuple[Tensor, Tensor]:
     `eq`, with no [B, N] integer temporaries (a bool `sum` would make one). Rows go in
     chunks so the output stays bounded even when most entries are True.
     """
+    import torch
+
     rows, w = eq.shape
     step = max(1, NONZERO_CHUNK // max(1, w))
     j = torch.arange(kk, device=eq.device).unsqueeze(0)
@@ -109,6 +120,8 @@ def _lowest_tied(sub: Tensor | _RowView, kth: Tensor, kk: int) -> Tensor:
     scores 0) almost always finish in the first window, so the full-width pass that
     the general case needs is rarely paid.
     """
+    import torch
+
     n = sub.shape[1]
     out = torch.empty((sub.shape[0], kk), dtype=torch.long, device=sub.device)
     todo = torch.arange(sub.shape[0], device=sub.device)
@@ -133,6 +146,8 @@ def _top_k_block(scores: Tensor, kk: int) -> Tensor:
     with the cut is then among the returned). Other rows get the lowest-index tied
     candidates from `_lowest_tied`.
     """
+    import torch
+
     if scores.dim() != 2:
         raise ValueError(f"scores must be [B, N], got shape {tuple(scores.shape)}")
     if not scores.is_floating_point():
@@ -169,6 +184,8 @@ def top_k(scores: Tensor, k: int, *, chunk: int | None = None) -> Tensor:
     reproducible across runs and devices. `chunk` bounds peak memory by processing
     that many rows at a time; without it the extra memory is O(B * N).
     """
+    import torch
+
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
     if scores.dim() != 2:
@@ -188,7 +205,9 @@ def top_k(scores: Tensor, k: int, *, chunk: int | None = None) -> Tensor:
 
 
 def _to_long(x: np.ndarray | Tensor, device: torch.device | None = None) -> Tensor:
-    t = x if isinstance(x, Tensor) else torch.from_numpy(np.asarray(x))
+    import torch
+
+    t = x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
     return t.to(device=device, dtype=torch.long)
 
 
@@ -200,6 +219,8 @@ def pad_positives(
     Interaction r's positives are values[offsets[r]:offsets[r+1]]; P is the longest
     list in the batch (at least 1, so the result is never zero-width).
     """
+    import torch
+
     rows = _to_long(rows)
     device = rows.device
     offsets = _to_long(offsets, device)
@@ -222,6 +243,8 @@ def relevance(topk: Tensor, positives: Tensor, *, valid: Tensor | None = None) -
     positive lists stay cheap. -1 padding never matches. `valid` (bool [B, k]), if
     given, forces positions marked False (e.g. masked-out candidates) to non-relevant.
     """
+    import torch
+
     if topk.dim() != 2 or positives.dim() != 2 or topk.shape[0] != positives.shape[0]:
         raise ValueError(
             f"expected topk [B, k] and positives [B, P], got {tuple(topk.shape)} "
@@ -253,6 +276,8 @@ def _check_ks(ks: Iterable[int]) -> tuple[int, ...]:
 
 def _discounts(kmax: int, device: torch.device) -> Tensor:
     """1 / log2(j + 1) for ranks j = 1..kmax."""
+    import torch
+
     ranks = torch.arange(1, kmax + 1, dtype=torch.float64, device=device)
     return 1.0 / torch.log2(ranks + 1.0)
 
@@ -261,6 +286,8 @@ class _Prefix:
     """Cumulative hits and DCG over rank positions, shared by all k of a batch."""
 
     def __init__(self, rel: Tensor, n_pos: Tensor, kmax: int) -> None:
+        import torch
+
         if rel.dim() != 2:
             raise ValueError(f"rel must be [B, K], got shape {tuple(rel.shape)}")
         b, width = rel.shape
@@ -289,6 +316,8 @@ class _Prefix:
         return self._mask(self.hits[:, k - 1] / self.n_pos.clamp(min=1))
 
     def hit(self, k: int) -> Tensor:
+        import torch
+
         return self._mask((self.hits[:, k - 1] > 0).to(torch.float64))
 
     def ndcg(self, k: int, norm: str) -> Tensor:
@@ -390,7 +419,8 @@ def hit_at_k(rel: Tensor, n_pos: Tensor, k: int) -> Tensor:
 
 
 def _as_numpy(x: Tensor | np.ndarray) -> np.ndarray:
-    if isinstance(x, Tensor):
+    torch = sys.modules.get("torch")  # not imported: x is no tensor (text metrics' arrays)
+    if torch is not None and isinstance(x, torch.Tensor):
         x = x.detach().to("cpu", torch.float64).numpy()
     return np.asarray(x, dtype=np.float64).reshape(-1)
 

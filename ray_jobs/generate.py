@@ -178,12 +178,11 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     llm["models"] = overrides or None
     flags["model"] = model
     if show_settings:
-        from rexeval.models.generators.base import generator_class
-        from rexeval.pipelines.generate.train import resolve_settings
-
+        from rexeval.models.generators.declared import generator_facts
         from rexeval.models.generators.presets import DEFAULT_PRESET, table
+        from rexeval.pipelines.generate.settings import resolve_settings
 
-        model = generator_class(model or "peter").name
+        model = generator_facts(model or "peter").name
         preset = flags.get("preset") or DEFAULT_PRESET
         sources = table(preset, model)
         for k, v in resolve_settings(model, settings, preset).items():

@@ -15,6 +15,9 @@ using one is `REGISTRY.lookup("name")`. Every registry behaves the same way:
   are not imported, so listing names stays cheap (no torch for a `--help`). `discover`,
   a function returning module names, finds them another way (the study jobs: every
   `pipelines/<capability>/study_job.py`); both run only when the modules are loaded.
+  Without loading them, `declared_names` reads a scanned package's registered names
+  from the source, and `declared_attributes` its classes' literal class attributes
+  (what `--help` and a `--dry-run`'s settings checks need, without torch).
 - A name of the form "package.module:attr" loads `attr` from that module without
   registering it, so a user's own implementation plugs in from a config file (the
   module must be importable wherever it runs, Ray workers included).
@@ -76,28 +79,85 @@ def scanned_modules(package: str, marker: str) -> tuple[str, ...]:
     return tuple(sorted(set(found)))
 
 
+def _parsed(module: str, trees: dict[str, Any] | None = None):
+    """The `ast` of `module`'s source (None where it has no source file), found without
+    importing it: `importlib.util.find_spec` imports its parent packages only. `trees`
+    keeps the modules parsed already."""
+    import ast
+    import importlib.util
+
+    if trees is not None and module in trees:
+        return trees[module]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        spec = None
+    tree = None
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        with open(spec.origin, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), spec.origin)
+    if trees is not None:
+        trees[module] = tree
+    return tree
+
+
+def _declarations(package: str, marker: str, trees: dict[str, Any] | None = None):
+    """(registered name, module, node) of every class or function that the modules of
+    `package` decorate with `@marker("name")`, a literal name."""
+    import ast
+
+    decorator = marker.lstrip("@")
+    for module in scanned_modules(package, marker):
+        for node in ast.walk(_parsed(module, trees)):
+            if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                continue
+            for dec in node.decorator_list:
+                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == decorator
+                        and dec.args and isinstance(dec.args[0], ast.Constant) and isinstance(dec.args[0].value, str)):
+                    yield dec.args[0].value, module, node
+
+
 def declared_names(package: str, marker: str) -> dict[str, tuple[str, ...]]:
     """Name -> base class names of every entry the modules of `package` register with
     `@marker("name")` on a class or function (bases empty for a function), read from
     their source with `ast`, so nothing is imported: what `--help` lists without
     importing torch. A name given by anything but a literal is not seen here."""
     import ast
-    import importlib.util
 
-    decorator = marker.lstrip("@")
-    found: dict[str, tuple[str, ...]] = {}
-    for module in scanned_modules(package, marker):
-        origin = importlib.util.find_spec(module).origin
-        with open(origin, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), origin)
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.ClassDef, ast.FunctionDef)):
-                continue
-            for dec in node.decorator_list:
-                if (isinstance(dec, ast.Call) and isinstance(dec.func, ast.Name) and dec.func.id == decorator
-                        and dec.args and isinstance(dec.args[0], ast.Constant) and isinstance(dec.args[0].value, str)):
-                    bases = tuple(ast.unparse(b).rpartition(".")[2] for b in getattr(node, "bases", ()))
-                    found[dec.args[0].value] = bases
+    return {name: tuple(ast.unparse(b).rpartition(".")[2] for b in getattr(node, "bases", ()))
+            for name, _, node in _declarations(package, marker)}
+
+
+def declared_attributes(package: str, marker: str, attrs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """Name -> {attr: value} of every class `declared_names` sees, for the class
+    attributes `attrs`: what a settings check needs (e.g. a generator's DEFAULTS) without
+    importing the class's module and the torch it imports.
+
+    A value is read from the source when the class body assigns it a literal, or when the
+    class inherits it along a chain of single bases, each a class of the same module or
+    one imported by name (`from M import Base`) from a module of the same top-level
+    package, followed into that module's source. Where the source does not settle a value
+    (not a literal; an attribute no class of the chain assigns; a base with several bases,
+    or from elsewhere, such as torch's `nn.Module`), the class is imported and the value
+    read from it, so the answer is the class's own either way. What the source cannot
+    show (a value changed after the class statement) is for the callers' tests to rule
+    out: `tests/ray_jobs/test_cli_imports.py` compares the generators' with their classes'."""
+    import ast
+    import importlib
+
+    root = package.partition(".")[0]
+    trees: dict[str, Any] = {}
+    found: dict[str, dict[str, Any]] = {}
+    for name, module, node in _declarations(package, marker, trees):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        values: dict[str, Any] = {}
+        for attr in attrs:
+            value = _read_attribute(module, node, attr, root, trees)
+            if value is _UNSETTLED:
+                value = getattr(getattr(importlib.import_module(module), node.name), attr)
+            values[attr] = value
+        found[name] = values
     return found
 
 
@@ -113,6 +173,73 @@ def summary(obj: Any) -> str:
     if not doc or not doc.strip():
         return ""
     return " ".join(re.split(r"\n[ \t]*\n", doc.strip(), maxsplit=1)[0].split())
+
+
+_UNSETTLED = object()
+"""What `_read_attribute` answers where the source does not settle a value."""
+
+
+def _read_attribute(module: str, node, attr: str, root: str, trees: dict[str, Any], depth: int = 0) -> Any:
+    """The literal that the body of class `node` (of `module`) assigns to `attr` last, or
+    that its chain of single bases does; _UNSETTLED where the source does not say."""
+    import ast
+
+    last = None
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and any(isinstance(t, ast.Name) and t.id == attr for t in stmt.targets):
+            last = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.target.id == attr:
+            last = stmt.value if stmt.value is not None else last
+        elif not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and any(
+                isinstance(n, ast.Name) and n.id == attr and isinstance(n.ctx, ast.Store) for n in ast.walk(stmt)):
+            return _UNSETTLED  # assigned under an if, a loop, ...: only running it tells
+    if last is not None:
+        try:
+            return ast.literal_eval(last)
+        except (ValueError, TypeError, SyntaxError):
+            return _UNSETTLED
+    if len(node.bases) != 1 or depth > 20:
+        return _UNSETTLED
+    base = _base_class(module, node.bases[0], root, trees)
+    return _UNSETTLED if base is None else _read_attribute(*base, attr, root, trees, depth + 1)
+
+
+def _base_class(module: str, base, root: str, trees: dict[str, Any], depth: int = 0):
+    """(module, ClassDef) of a base written as a plain name that `module` binds once at
+    its top level, by a class statement or by `from M import Name` from a module under
+    `root` (followed on into M); else None (bound otherwise, or more than once)."""
+    import ast
+
+    tree = _parsed(module, trees)
+    if not isinstance(base, ast.Name) or tree is None or depth > 20:
+        return None
+    found = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if stmt.name == base.id:
+                found.append((module, stmt) if isinstance(stmt, ast.ClassDef) else None)
+        elif isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                if (alias.asname or alias.name) == base.id:
+                    found.append((stmt, alias))
+        elif any(isinstance(n, ast.Name) and n.id == base.id and isinstance(n.ctx, ast.Store)
+                 or isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == base.id
+                 or isinstance(n, (ast.Import, ast.ImportFrom))
+                 and any((a.asname or a.name.partition(".")[0]) == base.id for a in n.names)
+                 for n in ast.walk(stmt)):
+            found.append(None)  # assigned, imported under an if or a try, ...
+    if len(found) != 1 or found[0] is None:
+        return None
+    if isinstance(found[0][0], str):
+        return found[0]
+    stmt, alias = found[0]
+    source = stmt.module or ""
+    if stmt.level:  # relative to the importing module's package
+        anchor = module.rsplit(".", stmt.level)[0]
+        source = f"{anchor}.{source}" if source else anchor
+    if source.partition(".")[0] != root:
+        return None
+    return _base_class(source, ast.Name(alias.name), root, trees, depth + 1)
 
 
 def _same_definition(a: Any, b: Any) -> bool:

@@ -181,3 +181,46 @@ def test_summary_is_the_declared_description_or_the_docstrings_first_paragraph()
     assert summary(Declared) == "the declared description"
     assert summary(Bare) == ""
     assert summary(fn) == "A function's line."
+
+
+def test_declared_attributes_reads_literals_along_the_bases_and_imports_the_rest(tmp_path, monkeypatch):
+    """Class attributes read from the source: a literal on the class, or inherited through
+    single bases imported by name (relatively, under another name); a value the source
+    does not settle (not a literal, several bases, a base bound under a try) comes from
+    importing the class."""
+    pkg = tmp_path / "rexeval_attr_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "base.py").write_text("from rexeval.registry import Registry\n"
+                                 "THINGS = Registry('thing', scan=('rexeval_attr_pkg', '@register_thing'))\n"
+                                 "register_thing = THINGS.register\n\n"
+                                 "class Root:\n    DEFAULTS = {'a': 1}\n    KEYS: tuple = ()\n")
+    (pkg / "mid.py").write_text("from rexeval_attr_pkg.base import Root\n\n"
+                                "class Mid(Root):\n    KEYS = ('k',)\n")
+    (pkg / "one.py").write_text("from rexeval_attr_pkg.base import register_thing\n"
+                                "from .mid import Mid as Parent\n\n"
+                                "@register_thing('one')\nclass One(Parent):\n    pass\n")
+    (pkg / "two.py").write_text("from rexeval_attr_pkg.base import Root, register_thing\n"
+                                "from rexeval_attr_pkg.mid import Mid\n\n"
+                                "@register_thing('two')\nclass Two(Root):\n"
+                                "    DEFAULTS = {**Root.DEFAULTS, 'b': 2}\n\n"
+                                "@register_thing('three')\nclass Three(Mid, Root):\n    pass\n")
+    (pkg / "four.py").write_text("from rexeval_attr_pkg.base import register_thing\n"
+                                 "try:\n    from rexeval_attr_pkg.mid import Mid\n"
+                                 "except ImportError:\n    Mid = object\n\n"
+                                 "@register_thing('four')\nclass Four(Mid):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m.startswith("rexeval_attr_pkg")]:
+        monkeypatch.delitem(sys.modules, name)
+    from rexeval.registry import declared_attributes
+
+    got = declared_attributes("rexeval_attr_pkg", "@register_thing", ("DEFAULTS", "KEYS"))
+    assert got == {"one": {"DEFAULTS": {"a": 1}, "KEYS": ("k",)},
+                   "two": {"DEFAULTS": {"a": 1, "b": 2}, "KEYS": ()},
+                   "three": {"DEFAULTS": {"a": 1}, "KEYS": ("k",)},
+                   "four": {"DEFAULTS": {"a": 1}, "KEYS": ("k",)}}
+    assert "rexeval_attr_pkg.one" not in sys.modules  # settled by its source alone
+    assert "rexeval_attr_pkg.two" in sys.modules  # Two's DEFAULTS and Three's needed the classes
+    assert "rexeval_attr_pkg.four" in sys.modules  # which Mid Four derives from: only running it tells
+    for name in [m for m in sys.modules if m.startswith("rexeval_attr_pkg")]:
+        monkeypatch.delitem(sys.modules, name)

@@ -3,3 +3,7 @@ modules, their word-level vocabulary, and batched greedy / beam decoding. No Ray
 
 SCAN = ("rexeval.models.generators", "@register_generator")
 """Where the generators' registry finds its modules, and `--help` their names (read, not imported)."""
+
+NORMALIZE = str.lower
+"""How the generators' registry keys a name (so "PETER" is "peter"), and the source-read
+facts (`models/generators/declared.py`) alike."""

@@ -32,13 +32,13 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from rexeval.models.generators import SCAN
+from rexeval.models.generators import NORMALIZE, SCAN
 from rexeval.registry import Registry
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3
 """Reserved word ids, the same in every vocabulary."""
 
-GENERATORS: Registry[type] = Registry("generator", normalize=str.lower, scan=SCAN)
+GENERATORS: Registry[type] = Registry("generator", normalize=NORMALIZE, scan=SCAN)
 """Trained explanation generators by name; the modules of this folder that use
 `@register_generator` load on first look-up (a new generator is one file here)."""
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rexeval.models.generators.declared import generator_facts
+
 COMMON = {"epochs": 100, "patience": 5, "seed": 0, "select": "loss"}
 """Trainer settings every model has (a model's DEFAULTS may change one: XRec's 1 epoch)."""
 
@@ -246,17 +248,13 @@ SEED000: dict[str, dict[str, tuple[Any, str]]] = {
 
 def paper_values(model: str) -> dict[str, Any]:
     """The `paper` preset's values of `model`: COMMON, the paper's common overrides, DEFAULTS."""
-    from rexeval.models.generators.base import generator_class
-
-    cls = generator_class(model)
-    return {**COMMON, **PAPER_COMMON.get(cls.name, {}), **cls.DEFAULTS}
+    facts = generator_facts(model)
+    return {**COMMON, **PAPER_COMMON.get(facts.name, {}), **facts.defaults}
 
 
 def table(preset: str, model: str) -> dict[str, tuple[Any, str]]:
     """{setting: (value, source)} of `model` in `preset`."""
-    from rexeval.models.generators.base import generator_class
-
-    name = generator_class(model).name
+    name = generator_facts(model).name
     check_preset(preset)
     if preset == "seed000":
         if name not in SEED000:

@@ -28,7 +28,7 @@ Target = Literal["explanation", "review"]
 
 class TrainJob(LLMJobSettings):
     """`rexeval generate train`: data preparation and the Tune experiment around the
-    model settings (`pipelines.generate.train.resolve_settings`). The LLM settings
+    model settings (`pipelines.generate.settings.resolve_settings`). The LLM settings
     (profile, model overrides, backend, cache) choose PEPLER's and XRec's backbones
     (roles generator_lm, generator_llm) and the LLM that writes XRec's profiles (llm)."""
 
@@ -58,7 +58,7 @@ class TrainJob(LLMJobSettings):
     @model_validator(mode="after")
     def _known_settings(self):
         """The model, its settings and the grid, as the job resolves them."""
-        from rexeval.pipelines.generate.train import check_grid, resolve_settings
+        from rexeval.pipelines.generate.settings import check_grid, resolve_settings
 
         check_grid(resolve_settings(self.model, self.settings, self.preset)["model"], self.grid)
         return self

@@ -43,7 +43,8 @@ from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS, TrainJob
 from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare, read_index, write_npz
-from rexeval.pipelines.generate.train import METRICS, build_tuner, resolve_settings
+from rexeval.pipelines.generate.settings import METRICS, resolve_settings
+from rexeval.pipelines.generate.train import build_tuner
 
 NO_PROFILE = "(no profile: no training review)"
 

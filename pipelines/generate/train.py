@@ -21,6 +21,8 @@ One Tune trial = one model configuration trained on the prepared data
 The epoch loop, checkpoints (model, optimizer, RNG, early-stopping state), `Tuner.restore`
 and the refusal of other settings are the one trainer's (`pipelines/core/tune.py`),
 shared with the statement rankers.
+The settings themselves (each model's under a preset, the objectives, what a grid may
+vary) are `pipelines/generate/settings.py`'s, which the config checks without torch.
 
 A trial may run on any node: it loads the prepared data from the path or URI in its
 config (`data_path`), and Tune keeps its checkpoints in the experiment's storage. A
@@ -35,42 +37,13 @@ from typing import Any
 import torch
 
 from rexeval.models.generators.base import PAD, build_optimizer, generator_class
-from rexeval.models.generators.presets import DEFAULT_PRESET, SELECT
-from rexeval.models.generators.presets import values as preset_values
+from rexeval.models.generators.presets import DEFAULT_PRESET
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.storage import PathLike, local_copy, location
 from rexeval.pipelines.core.tune import STATE_FILE, fit_epochs, read_checkpoint
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.generate.data import GenData
-
-DATA_KEYS = ("vocab_size", "max_words")
-"""Settings the prepared data depends on (one value per experiment: not sweepable)."""
-METRICS = {"loss": "val_loss", "ppl": "val_ppl", "text_rating": "val_text_rating"}
-assert set(METRICS) == set(SELECT)
-
-
-def resolve_settings(model: str, given: dict[str, Any], preset: str = DEFAULT_PRESET) -> dict[str, Any]:
-    """Every setting of `model`: the preset's table (`models/generators/presets.py`),
-    then `given`; an unknown key is refused with the list of known ones."""
-    cls = generator_class(model)
-    known = preset_values(preset, cls.name)
-    unknown = sorted(set(given) - set(known) - {"model", "preset"})
-    if unknown:
-        raise ValueError(f"unknown {model} setting(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    s = {**known, **{k: v for k, v in given.items() if k not in ("model", "preset")}, "model": cls.name,
-         "preset": preset}
-    if s["select"] not in METRICS:
-        raise ValueError(f"select must be one of {', '.join(METRICS)}, got {s['select']!r}")
-    return s
-
-
-def check_grid(model: str, grid: dict[str, list]) -> None:
-    """A grid may vary only `sweepable` settings of the model."""
-    allowed = sweepable(model)
-    for key in grid:
-        if key not in allowed:
-            raise ValueError(f"cannot search {key!r}: not a {model} training setting "
-                             f"(sweepable: {', '.join(allowed)}; vocab_size and max_words fix the data)")
+from rexeval.pipelines.generate.settings import METRICS, resolve_settings, sweepable
 
 
 def build_model(s: dict[str, Any], data: GenData, device: str = "cpu"):
@@ -196,14 +169,6 @@ def load_checkpoint_model(checkpoint_dir: PathLike, device: str = "cpu", data: G
     model.load_state_dict(state["model"])
     model.eval()
     return model, state["settings"], data
-
-
-def sweepable(model: str) -> list[str]:
-    """Settings a grid may vary (everything but what the prepared data depends on: the
-    vocabulary, the length, the backbone, XRec's collaborative embeddings and profiles)."""
-    cls = generator_class(model)
-    fixed = {*DATA_KEYS, *cls.DATA_KEYS, "lm"}
-    return [k for k in preset_values(DEFAULT_PRESET, cls.name) if k not in fixed]
 
 
 def build_tuner(settings: dict[str, Any], data_path: PathLike, storage: PathLike, name: str,
