@@ -15,6 +15,7 @@ files in the folder (`kept`) are never touched.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -160,30 +161,38 @@ def table_files(path: PathLike) -> list[Location]:
 
 
 def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
-             name: str = "table") -> pa.Table:
+             name: str = "table", *, head: bool = False, text: bool = False, fmt: str | None = None) -> pa.Table:
     """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
     TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs);
     not validated. A file that is none of them, or not readable as the one it claims to
-    be, is a SchemaError naming it and the format tried."""
-    from rexeval.pipelines.core.table_formats import (UnknownTableFormat, read_any, renamed, table_format,
-                                                      their_types)
+    be, is a SchemaError naming it and the format tried.
 
+    `head`: only its first block of rows (of a Parquet file none: its footer's columns),
+    to check a table's columns before tasks read it. `text`: CSV and TSV columns as text,
+    as written. `fmt`: its format, when the caller has told it already."""
+    from rexeval.pipelines.core.table_formats import (UnknownTableFormat, read_any, read_head, renamed,
+                                                      table_format, their_types)
+
+    if fmt is None and head and location(path).name.lower().endswith(".parquet"):
+        fmt = "parquet"  # reading the footer is the check
     try:
-        fmt = table_format(path)
+        fmt = fmt or table_format(path)
     except UnknownTableFormat as exc:
         raise SchemaError(name, str(path), None, None, str(exc).split(": ", 1)[-1]) from None
     if fmt == "parquet":
         try:
-            t = read_parquet(path)
+            t = parquet_schema(path).empty_table() if head else read_parquet(path)
         except (UnreadableParquet, pa.ArrowInvalid) as exc:
             reason = getattr(exc, "reason", str(exc))
             raise SchemaError(name, str(path), None, None, f"not a readable Parquet file ({reason})") from None
     else:
         sch = TABLES[schema] if isinstance(schema, str) else schema
+        types = their_types(sch, rename) if sch is not None else None
         try:
-            t = read_any(path, fmt, their_types(sch, rename) if sch is not None else None)
+            t = read_head(path, fmt, types) if head else read_any(path, fmt, types, text=text)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = "the file is empty" if reason.startswith("Empty CSV file") else reason
             raise SchemaError(name, str(path), None, None, f"not a readable {fmt.upper()} file ({reason})") from None
     return renamed(t, rename)
 
@@ -231,9 +240,16 @@ def json_lines(path: PathLike, table: str,
     """(1-based line, object) of every non-blank line of a JSON-lines file. A line that
     is not a JSON object raises `SchemaError` naming the file and line, or, with
     `on_bad`, is passed to `on_bad(line number, problem, raw line)` and skipped (for
-    readers that turn bad lines into error rows)."""
+    readers that turn bad lines into error rows). A file named .gz is gunzipped."""
     p = location(path)
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+    if p.name.lower().endswith(".gz"):
+        try:
+            text = gzip.decompress(p.read_bytes()).decode("utf-8")
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise SchemaError(table, str(p), None, None, f"not a readable gzipped JSON-lines file ({exc})") from None
+    else:
+        text = p.read_text(encoding="utf-8")
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
