@@ -160,6 +160,20 @@ def table_files(path: PathLike) -> list[Location]:
     raise FileNotFoundError(f"no such table: {loc}")
 
 
+def told_format(path: PathLike, name: str = "table", head: bool = False) -> str:
+    """A table file's format (`table_formats.table_format`: by its name, checked by its
+    first bytes); a file in none is a SchemaError naming it and the formats read. `head`:
+    a file named .parquet is taken at its word (reading its footer is the check)."""
+    from rexeval.pipelines.core.table_formats import UnknownTableFormat, table_format
+
+    if head and location(path).name.lower().endswith(".parquet"):
+        return "parquet"
+    try:
+        return table_format(path)
+    except UnknownTableFormat as exc:
+        raise SchemaError(name, str(path), None, None, str(exc).split(": ", 1)[-1]) from None
+
+
 def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
              name: str = "table", *, head: bool = False, text: bool = False, fmt: str | None = None) -> pa.Table:
     """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
@@ -170,15 +184,9 @@ def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict
     `head`: only its first block of rows (of a Parquet file none: its footer's columns),
     to check a table's columns before tasks read it. `text`: CSV and TSV columns as text,
     as written. `fmt`: its format, when the caller has told it already."""
-    from rexeval.pipelines.core.table_formats import (UnknownTableFormat, read_any, read_head, renamed,
-                                                      table_format, their_types)
+    from rexeval.pipelines.core.table_formats import read_any, read_head, renamed, their_types
 
-    if fmt is None and head and location(path).name.lower().endswith(".parquet"):
-        fmt = "parquet"  # reading the footer is the check
-    try:
-        fmt = fmt or table_format(path)
-    except UnknownTableFormat as exc:
-        raise SchemaError(name, str(path), None, None, str(exc).split(": ", 1)[-1]) from None
+    fmt = fmt or told_format(path, name, head)
     if fmt == "parquet":
         try:
             t = parquet_schema(path).empty_table() if head else read_parquet(path)
@@ -202,18 +210,24 @@ def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None
     """One part of a table (any format `read_raw` reads), validated against `schema`: a
     missing or unexpected column is a SchemaError naming the part and the columns found."""
     name = schema if isinstance(schema, str) else None
-    t = validated(read_raw(path, schema, rename, name or "table"), schema, str(path), name)
+    fmt = told_format(path, name or "table")
+    t = validated(read_raw(path, schema, rename, name or "table", fmt=fmt), schema, str(path), name, fmt)
     return t.select(columns) if columns is not None else t
 
 
-def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None) -> pa.Table:
-    """`schema.validate_table`, a missing or unexpected column also naming the columns the
-    file has and how to map them."""
+FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON-lines"}
+
+
+def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None,
+              fmt: str | None = None) -> pa.Table:
+    """`schema.validate_table`, a missing or unexpected column also naming the format the
+    file was read as (`fmt`), the columns it has and how to map them."""
     try:
         return validate_table(raw, schema, source=source, name=name)
     except SchemaError as exc:
         if exc.problem.startswith(("required column is missing", "unexpected column")):
-            exc.problem += (f"; columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
+            read_as = f"{FORMAT_NAMES.get(fmt, fmt)} file, " if fmt else ""
+            exc.problem += (f"; {read_as}columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
                             "--columns OURS=YOURS, or `columns:` in a config)")
         raise
 

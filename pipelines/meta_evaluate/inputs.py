@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from rexeval.metrics.agreement import LABELS, TIE, Target
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_parquet, read_raw, table_files
+from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, table_files
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.table_formats import UnknownTableFormat, table_format
@@ -60,7 +60,7 @@ class InputTable:
     labels: list[int]  # JSON lines: the line number; otherwise the 1-based record number
     unit: str  # "line" or "row"
     fmt: str = "parquet"  # the format it was read as (table_formats.FORMATS)
-    found: list[str] = field(default_factory=list)  # its columns as named in the file
+    found: list[str] = field(default_factory=list)  # its columns as read (renamed by `columns`)
 
     def where(self, i: int) -> str:
         return f"{self.source}, {self.unit} {self.labels[i]}"
@@ -129,9 +129,9 @@ def read_input(path: str | Path, columns: dict[str, str] | None = None) -> Input
         else:
             df = read_raw(p, name=STAGE, text=True, fmt=fmt).to_pandas()
             table = InputTable(p, df, list(range(1, len(df) + 1)), "row", fmt)
-    table.found = [str(c) for c in table.df.columns]
     if columns:
         table.df = table.df.rename(columns={theirs: ours for ours, theirs in columns.items()})
+    table.found = [str(c) for c in table.df.columns]
     return table
 
 
@@ -141,8 +141,8 @@ def with_columns_found(exc: SchemaError, tables: Sequence[InputTable | None]) ->
     table = next((t for t in tables if t is not None and t.source == exc.source), None)
     missing = "column is missing" in exc.problem or "no explanation key column" in exc.problem
     if table is not None and missing and "columns found" not in exc.problem:
-        exc.problem += (f" ({table.fmt.upper()} file; columns found: {_shown(table.found) or 'none'}; "
-                        "map yours with --columns OURS=YOURS)")
+        exc.problem += (f" ({FORMAT_NAMES.get(table.fmt, table.fmt)} file, columns found: "
+                        f"{_shown(table.found) or 'none'}; map yours with --columns OURS=YOURS)")
     return exc
 
 

@@ -84,13 +84,13 @@ def test_a_missing_column_names_the_file_the_format_and_the_columns_found(tmp_pa
     with pytest.raises(SchemaError) as err:
         _results(tmp_path, "out", theirs, columns={"user_id": "uid", "item_id": "iid"})  # system unmapped
     text = str(err.value)
-    assert str(theirs) in text and "CSV file" in text and "columns found: uid, iid, model, persuasive" in text
+    assert str(theirs) in text and "CSV file, columns found: user_id, item_id, model, persuasive" in text
     assert "--columns" in text
     gz = _write(_ratings().rename(columns=THEIRS), tmp_path / "ratings.jsonl.gz")
     res = CliRunner().invoke(meta_evaluate_cmd, [str(tmp_path / "likert_scores.parquet"), "--human", str(gz),
                                                  "--out", str(tmp_path / "o2"), "--columns", "system=model,user_id=uid"])
     assert res.exit_code == 2 and "Traceback" not in res.output  # item_id unmapped
-    assert f"{gz}, field 'item_id': required key column is missing (JSONL file; columns found: uid, iid, model" \
+    assert f"{gz}, field 'item_id': required key column is missing (JSON-lines file, columns found: user_id, iid, system" \
         in res.output
 
 
