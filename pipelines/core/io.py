@@ -177,7 +177,8 @@ def told_format(path: PathLike, name: str = "table", head: bool = False) -> str:
 def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
              name: str = "table", *, head: bool = False, text: bool = False, fmt: str | None = None) -> pa.Table:
     """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
-    TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs);
+    TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs;
+    with a `schema`, only the schema's columns: one mapping may name several tables');
     not validated. A file that is none of them, or not readable as the one it claims to
     be, is a SchemaError naming it and the format tried.
 
@@ -187,6 +188,9 @@ def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict
     from rexeval.pipelines.core.table_formats import read_any, read_head, renamed, their_types
 
     fmt = fmt or told_format(path, name, head)
+    sch = TABLES[schema] if isinstance(schema, str) else schema
+    if rename and sch is not None:  # one mapping may serve several tables: each takes its own columns
+        rename = {ours: theirs for ours, theirs in rename.items() if ours in sch.names}
     if fmt == "parquet":
         try:
             t = parquet_schema(path).empty_table() if head else read_parquet(path)
@@ -194,7 +198,6 @@ def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict
             reason = getattr(exc, "reason", str(exc))
             raise SchemaError(name, str(path), None, None, f"not a readable Parquet file ({reason})") from None
     else:
-        sch = TABLES[schema] if isinstance(schema, str) else schema
         types = their_types(sch, rename) if sch is not None else None
         try:
             t = read_head(path, fmt, types) if head else read_any(path, fmt, types, text=text)
