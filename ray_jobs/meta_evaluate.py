@@ -11,7 +11,7 @@ from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_CSV, SWEEP_FIGURE, SWEEP_FILE, SWEEP_TABLE
 from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
                                                       run_meta_evaluate)
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 
 def _null_policy(ctx, param, value):
@@ -72,6 +72,7 @@ def _null_policy(ctx, param, value):
 @click.option("--ensemble-cap", type=click.IntRange(min=1),
               help="Most subsets of one size N in --ensemble-sweep; past it a --seed'ed sample of that many "
                    "distinct subsets is scored (default 200).")
+@columns_option
 @click.option("--overwrite", is_flag=True, help="Replace results of another config in the output folder.")
 @config_option
 @user_errors
@@ -79,8 +80,9 @@ def meta_evaluate_cmd(overwrite, config_file, **flags):
     """Measure how well evaluators (LLM judges, metrics, annotators) agree with human
     ratings of the same explanations.
 
-    SCORES is a table (Parquet, CSV, TSV or JSON lines) in one of three layouts, told
-    apart by its columns:
+    SCORES is a table (Parquet, CSV, TSV or JSON lines, gzipped or not; --columns maps
+    your column names to ours in both tables) in one of three layouts, told apart by its
+    columns:
 
     \b
       wide      evaluator columns beside the keys (judge_persuasiveness, ...), paired
@@ -121,6 +123,8 @@ def meta_evaluate_cmd(overwrite, config_file, **flags):
       rexeval meta-evaluate runs/likert/likert_scores.parquet --human ratings.csv \\
           --out runs/meta
       rexeval meta-evaluate scores.csv --out runs/meta
+      rexeval meta-evaluate runs/likert/likert_scores.parquet --human ratings.jsonl.gz \
+          --columns user_id=uid,item_id=iid,human_persuasiveness=persuasive --out runs/meta
       rexeval meta-evaluate wide.parquet --human ratings.csv --judge-prefix gpt4_ \\
           --judge-prefix bleu_ --human-null drop --out runs/meta
       rexeval meta-evaluate runs/pairwise/verdicts.parquet --human preferences.csv \\

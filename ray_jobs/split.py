@@ -7,7 +7,7 @@ import click
 
 from rexeval.pipelines.ingest.split_pipeline import run_split
 from rexeval.pipelines.ingest.config import SplitConfig
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 
 @click.command("split")
@@ -27,17 +27,23 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--cold-start/--no-cold-start", "drop_cold_start_items", default=None,
               help="Drop valid/test reviews of items never seen in train "
                    "(default: on for temporal, off for leave-last-two).")
+@columns_option
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
 def split_cmd(overwrite, config_file, **flags):
     """Split reviews per user into train / validation / test.
 
-    INPUT is an `rexeval ingest` output folder or a reviews Parquet file/folder (a
-    local path or a URI, like --out). Rows are ordered by (user, time, source file,
-    line); every row is counted as kept or dropped with its reason in the manifest.
+    INPUT is an `rexeval ingest` output folder, a folder of reviews Parquet parts, or a
+    reviews file in our reviews table's columns (Parquet, CSV, TSV or JSON lines,
+    gzipped or not; --columns maps your column names to ours), a local path or a URI,
+    like --out. Rows are ordered by (user, time, source file, line); every row is
+    counted as kept or dropped with its reason in the manifest.
 
-    Example: rexeval split runs/mi/ingest --out runs/mi/split --kcore-user 5 --kcore-item 5
+    \b
+    Examples:
+      rexeval split runs/mi/ingest --out runs/mi/split --kcore-user 5 --kcore-item 5
+      rexeval split reviews.csv.gz --columns user_id=reviewer,timestamp=time --out runs/mine/split
     """
     # ray=False: the job starts or joins Ray itself once its input is found (`runtime.read_dataset`),
     # so that a refused input costs no Ray start.

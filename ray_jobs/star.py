@@ -11,6 +11,7 @@ from rexeval.ray_jobs.common import (
     ListedOption,
     RegistryName,
     Where,
+    columns_option,
     config_option,
     parse_backend_options,
     parse_grid,
@@ -81,6 +82,7 @@ def star_group():
 @click.option("--min-user-interactions", type=int,
               help="Users with fewer interactions are not evaluated; all theirs go to train (default 3).")
 @click.option("--name", help="Dataset name in the statistics table (default STAR).")
+@columns_option
 @click.option("--out", "-o", help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
@@ -90,9 +92,11 @@ def build_cmd(overwrite, config_file, **flags):
     statements (S_ui, deduplicated), a leave-last-two split per user, and Table 6's
     statistics before and after clustering.
 
-    STATEMENTS is an `rexeval extract` folder, a statements Parquet file, or a JSON-lines
-    file of hand-written statements per review (the layout of
-    pipelines/sample/statements.jsonl; give --reviews).
+    STATEMENTS is an `rexeval extract` folder, a statements table (Parquet, CSV, TSV, or
+    JSON lines gzipped as .jsonl.gz), or a .jsonl file of hand-written statements per
+    review (the layout of pipelines/sample/statements.jsonl; give --reviews). --reviews
+    may be a reviews table in any of those formats too; --columns maps your column
+    names to ours in both.
 
     Outputs: interactions/, triplets/, candidates/ (statement index -> cluster id and
     text), errors/ (statement rows that could not be placed, with the reason),
@@ -103,6 +107,8 @@ def build_cmd(overwrite, config_file, **flags):
       rexeval star build runs/mi/star --clusters runs/mi/clusters --out runs/mi/bench
 
       rexeval star build pipelines/sample/statements.jsonl --reviews runs/demo/ingest --out runs/demo/bench0
+
+      rexeval star build my_statements.csv --reviews runs/mi/ingest --columns statement=text --out runs/mi/bench1
     """
     from rexeval.pipelines.star.pipeline import run_build
     from rexeval.pipelines.star.config import BuildConfig

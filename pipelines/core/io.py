@@ -15,6 +15,7 @@ files in the folder (`kept`) are never touched.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -159,31 +160,50 @@ def table_files(path: PathLike) -> list[Location]:
     raise FileNotFoundError(f"no such table: {loc}")
 
 
-def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
-             name: str = "table") -> pa.Table:
-    """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
-    TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs);
-    not validated. A file that is none of them, or not readable as the one it claims to
-    be, is a SchemaError naming it and the format tried."""
-    from rexeval.pipelines.core.table_formats import (UnknownTableFormat, read_any, renamed, table_format,
-                                                      their_types)
+def told_format(path: PathLike, name: str = "table", head: bool = False) -> str:
+    """A table file's format (`table_formats.table_format`: by its name, checked by its
+    first bytes); a file in none is a SchemaError naming it and the formats read. `head`:
+    a file named .parquet is taken at its word (reading its footer is the check)."""
+    from rexeval.pipelines.core.table_formats import UnknownTableFormat, table_format
 
+    if head and location(path).name.lower().endswith(".parquet"):
+        return "parquet"
     try:
-        fmt = table_format(path)
+        return table_format(path)
     except UnknownTableFormat as exc:
         raise SchemaError(name, str(path), None, None, str(exc).split(": ", 1)[-1]) from None
+
+
+def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict[str, str] | None = None,
+             name: str = "table", *, head: bool = False, text: bool = False, fmt: str | None = None) -> pa.Table:
+    """One file of a table as it is, in any format `table_formats` reads (Parquet, CSV,
+    TSV, JSON lines, gzipped or not), its columns renamed by `rename` (ours -> theirs;
+    with a `schema`, only the schema's columns: one mapping may name several tables');
+    not validated. A file that is none of them, or not readable as the one it claims to
+    be, is a SchemaError naming it and the format tried.
+
+    `head`: only its first block of rows (of a Parquet file none: its footer's columns),
+    to check a table's columns before tasks read it. `text`: CSV and TSV columns as text,
+    as written. `fmt`: its format, when the caller has told it already."""
+    from rexeval.pipelines.core.table_formats import read_any, read_head, renamed, their_types
+
+    fmt = fmt or told_format(path, name, head)
+    sch = TABLES[schema] if isinstance(schema, str) else schema
+    if rename and sch is not None:  # one mapping may serve several tables: each takes its own columns
+        rename = {ours: theirs for ours, theirs in rename.items() if ours in sch.names}
     if fmt == "parquet":
         try:
-            t = read_parquet(path)
+            t = parquet_schema(path).empty_table() if head else read_parquet(path)
         except (UnreadableParquet, pa.ArrowInvalid) as exc:
             reason = getattr(exc, "reason", str(exc))
             raise SchemaError(name, str(path), None, None, f"not a readable Parquet file ({reason})") from None
     else:
-        sch = TABLES[schema] if isinstance(schema, str) else schema
+        types = their_types(sch, rename) if sch is not None else None
         try:
-            t = read_any(path, fmt, their_types(sch, rename) if sch is not None else None)
+            t = read_head(path, fmt, types) if head else read_any(path, fmt, types, text=text)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError) as exc:
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            reason = "the file is empty" if reason.startswith("Empty CSV file") else reason
             raise SchemaError(name, str(path), None, None, f"not a readable {fmt.upper()} file ({reason})") from None
     return renamed(t, rename)
 
@@ -193,18 +213,24 @@ def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None
     """One part of a table (any format `read_raw` reads), validated against `schema`: a
     missing or unexpected column is a SchemaError naming the part and the columns found."""
     name = schema if isinstance(schema, str) else None
-    t = validated(read_raw(path, schema, rename, name or "table"), schema, str(path), name)
+    fmt = told_format(path, name or "table")
+    t = validated(read_raw(path, schema, rename, name or "table", fmt=fmt), schema, str(path), name, fmt)
     return t.select(columns) if columns is not None else t
 
 
-def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None) -> pa.Table:
-    """`schema.validate_table`, a missing or unexpected column also naming the columns the
-    file has and how to map them."""
+FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON-lines"}
+
+
+def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None,
+              fmt: str | None = None) -> pa.Table:
+    """`schema.validate_table`, a missing or unexpected column also naming the format the
+    file was read as (`fmt`), the columns it has and how to map them."""
     try:
         return validate_table(raw, schema, source=source, name=name)
     except SchemaError as exc:
         if exc.problem.startswith(("required column is missing", "unexpected column")):
-            exc.problem += (f"; columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
+            read_as = f"{FORMAT_NAMES.get(fmt, fmt)} file, " if fmt else ""
+            exc.problem += (f"; {read_as}columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
                             "--columns OURS=YOURS, or `columns:` in a config)")
         raise
 
@@ -231,9 +257,16 @@ def json_lines(path: PathLike, table: str,
     """(1-based line, object) of every non-blank line of a JSON-lines file. A line that
     is not a JSON object raises `SchemaError` naming the file and line, or, with
     `on_bad`, is passed to `on_bad(line number, problem, raw line)` and skipped (for
-    readers that turn bad lines into error rows)."""
+    readers that turn bad lines into error rows). A file named .gz is gunzipped."""
     p = location(path)
-    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1):
+    if p.name.lower().endswith(".gz"):
+        try:
+            text = gzip.decompress(p.read_bytes()).decode("utf-8")
+        except (OSError, EOFError, UnicodeDecodeError) as exc:
+            raise SchemaError(table, str(p), None, None, f"not a readable gzipped JSON-lines file ({exc})") from None
+    else:
+        text = p.read_text(encoding="utf-8")
+    for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:

@@ -241,8 +241,10 @@ class _ReadParts(Stage):
     name = "read"
     batch_size = 1
 
-    def __init__(self, schema: str | pa.Schema, columns: list[str] | None, order: str | None, where: dict):
+    def __init__(self, schema: str | pa.Schema, columns: list[str] | None, order: str | None, where: dict,
+                 rename: dict[str, str] | None = None):
         self.schema, self.columns, self.order, self.ray_remote_args = schema, columns, order, where
+        self.rename = rename
 
     def process(self, batch: pa.Table) -> pa.Table:
         import numpy as np
@@ -251,7 +253,7 @@ class _ReadParts(Stage):
 
         tables = []
         for part, index in zip(batch.column("part").to_pylist(), batch.column("index").to_pylist()):
-            t = read_part(part, self.schema, self.columns)
+            t = read_part(part, self.schema, self.columns, self.rename)
             if self.order is not None:  # (part, row), as read_table concatenates them
                 first = index << 40
                 t = t.append_column(self.order, pa.array(np.arange(first, first + t.num_rows, dtype=np.int64)))
@@ -290,33 +292,33 @@ def reads_here(paths: Iterable) -> dict:
 
 
 def read_dataset(path, schema: str | pa.Schema, columns: list[str] | None = None,
-                 *, order: str | None = None):
+                 *, order: str | None = None, rename: dict[str, str] | None = None):
     """A table (a file, a folder of parts, or a list of part files) as a Ray Dataset whose
     blocks are its parts, each read and validated by a Ray task, so that a job's driver
-    never holds the table. The driver reads only the footers: a part that is not Parquet,
-    or lacks a required column, is refused before any work. Local files are read on this
-    node (`reads_here`). `order`: a column to add that orders the rows as
+    never holds the table. A file may be in any format `io.read_raw` reads (Parquet, CSV,
+    TSV, JSON lines, gzipped or not); `rename` maps our column names to the file's (ours
+    -> theirs). The driver reads only the footers (of CSV or JSON lines, the first block
+    of rows): a part in no format we read, or one lacking a required column, is refused
+    before any work, naming the file, the format and the columns found. Local files are
+    read on this node (`reads_here`). `order`: a column to add that orders the rows as
     `read_table` concatenates them, for jobs where input order settles ties."""
-    from rexeval.pipelines.core.io import UnreadableParquet, parquet_schema, table_files
-    from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
+    from rexeval.pipelines.core.io import read_raw, table_files, told_format, validated
+    from rexeval.pipelines.core.schema import TABLES
     from rexeval.pipelines.core.storage import location
 
     files = [location(p) for p in path] if isinstance(path, list) else table_files(path)
     sch = TABLES[schema] if isinstance(schema, str) else schema
+    name = schema if isinstance(schema, str) else None
     for f in files:
-        try:
-            footer = parquet_schema(f)
-        except UnreadableParquet as exc:
-            raise SchemaError(schema if isinstance(schema, str) else "table", str(f), None, None,
-                              f"not a readable Parquet file ({exc.reason})") from None
-        validate_table(footer.empty_table(), schema, source=str(f))
+        fmt = told_format(f, name or "table", head=True)
+        validated(read_raw(f, schema, rename, name or "table", head=True, fmt=fmt), schema, str(f), name, fmt)
     ray = init_ray()
     if not files:
         empty = sch.empty_table() if columns is None else sch.empty_table().select(columns)
         return ray.data.from_arrow(empty if order is None else empty.append_column(order, pa.array([], pa.int64())))
     rows = ray.data.from_items([{"part": str(f), "index": i} for i, f in enumerate(files)],
                                override_num_blocks=len(files))
-    return map_stage_tasks(rows, _ReadParts(schema, columns, order, reads_here(files)), len(files))
+    return map_stage_tasks(rows, _ReadParts(schema, columns, order, reads_here(files), rename), len(files))
 
 
 # -- whole groups of rows by key, on Ray Data ---------------------------------------------

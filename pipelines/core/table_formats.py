@@ -63,28 +63,70 @@ def table_format(path: PathLike) -> str:
                              "optionally .gz); name it by its format, e.g. explanations.csv")
 
 
-def read_any(path: PathLike, fmt: str, types: dict[str, pa.DataType] | None = None) -> pa.Table:
+def _parse_options(fmt: str):
+    import pyarrow.csv as pcsv
+
+    return pcsv.ParseOptions(delimiter="," if fmt == "csv" else "\t", newlines_in_values=True)
+
+
+def _typed(table: pa.Table, types: dict[str, pa.DataType] | None) -> pa.Table:
+    """A JSON table's columns named in `types` cast to text where `types` says so (an id
+    written as a number reads as its digits)."""
+    for name, typ in (types or {}).items():
+        i = table.schema.get_field_index(name)
+        if i >= 0 and not table.schema.field(i).type.equals(typ) and pa.types.is_string(typ):
+            table = table.set_column(i, name, table.column(i).cast(typ))
+    return table
+
+
+def read_any(path: PathLike, fmt: str, types: dict[str, pa.DataType] | None = None,
+             text: bool = False) -> pa.Table:
     """A CSV, TSV or JSON-lines file (gzipped or not) as an Arrow table. `types` fixes
-    the columns named there (ids stay strings: "007" is not 7); others are inferred."""
+    the columns named there (ids stay strings: "007" is not 7); others are inferred.
+    `text`: every CSV or TSV column as text, as written (for readers that judge each
+    value themselves); JSON values keep their JSON types."""
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
 
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise UnknownTableFormat(f"{path}: format {fmt!r} is none of {', '.join(FORMATS)}")
+    if text and fmt != "jsonl":
+        types = {**{n: pa.string() for n in read_head(path, fmt).column_names}, **(types or {})}
     loc = location(path)
     _, gz = _suffix_format(loc.name)
     with loc.open_input() as fh:
         stream = pa.CompressedInputStream(fh, "gzip") if gz else fh
-        if fmt in ("csv", "tsv"):
-            return pcsv.read_csv(stream, parse_options=pcsv.ParseOptions(delimiter="," if fmt == "csv" else "\t",
-                                                                          newlines_in_values=True),
-                                 convert_options=pcsv.ConvertOptions(column_types=types or {}))
         if fmt == "jsonl":
-            table = pjson.read_json(stream)
-            for name, typ in (types or {}).items():
-                i = table.schema.get_field_index(name)
-                if i >= 0 and not table.schema.field(i).type.equals(typ) and pa.types.is_string(typ):
-                    table = table.set_column(i, name, table.column(i).cast(typ))
-            return table
-    raise UnknownTableFormat(f"{path}: format {fmt!r} is none of {', '.join(FORMATS)}")
+            return _typed(pjson.read_json(stream), types)
+        return pcsv.read_csv(stream, parse_options=_parse_options(fmt),
+                             convert_options=pcsv.ConvertOptions(column_types=types or {}))
+
+
+def read_head(path: PathLike, fmt: str, types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    """The first block of rows of a CSV, TSV or JSON-lines file (Arrow's streaming
+    readers), typed as `read_any` types them: its columns, read without reading the
+    whole file (a driver checks a table so before tasks read it)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise UnknownTableFormat(f"{path}: format {fmt!r} is none of {', '.join(FORMATS)}")
+    loc = location(path)
+    _, gz = _suffix_format(loc.name)
+    with loc.open_input() as fh:
+        stream = pa.CompressedInputStream(fh, "gzip") if gz else fh
+        if fmt == "jsonl":
+            if not hasattr(pjson, "open_json"):  # pyarrow < 19: no streaming JSON reader
+                return _typed(pjson.read_json(stream), types)
+            reader = pjson.open_json(stream)
+        else:
+            reader = pcsv.open_csv(stream, parse_options=_parse_options(fmt),
+                                   convert_options=pcsv.ConvertOptions(column_types=types or {}))
+        try:
+            batch = reader.read_next_batch()
+        except StopIteration:
+            return _typed(reader.schema.empty_table(), types)
+        return _typed(pa.Table.from_batches([batch]), types)
 
 
 def renamed(table: pa.Table, columns: dict[str, str] | None) -> pa.Table:

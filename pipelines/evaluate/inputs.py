@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_raw, table_files, validated
+from rexeval.pipelines.core.io import json_lines, read_raw, table_files, told_format, validated
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows, is_text_type
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
@@ -103,9 +103,10 @@ def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | No
                                 + (f", nor a {sub}/ table" if sub else "") + ")")
     for f in files:
         source = _part_source(path, f)
-        raw = read_raw(f, schema, rename, name)  # a file in no format we read is named there
+        fmt = told_format(f, name)  # a file in no format we read is named there
+        raw = read_raw(f, schema, rename, name, fmt=fmt)
         check_column_types(raw.schema, source, name)
-        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None)))
+        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None, fmt)))
     return parts
 
 

@@ -72,7 +72,10 @@ class SplitConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: ReadPath = Field(description="an ingest output folder, or a reviews Parquet file/folder")
+    input: ReadPath = Field(description="an ingest output folder, a folder of reviews Parquet parts, or a "
+                                        "reviews file (Parquet, CSV, TSV or JSON lines, gzipped or not)")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "reviews table (e.g. {user_id: reviewer, timestamp: time})")
     out: str
     method: Literal["temporal", "leave-last-two"] = "temporal"
     kcore_user: int = Field(0, ge=0, description="k-core: minimum reviews per user (0: off)")
@@ -98,4 +101,6 @@ class SplitConfig(BaseModel):
     def output_config(self) -> dict:
         src = reviews_path(self.input)
         files = src.glob("*.parquet") if src.is_dir() else [src]
-        return {**self.model_dump(exclude={"out", "input"}), "input": [file_record(f) for f in files]}
+        # No mapping leaves the settings' hash as it was before `columns` existed.
+        exclude = {"out", "input"} | (set() if self.columns else {"columns"})
+        return {**self.model_dump(exclude=exclude), "input": [file_record(f) for f in files]}

@@ -47,7 +47,7 @@ def run_split(cfg: SplitConfig, overwrite: bool = False,
     files = table_files(source)
     # Read (and so validated) before the output is opened: --overwrite removes an earlier
     # split only once this one can be made. (The settings' hash reads the files anyway.)
-    reviews = read_dataset(files, "reviews", order=ORDER).materialize()
+    reviews = read_dataset(files, "reviews", order=ORDER, rename=cfg.columns).materialize()
     tables = [SPLIT_OUTPUTS.train, SPLIT_OUTPUTS.valid, SPLIT_OUTPUTS.test]
     config = cfg.output_config()
     job = ShardedJob(ShardedOutput(cfg.out, "split", config, tables), 1, overwrite=overwrite, progress=progress)

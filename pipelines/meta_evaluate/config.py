@@ -37,6 +37,9 @@ class MetaEvaluateConfig(BaseModel):
 
     scores: ReadPath = Field(description="evaluator table, or the one table with both sides")
     human: OptionalReadPath = Field(None, description="human table joined to `scores` on the keys")
+    columns: dict[str, str] = Field(default_factory=dict,
+                                    description="our column name -> yours, for both tables (e.g. "
+                                                "{user_id: uid, human_persuasiveness: persuasive})")
     out: str
     mode: Literal["scores", "pairwise"] = "scores"
     aspects: list[str] = Field(default_factory=list, description="default: every aspect found")

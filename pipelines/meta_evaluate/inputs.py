@@ -21,7 +21,6 @@ a few keys of each; a missing column is blamed on the file that should hold it.
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -34,9 +33,10 @@ import pyarrow as pa
 
 from rexeval.metrics.agreement import LABELS, TIE, Target
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_parquet, table_files
+from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, table_files
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.core.schema import SchemaError
+from rexeval.pipelines.core.table_formats import UnknownTableFormat, table_format
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 
 STAGE = "meta_evaluate"
@@ -59,6 +59,8 @@ class InputTable:
     df: pd.DataFrame  # columns as in the file; a plain 0..n-1 index
     labels: list[int]  # JSON lines: the line number; otherwise the 1-based record number
     unit: str  # "line" or "row"
+    fmt: str = "parquet"  # the format it was read as (table_formats.FORMATS)
+    found: list[str] = field(default_factory=list)  # its columns as read (renamed by `columns`)
 
     def where(self, i: int) -> str:
         return f"{self.source}, {self.unit} {self.labels[i]}"
@@ -99,36 +101,49 @@ class PivotedTable(InputTable):
         return f"{where} (judge {judge!r}, aspect {aspect!r})", line, "score", raw
 
 
-def read_input(path: str | Path) -> InputTable:
-    """Parquet (file or folder of parts), CSV, TSV or JSON lines, by the file's suffix,
-    from a local path or a URI. CSV cells stay text, so a key like "007" keeps its zeros
-    and a bad value can be shown exactly as written."""
+def read_input(path: str | Path, columns: dict[str, str] | None = None) -> InputTable:
+    """Parquet (a file or a folder of parts), CSV, TSV or JSON lines, gzipped or not,
+    from a local path or a URI: the format told by the file's name and checked against
+    its first bytes (`table_formats.table_format`). CSV cells stay text, so a key like
+    "007" keeps its zeros and a bad value can be shown exactly as written; JSON lines keep
+    their line numbers. `columns` maps our column names to the file's (ours -> theirs)."""
     loc, p = location(path), given_text(path)  # error rows name the input as it was given
     if not loc.exists():
         raise FileNotFoundError(f"input not found: {p}")
-    suffix = loc.suffix.lower()
-    if loc.is_dir() or suffix in (".parquet", ".pq"):
+    if loc.is_dir():
         files = table_files(loc)
         if not files:
             raise FileNotFoundError(f"{p}: no table there (a folder with no *.parquet parts); give a "
                                     "Parquet, CSV, TSV or JSON-lines file, or a folder of Parquet parts")
         df = pa.concat_tables([read_parquet(f) for f in files]).to_pandas()  # a non-Parquet part is named
-        return InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row")
-    if suffix in (".csv", ".tsv"):
+        table = InputTable(p, df.reset_index(drop=True), list(range(1, len(df) + 1)), "row", "parquet")
+    else:
         try:
-            df = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, sep="\t" if suffix == ".tsv" else ",")
-        except pd.errors.EmptyDataError:
-            raise SchemaError(STAGE, p, None, None, "the file is empty") from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise SchemaError(STAGE, p, None, None, f"not a readable {suffix[1:].upper()} file: "
-                              f"{str(exc).strip().splitlines()[-1]}") from None
-        return InputTable(p, df, list(range(1, len(df) + 1)), "row")
-    if suffix in (".jsonl", ".json", ".ndjson"):
-        rows = list(json_lines(loc, STAGE))
-        df = pd.DataFrame.from_records([obj for _, obj in rows])
-        return InputTable(p, df, [n for n, _ in rows], "line")
-    raise ValueError(f"{p}: unknown table format {suffix or '(no suffix)'!r}; "
-                     "use Parquet, CSV, TSV or JSON lines (.jsonl)")
+            fmt = table_format(p)
+        except UnknownTableFormat as exc:
+            raise SchemaError(STAGE, p, None, None, str(exc).split(": ", 1)[-1]) from None
+        if fmt == "jsonl":  # line by line: a value of another type is an error row, not a failed read
+            rows = list(json_lines(p, STAGE))
+            df = pd.DataFrame.from_records([obj for _, obj in rows])
+            table = InputTable(p, df, [n for n, _ in rows], "line", fmt)
+        else:
+            df = read_raw(p, name=STAGE, text=True, fmt=fmt).to_pandas()
+            table = InputTable(p, df, list(range(1, len(df) + 1)), "row", fmt)
+    if columns:
+        table.df = table.df.rename(columns={theirs: ours for ours, theirs in columns.items()})
+    table.found = [str(c) for c in table.df.columns]
+    return table
+
+
+def with_columns_found(exc: SchemaError, tables: Sequence[InputTable | None]) -> SchemaError:
+    """`exc` about a missing column of one of `tables`, its problem also naming the
+    format the file was read as and the columns found there (once)."""
+    table = next((t for t in tables if t is not None and t.source == exc.source), None)
+    missing = "column is missing" in exc.problem or "no explanation key column" in exc.problem
+    if table is not None and missing and "columns found" not in exc.problem:
+        exc.problem += (f" ({FORMAT_NAMES.get(table.fmt, table.fmt)} file, columns found: "
+                        f"{_shown(table.found) or 'none'}; map yours with --columns OURS=YOURS)")
+    return exc
 
 
 def _is_missing(v) -> bool:
@@ -221,7 +236,7 @@ def pivot_long(cfg: MetaEvaluateConfig, table: InputTable) -> tuple[PivotedTable
     names = ids + ["judge", "aspect"]
     scores = table.df["score"].tolist()
     groups: dict[tuple[str, ...], int] = {}
-    out = PivotedTable(table.source, pd.DataFrame(), [], table.unit, long=table)
+    out = PivotedTable(table.source, pd.DataFrame(), [], table.unit, table.fmt, table.found, long=table)
     values: dict[str, dict[int, object]] = {}
     errors = []
     for i, raw in enumerate(zip(*(table.df[c].tolist() for c in names))):

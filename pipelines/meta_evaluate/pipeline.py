@@ -37,6 +37,7 @@ from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, is_atomic_leftover, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.meta_evaluate.inputs import (
+    InputTable,
     STAGE,
     join_tables,
     layout_of,
@@ -49,11 +50,12 @@ from rexeval.pipelines.meta_evaluate.inputs import (
     resolve_keys,
     resolve_targets,
     verdict_targets,
+    with_columns_found,
 )
 from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS, MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_OUTPUTS, ensemble_groups, run_ensemble_sweep
 from rexeval.pipelines.meta_evaluate.report import correlation_markdown, pairwise_markdown
-from rexeval.pipelines.core.schema import error_rows
+from rexeval.pipelines.core.schema import SchemaError, error_rows
 
 RESULTS_FILE, TABLE_FILE, REPORT_FILE, ERRORS_FILE = (
     META_EVALUATE_OUTPUTS.results, META_EVALUATE_OUTPUTS.table, META_EVALUATE_OUTPUTS.report,
@@ -120,10 +122,18 @@ def _random_targets(targets: list[Target]) -> list[Target]:
 
 def _read(cfg: MetaEvaluateConfig, progress: Callable[[str], None]) -> dict:
     """Both tables read (a long table pivoted), the keys and the targets."""
-    scores = read_input(cfg.scores)
-    human = read_input(cfg.human) if cfg.human else None
+    scores = read_input(cfg.scores, cfg.columns)
+    human = read_input(cfg.human, cfg.columns) if cfg.human else None
     progress(f"read {len(scores.df):,} rows from {scores.source}"
              + (f" and {len(human.df):,} from {human.source}" if human else ""))
+    try:
+        return _layout(cfg, scores, human, progress)
+    except SchemaError as exc:  # a missing column: the format read and the columns found said too
+        raise with_columns_found(exc, [scores, human]) from None
+
+
+def _layout(cfg: MetaEvaluateConfig, scores: InputTable, human: InputTable | None,
+            progress: Callable[[str], None]) -> dict:
     layout, errors, counts = layout_of(cfg, scores), [], {}
     if layout == "long":
         long_rows = len(scores.df)

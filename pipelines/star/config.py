@@ -69,11 +69,14 @@ class TrainSettings(BaseModel):
 class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    statements: ReadPath = Field(description="`rexeval extract` output, statements Parquet, or a JSONL of "
-                                             "hand-written statements per review")
+    statements: ReadPath = Field(description="`rexeval extract` output, a statements table (Parquet, CSV, TSV, or "
+                                             "gzipped JSON lines), or a .jsonl of hand-written statements per review")
     out: str
     clusters: OptionalReadPath = Field(None, description="`rexeval cluster` output; none: no clustering")
-    reviews: OptionalReadPath = Field(None, description="reviews (ingest output); default: the extract's input")
+    reviews: OptionalReadPath = Field(None, description="reviews (ingest output, or a reviews table in any format); "
+                                                        "default: the extract's input")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "statements and reviews tables (e.g. {statement: text, review_id: rid})")
     stage: str = Field("auto", description="statement stage: auto (verified, else triplet), verified, ...")
     min_user_interactions: int = Field(3, ge=3)
     name: str = Field("STAR", description="dataset name in the statistics table")

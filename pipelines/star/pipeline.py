@@ -71,10 +71,13 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     else:
         files = statement_files(cfg.statements)
         columns = ["statement_id", "review_id", "statement", "sentiment", "stage"]
-        statements = read_dataset(files, "statements", columns=columns, order=build_ray.ORDER).materialize()
+        statements = read_dataset(files, "statements", columns=columns, order=build_ray.ORDER,
+                                  rename=cfg.columns).materialize()
         stage, rows = dataset_stage(statements, cfg.stage), table_rows(files) or 0
     reviews_src = _reviews_source(cfg)
-    conf = {**cfg.model_dump(exclude={"out"}), "stage": stage, "reviews": str(reviews_src)}
+    # No mapping leaves the settings' hash as it was before `columns` existed.
+    conf = {**cfg.model_dump(exclude={"out"} | (set() if cfg.columns else {"columns"})), "stage": stage,
+            "reviews": str(reviews_src)}
     job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES), owns=STAR_BUILD_OUTPUTS.paths()),
                      1, overwrite=overwrite, progress=progress)
     if (manifest := job.finished("star build")) is not None:
@@ -82,7 +85,8 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
     out = job.output
     statements = statements.map_batches(of_stage, fn_kwargs={"stage": stage}, batch_format="pyarrow")
     reviews = read_dataset(reviews_src, "reviews", columns=["review_id", "user_id", "item_id", "timestamp",
-                                                            "source", "line"], order=build_ray.ORDER)
+                                                            "source", "line"], order=build_ray.ORDER,
+                           rename=cfg.columns)
     rows += table_rows(table_files(reviews_src)) or 0
     clusters = canonical = None
     if cfg.clusters:

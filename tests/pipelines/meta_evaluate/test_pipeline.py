@@ -185,7 +185,7 @@ def test_read_input_formats_and_errors(tmp_path):
     assert len(folder.df) == 2 and folder.where(1) == f"{tmp_path / 'parts'}, row 2"
     (tmp_path / "b.jsonl").write_text('{"user_id": "u"}\n\n{"user_id": "v"}\n')
     assert read_input(tmp_path / "b.jsonl").where(1).endswith("line 3")
-    with pytest.raises(ValueError, match="unknown table format"):
+    with pytest.raises(SchemaError, match=r"c\.xlsx: not a table in a format rexeval reads \(parquet, csv, tsv, jsonl"):
         read_input(write(tmp_path / "c.xlsx", "x"))
     with pytest.raises(SchemaError, match="empty"):
         read_input(write(tmp_path / "d.csv", ""))
