@@ -14,8 +14,9 @@ def _judge_options(fn):
     options = [
         click.option("--out", "-o", help="Output folder (a local path or a URI such as s3://bucket/run)."),
         click.option("--contexts", type=Where(exists=True, dir_okay=False),
-                     help="File (Parquet, CSV, JSON lines) of user_id, item_id, user_profile, "
-                          "item_description: what the judge knows of the shopper and the item."),
+                     help="File (Parquet, CSV, TSV or JSON lines, gzipped or not; --columns maps your "
+                          "column names) of user_id, item_id, user_profile, item_description: what the judge "
+                          "knows of the shopper and the item."),
         click.option("--reviews", multiple=True, type=Where(exists=True),
                      help="Ingested reviews (a `rexeval ingest` folder) to build the contexts from: "
                           "the user's earlier purchases and the item's title/category."),
@@ -198,13 +199,14 @@ def pairwise_cmd(config_file, llm, **flags):
 
 @judge_group.command("detect")
 @click.option("--interactions", type=Where(exists=True, dir_okay=False),
-              help="Parquet/CSV/JSON lines of user_id, item_id to explain (default: every interaction "
-                   "of --contexts or --reviews).")
+              help="File (Parquet, CSV, TSV or JSON lines, gzipped or not) of user_id, item_id to "
+                   "explain (default: every interaction of --contexts or --reviews).")
 @click.option("--limit", type=int, help="Only the first N interactions.")
 @click.option("--condition", "conditions", multiple=True,
               help="item_replace, user_replace, empty_user, jargon, minor_benefits, misinformation, "
                    "bad_experience (default all).")
 @click.option("--generator", help="Model that writes the explanations (default the profile's llm).")
+@columns_option
 @_evaluator_flags
 @click.option("--generation-max-tokens", type=int,
               help="Length limit of a generated explanation (default: the profile's answer_caps.explain_tokens: "
@@ -226,9 +228,11 @@ def detect_cmd(config_file, llm, **flags):
     accuracy per condition is how often it preferred the good one (random = 0.5).
     Writes pairs.parquet, verdicts_<evaluator>.parquet, detection.md and report.json.
 
-    Example:
+    Examples:
 
       rexeval judge detect --reviews runs/demo/ingest --limit 20 --out runs/detect
+
+      rexeval judge detect --contexts ctx.csv.gz --columns user_id=uid,item_description=title --out runs/detect
     """
     return _judge_job("judge detect", DetectJobConfig, run_detect, config_file, {**flags, **llm},
                       lambda cfg: {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})

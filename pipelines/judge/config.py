@@ -53,13 +53,15 @@ class JudgeJobSettings(ChunkedLLMSettings):
     contexts: OptionalReadPath = Field(None, description="file with user_id, item_id, user_profile, item_description")
     reviews: ReadPaths = Field(default_factory=list, description="ingested reviews to build contexts from")
     max_history: int = Field(10, ge=0)
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "explanation, contexts, interactions and reviews tables (e.g. "
+                                    "{explanation: text, user_id: uid}); each table takes the entries for its "
+                                    "own columns")
 
 
 
 class LikertJobConfig(JudgeJobSettings):
     explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
-    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
-                                    "explanation tables (e.g. {explanation: text})")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1, description="first N examples of each system")
     judges: list[str] = Field(default_factory=list, description="judge model refs (default: the profile's "
@@ -93,8 +95,6 @@ def _known_rubric(ref: str) -> str:
 
 class PairwiseJobConfig(JudgeJobSettings):
     explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
-    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
-                                    "explanation tables (e.g. {explanation: text})")
     baseline: str = Field(description="the system every other system is compared with")
     systems: list[str] | None = None
     limit: int | None = Field(None, ge=1)

@@ -8,41 +8,62 @@ Contexts (the shopper's purchase history, the item's description) come from a fi
 already holds them (`user_id, item_id, user_profile, item_description`) or are built from
 an ingested reviews table (`pipelines.generate.context.build_contexts`). Every explanation
 row ends in a judged row or an error row: a pair whose baseline explanation is missing
-is an error row naming the file, row and field, not a silent drop. A file that cannot be
-read (damaged Parquet, broken CSV or JSON lines) is named, and a context text that is
-not text (a number) is refused with its file, row (1-based) and column.
+is an error row naming the file, row and field, not a silent drop. Every table may be
+Parquet, CSV, TSV or JSON lines, gzipped or not, its columns mapped to ours by
+`columns` (--columns). A file that cannot be read (damaged Parquet, broken CSV or JSON
+lines, a format rexeval does not read) is named with the format tried, one that lacks a
+column with the columns found there, and a context text that is not text (a number) is
+refused with its file, row (1-based) and column.
 """
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import pandas as pd
 import pyarrow as pa
 
 from rexeval.pipelines.core.inputs import given_text, reviews_path
-from rexeval.pipelines.core.io import json_lines, read_parquet, read_table
+from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, read_table, told_format
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 
 
-def read_frame(path: PathLike) -> pd.DataFrame:
-    """A small user-given table: Parquet, CSV (all text) or JSON lines, by suffix; one
-    that cannot be read is named (Arrow and pandas do not always say which file)."""
+def read_frame(path: PathLike, columns: dict[str, str] | None = None, own: Sequence[str] = (),
+               name: str = "table") -> pd.DataFrame:
+    """A small user-given table: Parquet, CSV or TSV (all text, as written) or JSON lines,
+    gzipped or not, the format told by the file's name and checked by its first bytes
+    (`io.told_format`); one that cannot be read is named with the format tried. `columns`
+    (ours -> theirs) renames the file's columns to ours, only the entries for our columns
+    `own` when given (one mapping serves several tables). The format read is in
+    `df.attrs["format"]`, for `need_columns`."""
     loc, p = location(path), given_text(path)
-    if loc.suffix == ".csv":
-        try:
-            return pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False)
-        except pd.errors.EmptyDataError:
-            raise SchemaError("table", p, None, None, "the file is empty") from None
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
-            raise SchemaError("table", p, None, None,
-                              f"not a readable CSV file: {str(exc).strip().splitlines()[-1]}") from None
-    if loc.suffix in (".jsonl", ".json"):
-        return pd.DataFrame.from_records([obj for _, obj in json_lines(loc, "table")])
-    return read_parquet_frame(loc)
+    fmt = told_format(p, name)
+    if fmt == "jsonl":  # line by line: a bad line is named by its number
+        df = pd.DataFrame.from_records([obj for _, obj in json_lines(loc, name)])
+    elif fmt == "parquet":
+        df = read_parquet_frame(loc)
+    else:
+        df = read_raw(p, name=name, text=True, fmt=fmt).to_pandas()
+    back = {theirs: ours for ours, theirs in (columns or {}).items() if not own or ours in own}
+    if back:
+        df = df.rename(columns=back)
+    df.attrs["format"] = fmt
+    return df
+
+
+def need_columns(df: pd.DataFrame, needed: Sequence[str], source: str, name: str) -> None:
+    """Refuse a table read by `read_frame` that lacks one of `needed`: the SchemaError
+    names the file, the format it was read as and the columns found there."""
+    missing = [c for c in needed if c not in df.columns]
+    if missing:
+        fmt = df.attrs.get("format")
+        read_as = f"{FORMAT_NAMES.get(fmt, fmt)} file, " if fmt else ""
+        raise SchemaError(name, source, missing[0], None,
+                          f"required column(s) missing: {', '.join(missing)}; {read_as}columns found: "
+                          f"{', '.join(map(str, df.columns)) or 'none'} (map yours with --columns OURS=YOURS, "
+                          "or `columns:` in a config)")
 
 
 def read_parquet_frame(path: PathLike) -> pd.DataFrame:
@@ -68,13 +89,12 @@ def _check_texts(df: pd.DataFrame, source: str, columns: Sequence[str]) -> None:
                               "the texts")
 
 
-def read_contexts(path: PathLike) -> pd.DataFrame:
-    """A contexts file (Parquet, CSV or JSON lines) with CONTEXT_COLUMNS."""
+def read_contexts(path: PathLike, columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """A contexts file (any format `read_frame` reads) with CONTEXT_COLUMNS (`columns`:
+    our names -> the file's)."""
     p = given_text(path)
-    df = read_frame(path)
-    missing = [c for c in CONTEXT_COLUMNS if c not in df.columns]
-    if missing:
-        raise ValueError(f"{p}: contexts need column(s) {missing} (it has {list(df.columns)})")
+    df = read_frame(path, columns, CONTEXT_COLUMNS, "contexts")
+    need_columns(df, CONTEXT_COLUMNS, p, "contexts")
     _check_texts(df, p, [c for c in CONTEXT_TEXTS if c in CONTEXT_COLUMNS])
     for c in CONTEXT_COLUMNS:
         df[c] = df[c].fillna("").astype(str)
@@ -86,9 +106,10 @@ def read_contexts(path: PathLike) -> pd.DataFrame:
     return df[list(CONTEXT_COLUMNS)].reset_index(drop=True)
 
 
-def reviews_table(path: PathLike) -> pd.DataFrame:
-    """An ingested reviews table (a `rexeval ingest` folder or its reviews/ Parquet)."""
-    return read_table(reviews_path(path), "reviews").to_pandas()
+def reviews_table(path: PathLike, columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """An ingested reviews table (a `rexeval ingest` folder or its reviews/ Parquet), or a
+    reviews file in any table format (`columns`: our names -> the file's)."""
+    return read_table(reviews_path(path), "reviews", rename=columns or None).to_pandas()
 
 
 def attach_contexts(expl: pd.DataFrame, contexts: pd.DataFrame | None) -> tuple[pd.DataFrame, int]:
@@ -106,13 +127,13 @@ def attach_contexts(expl: pd.DataFrame, contexts: pd.DataFrame | None) -> tuple[
 
 
 def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd.DataFrame,
-                  max_history: int = 10) -> pd.DataFrame | None:
+                  max_history: int = 10, columns: dict[str, str] | None = None) -> pd.DataFrame | None:
     if contexts:
-        return read_contexts(contexts)
+        return read_contexts(contexts, columns)
     if reviews:
         from rexeval.pipelines.generate.context import build_contexts
 
-        table = pd.concat([reviews_table(r) for r in reviews], ignore_index=True)
+        table = pd.concat([reviews_table(r, columns) for r in reviews], ignore_index=True)
         return build_contexts(table, interactions[["user_id", "item_id"]].drop_duplicates(),
                               max_history=max_history)
     return None

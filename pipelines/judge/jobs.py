@@ -46,7 +46,7 @@ def _profile(cfg):
 def _with_contexts(cfg, expl: pd.DataFrame, progress) -> tuple[pd.DataFrame, int]:
     from rexeval.pipelines.judge.inputs import attach_contexts, load_contexts
 
-    ctx = load_contexts(cfg.contexts, cfg.reviews, expl, cfg.max_history)
+    ctx = load_contexts(cfg.contexts, cfg.reviews, expl, cfg.max_history, cfg.columns)
     if ctx is None:
         progress("  no --contexts or --reviews: judges see the item id only and no purchase history")
     return attach_contexts(expl, ctx)
@@ -257,24 +257,22 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     every row of --contexts, else each user's latest purchase in --reviews (seed 004
     explains the most recent purchase); sorted, then the first --limit."""
     from rexeval.pipelines.core.inputs import given_text
-    from rexeval.pipelines.judge.inputs import load_contexts, read_contexts, read_frame, reviews_table
+    from rexeval.pipelines.judge.inputs import load_contexts, need_columns, read_contexts, read_frame, reviews_table
 
     if cfg.interactions:
         p = given_text(cfg.interactions)
-        inter = read_frame(cfg.interactions)
-        missing = [c for c in ("user_id", "item_id") if c not in inter.columns]
-        if missing:
-            raise ValueError(f"{p}: interactions need column(s) {missing}")
+        inter = read_frame(cfg.interactions, cfg.columns, ("user_id", "item_id"), "interactions")
+        need_columns(inter, ("user_id", "item_id"), p, "interactions")
         contexts = load_contexts(cfg.contexts, cfg.reviews, inter[["user_id", "item_id"]].astype(str),
-                                 cfg.max_history)
+                                 cfg.max_history, cfg.columns)
         if cfg.contexts:
             contexts = contexts.merge(inter[["user_id", "item_id"]].astype(str), on=["user_id", "item_id"])
     elif cfg.contexts:
-        contexts = read_contexts(cfg.contexts)
+        contexts = read_contexts(cfg.contexts, cfg.columns)
     else:
         from rexeval.pipelines.generate.context import build_contexts, last_interactions
 
-        reviews = pd.concat([reviews_table(r) for r in cfg.reviews], ignore_index=True)
+        reviews = pd.concat([reviews_table(r, cfg.columns) for r in cfg.reviews], ignore_index=True)
         contexts = build_contexts(reviews, last_interactions(reviews), max_history=cfg.max_history)
     contexts = contexts.sort_values(["user_id", "item_id"]).reset_index(drop=True)
     return contexts.head(cfg.limit) if cfg.limit else contexts
