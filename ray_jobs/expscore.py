@@ -10,14 +10,15 @@ import click
 from rexeval.pipelines.expscore.pipeline import run_score, run_train
 from rexeval.pipelines.expscore.config import ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.report import report_markdown
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])
 
 _INPUT_OPTIONS = [
     click.option("--out", "-o", help="Output folder (model/, scores.parquet, errors.parquet, report.json, report.md)."),
     click.option("--reviews", type=Where(exists=True),
-                 help="Item reviews: a REVIEWS Parquet table or a `rexeval ingest` output folder."),
+                 help="Item reviews: a REVIEWS table (Parquet, CSV, TSV or JSON lines, gzipped or not) or a "
+                      "`rexeval ingest` output folder."),
     click.option("--reviews-column", help="Or: the input column that holds each row's item reviews."),
     click.option("--text-column", help="Explanation text column (default explanation)."),
     click.option("--item-column", help="Item id column (default item_id)."),
@@ -25,6 +26,7 @@ _INPUT_OPTIONS = [
     click.option("--id-column", help="Example id column (default example_id; else FILE:ROW)."),
     click.option("--features-column", help="Item feature words column (default features; FA is "
                                            "left out when no input has it)."),
+    columns_option,
     click.option("--languagetool", metavar="URL|FOLDER",
                  help="LanguageTool for grammar (GC): a running server's URL or an unpacked release folder "
                       "(needs Java). Default $REXEVAL_LANGUAGETOOL; without one GC is unavailable."),
@@ -85,8 +87,10 @@ def expscore_group():
 def train_cmd(overwrite, config_file, **flags):
     """Train ExpScore on rated explanations and report how well it agrees with people.
 
-    INPUTS are Parquet, CSV or JSON-lines tables with an explanation, its item id and a
-    human rating (1-5, may be a mean of several), optionally features. Writes the model
+    INPUTS are Parquet, CSV, TSV or JSON-lines tables (gzipped or not) with an
+    explanation, its item id and a human rating (1-5, may be a mean of several),
+    optionally features; --columns (or the --*-column flags) maps your column names to
+    ours, in the reviews table too. Writes the model
     (one folder per head, plus factors.json), scores.parquet (factors and ExpScore per
     row, with its split), errors.parquet (rows that could not be used, and why), and
     report.json / report.md: Pearson and Kendall of each head and each single factor
@@ -98,6 +102,9 @@ def train_cmd(overwrite, config_file, **flags):
       rexeval expscore train rated.jsonl --reviews runs/mi/ingest --out runs/expscore
 
       rexeval expscore train rated.csv --reviews-column reviews --head linear --out runs/es-lin
+
+      rexeval expscore train rated.jsonl.gz --reviews reviews.csv --columns explanation=text,item_id=asin
+      --out runs/es-mine
 
       rexeval expscore train rated.parquet --reviews reviews.parquet --languagetool http://127.0.0.1:8081
       --out runs/es-gc
@@ -127,6 +134,9 @@ def score_cmd(overwrite, config_file, **flags):
       rexeval expscore score new.jsonl --model runs/expscore/model --reviews runs/mi/ingest --out runs/es-new
 
       rexeval expscore score gen.parquet --model runs/expscore/model/nn --reviews-column reviews --out runs/es-nn
+
+      rexeval expscore score gen.tsv --model runs/expscore/model --reviews reviews.csv.gz --columns item_id=asin
+      --out runs/es-gen
     """
     return _job("expscore score", ExpScoreScoreConfig, functools.partial(run_score, overwrite=overwrite),
                 config_file, flags)

@@ -34,9 +34,13 @@ class ExpScoreInputs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    inputs: ReadPaths = Field(description="explanation tables: Parquet, CSV or JSON lines")
+    inputs: ReadPaths = Field(description="explanation tables: Parquet, CSV, TSV or JSON lines, gzipped or not")
     out: str
-    reviews: OptionalReadPath = Field(None, description="REVIEWS table or `rexeval ingest` folder")
+    reviews: OptionalReadPath = Field(None, description="REVIEWS table (any of those formats) or `rexeval ingest` "
+                                      "folder")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "explanation and reviews tables (e.g. {explanation: text, item_id: asin}); "
+                                    "the explanations' own are the *_column settings")
     reviews_column: str | None = Field(None, description="input column with the item's reviews")
     text_column: str = "explanation"
     item_column: str = "item_id"
@@ -58,9 +62,9 @@ class ExpScoreInputs(BaseModel):
     batch_size: int = Field(512, ge=1)
 
     def recorded(self) -> dict:
-        """The settings a job folder is keyed by; `models` only when given, so folders
-        written before the field existed keep their hash."""
-        return self.model_dump(exclude=set() if self.models else {"models"})
+        """The settings a job folder is keyed by; `models` and `columns` only when given,
+        so folders written before those fields existed keep their hash."""
+        return self.model_dump(exclude=(set() if self.models else {"models"}) | (set() if self.columns else {"columns"}))
 
 
 class ExpScoreTrainConfig(ExpScoreInputs):

@@ -1,11 +1,12 @@
 """Reading and validating ExpScore's input files, so the runners only see clean rows.
 
-Explanation tables are Parquet (a file or a folder of parts), CSV (with a header) or
-JSON lines, one explanation per row, with columns named in the config: the text, the
+Explanation tables are Parquet (a file or a folder of parts), CSV or TSV (with a
+header) or JSON lines, gzipped or not (`io.told_format` tells which), one explanation
+per row, with columns named in the config (or mapped by `columns`): the text, the
 item id, the human rating (training; optional when scoring) and, optionally, an example
 id and the item's feature words (a list, a JSON array string, or words separated by
 ";"). The item's reviews (for relevance, REL) come from a REVIEWS table (`rexeval
-ingest` output or a Parquet file) or from a column holding them.
+ingest` output or a table in any of those formats) or from a column holding them.
 
 Nothing is lost: a row that cannot be used becomes an error row naming the file, the
 row (1-based: the line of a JSON-lines file, the record number of a CSV or Parquet
@@ -16,7 +17,6 @@ Parquet file.
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from rexeval.metrics.expscore_factors import words
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_parquet, read_table
+from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, read_table, told_format
 from rexeval.pipelines.core.schema import SchemaError, is_text_type
 from rexeval.pipelines.core.storage import Location, location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
@@ -54,46 +54,61 @@ def _cell(value: Any) -> Any:
 TEXT, TEXTS = "text", "text or a list of texts"
 
 
-def read_rows(path: str | Path, kinds: dict[str, str] | None = None) -> tuple[list[dict], list[dict], list[str]]:
-    """(rows, error rows, column names) of one explanation file (local or by URI). Each
+def read_rows(path: str | Path, kinds: dict[str, str] | None = None, columns: dict[str, str] | None = None,
+              own: tuple[str, ...] = ()) -> tuple[list[dict], list[dict], list[str]]:
+    """(rows, error rows, column names) of one explanation file (local or by URI): a
+    folder of Parquet parts, or a Parquet, CSV, TSV or JSON-lines file, gzipped or not,
+    its format told by its name and checked by its first bytes (`io.told_format`). Each
     row carries `_source` (the path as given) and `_line`; a JSON-lines line that is not
-    a JSON object is an error row. `kinds`: columns whose Parquet type must be TEXT (or
-    TEXTS); another type refuses the file (a cast would make "3" an explanation)."""
+    a JSON object is an error row; an empty CSV cell is missing. `columns` (ours ->
+    theirs) renames the file's columns to ours, only the entries for our columns `own`
+    when given (one mapping also serves the reviews table). `kinds`: columns whose
+    Parquet type must be TEXT (or TEXTS); another type refuses the file (a cast would
+    make "3" an explanation)."""
     loc, p = location(path), given_text(path)
     if not loc.exists():
         raise FileNotFoundError(f"no such input: {p}")
+    back = {theirs: ours for ours, theirs in (columns or {}).items() if not own or ours in own}
     rows: list[dict] = []
     errors: list[dict] = []
-    if loc.is_dir() or loc.suffix == ".parquet":
-        frame = pd.concat([_parquet_part(f, p, kinds or {}).to_pandas() for f in _parquet_files(loc)],
+    fmt = "parquet" if loc.is_dir() else told_format(p, "explanations")
+    if fmt == "parquet":
+        frame = pd.concat([_parquet_part(f, p, kinds or {}, back).to_pandas() for f in _parquet_files(loc)],
                           ignore_index=True)
-    elif loc.suffix in (".jsonl", ".json"):
-        columns: dict[str, None] = {}
+    elif fmt == "jsonl":
+        names: dict[str, None] = {}
 
         def bad(n: int, problem: str, line: str) -> None:
             errors.append(error_row(p, n, None, None, "bad_json", problem, line))
 
         for n, obj in json_lines(loc, "explanations", on_bad=bad):
-            columns.update(dict.fromkeys(obj))
+            obj = {back.get(k, k): v for k, v in obj.items()}
+            names.update(dict.fromkeys(obj))
             rows.append({**obj, "_source": p, "_line": n})
-        return rows, errors, list(columns)
-    elif loc.suffix == ".csv":
-        try:
-            frame = pd.read_csv(io.BytesIO(loc.read_bytes()), dtype=str, keep_default_na=False, na_values=[""])
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: not a readable CSV file ({str(exc).strip().splitlines()[-1]})") from None
-    else:
-        raise ValueError(f"{p}: unknown input format (use .parquet, a folder of Parquet parts, .csv or .jsonl)")
+        return rows, errors, list(names)
+    else:  # CSV, TSV: every cell as written, an empty one missing
+        frame = read_raw(p, name="explanations", text=True, fmt=fmt).to_pandas().rename(columns=back)
+        frame = frame.replace("", None)
     for n, rec in enumerate(frame.to_dict("records"), start=1):
         rows.append({**{k: _cell(v) for k, v in rec.items()}, "_source": p, "_line": n})
     return rows, errors, [str(c) for c in frame.columns]
 
 
-def _parquet_part(part: Location, given: str, kinds: dict[str, str]) -> pa.Table:
-    """One Parquet part (`read_parquet` names one that is not Parquet), its typed
-    columns checked."""
+def format_read(path: str | Path) -> str:
+    """How an explanation file was read, for a message: "Parquet", "CSV", ..."""
+    loc = location(path)
+    fmt = "parquet" if loc.is_dir() else told_format(given_text(path), "explanations")
+    return FORMAT_NAMES.get(fmt, fmt)
+
+
+def _parquet_part(part: Location, given: str, kinds: dict[str, str], back: dict[str, str] | None = None
+                  ) -> pa.Table:
+    """One Parquet part (`read_parquet` names one that is not Parquet), its columns
+    renamed by `back` (theirs -> ours) and its typed columns checked."""
     shown = given if part.uri == location(given).uri else f"{given.rstrip('/')}/{part.name}"
     table = read_parquet(part)
+    if back:
+        table = table.rename_columns([back.get(c, c) for c in table.column_names])
     for name, kind in kinds.items():
         if name not in table.column_names:
             continue
@@ -194,6 +209,12 @@ def validate_row(raw: dict, cfg: ExpScoreInputs, rating: Literal["required", "op
     return row, None
 
 
+def own_columns(cfg: ExpScoreInputs) -> tuple[str, ...]:
+    """The explanation table's columns as the settings name them (what `columns` may map)."""
+    return tuple(c for c in (cfg.text_column, cfg.item_column, cfg.rating_column, cfg.id_column,
+                             cfg.features_column, cfg.reviews_column) if c)
+
+
 def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
                   scale: tuple[float, float] = (1, 5)) -> tuple[list[dict], list[dict], bool]:
     """Valid rows, error rows, and whether any input has the features column."""
@@ -202,18 +223,19 @@ def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
     if not cfg.reviews and not cfg.reviews_column:
         raise ValueError("give the item reviews: a reviews table (reviews) or an input column (reviews_column)")
     rows, errors, has_features, seen = [], [], False, set()
+    own = own_columns(cfg)
     for path in cfg.inputs:
         kinds = {cfg.text_column: TEXT, **({cfg.reviews_column: TEXTS} if cfg.reviews_column else {})}
-        raw_rows, errs, columns = read_rows(path, kinds)
+        raw_rows, errs, columns = read_rows(path, kinds, cfg.columns, own)
         errors += errs
-        for col in (cfg.text_column, cfg.item_column):
-            if raw_rows and col not in columns:
-                raise ValueError(f"{path}: no column {col!r} (columns: {', '.join(columns)}); "
-                                 "set the column names in the config or flags")
-        if rating == "required" and raw_rows and cfg.rating_column not in columns:
-            raise ValueError(f"{path}: no rating column {cfg.rating_column!r} (columns: {', '.join(columns)})")
-        if cfg.reviews_column and raw_rows and cfg.reviews_column not in columns:
-            raise ValueError(f"{path}: no reviews column {cfg.reviews_column!r}")
+        need = [cfg.text_column, cfg.item_column, *([cfg.rating_column] if rating == "required" else []),
+                *([cfg.reviews_column] if cfg.reviews_column else [])]
+        missing = [c for c in need if c not in columns]
+        if raw_rows and missing:
+            raise SchemaError("explanations", given_text(path), missing[0], None,
+                              f"required column(s) missing: {', '.join(missing)}; {format_read(path)} file, "
+                              f"columns found: {', '.join(columns) or 'none'} (map yours with --columns "
+                              "OURS=YOURS, or set the column names in the config or flags)")
         has_features = has_features or cfg.features_column in columns
         for raw in raw_rows:
             row, err = validate_row(raw, cfg, rating, scale)
@@ -230,12 +252,13 @@ def load_examples(cfg: ExpScoreInputs, rating: Literal["required", "optional"],
     return rows, errors, has_features
 
 
-def read_reviews(path: str | Path) -> pa.Table:
-    """item_id, text of a REVIEWS table (a Parquet file, a folder of parts, or an ingest folder)."""
+def read_reviews(path: str | Path, columns: dict[str, str] | None = None) -> pa.Table:
+    """item_id, text of a REVIEWS table (a file in any table format, a folder of Parquet
+    parts, or an ingest folder); `columns`: our names -> the file's."""
     p = location(path)
     if (p / "reviews").is_dir():
         p = p / "reviews"
-    return read_table(p, "reviews", columns=["review_id", "item_id", "text"])
+    return read_table(p, "reviews", columns=["review_id", "item_id", "text"], rename=columns or None)
 
 
 def reviews_by_item(table: pa.Table, items: set[str], cap: int) -> dict[str, list[str]]:
@@ -262,7 +285,7 @@ def attach_reviews(rows: list[dict], cfg: ExpScoreInputs
                 errors.append(error_row(row["source"], row["line"], row["example_id"], cfg.reviews_column,
                                         "no_reviews", "the row has no item reviews (relevance needs them)"))
         return kept, errors, corpus, by_item
-    table = read_reviews(cfg.reviews)
+    table = read_reviews(cfg.reviews, cfg.columns)
     corpus = [t for t in table.column("text").to_pylist() if t]
     by_item = reviews_by_item(table, {r["item_id"] for r in rows}, cfg.max_reviews_per_item)
     for row in rows:

@@ -43,8 +43,9 @@ WIDE = pa.schema([("_kind", pa.int8()), *ROWS, ("review_id", _S), ("text", _S), 
 # -- how many rows -------------------------------------------------------------------------
 
 def _rows_in(path) -> int:
-    """Rows of a Parquet table from its footers, or lines of a text file (read in chunks,
-    never held); 0 for what is not there (the job's read names it)."""
+    """Rows of a Parquet table from its footers, or lines of a text file (gunzipped when
+    named .gz; read in chunks, never held); 0 for what is not there (the job's read names
+    it)."""
     from rexeval.pipelines.core.inputs import table_rows
     from rexeval.pipelines.core.io import table_files
 
@@ -55,8 +56,12 @@ def _rows_in(path) -> int:
         return table_rows(table_files(loc)) or 0
     lines = 0
     with loc.open_input() as fh:
-        while chunk := fh.read(1 << 24):
-            lines += chunk.count(b"\n")
+        stream = pa.CompressedInputStream(fh, "gzip") if loc.name.lower().endswith(".gz") else fh
+        try:
+            while chunk := stream.read(1 << 24):
+                lines += chunk.count(b"\n")
+        except (OSError, pa.ArrowInvalid):  # not gzip after all: the job's read names it
+            pass
     return lines
 
 
@@ -182,7 +187,8 @@ def load_on_ray(cfg: ExpScoreInputs, rating: str, scale: tuple[float, float], wa
     rows, errors, tf = ray.data.from_arrow_refs([table]), info["errors"], info["tf"]
     if not cfg.reviews_column:
         source = review_table(cfg.reviews)
-        reviews = read_dataset(source, "reviews", columns=["review_id", "item_id", "text"], order=ORDER)
+        reviews = read_dataset(source, "reviews", columns=["review_id", "item_id", "text"], order=ORDER,
+                               rename=cfg.columns or None)
         groups = key_groups(sum(_rows_in(p) for p in cfg.inputs) + (table_rows(table_files(source)) or 0))
         tf = word_counts(reviews, groups) if want_tf else None
         both = rows.map_batches(_wide, fn_kwargs={"kind": ROW}, batch_format="pyarrow").union(

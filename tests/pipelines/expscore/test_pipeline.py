@@ -187,7 +187,7 @@ def test_reviews_from_an_input_column_and_csv_input(data, tmp_path):
 
 
 def test_clear_errors_for_unusable_inputs(data, tmp_path):
-    with pytest.raises(ValueError, match="no column 'text'"):
+    with pytest.raises(ValueError, match="required column.s. missing: text; JSON-lines file, columns found: example_id, explanation"):
         ep.run_train(ep.ExpScoreTrainConfig(inputs=[str(data["rated"])], out=str(tmp_path / "a"),
                                             reviews=str(data["reviews"]), text_column="text"),
                      encoder=HashingEncoder(), progress=lambda m: None)
