@@ -5,7 +5,7 @@ import click
 
 from rexeval.pipelines.curate.config import CurateConfig
 from rexeval.pipelines.curate.pipeline import run_curate
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 
 @click.command("curate")
@@ -17,18 +17,23 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--max-purchases", type=int, help="Most purchases a kept user has (default 20).")
 @click.option("--per-category", type=int, help="Users sampled per category (default 200).")
 @click.option("--seed", type=int, help="Seed of the per-category sample (default 0).")
+@columns_option
 @config_option
 @user_errors
 def curate_cmd(config_file, **flags):
     """Select seed 004's ALERT dataset from ingested Amazon Reviews 2023 purchases.
 
     INPUT is an `rexeval ingest` folder (item titles joined with --meta) or a reviews
-    table. Keeps 5-star purchases of items whose title has 6+ letters, users with 5-20 of
+    table (Parquet, CSV, TSV or JSON lines, gzipped or not; --columns maps your column
+    names to ours). Keeps 5-star purchases of items whose title has 6+ letters, users with 5-20 of
     them, and a seeded sample of at most 200 users per category (the category of a
     user's latest purchase; a row without one takes its file's name). The manifest
     counts every row with the rule that dropped it. The output reads as an ingest folder.
 
-    Example: rexeval curate runs/alert/ingest --out runs/alert/curate
+    \b
+    Examples:
+      rexeval curate runs/alert/ingest --out runs/alert/curate
+      rexeval curate purchases.jsonl.gz --columns user_id=reviewer,title=name --out runs/alert/curate
     """
     return run_job("curate", CurateConfig, run_curate, config_file, flags, ray=False,
                    outputs=lambda cfg, m: {"reviews": f"{cfg.out}/reviews", "table": f"{cfg.out}/curate.md"})

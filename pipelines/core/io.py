@@ -205,7 +205,22 @@ def read_raw(path: PathLike, schema: str | pa.Schema | None = None, rename: dict
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             reason = "the file is empty" if reason.startswith("Empty CSV file") else reason
             raise SchemaError(name, str(path), None, None, f"not a readable {fmt.upper()} file ({reason})") from None
+        if fmt != "jsonl" and not text and sch is not None:
+            return _empty_as_null(renamed(t, rename), sch)
     return renamed(t, rename)
+
+
+def _empty_as_null(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A CSV's empty cells of the schema's nullable text columns as missing (CSV has no
+    other way to write one), as Parquet and JSON lines would hold them."""
+    import pyarrow.compute as pc
+
+    for f in schema:
+        i = t.schema.get_field_index(f.name)
+        if f.nullable and pa.types.is_string(f.type) and i >= 0 and pa.types.is_string(t.schema.field(i).type):
+            col = t.column(i)
+            t = t.set_column(i, f.name, pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col))
+    return t
 
 
 def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None,

@@ -20,7 +20,10 @@ class CurateConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: ReadPath = Field(description="an `rexeval ingest` folder (with item titles from --meta) or a reviews table")
+    input: ReadPath = Field(description="an `rexeval ingest` folder (with item titles from --meta) or a reviews table "
+                            "(Parquet, CSV, TSV or JSON lines, gzipped or not)")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "reviews table (e.g. {user_id: reviewer, title: name})")
     out: str
     rating: float = Field(5.0, allow_inf_nan=False, description="keep purchases rated exactly this (seed 004: 5 stars)")
     min_title_letters: int = Field(6, ge=0, description="keep items whose title has this many letters (seed 004: 6)")

@@ -40,7 +40,7 @@ def run_curate(cfg: CurateConfig, progress: Callable[[str], None] = print) -> di
 
     t0 = time.time()
     files = table_files(reviews_input(cfg.input))
-    reviews = read_dataset(files, "reviews")
+    reviews = read_dataset(files, "reviews", rename=cfg.columns or None)
     coded = reviews.map_batches(rules.row_codes, fn_kwargs={"rating": cfg.rating,
                                                             "min_title_letters": cfg.min_title_letters},
                                 batch_format="pyarrow")
