@@ -7,7 +7,7 @@ import click
 
 from rexeval.pipelines.cluster.pipeline import run_cluster
 from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 
 @click.command("cluster")
@@ -51,15 +51,17 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
 @click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default 5).")
 @click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default 0.9).")
+@columns_option
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
 def cluster_cmd(overwrite, config_file, **flags):
     """Group paraphrased statements into clusters with one canonical statement each.
 
-    INPUT is an `rexeval extract` output folder (or a statements Parquet file), a local
-    path or a URI (s3://..., gs://...), as --out may be; with
-    --method extra it may also be an `rexeval ingest` folder, whose reviews then give
+    INPUT is an `rexeval extract` output folder (or a statements table: Parquet, CSV, TSV
+    or JSON lines, gzipped or not; --columns maps your column names to ours), a local
+    path or a URI (s3://..., gs://...), as --out may be; with --method extra it may
+    also be an `rexeval ingest` folder or a reviews table, whose reviews then give
     EXTRA's heuristic sentence candidates. Statements are compared only within the same
     polarity. Without a cross-encoder (the local profile has none) pairs are accepted on
     the bi-encoder cosine alone, and the manifest and report say so.
@@ -73,6 +75,8 @@ def cluster_cmd(overwrite, config_file, **flags):
       rexeval cluster runs/mi/star --out runs/mi/clusters
 
       rexeval cluster runs/mi/ingest --method extra --out runs/mi/clusters-extra
+
+      rexeval cluster my_statements.jsonl.gz --columns statement=text --out runs/mi/clusters-mine
 
       rexeval cluster runs/toys/star --out runs/toys/clusters --profile paper --gpus-per-worker 1
     """

@@ -7,7 +7,7 @@ import click
 
 from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, run_ground_truth
 from rexeval.pipelines.extract.config import GroundTruthConfig
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
 
 @click.command("ground-truth")
@@ -18,6 +18,7 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
               help="Which statements to use: 'auto' (default: verified ones if any exist, "
                    "else triplet), 'triplet', 'candidate' or 'verified'.")
 @click.option("--workers", type=int, help="Actors (default: one per CPU).")
+@columns_option
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
@@ -25,14 +26,18 @@ def ground_truth_cmd(overwrite, config_file, **flags):
     """Write the rule-based ground-truth explanation of every review (seed 000).
 
     INPUT is an `rexeval extract` output folder (its statements/ shards) or a
-    statements Parquet file. Each review's statements are rewritten in the third person
+    statements table (Parquet, CSV, TSV or JSON lines, gzipped or not; --columns maps
+    your column names to ours). Each review's statements are rewritten in the third person
     and grouped by polarity: "The user would appreciate this product because ...
     However, they may dislike that ... They seem indifferent to the fact that ...".
     sentences/ holds one such sentence per statement, for the statement-level metrics.
     Statements with an unknown sentiment go to errors/; a re-run resumes. INPUT and
     --out may be local paths or URIs (s3://bucket/run).
 
-    Example: rexeval ground-truth runs/mi/extract --out runs/mi/ground-truth
+    \b
+    Examples:
+      rexeval ground-truth runs/mi/extract --out runs/mi/ground-truth
+      rexeval ground-truth my_statements.csv --columns statement=text,review_id=rid --out runs/mi/truth
     """
     return run_job("ground-truth", GroundTruthConfig, partial(run_ground_truth, overwrite=overwrite), config_file,
                    flags, counts=_counts,

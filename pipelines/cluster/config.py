@@ -28,9 +28,12 @@ class ClusterConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: ReadPath = Field(description="`rexeval extract` folder or statements Parquet; for "
-                            "--method extra also an `rexeval ingest` folder / reviews Parquet")
+    input: ReadPath = Field(description="`rexeval extract` folder or a statements table (Parquet, CSV, TSV or "
+                            "JSON lines, gzipped or not); for --method extra also an `rexeval ingest` folder / "
+                            "reviews table")
     out: str = Field(description="output folder")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "statements or reviews table (e.g. {statement: text})")
     method: Literal["star", "extra"] = "star"
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
         "auto", description="statements to cluster; auto: verified if any exist, else triplet")

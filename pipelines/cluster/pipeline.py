@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.cluster import steps
 from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
-from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, table_files
+from rexeval.pipelines.core.io import ShardedOutput, table_files
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
@@ -81,43 +81,41 @@ def resolve_encoders(cfg: ClusterConfig) -> dict[str, Any]:
 
 # -- inputs ---------------------------------------------------------------------------
 
-def is_reviews_input(path: PathLike) -> bool:
-    """An `rexeval ingest` folder or a reviews table (it has a `text` column)."""
+def is_reviews_input(path: PathLike, rename: dict[str, str] | None = None) -> bool:
+    """An `rexeval ingest` folder or a reviews table in any format (it has a `text`
+    column, after `rename`: our names -> the file's)."""
+    from rexeval.pipelines.core.io import read_raw
+    from rexeval.pipelines.core.schema import SchemaError
+
     p = location(path)
     if (p / "reviews").is_dir():
         return True
     try:
         files = table_files(p)
-        return bool(files) and "text" in parquet_schema(files[0]).names
-    except (FileNotFoundError, pa.ArrowInvalid, OSError):
+        return bool(files) and "text" in read_raw(files[0], "reviews", rename, "reviews", head=True).column_names
+    except (FileNotFoundError, pa.ArrowInvalid, OSError, SchemaError):
         return False
 
 
 def describe_input(cfg: ClusterConfig) -> tuple[dict, str]:
-    """What the job reads, for its settings hash (files, sizes, row counts from the
-    footers), and the stage of statements it clusters ("extra": EXTRA's candidates made
-    from reviews). Columns are checked here, before any work."""
-    import pyarrow.parquet as pq
-
+    """What the job reads, for its settings hash (files, sizes, row counts: of Parquet
+    from the footers, of CSV, TSV or JSON lines counted), and the stage of statements it
+    clusters ("extra": EXTRA's candidates made from reviews). Columns are checked here,
+    before any work (`columns` maps ours to the table's)."""
     from rexeval.pipelines.core.inputs import (check_schemas, file_record, resolve_stage, reviews_path,
-                                               statement_files)
-    from rexeval.pipelines.core.schema import validate_table
+                                               statement_files, table_rows)
 
-    def rows(f: Location) -> int:
-        with f.open_input() as fh:
-            return pq.ParquetFile(fh).metadata.num_rows
-
-    if cfg.method == "extra" and is_reviews_input(cfg.input):
+    rename = cfg.columns or None
+    if cfg.method == "extra" and is_reviews_input(cfg.input, rename):
         files = table_files(reviews_path(cfg.input))
-        for f in files:
-            validate_table(parquet_schema(f).empty_table(), "reviews", source=str(f))
+        check_schemas(files, rename, "reviews")
         return {"files": [file_record(f) for f in files], "stage": "extra",
-                "reviews": sum(rows(f) for f in files)}, "extra"
+                "reviews": table_rows(files) or 0}, "extra"
     files = statement_files(cfg.input)
-    check_schemas(files)
-    stage = resolve_stage(files, cfg.stage)
+    check_schemas(files, rename)
+    stage = resolve_stage(files, cfg.stage, rename)
     return {"files": [file_record(f) for f in files], "stage": stage,
-            "rows_in_files": sum(rows(f) for f in files)}, stage
+            "rows_in_files": table_rows(files) or 0}, stage
 
 
 # -- running a step on a worker -----------------------------------------------------------
@@ -211,7 +209,8 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
     hashed = cfg.model_dump(exclude={"input", "out", "workers", "min_workers", "cpus_per_worker", "gpus_per_worker",
                                      "memory_per_worker", "resources_per_worker", "neighbour_workers", "index_shard_gib",
                                      "shard_size",
-                                     "embed_batch_size", "pair_batch_size", "device"})
+                                     "embed_batch_size", "pair_batch_size", "device"}
+                                     | (set() if cfg.columns else {"columns"}))  # no mapping: the hash as before
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else []),

@@ -46,7 +46,7 @@ def read_statements(cfg: ClusterConfig, stage: str, work: Location, say=None) ->
             return read_parquet(work / EXTRA_STATEMENTS), {}
         return _extra_candidates(cfg, work, say)
     files = statement_files(cfg.input)
-    table = read_table(files[0].parent if len(files) > 1 else files[0], "statements")
+    table = read_table(files[0].parent if len(files) > 1 else files[0], "statements", rename=cfg.columns or None)
     total = table.num_rows
     table = table.filter(pc.equal(table.column("stage"), stage))
     if say is not None:
@@ -59,7 +59,8 @@ def _extra_candidates(cfg: ClusterConfig, work: Location, say) -> tuple[pa.Table
     from rexeval.pipelines.cluster.extra import extra_candidates
     from rexeval.pipelines.core.inputs import reviews_path
 
-    reviews = read_table(reviews_path(cfg.input), "reviews", columns=["review_id", "user_id", "item_id", "text"])
+    reviews = read_table(reviews_path(cfg.input), "reviews", columns=["review_id", "user_id", "item_id", "text"],
+                         rename=cfg.columns or None)
     cands, stats = extra_candidates(reviews, min_count=cfg.extra_min_count)
     rule = (f"recurring in >= {cfg.extra_min_count} reviews" if cfg.extra_min_count > 1
             else "(recurrence filter off)")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.core.io import UnreadableParquet, json_lines, parquet_schema, read_parquet, table_files
-from rexeval.pipelines.core.schema import SchemaError, validate_table
+from rexeval.pipelines.core.io import json_lines, read_parquet, table_files
+from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 
@@ -45,7 +45,7 @@ def statement_files(path: PathLike) -> list[Location]:
     p = location(path)
     if not p.exists():
         raise FileNotFoundError(f"statements input not found: {given_text(path)} (expected an `rexeval "
-                                "extract` output folder or a statements Parquet file)")
+                                "extract` output folder or a statements table: Parquet, CSV, TSV or JSON lines)")
     src = p / "statements" if (p / "statements").is_dir() else p
     files = table_files(src)
     if not files:
@@ -53,22 +53,30 @@ def statement_files(path: PathLike) -> list[Location]:
     return files
 
 
-def check_schemas(files: list[PathLike]) -> None:
-    """Fail before any work when a file's columns do not fit STATEMENTS (reads footers only)."""
+def check_schemas(files: list[PathLike], rename: dict[str, str] | None = None, schema: str = "statements") -> None:
+    """Fail before any work when a file's columns do not fit `schema` (STATEMENTS): of a
+    Parquet file its footer, of a CSV, TSV or JSON-lines file (gzipped or not) its first
+    block of rows, read as `io.read_raw` reads it (`rename`: our names -> the file's);
+    the SchemaError names the file, the format read and the columns found."""
+    from rexeval.pipelines.core.io import read_raw, told_format, validated
+
     for f in files:
-        try:
-            schema = parquet_schema(f)
-        except UnreadableParquet as exc:
-            raise SchemaError("statements", str(f), None, None, f"not a readable Parquet file ({exc.reason})") from None
-        validate_table(schema.empty_table(), "statements", source=str(f))
+        fmt = told_format(f, schema, head=True)
+        validated(read_raw(f, schema, rename, schema, head=True, fmt=fmt), schema, str(f), schema, fmt)
 
 
-def resolve_stage(files: list[PathLike], stage: str) -> str:
-    """"auto" -> "verified" if any verified row exists (in any shard), else "triplet"."""
+def resolve_stage(files: list[PathLike], stage: str, rename: dict[str, str] | None = None) -> str:
+    """"auto" -> "verified" if any verified row exists (in any shard), else "triplet".
+    A Parquet shard's stage column only is read; another format's file whole."""
+    from rexeval.pipelines.core.io import read_part, told_format
+
     if stage != "auto":
         return stage
     for f in files:
-        col = read_parquet(f, columns=["stage"]).column("stage")
+        if told_format(f, "statements", head=True) == "parquet":
+            col = read_parquet(f, columns=[(rename or {}).get("stage", "stage")]).column(0)
+        else:
+            col = read_part(f, "statements", ["stage"], rename).column("stage")
         if pc.any(pc.equal(col, "verified")).as_py():
             return "verified"
     return "triplet"
@@ -136,16 +144,23 @@ REVIEWS_EXPECTED = "an `rexeval ingest` output folder (with reviews/) or a revie
 
 
 def table_rows(files: list[Location]) -> int | None:
-    """Rows of a table's Parquet parts from their footers (no data read); None when a
-    part is unreadable, which reading the table then reports with its file."""
+    """Rows of a table's parts: of Parquet from their footers (no data read), of CSV,
+    TSV or JSON lines (gzipped or not) counted block by block (`table_formats.count_rows`);
+    None when a part is unreadable, which reading the table then reports with its file."""
     import pyarrow.parquet as pq
+
+    from rexeval.pipelines.core.table_formats import UnknownTableFormat, count_rows, table_format
 
     total = 0
     for f in files:
         try:
-            with f.open_input() as fh:
+            fmt = "parquet" if location(f).name.lower().endswith(".parquet") else table_format(f)
+            if fmt != "parquet":
+                total += count_rows(f, fmt)
+                continue
+            with location(f).open_input() as fh:
                 total += pq.read_metadata(fh).num_rows
-        except (pa.ArrowInvalid, OSError):
+        except (pa.ArrowInvalid, OSError, UnknownTableFormat, UnicodeDecodeError):
             return None
     return total
 

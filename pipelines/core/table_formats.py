@@ -129,6 +129,32 @@ def read_head(path: PathLike, fmt: str, types: dict[str, pa.DataType] | None = N
         return _typed(pa.Table.from_batches([batch]), types)
 
 
+def count_rows(path: PathLike, fmt: str) -> int:
+    """Rows of a CSV, TSV or JSON-lines file (gzipped or not), read block by block with
+    Arrow's streaming readers, never held whole (every CSV column read as text, so a
+    later block cannot disagree with the first's types)."""
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+
+    if fmt not in ("csv", "tsv", "jsonl"):
+        raise UnknownTableFormat(f"{path}: format {fmt!r} is none of {', '.join(FORMATS)}")
+    names = [] if fmt == "jsonl" else read_head(path, fmt, None).column_names
+    loc = location(path)
+    _, gz = _suffix_format(loc.name)
+    with loc.open_input() as fh:
+        stream = pa.CompressedInputStream(fh, "gzip") if gz else fh
+        if fmt == "jsonl":
+            if not hasattr(pjson, "open_json"):
+                return pjson.read_json(stream).num_rows
+            reader = pjson.open_json(stream)
+        else:
+            if not names:
+                return 0
+            reader = pcsv.open_csv(stream, parse_options=_parse_options(fmt), convert_options=pcsv.ConvertOptions(
+                column_types={names[0]: pa.string()}, include_columns=names[:1]))
+        return sum(batch.num_rows for batch in reader)
+
+
 def renamed(table: pa.Table, columns: dict[str, str] | None) -> pa.Table:
     """`table` with each of its columns named in `columns` (ours -> theirs) renamed to ours."""
     if not columns:

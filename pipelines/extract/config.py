@@ -62,8 +62,11 @@ class GroundTruthConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    input: ReadPath = Field(description="an `rexeval extract` output folder, or a statements Parquet file")
+    input: ReadPath = Field(description="an `rexeval extract` output folder, or a statements table (Parquet, CSV, "
+                            "TSV or JSON lines, gzipped or not)")
     out: str = Field(description="output folder")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "statements table (e.g. {statement: text, review_id: rid})")
     stage: Literal["auto", "triplet", "candidate", "verified"] = Field(
         "auto", description="statements to use; auto: verified if any exist, else triplet")
     workers: int | None = Field(None, ge=1, description="actors (default: one per CPU)")

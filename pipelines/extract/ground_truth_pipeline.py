@@ -49,8 +49,9 @@ class GroundTruthStage(Stage):
     resources = Resources(cpus=1)
     batch_size = 1
 
-    def __init__(self, output: ShardedOutput, files: dict[int, str], stage: str):
-        self.output, self.files, self.stage = output, files, stage
+    def __init__(self, output: ShardedOutput, files: dict[int, str], stage: str,
+                 rename: dict[str, str] | None = None):
+        self.output, self.files, self.stage, self.rename = output, files, stage, rename
 
     def process(self, batch: pa.Table) -> pa.Table:
         rows = []
@@ -65,7 +66,7 @@ class GroundTruthStage(Stage):
 
     def build(self, shard: int) -> dict[str, int]:
         source = self.files[shard]
-        table = read_table(source, "statements")
+        table = read_table(source, "statements", rename=self.rename)
         table = table.filter(pc.equal(table.column("stage"), self.stage))
         explanations, sentences, errors = ground_truth_shard(table, source=source)
         counts = shard_counts(table, explanations, sentences, errors)
@@ -79,10 +80,12 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
     """Run the job end to end (resuming finished shards) and return the manifest."""
     t0 = time.time()
     files = statement_files(cfg.input)
-    check_schemas(files)
-    stage = resolve_stage(files, cfg.stage)
+    rename = cfg.columns or None
+    check_schemas(files, rename)
+    stage = resolve_stage(files, cfg.stage, rename)
     conf = {"input": [file_record(f) for f in files],
-            "stage": stage, "rules": RULES_VERSION}
+            "stage": stage, "rules": RULES_VERSION,
+            **({"columns": cfg.columns} if cfg.columns else {})}  # no mapping: the hash as before
     job = ShardedJob(ShardedOutput(cfg.out, STAGE, conf, TABLES), len(files), overwrite=overwrite,
                      progress=progress)
     if (manifest := job.finished("ground-truth")) is not None:
@@ -99,7 +102,7 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
         return (f"  shard {row['shard']} done ({k}/{n}): reviews={row['in']} "
                 f"explanations={row['out']} sentences={row['sentences']} errors={row['errors']}")
 
-    job.run(GroundTruthStage(job.output, {i: str(f) for i, f in enumerate(files)}, stage),
+    job.run(GroundTruthStage(job.output, {i: str(f) for i, f in enumerate(files)}, stage, rename),
             workers=cfg.workers, report=report)
     if failures:  # the shards that passed are saved; a re-run after the fix resumes
         raise failures[0]
