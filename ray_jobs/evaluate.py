@@ -27,7 +27,8 @@ def metric_family_names() -> list[str]:
               help="`rexeval ground-truth` output folder: reference texts and statement sentences.")
 @click.option("--statements", multiple=True, type=Where(exists=True),
               help="Statements of the generated explanations (example_id, system, statement, "
-                   "sentiment[, topic]) as Parquet or JSON lines; repeatable.")
+                   "sentiment[, topic]) as Parquet, CSV, TSV or JSON lines, gzipped or not (--columns maps "
+                   "your column names here too); repeatable.")
 @click.option("--extract", is_flag=True, default=None,
               help="Extract statements (seed 000 triplets, with the profile's llm) for the systems "
                    "that came without them.")

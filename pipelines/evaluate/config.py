@@ -48,12 +48,14 @@ class EvaluateConfig(LLMJobSettings):
     explanations: ReadPaths = Field(description="EXPLANATIONS tables: Parquet, CSV, TSV or JSON-lines files "
                                                 "(gzipped or not), folders of Parquet parts, or job folders")
     columns: dict[str, str] = Field(default_factory=dict,
-                                    description="our column name -> yours, for the explanation tables "
+                                    description="our column name -> yours, for the explanation and "
+                                                "statements tables, each taking its own columns' entries "
                                                 "(e.g. {explanation: text, system: model})")
     out: str
     references: OptionalReadPath = Field(None, description="ground-truth job folder (texts + statement sentences)")
     statements: ReadPaths = Field(default_factory=list,
-                                  description="statements of the generated explanations (Parquet or JSONL)")
+                                  description="statements of the generated explanations (Parquet, CSV, TSV or "
+                                              "JSON lines, gzipped or not)")
     extract: bool = Field(False, description="extract statements for systems that came without them")
     domain: str | None = Field(None, description="topic table for --extract (default: generic)")
     metrics: list[str] = Field(default_factory=lambda: [ALL], description="families or metric names")

@@ -185,18 +185,25 @@ def read_references(path: PathLike) -> tuple[dict[str, str], dict[str, list[str]
     return text, sentences, topics, errors
 
 
-def read_statement_rows(paths: Sequence[PathLike]) -> list[tuple[str, int, dict]]:
-    """(source, 1-based row or line, fields) of every EXPLANATION_STATEMENTS row of
-    Parquet or JSONL files (local paths or URIs; the source is the file as given). A
-    JSON line's values are kept as written (`statement_sets` makes a value that is not
-    text an error row); a Parquet column of the wrong type is refused whole."""
+def read_statement_rows(paths: Sequence[PathLike], rename: dict[str, str] | None = None
+                        ) -> list[tuple[str, int, dict]]:
+    """(source, 1-based row or line, fields) of every EXPLANATION_STATEMENTS row of a
+    folder of Parquet parts or a Parquet, CSV, TSV or JSON-lines file, gzipped or not
+    (local paths or URIs; the source is the file as given). `rename` maps our column
+    names to the file's, its entries for this table's columns only (one mapping serves
+    the explanations too). A JSON line's values are kept as written (`statement_sets`
+    makes a value that is not text an error row); a column of the wrong type is refused
+    whole."""
+    names = EXPLANATION_STATEMENTS.names
+    back = {theirs: ours for ours, theirs in (rename or {}).items() if ours in names}
     rows = []
     for path in paths:
         p, src = location(path), given_text(path)
-        if p.suffix in (".jsonl", ".json"):
-            rows += [(src, n, _statement_fields(obj, src, n)) for n, obj in json_lines(p, "explanation_statements")]
+        if not p.is_dir() and told_format(p, "explanation_statements") == "jsonl":
+            rows += [(src, n, _statement_fields({back.get(k, k): v for k, v in obj.items()}, src, n))
+                     for n, obj in json_lines(p, "explanation_statements")]
         else:
-            for source, t in read_parts(path, EXPLANATION_STATEMENTS, "explanation_statements"):
+            for source, t in read_parts(path, EXPLANATION_STATEMENTS, "explanation_statements", rename=rename):
                 rows += [(source, n, r) for n, r in enumerate(t.to_pylist(), start=1)]
     return rows
 
@@ -316,14 +323,16 @@ def input_warnings(errors: pa.Table) -> list[str]:
 def build_examples(explanations: pa.Table, references: PathLike | None = None,
                    statement_files: Sequence[PathLike] = (), limit: int | None = None,
                    systems: Sequence[str] | None = None, known_systems: Sequence[str] = (),
-                   origins: Sequence[tuple[str, int]] | None = None) -> tuple[pa.Table, pa.Table, dict]:
+                   origins: Sequence[tuple[str, int]] | None = None, columns: dict[str, str] | None = None
+                   ) -> tuple[pa.Table, pa.Table, dict]:
     """(EXAMPLES, ERRORS, counts): every explanation row is an example or an error row,
     and so is every statement row and reference sentence. `known_systems` have statement
     sets even where no statement row names them (the extraction stage ran on them and
     found nothing in some explanations). `origins`: (file, 1-based row) of each
-    explanation row (`read_explanation_rows`), named by its error rows."""
+    explanation row (`read_explanation_rows`), named by its error rows. `columns`: our
+    column names -> the statements tables' (their own columns' entries)."""
     ref_text, ref_sent, ref_topics, errors = read_references(references) if references else ({}, {}, {}, [])
-    statement_rows = read_statement_rows(statement_files)
+    statement_rows = read_statement_rows(statement_files, columns)
     gen_sets, gen_systems, bad_statements = statement_sets(statement_rows)
     errors += bad_statements
     explained = set(zip(explanations.column("system").to_pylist(), explanations.column("example_id").to_pylist()))

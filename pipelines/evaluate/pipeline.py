@@ -230,7 +230,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
     # an earlier evaluation only once this one can start. With --extract the examples
     # are built again below, with the statements the extraction found.
     examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
-                                              cfg.systems, origins=origins)
+                                              cfg.systems, origins=origins, columns=cfg.columns)
     top = ShardedOutput(root, JOB, conf, [], owns=EVALUATE_OUTPUTS.paths()).open(overwrite=overwrite)
     extract_errors = None
     if cfg.extract:
@@ -239,7 +239,8 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         if path:
             statement_files.append(path)
         examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
-                                                  cfg.systems, known_systems=extracted, origins=origins)
+                                                  cfg.systems, known_systems=extracted, origins=origins,
+                                                  columns=cfg.columns)
     if extract_errors is not None and extract_errors.num_rows:
         errors = pa.concat_tables([errors, extract_errors])
     write_parquet_atomic(root / EVALUATE_OUTPUTS.examples, examples)
@@ -568,7 +569,7 @@ def extract_statements(cfg: EvaluateConfig, explanations: pa.Table, statement_fi
     from rexeval.pipelines.evaluate.inputs import read_statement_rows
     from rexeval.pipelines.extract.pipeline import ExtractConfig, run_extract
 
-    have = {str(r["system"]) for _, _, r in read_statement_rows(statement_files)}
+    have = {str(r["system"]) for _, _, r in read_statement_rows(statement_files, cfg.columns)}
     t = explanations
     if origins is None:
         origins = [("explanations", n) for n in range(1, t.num_rows + 1)]
