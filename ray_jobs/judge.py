@@ -91,8 +91,9 @@ def _show(report: dict) -> None:
               help="zero (default), one (a human-rated example of another user) or personalised "
                    "(the same user's rating of the same system on another item); needs --examples.")
 @click.option("--examples", type=Where(exists=True, dir_okay=False),
-              help="Parquet of human-rated explanations for one-shot prompts (user_id, item_id, system, "
-                   "explanation, item_description, human_<aspect>...).")
+              help="Human-rated explanations for one-shot prompts (user_id, item_id, system, explanation, "
+                   "item_description, human_<aspect>...): Parquet, CSV, TSV or JSON lines, gzipped or not; "
+                   "--columns maps its columns too.")
 @click.option("--ensemble-missing", type=click.Choice(["skip", "zero"]),
               help="In the ensemble an unreadable score is left out (skip, default) or counts 0 (seed 001).")
 @click.option("--max-tokens", type=int, help="Answer length limit (default 64).")

@@ -54,7 +54,7 @@ class JudgeJobSettings(ChunkedLLMSettings):
     reviews: ReadPaths = Field(default_factory=list, description="ingested reviews to build contexts from")
     max_history: int = Field(10, ge=0)
     columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
-                                    "explanation, contexts, interactions and reviews tables (e.g. "
+                                    "explanation, contexts, interactions, reviews and one-shot examples tables (e.g. "
                                     "{explanation: text, user_id: uid}); each table takes the entries for its "
                                     "own columns")
 
@@ -69,7 +69,8 @@ class LikertJobConfig(JudgeJobSettings):
     aspects: list[str] | None = None
     mode: Literal["single", "multi"] = "multi"
     shots: Literal["zero", "one", "personalised"] = "zero"
-    examples: str | None = Field(None, description="human-rated examples for one-shot prompts")
+    examples: str | None = Field(None, description="human-rated examples for one-shot prompts (any table "
+                                 "format; `columns` maps theirs)")
     ensemble_missing: Literal["skip", "zero"] = "skip"
     max_tokens: int = Field(64, ge=4)
     constrained: bool = Field(True, description="JSON-schema-constrained answers where the backend can")

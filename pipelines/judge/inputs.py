@@ -71,6 +71,71 @@ def read_parquet_frame(path: PathLike) -> pd.DataFrame:
     return read_parquet(location(path)).to_pandas()
 
 
+def as_numbers(df: pd.DataFrame, cols: Sequence[str], source: str, name: str) -> pd.DataFrame:
+    """`cols` as numbers: a CSV or TSV read as text (`read_frame`) holds "4" or "" there;
+    an empty or missing cell is NaN, anything else that is not a number is a SchemaError
+    naming the file, the row (1-based) and the column."""
+    for c in cols:
+        if c not in df.columns or pd.api.types.is_numeric_dtype(df[c]):
+            continue
+        col = df[c].map(lambda v: None if isinstance(v, str) and not v.strip() else v)
+        num = pd.to_numeric(col, errors="coerce")
+        bad = num.isna() & col.notna()
+        if bad.any():
+            i = int(bad.to_numpy().argmax())
+            raise SchemaError(name, source, c, i + 1, f"{col.iloc[i]!r} is not a number")
+        df[c] = num.astype(float)
+    return df
+
+
+def _blank_as_missing(df: pd.DataFrame, cols: Sequence[str]) -> pd.DataFrame:
+    """A CSV or TSV's empty text cells in `cols` as missing (None), as Parquet and JSON
+    lines hold them (CSV has no other way to write one)."""
+    if df.attrs.get("format") in ("csv", "tsv"):
+        for c in cols:
+            if c in df.columns:
+                df[c] = df[c].map(lambda v: None if isinstance(v, str) and v == "" else v).astype(object)
+    return df
+
+
+def pool_columns(aspects: Sequence[str]) -> tuple[str, ...]:
+    """The one-shot pool's own columns for `aspects` (item_description optional)."""
+    from rexeval.pipelines.judge.likert import POOL_COLUMNS
+
+    return (*POOL_COLUMNS, "item_description", *(f"human_{a}" for a in aspects))
+
+
+def read_examples(path: PathLike, aspects: Sequence[str], columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """The Likert judge's one-shot pool (`--examples`): human-rated explanations, any
+    format `read_frame` reads, `columns` (ours -> theirs) renaming its own columns
+    (user_id, item_id, system, explanation, item_description, human_<aspect>). A missing
+    column names the file, the format read and the columns found; a rating that is not a
+    number names its row."""
+    from rexeval.pipelines.judge.likert import POOL_COLUMNS
+
+    p = given_text(path)
+    own = pool_columns(aspects)
+    df = read_frame(path, columns, own, "examples")
+    need_columns(df, [*POOL_COLUMNS, *(f"human_{a}" for a in aspects)], p, "examples")
+    return as_numbers(df, [f"human_{a}" for a in aspects], p, "examples")
+
+
+LIKERT_SCORE_KEYS = ("judge", "example_id", "system", "aspect", "score")
+
+
+def read_likert_scores(path: PathLike, columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """A `judge likert` scores table (likert_scores.parquet, or one of yours in any format
+    `read_frame` reads, `columns` renaming its own columns): the score as a number (an
+    empty cell missing), a CSV's empty text cells missing."""
+    from rexeval.pipelines.judge.likert import SCORE_COLUMNS
+
+    p = given_text(path)
+    df = read_frame(path, columns, SCORE_COLUMNS, "likert scores")
+    need_columns(df, LIKERT_SCORE_KEYS, p, "likert scores")
+    df = _blank_as_missing(df, [c for c in SCORE_COLUMNS if c != "score"])
+    return as_numbers(df, ["score"], p, "likert scores")
+
+
 CONTEXT_TEXTS = ("user_profile", "item_description")  # the ids may be numbers; these must be text
 
 

@@ -116,12 +116,24 @@ def _examples(cfg: LikertJobConfig, root) -> dict:
     """The one-shot pool as the chunks find it: `examples` names the user's file (what the
     chunks' configuration records); a local file with a URI output is also copied under
     the output (`examples_at`), since the chunk actors may run on nodes without that disk."""
+    from rexeval.pipelines.core.io import told_format
+    from rexeval.pipelines.judge.inputs import pool_columns, read_examples
+    from rexeval.pipelines.judge.likert import ASPECTS
+
     given = resolved_text(cfg.examples)  # the config checked that examples are given
+    aspects = cfg.aspects or list(ASPECTS)
+    # The pool's entries of the mapping (one mapping serves every table); none: the key
+    # stays out of the chunks' settings, as before the pool took any format.
+    own = {ours: theirs for ours, theirs in cfg.columns.items() if ours in pool_columns(aspects)}
+    read_examples(given, aspects, own)  # here, before any judge starts: a missing column is named now
+    mapped = {"examples_columns": own} if own else {}
     if is_uri(given) or not is_uri(root):
-        return {"examples": given}
-    staged = root / LIKERT_OUTPUTS.inputs / "examples.parquet"
+        return {"examples": given, **mapped}
+    # The copy keeps the file's format in its name (the readers tell the format by it).
+    gz = ".gz" if given.lower().endswith(".gz") else ""
+    staged = root / LIKERT_OUTPUTS.inputs / f"examples.{told_format(given, 'examples')}{gz}"
     staged.write_bytes(location(given).read_bytes())
-    return {"examples": given, "examples_at": str(staged)}
+    return {"examples": given, "examples_at": str(staged), **mapped}
 
 
 def likert_table(scores: pd.DataFrame) -> str:

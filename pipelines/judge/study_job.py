@@ -10,6 +10,10 @@ averages the members itself, and a stage's own mean would enter it as one more "
     stages:
       pool: {job: likert_pool, with: {runs: ["{likert_open}", "{likert_api}"], judges: [...]}}
 
+A run may also be a scores table of yours: Parquet, CSV, TSV or JSON lines, gzipped or
+not, its columns mapped to ours by `columns:` (e.g. `{score: rating}`); a missing column
+names the file, the format read and the columns found.
+
 `meta_evaluate` reads the pooled table as it reads one `judge likert` output. The same
 judge scoring the same explanation and aspect in two runs is refused (the runs overlap).
 """
@@ -32,10 +36,12 @@ KEYS = ["judge", "example_id", "system", "aspect"]
 class LikertPoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    runs: ReadPaths = Field(min_length=1, description="`judge likert` folders or likert_scores.parquet files")
+    runs: ReadPaths = Field(min_length=1, description="`judge likert` folders or scores files (any table format)")
     out: str
     judges: list[str] = Field(default_factory=list, description="the judges kept, in this order (default: all)")
     keep_ensembles: bool = Field(False, description="keep the `ensemble(...)` rows the runs added")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for a scores "
+                                    "file of yours (e.g. {score: rating, judge: model})")
 
 
 def pool_scores(frames: list, judges: list[str], keep_ensembles: bool = False):
@@ -69,13 +75,13 @@ def run_likert_pool(cfg: LikertPoolConfig, progress: Callable[[str], None] = pri
 
     from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
     from rexeval.pipelines.core.storage import location
-    from rexeval.pipelines.judge.inputs import read_parquet_frame
+    from rexeval.pipelines.judge.inputs import read_likert_scores
     from rexeval.pipelines.judge.jobs import likert_table
 
     frames = []
-    for run in cfg.runs:
+    for run in cfg.runs:  # a run's folder, or a scores table in any format (`columns` maps yours)
         loc = location(run)
-        frames.append(read_parquet_frame(loc / LIKERT_OUTPUTS.scores if loc.is_dir() else loc))
+        frames.append(read_likert_scores(loc / LIKERT_OUTPUTS.scores if loc.is_dir() else run, cfg.columns))
     scores = pool_scores(frames, cfg.judges, cfg.keep_ensembles)
     root = location(cfg.out)
     write_parquet_atomic(root / OUTPUTS.scores, pa.Table.from_pandas(scores, preserve_index=False))

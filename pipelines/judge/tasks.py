@@ -20,13 +20,15 @@ register_task = TASKS.register
 
 @register_task("likert")
 def _likert_task(llm, rows: pd.DataFrame, settings: dict):
-    from rexeval.pipelines.judge.inputs import read_parquet_frame
+    from rexeval.pipelines.judge.inputs import read_examples
     from rexeval.pipelines.judge.likert import LikertConfig, judge_likert
 
-    # `examples_at`: a copy beside the job's output that every node reaches.
+    # `examples_at`: a copy beside the job's output that every node reaches; any table
+    # format, its columns renamed by `examples_columns` (set only when there are some).
+    lcfg = LikertConfig(**settings["likert"])
     where = settings.get("examples_at") or settings.get("examples")
-    examples = read_parquet_frame(where) if where else None
-    scores, stats = judge_likert(llm, rows, LikertConfig(**settings["likert"]), examples=examples)
+    examples = read_examples(where, lcfg.aspects, settings.get("examples_columns")) if where else None
+    scores, stats = judge_likert(llm, rows, lcfg, examples=examples)
     return {"likert": scores}, stats
 
 

@@ -4,6 +4,7 @@ the local disk, the LLM-call cache beside the output, and re-runs that resume fr
 chunk markers in the bucket (no LLM call for a finished chunk)."""
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 
@@ -133,10 +134,13 @@ def test_a_local_one_shot_pool_is_copied_beside_a_uri_output(s3_root, tmp_path):
     """The chunk actors read the one-shot examples; a local file exists only on this
     node, so with a URI output it is copied there, and the chunks' settings still name
     the user's file."""
+    from rexeval.pipelines.judge.inputs import read_examples
     from rexeval.pipelines.judge.jobs import _examples
+    from rexeval.pipelines.judge.likert import ASPECTS
 
     pool = tmp_path / "rated.parquet"
-    write_parquet_atomic(pool, pa.table({"user_id": ["u1"], "human_accuracy": [4.0]}))
+    write_parquet_atomic(pool, pa.table({"user_id": ["u1"], "item_id": ["i1"], "system": ["s"], "explanation": ["e"],
+                                         **{f"human_{a}": [4.0] for a in ASPECTS}}))
     cfg = LikertJobConfig(explanations=["x"], shots="one", examples=str(pool), out=f"{s3_root}/likert")
     got = _examples(cfg, location(cfg.out))
     assert got["examples"] == str(pool.resolve())
@@ -148,3 +152,12 @@ def test_a_local_one_shot_pool_is_copied_beside_a_uri_output(s3_root, tmp_path):
     there = f"{s3_root}/rated.parquet"
     location(there).upload(pool)
     assert _examples(cfg.model_copy(update={"examples": there}), location(cfg.out)) == {"examples": there}
+    # A pool in another format keeps it in the copy's name (the readers tell the format by it).
+    gz = tmp_path / "rated.jsonl.gz"
+    gz.write_bytes(gzip.compress(b'{"uid": "u1", "item_id": "i1", "system": "s", "explanation": "e", '
+                                 b'"human_persuasiveness": 4, "human_transparency": 4, "human_accuracy": 4, '
+                                 b'"human_satisfaction": 4}\n'))
+    got = _examples(cfg.model_copy(update={"examples": str(gz), "columns": {"user_id": "uid"}}), location(cfg.out))
+    assert got["examples_at"] == f"{s3_root}/likert/_inputs/examples.jsonl.gz"
+    assert got["examples_columns"] == {"user_id": "uid"}
+    assert read_examples(got["examples_at"], ASPECTS, {"user_id": "uid"})["user_id"].tolist() == ["u1"]
