@@ -12,6 +12,7 @@ from rexeval.ray_jobs.common import (
     ListedOption,
     RegistryName,
     Where,
+    columns_option,
     config_option,
     llm_options,
     parse_backend_options,
@@ -272,7 +273,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
 
 
 @generate_group.command("llm", cls=ListedCommand, listing=_method_lines)
-@click.argument("data", required=False, type=Where(exists=True, file_okay=False))
+@click.argument("data", required=False, type=Where(exists=True))
 @click.option("--method", "methods", multiple=True, type=RegistryName(_methods), cls=ListedOption,
               help="Generator(s) to run (repeatable): {names} (preference_logic is seed 004's baseline), "
                    "or package.module:Class.")
@@ -298,6 +299,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
               help="YAML of USD per 1M tokens by model; the report then totals the cost.")
 @click.option("--chunk-size", type=int, help="Prompts per shard, the unit of resume (default 16).")
 @click.option("--seed", type=int, help="Seed of the BiasedMF and of sampling (default 0).")
+@columns_option
 @llm_options(model_help="A model of the profile as ROLE=REF: the LLM that writes the explanations is the "
                         "`llm` role, e.g. --model llm=/models/qwen3-8b.")
 @config_option
@@ -305,9 +307,11 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
 def llm_cmd(data, sets, config_file, llm, **flags):
     """Seed 004's explanation generators, prompted (no training of the LLM).
 
-    DATA is a `rexeval ingest` folder (each user's latest review is explained, as seed
-    004 does) or a `rexeval split` folder (the --split interactions, with the same example
-    ids as `rexeval generate run`, so Att2Seq's table can be judged beside these). No
+    DATA is a `rexeval ingest` folder or a reviews table of yours (Parquet, CSV, TSV or
+    JSON lines, gzipped or not; --columns maps your column names to ours): each user's
+    latest review is explained, as seed 004 does. Or a `rexeval split` folder (the --split
+    interactions, with the same example ids as `rexeval generate run`, so Att2Seq's table
+    can be judged beside these). No
     generator reads the review it explains: the known data leaves out every explained
     interaction's (user, item) pair. DATA and --out may be local folders or URIs
     (s3://bucket/run; credentials and endpoint from the standard AWS variables).
@@ -327,6 +331,8 @@ def llm_cmd(data, sets, config_file, llm, **flags):
       rexeval generate llm runs/demo/ingest --method preference_logic --method user_based --out runs/seed004
 
       rexeval generate llm runs/mi/split --method review_extract --method review_summary --limit 200 --out runs/mi/llm
+
+      rexeval generate llm reviews.csv.gz --columns user_id=reviewer,item_id=asin,text=body --method user_based --out runs/mine/llm
 
       rexeval generate llm runs/mi/split --method item_based --profile paper --backend vllm --set mf_dim=64 --out runs/mi/llm
     """

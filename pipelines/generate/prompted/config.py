@@ -22,7 +22,10 @@ PROMPTED_OUTPUTS = Outputs(
 
 
 class PromptedJob(ChunkedLLMSettings):
-    input: ReadPath = Field(description="`rexeval ingest` or `rexeval split` output folder")
+    input: ReadPath = Field(description="`rexeval ingest` or `rexeval split` output folder, or a reviews table "
+                            "(Parquet, CSV, TSV or JSON lines, gzipped or not)")
+    columns: dict[str, str] = Field(default_factory=dict, description="our column name -> yours, for the "
+                                    "reviews (e.g. {user_id: reviewer, text: body})")
     methods: list[str] = Field(description="prompted generators by name, one or more (the METHODS registry: "
                                "user_based, item_based, review_extract, review_summary, preference_logic, ...)")
     split: str = Field("test", description="split to explain (split folders only)")

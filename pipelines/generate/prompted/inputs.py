@@ -6,8 +6,10 @@ interactions of users and items present in the evaluation dataset, excluding the
 mutual interactions". `load_inputs` reads, from a local folder or a URI
 (`pipelines/core/storage.py`), either
 
-- an ingest folder: the interactions to explain are each user's latest review (users
-  with at least two reviews, seed 004 §3.1, `context.last_interactions`); or
+- an ingest folder, or a reviews table of yours (Parquet, CSV, TSV or JSON lines,
+  gzipped or not, its columns mapped to ours by `columns`): the interactions to explain
+  are each user's latest review (users with at least two reviews, seed 004 §3.1,
+  `context.last_interactions`); or
 - a `rexeval split` folder: the interactions of one split (`--split test` by default, the
   same examples `rexeval generate run` decodes, so every system's explanations share
   example ids and can be judged against each other).
@@ -56,8 +58,11 @@ def is_split(path: PathLike) -> bool:
     return all((loc / name).is_dir() for name in SPLIT_NAMES)
 
 
-def _reviews(path: PathLike) -> pd.DataFrame:
-    t = read_table(path, "reviews").to_pandas()
+def _reviews(path: PathLike, columns: dict[str, str] | None = None) -> pd.DataFrame:
+    """A reviews table (a folder of Parquet parts, or a file in any format `io.read_table`
+    reads), `columns` (ours -> theirs) renaming its own columns; a missing column names
+    the file, the format read and the columns found."""
+    t = read_table(path, "reviews", rename=columns or None).to_pandas()
     for c in REVIEW_COLUMNS:
         if c not in t.columns:
             t[c] = None
@@ -82,9 +87,10 @@ def _without_targets(reviews: pd.DataFrame, targets: pd.DataFrame) -> pd.DataFra
 
 
 def load_inputs(path: PathLike, split: str = "test", min_reviews: int = 2,
-                limit: int | None = None) -> Inputs:
-    """The Inputs of an ingest or split folder (see the module docstring); `limit`
-    keeps the first N interactions (by user, item) while `known` stays whole."""
+                limit: int | None = None, columns: dict[str, str] | None = None) -> Inputs:
+    """The Inputs of an ingest or split folder, or of a reviews table as an ingest folder
+    holds it (see the module docstring); `limit` keeps the first N interactions (by user,
+    item) while `known` stays whole. `columns`: our column names -> the reviews'."""
     from rexeval.pipelines.generate.context import last_interactions
 
     p = location(path)
@@ -93,7 +99,7 @@ def load_inputs(path: PathLike, split: str = "test", min_reviews: int = 2,
     if is_split(p):
         if split not in SPLIT_NAMES:
             raise ValueError(f"--split must be one of {list(SPLIT_NAMES)}, got {split!r}")
-        parts = {name: _reviews(p / name) for name in SPLIT_NAMES}
+        parts = {name: _reviews(p / name, columns) for name in SPLIT_NAMES}
         targets = _as_targets(parts[split])
         known_parts = [parts["train"]] + ([parts["valid"]] if split == "test" else [])
         known = pd.concat(known_parts, ignore_index=True)
@@ -101,8 +107,9 @@ def load_inputs(path: PathLike, split: str = "test", min_reviews: int = 2,
         kind = "split"
     else:
         if split != "test":
-            raise ValueError(f"{p} is an ingest folder: --split applies to a `rexeval split` folder only")
-        reviews = _reviews(reviews_path(p))
+            raise ValueError(f"{p} is an ingest folder or a reviews table: --split applies to a `rexeval split` "
+                             "folder only")
+        reviews = _reviews(reviews_path(p), columns)
         last = last_interactions(reviews, min_reviews=min_reviews)
         targets = _as_targets(reviews[reviews["review_id"].isin(last["review_id"])])
         known, valid, kind = reviews, None, "ingest"

@@ -152,8 +152,9 @@ def run_prompted(cfg: PromptedJob, progress: Callable[[str], None] = print) -> d
     root = location(cfg.out)
     cfg = cfg.with_resolved_cache(cfg.out)  # a URI output keeps its LLM calls beside it
     methods = {n: method(n) for n in cfg.methods}
-    inputs = load_inputs(cfg.input, cfg.split, cfg.min_reviews, cfg.limit)
-    progress(f"generate llm: {len(inputs.targets)} interaction(s) to explain from {inputs.kind} folder "
+    inputs = load_inputs(cfg.input, cfg.split, cfg.min_reviews, cfg.limit, cfg.columns)
+    read = f"{inputs.kind} folder" if location(cfg.input).is_dir() else "reviews table"
+    progress(f"generate llm: {len(inputs.targets)} interaction(s) to explain from {read} "
              f"{inputs.source}; {len(inputs.known)} known review(s); method(s) {', '.join(methods)}")
     contexts = _contexts(inputs, cfg.settings)
     mf, mf_report = None, None
