@@ -244,10 +244,16 @@ def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | N
         return validate_table(raw, schema, source=source, name=name)
     except SchemaError as exc:
         if exc.problem.startswith(("required column is missing", "unexpected column")):
-            read_as = f"{FORMAT_NAMES.get(fmt, fmt)} file, " if fmt else ""
-            exc.problem += (f"; {read_as}columns found: {', '.join(raw.column_names) or 'none'} (map yours with "
-                            "--columns OURS=YOURS, or `columns:` in a config)")
+            exc.problem += columns_found(raw.column_names, fmt)
         raise
+
+
+def columns_found(names: Iterable[str], fmt: str | None = None) -> str:
+    """What a missing or unexpected column's message adds: the format the file was read
+    as, the columns it has, and how to map them."""
+    read_as = f"{FORMAT_NAMES.get(fmt, fmt)} file, " if fmt else ""
+    return (f"; {read_as}columns found: {', '.join(map(str, names)) or 'none'} (map yours with "
+            "--columns OURS=YOURS, or `columns:` in a config)")
 
 
 def read_table(path: PathLike, schema: str | pa.Schema, columns: list[str] | None = None,

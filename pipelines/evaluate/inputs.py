@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.io import json_lines, read_raw, table_files, told_format, validated
+from rexeval.pipelines.core.io import columns_found, json_lines, read_raw, table_files, told_format, validated
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows, is_text_type
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
@@ -200,7 +200,7 @@ def read_statement_rows(paths: Sequence[PathLike], rename: dict[str, str] | None
     for path in paths:
         p, src = location(path), given_text(path)
         if not p.is_dir() and told_format(p, "explanation_statements") == "jsonl":
-            rows += [(src, n, _statement_fields({back.get(k, k): v for k, v in obj.items()}, src, n))
+            rows += [(src, n, _statement_fields({back.get(k, k): v for k, v in obj.items()}, src, n, list(obj)))
                      for n, obj in json_lines(p, "explanation_statements")]
         else:
             for source, t in read_parts(path, EXPLANATION_STATEMENTS, "explanation_statements", rename=rename):
@@ -208,17 +208,23 @@ def read_statement_rows(paths: Sequence[PathLike], rename: dict[str, str] | None
     return rows
 
 
-def _statement_fields(obj: dict, source: str, line: int) -> dict:
-    """One JSON line's EXPLANATION_STATEMENTS fields; a field the table does not have, or
-    a required one that is missing, is a mistake in the whole file (raised)."""
+def _statement_fields(obj: dict, source: str, line: int, found: Sequence[str] = ()) -> dict:
+    """One JSON line's EXPLANATION_STATEMENTS fields (renamed to ours); a field the table
+    does not have, or a required one that is missing, is a mistake in the whole file
+    (raised, naming the line, the fields `found` there as written and how to map them,
+    as `io.validated` names a CSV's columns)."""
     names = EXPLANATION_STATEMENTS.names
     for k in obj:
         if k not in names:
             raise SchemaError("explanation_statements", source, k, line,
-                              f"unexpected field (expected {', '.join(names)})")
+                              f"unexpected field (expected {', '.join(names)})"
+                              + columns_found(found or obj, "jsonl"))
     for f in EXPLANATION_STATEMENTS:
         if not f.nullable and obj.get(f.name) is None:
-            raise SchemaError("explanation_statements", source, f.name, line, "required field is missing")
+            problem = "required field is missing"
+            if f.name not in obj:  # absent, not null: perhaps under another name
+                problem += columns_found(found or obj, "jsonl")
+            raise SchemaError("explanation_statements", source, f.name, line, problem)
     return {n: obj.get(n) for n in names}
 
 

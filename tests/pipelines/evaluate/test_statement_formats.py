@@ -49,3 +49,26 @@ def test_a_missing_statement_column_names_the_file_the_format_and_the_columns_fo
         build_examples(expl, paths["references"], [src])  # no mapping
     msg = str(err.value)
     assert src in msg and "CSV file" in msg and "columns found:" in msg and "polarity" in msg
+
+
+def test_a_gzipped_json_lines_column_under_another_name_names_the_columns_found(bench, tmp_path):  # noqa: F811
+    """As the CSV path does (io.validated): the line, the format read, the fields found
+    there and how to map them, for a field of theirs and for one of ours that is absent."""
+    paths, _ = bench
+    expl = read_explanations([paths["explanations"]])
+    rows = pq.read_table(paths["statements"]).to_pylist()
+    src = _write(rows, tmp_path / "st.jsonl.gz")
+    with pytest.raises(SchemaError) as err:
+        build_examples(expl, paths["references"], [src])  # no mapping
+    msg = str(err.value)
+    found = ", ".join(THEIRS.get(k, k) for k in rows[0])
+    assert src in msg and "row 1" in msg and "unexpected field" in msg
+    assert f"JSON-lines file, columns found: {found}" in msg and "--columns OURS=YOURS" in msg
+    # Only the statement's column under another name, mapped: the rest map to ours, and
+    # a required field absent from a line names the fields found too.
+    src = _write([{k: v for k, v in r.items() if k != "statement"} for r in rows], tmp_path / "nost.jsonl.gz")
+    with pytest.raises(SchemaError) as err:
+        build_examples(expl, paths["references"], [src], columns=THEIRS)
+    msg = str(err.value)
+    assert src in msg and "statement" in msg and "required field is missing" in msg
+    assert "JSON-lines file, columns found: " in msg and "polarity" in msg
