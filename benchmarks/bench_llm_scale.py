@@ -77,7 +77,7 @@ REAL_VLLM = {
 }
 
 FULL = {"sizes": [2000, 20000], "engines": 8, "model": EngineModel(), "shard_size": 64, "timeout_s": 3600}
-TINY = {"sizes": [100, 1000], "engines": 2, "shard_size": 32, "timeout_s": 600, "one_process": True,
+TINY = {"sizes": [40, 400], "engines": 2, "shard_size": 32, "timeout_s": 600, "one_process": True,
         "model": EngineModel(load_s=1.0, max_num_seqs=64, step_base_s=0.002, step_decode_s=0.00005,
                              step_prefill_s=0.00001)}
 ARM_OPTIONS = {

@@ -57,6 +57,7 @@ def test_the_verifier_keeps_most_candidates_and_answers_in_the_candidates_shape(
     assert 3 <= len(shown) <= 7 and 60 <= EngineModel().tokens(cands) <= 260  # realistic lengths
 
 
+@pytest.mark.slow
 def test_the_engine_batches_continuously_at_its_modelled_speed():
     """Without Ray: 256 requests through one engine of 64 slots take about their ideal
     (work at a full batch), and never more than 64 sequences run at once."""

@@ -186,6 +186,7 @@ def engine(tiny):
     return build_alignscore(str(ckpt), device="cpu", base_model=str(base), batch_size=8)
 
 
+@pytest.mark.slow
 def test_engine_scores_dedupe_and_match_the_loop(engine):
     gen = GENERATED + [GENERATED[0]]
     ref = REFERENCES + [REFERENCES[0]]

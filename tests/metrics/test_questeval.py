@@ -248,6 +248,7 @@ def manual_greedy(location: str, prompt: str, steps: int) -> str:
     return tok.decode(out[1:], skip_special_tokens=True).strip()
 
 
+@pytest.mark.slow
 def test_generator_is_greedy_and_batch_independent(tiny_t5s):
     qg, _ = tiny_t5s
     gen = qe.get_seq2seq_generator(qg)

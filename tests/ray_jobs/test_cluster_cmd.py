@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -32,6 +33,7 @@ def test_usage_errors_are_one_clear_line(tmp_path, ray_session):
     assert res.exit_code == 2 and "cross_encoder" in res.output and "Traceback" not in res.output
 
 
+@pytest.mark.slow
 def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
     src = _statements(tmp_path / "st.parquet")
     cfg = tmp_path / "c.yaml"
@@ -56,6 +58,7 @@ def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
     assert res.exit_code == 2 and "report.json" in res.output
 
 
+@pytest.mark.slow
 def test_input_out_and_report_may_be_uris(tmp_path, s3_root, ray_session):
     from rexeval.pipelines.core.storage import location
 

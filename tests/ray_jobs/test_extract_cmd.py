@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from click.testing import CliRunner
 
@@ -24,6 +25,7 @@ def test_a_missing_uri_is_a_usage_error(s3_root):
     assert res.exit_code == 2 and "does not exist" in res.output
 
 
+@pytest.mark.slow
 def test_extract_then_ground_truth_from_uris(tmp_path, s3_root, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 6)
     location(f"{s3_root}/ingest/reviews/part-00000.parquet").write_bytes((tmp_path / "reviews.parquet").read_bytes())

@@ -2,6 +2,7 @@
 and clear errors."""
 from __future__ import annotations
 
+import pytest
 from click.testing import CliRunner
 
 from rexeval.ray_jobs.cli import cli
@@ -25,6 +26,7 @@ def test_help_lists_the_commands_and_show_settings_prints_the_papers_defaults():
     assert res.exit_code != 0 and "unknown nrt setting" in res.output
 
 
+@pytest.mark.slow
 def test_train_then_run_through_the_cli(tmp_path, ray_session):
     split, truth = planted_split(tmp_path)
     runner = CliRunner()
@@ -56,6 +58,7 @@ def test_model_takes_the_generator_and_profile_overrides():
     assert res.exit_code != 0 and "unknown generator" in res.output and "xrec" in res.output
 
 
+@pytest.mark.slow
 def test_pepler_backbone_comes_from_the_model_override(tmp_path, ray_session):
     from tests.doubles.tiny_llm import build_tiny_chat_model
 
@@ -74,6 +77,7 @@ def test_pepler_backbone_comes_from_the_model_override(tmp_path, ray_session):
     assert res.exit_code != 0 and "/no/such/model" in res.output
 
 
+@pytest.mark.slow
 def test_generate_llm_through_the_cli(tmp_path, ray_session):
     """`rexeval generate llm` on an ingest folder: one method without an LLM, one with the
     scripted LLM in-process; the summary counts every interaction; bad input is refused

@@ -3,6 +3,7 @@ on a cluster runs them (credentials and endpoint from the AWS variables, no flag
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.storage import location
@@ -11,6 +12,7 @@ from rexeval.ray_jobs.cli import cli
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample"
 
 
+@pytest.mark.slow
 def test_ingest_split_info_from_and_to_s3(s3_root, ray_session, tmp_path):
     for name in ("reviews.jsonl", "reviews_noisy.jsonl", "items.jsonl"):
         (location(s3_root) / "in" / name).upload(SAMPLE / name)

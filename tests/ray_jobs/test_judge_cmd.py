@@ -45,6 +45,7 @@ def test_clear_errors(tmp_path, ray_session):
     assert res.exit_code == 2 and "--contexts" in res.output, res.output
 
 
+@pytest.mark.slow
 def test_likert_with_a_personalised_example_through_the_cli(tmp_path, ray_session):
     expl = _explanations(tmp_path)
     # u1 rated system "mine" on another item: the personalised example for (u1, i1, mine).
@@ -89,6 +90,7 @@ def test_winrate_through_the_cli(tmp_path):
     assert res.exit_code == 2 and "runs" in res.output
 
 
+@pytest.mark.slow
 def test_pairwise_disc_prints_the_reward_models_time_and_cost(tmp_path, ray_session):
     from tests.doubles.tiny_encoders import build_tiny_bert
 

@@ -205,6 +205,7 @@ def endpoints(ray_session):
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
+@pytest.mark.slow
 def test_health_without_token_everything_else_with_it(endpoints):
     for url in endpoints.values():
         assert httpx.get(f"{url}/healthz").json() == {"status": "ok"}

@@ -116,6 +116,7 @@ def manual_yes_probability(scorer: RerankerLLMScorer, a: str, b: str) -> float:
     return float(torch.softmax(torch.stack([last[yes], last[no]]), -1)[0])
 
 
+@pytest.mark.slow
 def test_reranker_is_the_yes_probability(reranker):
     assert isinstance(reranker, RerankerLLMScorer) and reranker.name == "reranker_llm"
     assert reranker.prompt_version.startswith("paraphrase_rerank/v1-")

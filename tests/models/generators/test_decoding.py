@@ -65,6 +65,7 @@ def test_outputs_respect_max_words():
     assert beam(model, user, z, z.float(), 1, beam_size=3) == [[B_], [C]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_greedy_batch_equals_one_row_at_a_time(name):
     model, _, _, valid, _ = pt.trained_planted(name)

@@ -117,6 +117,7 @@ def test_dropout_only_in_training(name):
         assert float(model.losses(batch)["loss"]) == float(model.losses(batch)["loss"])
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 @pytest.mark.parametrize("name", NAMES)
 def test_loss_decreases_on_a_fixed_batch(name):
@@ -291,6 +292,7 @@ def test_planted_ratings_are_predicted_for_unseen_pairs(name):
     assert rmse < 0.5 * spread, (rmse, spread)
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 def test_a_cased_reference_is_matched_by_a_cased_generation():
     """Case survives vocabulary, training and decoding: PETER trained on planted texts
@@ -317,6 +319,7 @@ def test_a_cased_reference_is_matched_by_a_cased_generation():
     assert all(o.startswith("The ") for o in out if o)
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 def test_a_model_blind_to_the_user_fails_the_planted_check():
     """The planted check has teeth: the same training with every user id replaced by 0."""

@@ -44,6 +44,7 @@ def _fit(users, items, ratings, n_users, n_items, epochs=100) -> BiasedMF:
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.learning
 def test_the_planted_ratings_and_groups_are_learned() -> None:
     p = planted_ratings(seed=seeded(0))

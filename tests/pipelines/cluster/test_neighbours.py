@@ -149,6 +149,7 @@ def test_search_pairs_maps_local_rows_to_global_ids(small):
 
 # ----------------------------------------------------------------------------- approximate
 
+@pytest.mark.slow
 def test_ivf_and_hnsw_find_the_near_duplicates():
     x = planted_families(8_000, 32, seed=5)
     groups = np.zeros(len(x), int)
@@ -254,6 +255,7 @@ def test_ray_path_sizes_its_shards_from_the_settings_not_the_cluster(ray_session
     assert [(c["resources"], c["workers"], c["budget_gib"]) for c in calls] == [(want, 3, 0.5)] * 3
 
 
+@pytest.mark.slow
 def test_ray_path_equals_in_process(ray_session, small, monkeypatch):
     """One Ray run covers both index kinds: the largest group is IVF, the others flat. No
     index is built in this process."""

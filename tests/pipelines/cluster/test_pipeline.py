@@ -44,6 +44,7 @@ def _by_text(out: Path) -> dict[tuple[str, str], str]:
     return {(r["statement"], r["sentiment"]): r["cluster_id"] for r in rows}
 
 
+@pytest.mark.slow
 def test_bi_encoder_only_job(tmp_path):
     src = _statements(tmp_path / "st.parquet")
     out = tmp_path / "out"
@@ -90,6 +91,7 @@ def test_bi_encoder_only_job(tmp_path):
     assert {p: p.read_bytes() for p in out.rglob("*.parquet")} == before
 
 
+@pytest.mark.slow
 def test_cross_encoder_filter_runs_on_actors(tmp_path):
     src = _statements(tmp_path / "st.parquet")
     ckpt = tmp_path / "scorer"

@@ -99,6 +99,7 @@ def test_exact_topk_over_parts_is_the_canonical_order_of_the_whole(planted):
 
 # -------------------------------------------------------------------------------- on Ray
 
+@pytest.mark.slow
 def test_flat_shards_give_exactly_the_one_index_pairs_with_ties(ray_session, planted):
     x, groups = planted
     one = candidate_pairs(x, groups, k=8, tau=0.9, kind="flat", workers=1, chunk=CHUNK)
@@ -117,6 +118,7 @@ def test_flat_shards_give_exactly_the_one_index_pairs_with_ties(ray_session, pla
     assert group_bytes > 0
 
 
+@pytest.mark.slow
 def test_ivf_shards_keep_recall_against_exact_search(ray_session):
     """Planted near-duplicates: sharded IVF (centroids trained once, probes found once)
     finds >= 0.99 of the pairs exact search finds, and exactly what one IVF index with
@@ -134,6 +136,7 @@ def test_ivf_shards_keep_recall_against_exact_search(ray_session):
     np.testing.assert_array_equal(sharded.b, one_ivf.b)
 
 
+@pytest.mark.slow
 def test_shards_read_their_own_rows_from_the_embeddings(ray_session, planted, tmp_path, monkeypatch):
     """Given an embeddings folder, no process reads the whole matrix: each shard reads its
     rows from storage; the pairs are those of the in-memory search. A row that is not

@@ -61,6 +61,7 @@ def _driver_builds_nothing(monkeypatch) -> None:
         monkeypatch.setattr(module, name, refuse)
 
 
+@pytest.mark.slow
 def test_star_job_on_s3_equals_the_local_job_and_resumes_from_its_markers(tmp_path, s3_root, monkeypatch):
     src = _statements(tmp_path / "st.parquet")
     uri_src = f"{s3_root}/in/st.parquet"
@@ -100,6 +101,7 @@ def test_star_job_on_s3_equals_the_local_job_and_resumes_from_its_markers(tmp_pa
     assert any("already complete" in m for m in log)
 
 
+@pytest.mark.slow
 def test_extra_job_from_reviews_on_s3_equals_the_local_job(tmp_path, s3_root, monkeypatch):
     _reviews(tmp_path / "ingest")
     _reviews(f"{s3_root}/ingest")
@@ -187,6 +189,7 @@ class FakeProcessor:
         return ds.map(_fake_embed)
 
 
+@pytest.mark.slow
 def test_vllm_embeddings_are_written_by_workers_and_resume(s3_root, monkeypatch):
     import rexeval.models.encoders.embedder as embedder
     from rexeval.pipelines.cluster.embed import embed_texts, read_vectors

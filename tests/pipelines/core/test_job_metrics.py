@@ -128,6 +128,7 @@ def _output(root):
     return ShardedOutput(root, "counting", {"v": 1}, ["values"])
 
 
+@pytest.mark.slow
 def test_a_run_records_each_of_its_shards_once(tmp_path, ray_session, caught):
     earlier = _output(tmp_path).open()
     earlier.write_shard(0, {"values": pa.table({"x": [0]})}, {"in": 10, "out": 10, "errors": 0})  # resumed: not counted

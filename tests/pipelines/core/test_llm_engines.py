@@ -26,6 +26,7 @@ CANDS = json.dumps({"statements": [{"statement": "the zipper sticks", "sentiment
 VERIFIED = json.dumps({"statements": [{"statement": "the zipper of the product sticks", "sentiment": "negative"}]})
 
 
+@pytest.mark.slow
 def test_one_engine_start_per_model_across_repairs_and_retries(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 12)  # 3 shards of 4; every 5th review is empty
     starts = tmp_path / "starts"
@@ -89,6 +90,7 @@ def _through(tmp_path, name: str, address: str, **options):
                          models={"embedder": "none"}, cache=str(tmp_path / f"{name}.sqlite"), shard_size=4)
 
 
+@pytest.mark.slow
 def test_serve_timeout_503s_and_a_killed_replica_exit_75_and_a_rerun_finishes(tmp_path, flaky_judge):
     from rexeval.ray_jobs.common import EXIT_CODES
 
@@ -219,6 +221,7 @@ class FlakyOpenAI:
         self.httpd.server_close()
 
 
+@pytest.mark.slow
 def test_503s_over_http_heal_and_an_outage_waits_for_the_same_command(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 12)
     run_extract(config(tmp_path, "local", "l.sqlite", "l.log"), **QUIET)  # no faults

@@ -38,6 +38,7 @@ def test_stage_runs_in_an_actor_pool(ray_session):
     assert {r["setups"] for r in rows} == {1}  # setup ran once per actor, not per batch
 
 
+@pytest.mark.slow
 def test_run_tasks_yields_one_row_per_task(ray_session):
     class Count(Stage):
         batch_size = 1
@@ -66,6 +67,7 @@ class CannotLoad(Setups):
         raise FileNotFoundError("no model at /nowhere/model.bin")
 
 
+@pytest.mark.slow
 def test_run_tasks_sets_the_stage_up_once_per_shard_as_tasks_or_actors(ray_session):
     # two shards, two workers: Ray tasks, one set-up each
     rows = list(run_tasks([{"shard": i} for i in range(2)], Setups(), concurrency=2))
@@ -75,6 +77,7 @@ def test_run_tasks_sets_the_stage_up_once_per_shard_as_tasks_or_actors(ray_sessi
     assert sorted(r["shard"] for r in rows) == [0, 1, 2, 3] and {r["setups"] for r in rows} == {1}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shards, workers", [(2, 2), (3, 1)], ids=["tasks", "actors"])
 def test_a_worker_that_cannot_set_up_is_one_line(ray_session, shards, workers):
     with pytest.raises(WorkerFailed) as caught:

@@ -34,6 +34,7 @@ def _output(root, config=None):
     return ShardedOutput(root, "squares", config or {"power": 2}, ["values"])
 
 
+@pytest.mark.slow
 def test_a_resumed_job_runs_only_the_missing_shards(tmp_path, ray_session):
     earlier = _output(tmp_path).open()
     for shard in (0, 2):  # a run killed after two shards

@@ -112,6 +112,7 @@ def clean(ray_session, tmp_path_factory):
     return rows(result)
 
 
+@pytest.mark.slow
 def test_phase_ends_after_patience_and_the_next_starts_from_its_best_epoch(clean):
     r = {row["epoch"]: row for row in clean}
     assert [row["epoch"] for row in clean] == list(range(1, 9))  # <= epochs * phases = 10
@@ -132,6 +133,7 @@ def test_phase_ends_after_patience_and_the_next_starts_from_its_best_epoch(clean
     assert [row["best"] for row in clean] == [5.0, 3.0, 3.0, 3.0, 3.0, 2.0, 2.0, 2.0]
 
 
+@pytest.mark.slow
 def test_phase_ends_after_its_epochs_and_the_trial_after_epochs_times_phases(ray_session, tmp_path):
     result, _ = run(tmp_path, BY_EPOCHS)
     assert result.error is None
@@ -144,6 +146,7 @@ def test_phase_ends_after_its_epochs_and_the_trial_after_epochs_times_phases(ray
     assert [row["best_epoch"] for row in out] == [1, 2, 2, 4, 5, 6]
 
 
+@pytest.mark.slow
 def test_a_trial_restored_in_either_phase_gives_the_uninterrupted_curve(ray_session, clean, tmp_path):
     """Crash after e3 (phase 0: the best epoch's parameters wait in the checkpoint) and
     after e5 (phase 1: the restore must rebuild phase 1's optimizer, over a and b, and
@@ -167,6 +170,7 @@ def test_a_trial_restored_in_either_phase_gives_the_uninterrupted_curve(ray_sess
     assert rows(third) == clean
 
 
+@pytest.mark.slow
 def test_a_tune_experiment_on_s3_keeps_its_checkpoints_there_and_resumes_from_them(ray_session, s3_root,
                                                                                    tmp_path):
     """Tune's storage_path takes the storage URI: the experiment state and the trials'

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 
 from rexeval.pipelines.core.io import read_parquet
 from rexeval.pipelines.core.storage import location
@@ -30,6 +31,7 @@ def rows(table, renamed: dict[str, str]) -> list[dict]:
     return [{k: text(v) if isinstance(v, str) else v for k, v in r.items()} for r in table.to_pylist()]
 
 
+@pytest.mark.slow
 def test_train_and_score_on_s3_match_local(data, tmp_path, s3_root):  # noqa: F811
     local = tmp_path / "train"
     report = ep.run_train(train_cfg(data, local), **QUIET)

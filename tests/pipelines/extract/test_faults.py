@@ -18,6 +18,7 @@ def error_types(root) -> list[str]:
     return [e["error_type"] for e in pq.read_table(root / "errors").to_pylist()]
 
 
+@pytest.mark.slow
 def test_flaky_calls_are_retried_and_give_the_same_tables(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 12)
     ref = run_extract(config(tmp_path, "ref", "ref.sqlite", "ref.log"), **QUIET)
@@ -29,6 +30,7 @@ def test_flaky_calls_are_retried_and_give_the_same_tables(tmp_path, ray_session)
     assert "backend_error" not in error_types(tmp_path / "out")
 
 
+@pytest.mark.slow
 def test_an_outage_leaves_its_shard_for_a_plain_rerun(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 12)  # 3 shards of 4
     run_extract(config(tmp_path, "ref", "ref.sqlite", "ref.log"), **QUIET)

@@ -347,6 +347,7 @@ def test_job_counts_and_skips_a_finished_output(tmp_path, ray_session):
     assert tree(tmp_path / "gt") == reference
 
 
+@pytest.mark.slow
 def test_interrupted_job_resumes_to_identical_output(tmp_path, ray_session):
     from rexeval.pipelines.extract.ground_truth_pipeline import run_ground_truth
     from rexeval.pipelines.extract.config import GroundTruthConfig

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from rexeval.pipelines.extract.pipeline import run_extract
 from rexeval.pipelines.extract.config import ExtractConfig
@@ -49,6 +50,7 @@ def files(root: Path) -> dict[str, bytes]:
             for t in ("statements", "errors") for p in sorted((root / t).glob("*.parquet"))}
 
 
+@pytest.mark.slow
 def test_extract_job_accounts_for_every_review_and_reruns_from_cache(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 10)
     m = run_extract(config(tmp_path, "out", "cache.sqlite", "calls.log"), progress=lambda s: None)
@@ -65,6 +67,7 @@ def test_extract_job_accounts_for_every_review_and_reruns_from_cache(tmp_path, r
     assert files(tmp_path / "out") == files(tmp_path / "out2")
 
 
+@pytest.mark.slow
 def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 24)  # 6 shards
     # Reference: an uninterrupted run with its own cache.
@@ -103,6 +106,7 @@ def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_s
     assert calls(tmp_path / "calls.log") <= calls(tmp_path / "ref.log") + 4
 
 
+@pytest.mark.slow
 def test_streamed_job_writes_what_the_extractor_gives_in_one_process(tmp_path, ray_session):
     """The streamed job (passes over Ray Data, shards written by workers) and the
     extractor's own loop in this process give the same rows, shard by shard."""

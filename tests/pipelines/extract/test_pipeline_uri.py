@@ -43,6 +43,7 @@ def local_files(root: Path) -> set[str]:
             if p.is_file() and p.name != "calls.log" and not p.name.startswith("local.sqlite")}
 
 
+@pytest.mark.slow
 def test_extract_on_s3_matches_local_and_reruns_from_any_node_without_calls(tmp_path, s3_root, ray_session,
                                                                          monkeypatch):
     write_reviews(tmp_path / "reviews.parquet", 10)
@@ -79,6 +80,7 @@ def test_extract_on_s3_matches_local_and_reruns_from_any_node_without_calls(tmp_
     assert calls(tmp_path / "calls.log") == 8
 
 
+@pytest.mark.slow
 def test_a_cache_at_a_uri_serves_another_output(tmp_path, s3_root, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 6)
     upload(tmp_path / "reviews.parquet", f"{s3_root}/reviews.parquet")
@@ -105,6 +107,7 @@ def test_workers_get_where_the_reviews_are_not_the_reviews(tmp_path):
     assert abs(sizes[0] - sizes[1]) < 16
 
 
+@pytest.mark.slow
 def test_a_bad_review_fails_the_job_with_its_row_after_the_other_shards(tmp_path, ray_session):
     write_reviews(tmp_path / "reviews.parquet", 12)
     rows = pq.read_table(tmp_path / "reviews.parquet").to_pylist()

@@ -5,6 +5,7 @@ import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from rexeval.pipelines.extract.pipeline import run_extract
 from rexeval.pipelines.extract.config import ExtractConfig
@@ -42,6 +43,7 @@ def test_summary_and_table2_gain_by_hand():
     assert "| toys | 66.67 | 100.00 | +33.33 | 66.67 | 50.00 | -16.67 |" in table
 
 
+@pytest.mark.slow
 def test_extract_quality_job_judges_candidates_and_verified(tmp_path, ray_session):
     rows = [{"review_id": f"r{i}", "user_id": "u", "item_id": "i", "rating": 4.0,
              "timestamp": i, "text": f"review {i}", "category": "toys", "source": "t", "line": i + 1}
@@ -70,6 +72,7 @@ def test_extract_quality_job_judges_candidates_and_verified(tmp_path, ray_sessio
     assert m["counts"]["in"] == 9 and m["counts"]["errors"] == 0
 
 
+@pytest.mark.slow
 def test_unusable_judge_answers_are_counted_not_guessed(tmp_path, ray_session):
     rows = [{"statement_id": f"s{i}", "review_id": "r0", "user_id": "u", "item_id": "i",
              "statement": f"the product is thing {i}", "topic": "price", "sentiment": "positive",

@@ -17,6 +17,8 @@ from tests.doubles.planted_split import NO_TRUTH, planted_split
 from tests.doubles.planted_text import planted_rows
 from tests.doubles.seeds import SEED
 
+pytestmark = pytest.mark.slow  # its fixture trains a PETER once (seconds): the full tier only
+
 # Small enough to train in seconds, big enough to learn the planted sentences.
 SETTINGS = {"emsize": 64, "nhid": 128, "nlayers": 2, "dropout": 0.0, "batch_size": 16, "epochs": 40,
             "patience": 40, "optimizer": "adam", "lr": 0.003, "lr_decay": 1.0, "seed": SEED}

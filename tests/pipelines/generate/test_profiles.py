@@ -87,6 +87,7 @@ def expected_blocks(rows: list[dict]) -> list[str]:
     return [neutralise(r["text"][:CHARS]).strip() for r in rows[:MAX_REVIEWS]]
 
 
+@pytest.mark.slow
 def test_each_request_holds_exactly_its_entitys_latest_training_reviews(split, tmp_path, ray_session,
                                                                        monkeypatch):
     monkeypatch.setattr(profiles, "SHARD_SIZE", 3)  # 8 entities -> 3 shards
@@ -144,6 +145,7 @@ def test_each_request_holds_exactly_its_entitys_latest_training_reviews(split, t
                             "xrec_item_profile": load_prompt("xrec_item_profile").version}
 
 
+@pytest.mark.slow
 def test_failed_or_empty_answers_are_error_rows_and_the_job_goes_on(split, tmp_path, ray_session):
     prompts = {k: load_prompt(n) for k, n in profiles.PROMPTS.items()}
     ents = {(e["kind"], e["id"]): e for e in profile_requests(
@@ -167,6 +169,7 @@ def test_failed_or_empty_answers_are_error_rows_and_the_job_goes_on(split, tmp_p
                                                if k not in {("item", "i2"), ("user", "u3")}}
 
 
+@pytest.mark.slow
 def test_rerun_is_free_and_other_settings_are_refused(split, tmp_path, ray_session):
     llm = settings(tmp_path, [("Title of i2\nITEM>>>\n\nIts reviews", "Plays loud rock.")], cache=True)
     first = run(split, tmp_path / "out", llm)

@@ -89,6 +89,7 @@ def test_gpu_trials_are_the_same_plan_with_a_gpu(ray_session, data_dir, tmp_path
     assert plan["space"]["model"] == "cer"
 
 
+@pytest.mark.slow
 def test_run_train_keeps_the_best_epoch_and_refuses_a_data_setting_grid(ray_session, planted, tmp_path):
     split, truth = planted
     job = TrainJob(data=str(split), truth=str(truth), model="peter", out=str(tmp_path / "run"),
@@ -116,6 +117,7 @@ def scripted_validation(config):
     T.generator_trainable({k: v for k, v in config.items() if k != "script"})
 
 
+@pytest.mark.slow
 def test_a_plateau_multiplies_the_learning_rate_by_a_quarter_once_per_stale_epoch(ray_session, data_dir, tmp_path):
     """PETER's schedule: lr x 0.25 after every epoch that does not beat the best so far,
     never after one that does; each epoch reports the rate it trained with."""

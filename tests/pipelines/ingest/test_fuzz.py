@@ -24,6 +24,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.doubles.review_fuzz import check, fuzz_files
@@ -38,12 +39,14 @@ def _run(ff) -> None:
     assert not outcome.problems, f"{ff.describe()}\n" + "\n".join(outcome.problems)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(fuzz_files("json"))
 def test_fuzzed_json_lines_lose_nothing(ff):
     _run(ff)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(fuzz_files("csv"))
 def test_fuzzed_csv_loses_nothing(ff):

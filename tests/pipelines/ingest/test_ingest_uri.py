@@ -102,6 +102,7 @@ def local(tmp_path_factory, ray_session) -> dict:
 SPLITS = ("train", "valid", "test")
 
 
+@pytest.mark.slow
 def test_ingest_and_split_to_s3_give_the_local_tables_and_bytes(local, s3_root):
     before = sorted(local["root"].rglob("*"))
     for cfg in _configs(local["files"], s3_root):  # inputs on this disk, output on the store
@@ -120,6 +121,7 @@ def test_ingest_and_split_to_s3_give_the_local_tables_and_bytes(local, s3_root):
     assert sorted(local["root"].rglob("*")) == before
 
 
+@pytest.mark.slow
 def test_inputs_on_s3_give_the_same_tables_naming_their_uris(local, s3_root):
     uris = _upload(local["files"], f"{s3_root}/in")
     here = str(local["root"] / "in")
@@ -171,6 +173,7 @@ def _stop_after(text: str, k: int):
     return progress
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [2, "all"], ids=["mid-parse", "before-commit"])
 def test_an_interrupted_ingest_on_s3_resumes_from_its_markers(local, s3_root, after):
     cfg = _configs(local["files"], s3_root)[0]

@@ -210,6 +210,7 @@ def _noisy_file(tmp_path):
     return _write_lines(tmp_path / "noisy.json", lines)
 
 
+@pytest.mark.slow
 def test_ingest_job_counts_duplicates_and_titles(tmp_path, ray_session):
     from rexeval.pipelines.ingest.pipeline import run_ingest
     from rexeval.pipelines.ingest.config import IngestConfig
@@ -235,6 +236,7 @@ def _tree_bytes(root: Path) -> dict[str, bytes]:
             if p.is_file() and "_stage" not in p.parts}
 
 
+@pytest.mark.slow
 def test_interrupted_ingest_resumes_to_identical_output(tmp_path, ray_session):
     from rexeval.pipelines.ingest.pipeline import run_ingest
     from rexeval.pipelines.ingest.config import IngestConfig

@@ -25,6 +25,7 @@ def tables(root) -> tuple[pd.DataFrame, pd.DataFrame]:
     return verdicts, calls
 
 
+@pytest.mark.slow
 def test_pairwise_heals_flaky_calls_and_a_killed_replica_and_an_outage_waits_for_a_rerun(bench, tmp_path):
     expl = pd.read_parquet(bench["explanations"])
     baseline = "ground_truth" if _has(bench, "ground_truth") else _first(bench)

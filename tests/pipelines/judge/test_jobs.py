@@ -42,6 +42,7 @@ def _calls(log) -> int:
     return sum(1 for _ in open(log)) if Path(log).exists() else 0
 
 
+@pytest.mark.slow
 def test_likert_job_through_serve_with_prices_and_resume(bench, tmp_path):
     log = tmp_path / "calls.jsonl"
     prices = tmp_path / "prices.yaml"
@@ -76,6 +77,7 @@ def test_likert_job_through_serve_with_prices_and_resume(bench, tmp_path):
     assert rep2["usage"]["scripted-judge"]["calls"] == 6
 
 
+@pytest.mark.slow
 def test_pairwise_job_win_rates_position_bias_and_errors(bench, tmp_path):
     # A judge biased to the first slot: every pair's two orders disagree -> ties.
     cfg = PairwiseJobConfig(explanations=[bench["explanations"]], reviews=[bench["reviews"]], limit=2,
@@ -102,6 +104,7 @@ def _first(bench):
     return sorted(set(pd.read_parquet(bench["explanations"])["system"]) - {"flipped"})[0]
 
 
+@pytest.mark.slow
 def test_pairwise_rows_without_a_baseline_end_as_error_rows(bench, tmp_path):
     expl = pd.read_parquet(bench["explanations"])
     base = _first(bench)
@@ -148,6 +151,7 @@ class FairLLM(ScriptedLLM):
         return f"You liked {hist} so you will enjoy {_block(user, 'ITEM')[:25]} written with {flaw} here."
 
 
+@pytest.mark.slow
 def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp_path):
     from rexeval.pipelines.judge.jobs import run_detect
     from rexeval.pipelines.judge.config import DetectJobConfig
@@ -171,6 +175,7 @@ def test_detect_job_generates_every_condition_and_scores_a_fair_judge(bench, tmp
     assert "random = 0.5" in (tmp_path / "detect" / "detection.md").read_text()
 
 
+@pytest.mark.slow
 def test_pairwise_job_with_the_reward_model_only(bench, tmp_path):
     from tests.doubles.tiny_encoders import build_tiny_bert
 
@@ -204,6 +209,7 @@ def test_pairwise_job_with_the_reward_model_only(bench, tmp_path):
     assert "reward model" in (tmp_path / "pw" / "pairwise.md").read_text()
 
 
+@pytest.mark.slow
 def test_pairwise_disc_job_reports_seconds_gpus_and_cost(bench, tmp_path, monkeypatch):
     """A scripted reward model on two GPUs and a scripted clock: report.json carries the
     scoring's seconds, GPUs, GPU-hours and cost; pairwise.md the cost table."""

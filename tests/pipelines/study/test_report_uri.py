@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.storage import location
@@ -37,6 +38,7 @@ def _shown(report, here: str) -> dict:
                 "notes": report.notes, "provenance": report.provenance})
 
 
+@pytest.mark.slow
 def test_a_study_folder_on_s3_reports_as_the_local_one(study, s3_root):  # noqa: F811
     from rexeval.pipelines.study.report import build_report
     from rexeval.ray_jobs.study_report import study_report_cmd

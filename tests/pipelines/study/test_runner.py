@@ -51,6 +51,7 @@ def run(tmp_path, data: dict, lines: list[str] | None = None, **kw) -> dict:
     return run_study(plan_of(tmp_path, data), progress=(lines.append if lines is not None else lambda _: None), **kw)
 
 
+@pytest.mark.slow
 def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_path, ray_session):
     first = run(tmp_path, tiny_study())
     assert sorted(first["ran"]) == ["extract@sample", "ingest@sample", "split@sample", "stats@sample"]
@@ -82,6 +83,7 @@ def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_
     assert 0 < counts["train"] < train0  # 70% instead of 80% of each user's reviews
 
 
+@pytest.mark.slow
 def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
     from rexeval.pipelines.study.jobs import StatsConfig
     from tests.doubles.study_jobs import boom
@@ -124,6 +126,7 @@ def _whoami_study(tmp_path, stages: str, **run_kwargs) -> dict:
     return {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in stages}
 
 
+@pytest.mark.slow
 def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
     """Two independent stages at once: each in a process and a Ray job of its own, never
     in the study driver's (threads of one driver share Tune's, Serve's and Ray Data's
@@ -136,6 +139,7 @@ def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
     assert len({a["ray_job"], b["ray_job"], ray.get_runtime_context().get_job_id()}) == 3
 
 
+@pytest.mark.slow
 def test_a_stages_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
     """A stage's own lines reach `job_lines` (the terminal under --verbose), the study's
     lines `progress`; both are in the stage's log file."""
@@ -205,6 +209,7 @@ def test_two_tune_stages_at_once(tmp_path, ray_session):
         assert json.loads((tmp_path / "out" / "sample" / name / "train.json").read_text())["best"]["epoch"] >= 1
 
 
+@pytest.mark.slow
 def test_changing_one_metric_setting_recomputes_that_metric_alone(tmp_path, ray_session):
     """The NLI model of an evaluate stage changes: the study re-runs that stage only, and
     the stage recomputes the NLI family only (BLEU/ROUGE stay as they were)."""

@@ -127,6 +127,7 @@ MODEL_FREE = {"seed000": ["ingest@toys", "split@toys", "stats@toys"], "seed001":
               "seed002": ["ingest@toys"], "seed003": ["ingest@recoexp"], "seed004": ["ingest@alert", "curate@alert"]}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
 def test_each_seed_studys_model_free_stages_run_on_planted_inputs(seed, data, tmp_path, ray_session):
     from rexeval.pipelines.study.plan import build_plan

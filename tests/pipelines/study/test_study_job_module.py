@@ -75,6 +75,7 @@ def test_a_plan_checks_its_settings_like_any_job(tmp_path):
         plan_of(tmp_path, data)
 
 
+@pytest.mark.slow
 def test_statement_stats_runs_in_a_study_and_is_reported(tmp_path, ray_session):
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.pipelines.core.io import read_table

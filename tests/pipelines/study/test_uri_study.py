@@ -131,6 +131,7 @@ def test_dry_run_with_a_uri_out_writes_nothing(tmp_path, s3_root, jobs):
 # ------------------------------------------------------------------ runs
 
 
+@pytest.mark.slow
 def test_a_study_on_s3_equals_the_local_run_and_a_second_run_does_nothing(tmp_path, s3_root, jobs, ray_session,
                                                                           monkeypatch):
     import tempfile

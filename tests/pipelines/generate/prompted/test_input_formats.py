@@ -59,6 +59,7 @@ def test_a_missing_column_names_the_file_the_format_and_the_columns_found(tmp_pa
     assert path in msg and "CSV file" in msg and "text" in msg and "columns found: review_id, user_id" in msg
 
 
+@pytest.mark.slow
 def test_generate_llm_explains_a_csv_under_other_names_as_the_parquet_file(tmp_path, ray_session):
     from rexeval.ray_jobs.cli import cli
 

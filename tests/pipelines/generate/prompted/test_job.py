@@ -11,6 +11,8 @@ from rexeval.pipelines.generate.prompted.config import PromptedJob
 from rexeval.pipelines.generate.prompted.job import run_prompted
 from tests.doubles.planted_shop import planted_ingest
 
+pytestmark = pytest.mark.slow  # its fixture runs the whole prompted job once: the full tier only
+
 ALL = ["user_based", "item_based", "review_extract", "review_summary", "preference_logic", "item_only"]
 GOOD = "This fits the way you play, so you will enjoy every practice session and every gig with it."
 
