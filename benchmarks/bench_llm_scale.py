@@ -46,7 +46,7 @@ machine: 2 conversation workers with 16 shards of 64 reviews each in flight (str
 processor actors with batches of 64 rows (passes).
 
     python benchmarks/bench_llm_scale.py              # ~30 min on 2 cores; writes results/llm_scale.json
-    python benchmarks/bench_llm_scale.py --tiny       # < 2 min, same keys (CI's smoke test)
+    python benchmarks/bench_llm_scale.py --tiny       # ~3 min, same keys (CI's smoke test)
 """
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def arm_summary(runs: dict[int, dict], sizes: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tiny", action="store_true", help="a smoke run in under 2 minutes, same keys")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run (about 3 minutes on 2 cores), same keys")
     ap.add_argument("--sizes", help="comma-separated review counts, smallest first (1x ... 10x)")
     ap.add_argument("--engines", type=int)
     ap.add_argument("--load-s", type=float)
