@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.cluster import steps
 from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
-from rexeval.pipelines.core.io import ShardedOutput, table_files
+from rexeval.pipelines.core.io import ShardedOutput, table_files, unset_fields
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
@@ -210,7 +210,7 @@ def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                                      "memory_per_worker", "resources_per_worker", "neighbour_workers", "index_shard_gib",
                                      "shard_size",
                                      "embed_batch_size", "pair_batch_size", "device"}
-                                     | (set() if cfg.columns else {"columns"}))  # no mapping: the hash as before
+                                     | unset_fields(cfg, "columns"))
     conf = {**hashed, "input": src, "encoders": {k: v for k, v in enc.items() if not k.endswith("location")},
             "rules": CLUSTER_RULES_VERSION}
     job = ShardedJob(ShardedOutput(cfg.out, JOB, conf, TABLES + ([CLUSTER_OUTPUTS.statements] if stage == "extra" else []),

@@ -40,6 +40,13 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def unset_fields(cfg: Any, *names: str) -> set[str]:
+    """The named settings of `cfg` left empty (a `columns` mapping not given): what a job
+    leaves out of its settings' hash, so a folder written before the field existed keeps
+    its hash and resumes."""
+    return {n for n in names if not getattr(cfg, n, None)}
+
+
 _DIGESTS: dict[tuple[str, int, int, int], str] = {}
 
 

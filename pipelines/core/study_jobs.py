@@ -142,13 +142,12 @@ def has_field(config: type[BaseModel], name: str) -> bool:
 
 def write_manifest(cfg, job: str, counts: dict[str, Any], file: str = MANIFEST, **extra: Any) -> dict:
     """The manifest of a job the study runs itself (JSON-safe), written to OUT/`file`."""
-    from rexeval.pipelines.core.io import config_hash, write_json_atomic
+    from rexeval.pipelines.core.io import config_hash, unset_fields, write_json_atomic
     from rexeval.pipelines.core.storage import location
 
-    # An empty `columns` mapping stays out of the hash, as it was before the field existed.
-    unmapped = {"columns"} if getattr(cfg, "columns", None) == {} else set()
     manifest = {"job": job, "status": "complete", "config": cfg.model_dump(),
-                "config_hash": config_hash(cfg.model_dump(exclude={"out"} | unmapped)), "counts": counts, **extra}
+                "config_hash": config_hash(cfg.model_dump(exclude={"out"} | unset_fields(cfg, "columns"))),
+                "counts": counts, **extra}
     manifest = json.loads(json.dumps(manifest, default=float))
     write_json_atomic(location(cfg.out) / file, manifest)
     return manifest

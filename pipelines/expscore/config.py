@@ -6,6 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.models.expscore import TrainSettings
+from rexeval.pipelines.core.io import unset_fields
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath, ReadPaths
 
@@ -64,7 +65,7 @@ class ExpScoreInputs(BaseModel):
     def recorded(self) -> dict:
         """The settings a job folder is keyed by; `models` and `columns` only when given,
         so folders written before those fields existed keep their hash."""
-        return self.model_dump(exclude=(set() if self.models else {"models"}) | (set() if self.columns else {"columns"}))
+        return self.model_dump(exclude=unset_fields(self, "models", "columns"))
 
 
 class ExpScoreTrainConfig(ExpScoreInputs):

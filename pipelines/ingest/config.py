@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rexeval.pipelines.core.inputs import file_record, reviews_path
+from rexeval.pipelines.core.io import unset_fields
 from rexeval.pipelines.core.outputs import table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath, ReadPaths
 from rexeval.pipelines.core.schema import SPLIT_NAMES
@@ -101,6 +102,5 @@ class SplitConfig(BaseModel):
     def output_config(self) -> dict:
         src = reviews_path(self.input)
         files = src.glob("*.parquet") if src.is_dir() else [src]
-        # No mapping leaves the settings' hash as it was before `columns` existed.
-        exclude = {"out", "input"} | (set() if self.columns else {"columns"})
+        exclude = {"out", "input"} | unset_fields(self, "columns")
         return {**self.model_dump(exclude=exclude), "input": [file_record(f) for f in files]}

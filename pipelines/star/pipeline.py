@@ -19,6 +19,7 @@ from rexeval.pipelines.core.io import (
     ShardedOutput,
     config_hash,
     table_files,
+    unset_fields,
     write_json_atomic,
 )
 from rexeval.pipelines.core.storage import is_uri, local_copy, location
@@ -75,8 +76,7 @@ def run_build(cfg: BuildConfig, overwrite: bool = False, progress: Callable[[str
                                   rename=cfg.columns).materialize()
         stage, rows = dataset_stage(statements, cfg.stage), table_rows(files) or 0
     reviews_src = _reviews_source(cfg)
-    # No mapping leaves the settings' hash as it was before `columns` existed.
-    conf = {**cfg.model_dump(exclude={"out"} | (set() if cfg.columns else {"columns"})), "stage": stage,
+    conf = {**cfg.model_dump(exclude={"out"} | unset_fields(cfg, "columns")), "stage": stage,
             "reviews": str(reviews_src)}
     job = ShardedJob(ShardedOutput(cfg.out, BUILD_JOB, conf, list(BUILD_TABLES), owns=STAR_BUILD_OUTPUTS.paths()),
                      1, overwrite=overwrite, progress=progress)

@@ -5,9 +5,6 @@ unknown format or a missing column names the file, the format read and the colum
 found. Planted data; a hashing bag-of-words stands in for the sentence encoder."""
 from __future__ import annotations
 
-import gzip
-import json
-
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
@@ -16,6 +13,7 @@ import pytest
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.expscore import pipeline as ep
 from tests.doubles.encoder import HashingEncoder
+from tests.doubles.table_files import write_frame_as
 
 QUIET = dict(encoder=HashingEncoder(), progress=lambda m: None)
 WORDS = ["warm", "bright", "cheap", "sturdy", "noisy", "clean", "loud", "thin", "rich", "dull"]
@@ -40,19 +38,6 @@ def _reviews() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _write(df: pd.DataFrame, path, columns=None) -> str:
-    df = df.rename(columns={ours: theirs for ours, theirs in (columns or {}).items()})
-    name = str(path)
-    if name.endswith(".parquet"):
-        df.to_parquet(path)
-    elif name.endswith(".csv"):
-        df.to_csv(path, index=False)
-    else:
-        lines = "".join(json.dumps(r) + "\n" for r in df.to_dict("records"))
-        path.write_bytes(gzip.compress(lines.encode()) if name.endswith(".gz") else lines.encode())
-    return name
-
-
 def _scores(folder) -> pd.DataFrame:
     return pq.read_table(folder / "scores.parquet").to_pandas().drop(columns=["source"]).set_index("example_id")
 
@@ -67,8 +52,8 @@ def _train(tmp_path, name, inputs, reviews, columns=None):
 @pytest.fixture(scope="module")
 def parquet_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("es_formats")
-    expl = _write(_explanations(), tmp / "rated.parquet")
-    reviews = _write(_reviews(), tmp / "reviews.parquet")
+    expl = write_frame_as(_explanations(), tmp / "rated.parquet")
+    reviews = write_frame_as(_reviews(), tmp / "reviews.parquet")
     out, report = _train(tmp, "parquet", expl, reviews)
     return tmp, out, report
 
@@ -79,8 +64,8 @@ def test_train_and_score_read_csv_and_gzipped_json_lines_under_other_names(parqu
                                                                           reviews_name):
     _, want_out, want = parquet_run
     columns = {**EXPL_THEIRS, **REVIEWS_THEIRS}  # one mapping, two tables: text=body never renames `text`
-    expl = _write(_explanations(), tmp_path / expl_name, EXPL_THEIRS)
-    reviews = _write(_reviews(), tmp_path / reviews_name, REVIEWS_THEIRS)
+    expl = write_frame_as(_explanations(), tmp_path / expl_name, EXPL_THEIRS)
+    reviews = write_frame_as(_reviews(), tmp_path / reviews_name, REVIEWS_THEIRS)
     out, got = _train(tmp_path, "mine", expl, reviews, columns)
     assert got["counts"] == want["counts"] and got["counts"]["errors"] == 0
     pd.testing.assert_frame_equal(_scores(out), _scores(want_out))
@@ -106,13 +91,13 @@ def test_no_mapping_keeps_the_settings_hash(parquet_run):
 
 def test_a_missing_column_names_the_file_the_format_and_the_columns_found(parquet_run, tmp_path):
     tmp = parquet_run[0]
-    expl = _write(_explanations(), tmp_path / "rated.jsonl.gz", EXPL_THEIRS)
+    expl = write_frame_as(_explanations(), tmp_path / "rated.jsonl.gz", EXPL_THEIRS)
     with pytest.raises(SchemaError) as err:
         _train(tmp_path, "a", expl, str(tmp / "reviews.parquet"))  # no mapping given
     msg = str(err.value)
     assert expl in msg and "JSON-lines file" in msg and "explanation" in msg
     assert "columns found: example_id, text, asin, stars, features" in msg and "--columns" in msg
-    reviews = _write(_reviews(), tmp_path / "reviews.csv", REVIEWS_THEIRS)
+    reviews = write_frame_as(_reviews(), tmp_path / "reviews.csv", REVIEWS_THEIRS)
     with pytest.raises(SchemaError) as err:
         _train(tmp_path, "b", str(tmp / "rated.parquet"), reviews, {"item_id": "asin"})  # text, review_id unmapped
     msg = str(err.value)
@@ -131,8 +116,8 @@ def test_an_unknown_format_is_named(parquet_run, tmp_path):
 def test_on_ray_the_reviews_read_in_another_format_under_other_names(parquet_run, tmp_path):
     """`ray: always`: the reviews are read by Ray Data (`runtime.read_dataset`, rename=)."""
     _, want_out, want = parquet_run
-    expl = _write(_explanations(), tmp_path / "rated.csv", EXPL_THEIRS)
-    reviews = _write(_reviews(), tmp_path / "reviews.jsonl.gz", REVIEWS_THEIRS)
+    expl = write_frame_as(_explanations(), tmp_path / "rated.csv", EXPL_THEIRS)
+    reviews = write_frame_as(_reviews(), tmp_path / "reviews.jsonl.gz", REVIEWS_THEIRS)
     cfg = ep.ExpScoreTrainConfig(inputs=[expl], reviews=reviews, out=str(tmp_path / "ray"), head="linear",
                                  max_epochs=300, test_fraction=0.25, max_reviews_per_item=5, ray="always",
                                  columns={**EXPL_THEIRS, **REVIEWS_THEIRS})

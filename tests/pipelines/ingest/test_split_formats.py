@@ -5,12 +5,7 @@ format we read, or one lacking a column, is refused before Ray runs anything, na
 file, the format and the columns found."""
 from __future__ import annotations
 
-import gzip
-import json
-
 import pyarrow as pa
-import pyarrow.csv as pcsv
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -19,6 +14,7 @@ from rexeval.pipelines.core.schema import REVIEWS, SPLIT_NAMES, SchemaError
 from rexeval.pipelines.ingest.config import SplitConfig
 from rexeval.pipelines.ingest.split_pipeline import run_split
 from rexeval.ray_jobs.split import split_cmd
+from tests.doubles.table_files import write_arrow_as
 from tests.doubles.whole_tables import reviews_rows
 
 THEIRS = {"user_id": "reviewer", "item_id": "asin", "timestamp": "time", "text": "body"}
@@ -32,22 +28,8 @@ def _rows() -> list[dict]:
     return rows
 
 
-def _write(rows: list[dict], path, rename: dict[str, str] | None = None):
-    rename = rename or {}
-    table = pa.Table.from_pylist(rows, schema=REVIEWS)
-    table = table.rename_columns([rename.get(c, c) for c in table.column_names])
-    name = path.name.removesuffix(".gz")
-    if name.endswith(".parquet"):
-        pq.write_table(table, path)
-        return path
-    if name.endswith(".csv"):
-        sink = pa.BufferOutputStream()
-        pcsv.write_csv(table, sink)
-        data = sink.getvalue().to_pybytes()
-    else:
-        data = "".join(json.dumps(r) + "\n" for r in table.to_pylist()).encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
+def _table() -> pa.Table:
+    return pa.Table.from_pylist(_rows(), schema=REVIEWS)
 
 
 def _split(source, out, **settings) -> dict[str, pa.Table]:
@@ -59,16 +41,16 @@ def _split(source, out, **settings) -> dict[str, pa.Table]:
 @pytest.mark.parametrize("name", ["reviews.csv", "reviews.jsonl.gz"])
 def test_a_csv_or_gzipped_json_lines_file_under_other_names_splits_as_the_parquet_one(tmp_path, ray_session,
                                                                                       name):
-    want = _split(_write(_rows(), tmp_path / "reviews.parquet"), tmp_path / "ours")
+    want = _split(write_arrow_as(_table(), tmp_path / "reviews.parquet"), tmp_path / "ours")
     assert all(t.num_rows for t in want.values())
-    theirs = _write(_rows(), tmp_path / name, THEIRS)
+    theirs = write_arrow_as(_table(), tmp_path / name, THEIRS)
     got = _split(theirs, tmp_path / "theirs", columns=THEIRS)
     for n in SPLIT_NAMES:
         assert got[n].equals(want[n]), n
 
 
 def test_a_missing_column_or_an_unknown_format_is_refused_before_any_work(tmp_path, ray_session):
-    theirs = _write(_rows(), tmp_path / "reviews.jsonl.gz", THEIRS)
+    theirs = write_arrow_as(_table(), tmp_path / "reviews.jsonl.gz", THEIRS)
     with pytest.raises(SchemaError) as err:
         _split(theirs, tmp_path / "o", columns={k: v for k, v in THEIRS.items() if k != "timestamp"})
     text = str(err.value)
@@ -87,10 +69,10 @@ def test_a_missing_column_or_an_unknown_format_is_refused_before_any_work(tmp_pa
 
 
 def test_the_columns_flag_reaches_the_split(tmp_path, ray_session):
-    theirs = _write(_rows(), tmp_path / "reviews.csv", THEIRS)
+    theirs = write_arrow_as(_table(), tmp_path / "reviews.csv", THEIRS)
     flags = ",".join(f"{k}={v}" for k, v in THEIRS.items())
     res = CliRunner().invoke(split_cmd, [str(theirs), "--out", str(tmp_path / "o"), "--method", "leave-last-two",
                                          "--columns", flags])
     assert res.exit_code == 0, res.output
-    want = _split(_write(_rows(), tmp_path / "reviews.parquet"), tmp_path / "ours")
+    want = _split(write_arrow_as(_table(), tmp_path / "reviews.parquet"), tmp_path / "ours")
     assert read_table(tmp_path / "o" / "test", "reviews").equals(want["test"])

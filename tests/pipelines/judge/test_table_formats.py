@@ -4,9 +4,6 @@ with `columns`, give what the Parquet file gives; an unknown format or a missing
 names the file, the format read and the columns found."""
 from __future__ import annotations
 
-import gzip
-import json
-
 import pandas as pd
 import pytest
 
@@ -14,6 +11,7 @@ from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.judge.config import DetectJobConfig
 from rexeval.pipelines.judge.inputs import load_contexts, read_contexts
 from rexeval.pipelines.judge.jobs import detect_contexts
+from tests.doubles.table_files import write_frame_as
 
 CTX = pd.DataFrame({"user_id": ["u1", "u2", "007"], "item_id": ["i1", "i2", "i3"],
                     "user_profile": ["bought strings", "", "a capo, picks"],
@@ -22,25 +20,10 @@ THEIRS = {"user_id": "uid", "item_id": "asin", "item_description": "title"}  # o
 INTER = pd.DataFrame({"user_id": ["007", "u1"], "item_id": ["i3", "i1"]})
 
 
-def _write(df: pd.DataFrame, path, columns=None):
-    df = df.rename(columns={ours: theirs for ours, theirs in (columns or {}).items()})
-    name = str(path)
-    if name.endswith(".parquet"):
-        df.to_parquet(path)
-    elif name.endswith(".csv"):
-        df.to_csv(path, index=False)
-    elif name.endswith(".tsv"):
-        df.to_csv(path, index=False, sep="\t")
-    else:
-        lines = "".join(json.dumps(r) + "\n" for r in df.to_dict("records"))
-        path.write_bytes(gzip.compress(lines.encode()) if name.endswith(".gz") else lines.encode())
-    return str(path)
-
-
 @pytest.mark.parametrize("name", ["ctx.csv", "ctx.jsonl.gz", "ctx.tsv"])
 def test_contexts_in_other_formats_and_names_read_as_the_parquet_ones(tmp_path, name):
-    want = read_contexts(_write(CTX, tmp_path / "ctx.parquet"))
-    got = read_contexts(_write(CTX, tmp_path / name, THEIRS), THEIRS)
+    want = read_contexts(write_frame_as(CTX, tmp_path / "ctx.parquet"))
+    got = read_contexts(write_frame_as(CTX, tmp_path / name, THEIRS), THEIRS)
     pd.testing.assert_frame_equal(got, want)
     assert got["user_id"].tolist()[2] == "007"  # an id stays as written
     inter = CTX[["user_id", "item_id"]]
@@ -49,13 +32,13 @@ def test_contexts_in_other_formats_and_names_read_as_the_parquet_ones(tmp_path, 
 
 @pytest.mark.parametrize("name", ["inter.csv", "inter.jsonl.gz"])
 def test_detect_interactions_and_contexts_in_other_formats(tmp_path, name):
-    want = detect_contexts(DetectJobConfig(contexts=_write(CTX, tmp_path / "ctx.parquet"),
-                                           interactions=_write(INTER, tmp_path / "inter.parquet"),
+    want = detect_contexts(DetectJobConfig(contexts=write_frame_as(CTX, tmp_path / "ctx.parquet"),
+                                           interactions=write_frame_as(INTER, tmp_path / "inter.parquet"),
                                            out=str(tmp_path / "out")))
     assert want["user_id"].tolist() == ["007", "u1"]
     ctx = "ctx.jsonl.gz" if name.endswith(".csv") else "ctx.csv"
-    got = detect_contexts(DetectJobConfig(contexts=_write(CTX, tmp_path / ctx, THEIRS),
-                                          interactions=_write(INTER, tmp_path / name, THEIRS),
+    got = detect_contexts(DetectJobConfig(contexts=write_frame_as(CTX, tmp_path / ctx, THEIRS),
+                                          interactions=write_frame_as(INTER, tmp_path / name, THEIRS),
                                           columns=THEIRS, out=str(tmp_path / "out")))
     pd.testing.assert_frame_equal(got, want)
 
@@ -64,20 +47,20 @@ def test_a_mapping_renames_only_the_tables_own_columns(tmp_path):
     """One mapping serves the explanations and the contexts: explanation=title never
     turns the contexts' title into an explanation column."""
     columns = {**THEIRS, "explanation": "item_description"}
-    path = _write(CTX, tmp_path / "ctx.csv", THEIRS)
+    path = write_frame_as(CTX, tmp_path / "ctx.csv", THEIRS)
     assert read_contexts(path, columns)["item_description"].tolist() == CTX["item_description"].tolist()
 
 
 def test_a_missing_column_names_the_file_the_format_and_the_columns_found(tmp_path):
-    path = _write(CTX, tmp_path / "ctx.jsonl.gz", THEIRS)
+    path = write_frame_as(CTX, tmp_path / "ctx.jsonl.gz", THEIRS)
     with pytest.raises(SchemaError) as err:
         read_contexts(path)  # no mapping given
     msg = str(err.value)
     assert path in msg and "JSON-lines file" in msg and "columns found: uid, asin, user_profile, title" in msg
     assert "--columns" in msg
-    inter = _write(INTER.rename(columns={"item_id": "asin"}), tmp_path / "inter.csv")
+    inter = write_frame_as(INTER.rename(columns={"item_id": "asin"}), tmp_path / "inter.csv")
     with pytest.raises(SchemaError) as err:
-        detect_contexts(DetectJobConfig(contexts=_write(CTX, tmp_path / "ctx.parquet"), interactions=inter,
+        detect_contexts(DetectJobConfig(contexts=write_frame_as(CTX, tmp_path / "ctx.parquet"), interactions=inter,
                                         out=str(tmp_path / "out")))
     msg = str(err.value)
     assert inter in msg and "CSV file" in msg and "item_id" in msg and "columns found: user_id, asin" in msg
@@ -129,10 +112,10 @@ def _one_shot(tmp_path, examples: str, columns=None):
 def test_one_shot_examples_in_other_formats_and_names_judge_as_the_parquet_ones(tmp_path, name):
     from tests.pipelines.judge.test_likert import pool
 
-    want, want_prompts, plain = _one_shot(tmp_path, _write(pool(), tmp_path / "rated.parquet"))
+    want, want_prompts, plain = _one_shot(tmp_path, write_frame_as(pool(), tmp_path / "rated.parquet"))
     assert "examples_columns" not in plain  # no mapping: the chunks' settings as before
     assert want["shot_example"].notna().all()
-    got, prompts, settings = _one_shot(tmp_path, _write(pool(), tmp_path / name, POOL_THEIRS),
+    got, prompts, settings = _one_shot(tmp_path, write_frame_as(pool(), tmp_path / name, POOL_THEIRS),
                                        {**POOL_THEIRS, "item_id": "asin", "example_id": "id"})
     assert settings["examples_columns"] == {**POOL_THEIRS, "item_id": "asin"}  # the pool's own entries only
     pd.testing.assert_frame_equal(got, want)
@@ -144,7 +127,7 @@ def test_one_shot_examples_missing_a_column_are_named_before_any_judge(tmp_path)
     from rexeval.pipelines.judge.jobs import _examples
     from tests.pipelines.judge.test_likert import pool
 
-    path = _write(pool(), tmp_path / "rated.csv", POOL_THEIRS)
+    path = write_frame_as(pool(), tmp_path / "rated.csv", POOL_THEIRS)
     cfg = LikertJobConfig(explanations=["x"], shots="one", examples=path, out=str(tmp_path / "out"))
     with pytest.raises(SchemaError) as err:
         _examples(cfg, tmp_path / "out")  # no mapping given
@@ -153,7 +136,7 @@ def test_one_shot_examples_missing_a_column_are_named_before_any_judge(tmp_path)
     assert "columns found: uid, item_id, system, text, item_description, human_persuasiveness" in msg
     bad = pool().astype({"human_accuracy": object})
     bad.loc[2, "human_accuracy"] = "good"
-    path = _write(bad, tmp_path / "bad.jsonl.gz")
+    path = write_frame_as(bad, tmp_path / "bad.jsonl.gz")
     with pytest.raises(SchemaError) as err:
         _examples(cfg.model_copy(update={"examples": path}), tmp_path / "out")
     assert path in str(err.value) and "human_accuracy" in str(err.value) and "'good' is not a number" in str(err.value)
@@ -171,9 +154,9 @@ def test_likert_pool_reads_scores_tables_in_other_formats_and_names(tmp_path, na
     api.loc[1, "score"] = float("nan")  # an unreadable answer stays missing
     api.loc[2, "shot_example"] = "u1|i9|user"
     opened = run_folder(tmp_path, "open", scores(["qwen-14b"], 3.0))
-    want = run_likert_pool(LikertPoolConfig(runs=[str(opened), _write(api, tmp_path / "api.parquet")],
+    want = run_likert_pool(LikertPoolConfig(runs=[str(opened), write_frame_as(api, tmp_path / "api.parquet")],
                                             out=str(tmp_path / "want")), progress=lambda s: None)
-    got = run_likert_pool(LikertPoolConfig(runs=[str(opened), _write(api, tmp_path / name, SCORES_THEIRS)],
+    got = run_likert_pool(LikertPoolConfig(runs=[str(opened), write_frame_as(api, tmp_path / name, SCORES_THEIRS)],
                                            columns=SCORES_THEIRS, out=str(tmp_path / "got")),
                           progress=lambda s: None)
     assert got["counts"] == want["counts"] and got["judges"] == want["judges"]
@@ -181,7 +164,7 @@ def test_likert_pool_reads_scores_tables_in_other_formats_and_names(tmp_path, na
                                   pd.read_parquet(tmp_path / "want" / "likert_scores.parquet"))
     assert (tmp_path / "got" / "likert.md").read_text() == (tmp_path / "want" / "likert.md").read_text()
     with pytest.raises(SchemaError) as err:
-        run_likert_pool(LikertPoolConfig(runs=[_write(api, tmp_path / name, SCORES_THEIRS)],
+        run_likert_pool(LikertPoolConfig(runs=[write_frame_as(api, tmp_path / name, SCORES_THEIRS)],
                                          out=str(tmp_path / "bad")), progress=lambda s: None)
     msg = str(err.value)
     fmt = "CSV file" if name.endswith(".csv") else "JSON-lines file"

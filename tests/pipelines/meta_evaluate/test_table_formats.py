@@ -5,9 +5,6 @@ under other names give the same results as the Parquet one; an unknown format or
 missing column is refused naming the file, the format tried and the columns found."""
 from __future__ import annotations
 
-import gzip
-import json
-
 import pandas as pd
 import pytest
 from click.testing import CliRunner
@@ -17,6 +14,7 @@ from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.inputs import read_input
 from rexeval.pipelines.meta_evaluate.pipeline import run_meta_evaluate
 from rexeval.ray_jobs.meta_evaluate import meta_evaluate_cmd
+from tests.doubles.table_files import write_frame_as
 from tests.pipelines.meta_evaluate.test_pipeline import EXPLANATIONS, HUMAN, likert_long
 
 THEIRS = {"user_id": "uid", "item_id": "iid", "system": "model", "human_persuasiveness": "persuasive",
@@ -30,21 +28,6 @@ def _ratings() -> pd.DataFrame:
     return df
 
 
-def _write(df: pd.DataFrame, path):
-    """`df` at `path` in the format its name says (.gz: gzipped)."""
-    name = path.name.removesuffix(".gz")
-    if name.endswith(".parquet"):
-        df.to_parquet(path)
-        return path
-    if name.endswith(".csv"):
-        data = df.to_csv(index=False).encode()
-    else:
-        data = "".join(json.dumps({k: (None if v != v else v) for k, v in row.items()}) + "\n"
-                       for row in df.to_dict("records")).encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
-
-
 def _results(tmp_path, name: str, human, **settings) -> pd.DataFrame:
     scores = tmp_path / "likert_scores.parquet"
     likert_long().to_parquet(scores)
@@ -56,8 +39,8 @@ def _results(tmp_path, name: str, human, **settings) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", ["ratings.csv", "ratings.jsonl.gz", "ratings.csv.gz", "ratings.jsonl"])
 def test_human_ratings_in_other_formats_and_names_give_the_parquet_results(tmp_path, name):
-    want = _results(tmp_path, "ours", _write(_ratings(), tmp_path / "ratings.parquet"))
-    theirs = _write(_ratings().rename(columns=THEIRS), tmp_path / name)
+    want = _results(tmp_path, "ours", write_frame_as(_ratings(), tmp_path / "ratings.parquet"))
+    theirs = write_frame_as(_ratings().rename(columns=THEIRS), tmp_path / name)
     got = _results(tmp_path, "theirs", theirs, columns=THEIRS)
     pd.testing.assert_frame_equal(got, want)
     assert len(got) and set(got["evaluator"]) == {"org/model-a", "model_b"}
@@ -67,9 +50,9 @@ def test_one_gzipped_json_lines_table_with_both_sides_under_its_own_names(tmp_pa
     df = _ratings()
     df["judge_persuasiveness"] = [4, 2, 5, 1, 3, 3, 4, 2]
     want_out, got_out = tmp_path / "ours", tmp_path / "theirs"
-    run_meta_evaluate(MetaEvaluateConfig(scores=str(_write(df, tmp_path / "one.parquet")), out=str(want_out),
+    run_meta_evaluate(MetaEvaluateConfig(scores=str(write_frame_as(df, tmp_path / "one.parquet")), out=str(want_out),
                                          bootstrap=0))
-    theirs = _write(df.rename(columns=THEIRS | {"judge_persuasiveness": "gpt_says"}), tmp_path / "one.jsonl.gz")
+    theirs = write_frame_as(df.rename(columns=THEIRS | {"judge_persuasiveness": "gpt_says"}), tmp_path / "one.jsonl.gz")
     res = CliRunner().invoke(meta_evaluate_cmd, [str(theirs), "--out", str(got_out), "--bootstrap", "0",
                                                  "--columns", "user_id=uid,item_id=iid,system=model",
                                                  "--columns", "human_persuasiveness=persuasive,"
@@ -80,13 +63,13 @@ def test_one_gzipped_json_lines_table_with_both_sides_under_its_own_names(tmp_pa
 
 
 def test_a_missing_column_names_the_file_the_format_and_the_columns_found(tmp_path):
-    theirs = _write(_ratings().rename(columns=THEIRS), tmp_path / "ratings.csv")
+    theirs = write_frame_as(_ratings().rename(columns=THEIRS), tmp_path / "ratings.csv")
     with pytest.raises(SchemaError) as err:
         _results(tmp_path, "out", theirs, columns={"user_id": "uid", "item_id": "iid"})  # system unmapped
     text = str(err.value)
     assert str(theirs) in text and "CSV file, columns found: user_id, item_id, model, persuasive" in text
     assert "--columns" in text
-    gz = _write(_ratings().rename(columns=THEIRS), tmp_path / "ratings.jsonl.gz")
+    gz = write_frame_as(_ratings().rename(columns=THEIRS), tmp_path / "ratings.jsonl.gz")
     res = CliRunner().invoke(meta_evaluate_cmd, [str(tmp_path / "likert_scores.parquet"), "--human", str(gz),
                                                  "--out", str(tmp_path / "o2"), "--columns", "system=model,user_id=uid"])
     assert res.exit_code == 2 and "Traceback" not in res.output  # item_id unmapped
@@ -113,6 +96,6 @@ def test_an_unknown_or_mislabelled_file_is_refused_with_the_format_tried(tmp_pat
 
 
 def test_columns_flag_is_checked(tmp_path):
-    one = _write(_ratings(), tmp_path / "r.csv")
+    one = write_frame_as(_ratings(), tmp_path / "r.csv")
     res = CliRunner().invoke(meta_evaluate_cmd, [str(one), "--out", str(tmp_path / "o"), "--columns", "user_id"])
     assert res.exit_code == 2 and "OURS=THEIRS" in res.output

@@ -5,11 +5,6 @@ the Parquet files give; a missing column is refused naming the file, the format 
 columns found, before any work."""
 from __future__ import annotations
 
-import gzip
-import json
-
-import pyarrow as pa
-import pyarrow.csv as pcsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -18,27 +13,11 @@ from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.star.config import BuildConfig
 from rexeval.pipelines.star.pipeline import run_build
 from rexeval.ray_jobs.star import build_cmd
+from tests.doubles.table_files import write_arrow_as
 from tests.pipelines.star.test_build import CLUSTERS_T, REVIEWS_T, STATEMENTS_T
 
 THEIRS = {"review_id": "rid", "statement": "text", "user_id": "reviewer", "timestamp": "time"}
 TABLES = ("interactions", "triplets", "candidates")
-
-
-def _write(table: pa.Table, path, rename: dict[str, str] | None = None):
-    rename = rename or {}
-    table = table.rename_columns([rename.get(c, c) for c in table.column_names])
-    name = path.name.removesuffix(".gz")
-    if name.endswith(".parquet"):
-        pq.write_table(table, path)
-        return path
-    if name.endswith(".csv"):
-        sink = pa.BufferOutputStream()
-        pcsv.write_csv(table, sink)
-        data = sink.getvalue().to_pybytes()
-    else:
-        data = "".join(json.dumps(r) + "\n" for r in table.to_pylist()).encode()
-    path.write_bytes(gzip.compress(data) if path.name.endswith(".gz") else data)
-    return path
 
 
 def _build(tmp_path, out: str, statements, reviews, **cfg) -> dict[str, list[dict]]:
@@ -57,18 +36,18 @@ def _build(tmp_path, out: str, statements, reviews, **cfg) -> dict[str, list[dic
                                                 ("statements.jsonl.gz", "reviews.csv")])
 def test_statements_and_reviews_in_other_formats_and_names_build_the_parquet_benchmark(tmp_path, ray_session,
                                                                                        statements, reviews):
-    want = _build(tmp_path, "ours", _write(STATEMENTS_T, tmp_path / "statements.parquet"),
-                  _write(REVIEWS_T, tmp_path / "reviews.parquet"))
+    want = _build(tmp_path, "ours", write_arrow_as(STATEMENTS_T, tmp_path / "statements.parquet"),
+                  write_arrow_as(REVIEWS_T, tmp_path / "reviews.parquet"))
     assert want["interactions"] and want["errors"] == [("s10", "unknown_review"), ("s11", "no_cluster")]
     # `statement=text` renames the statements' text only: the reviews' own `text` stays theirs
-    got = _build(tmp_path, "theirs", _write(STATEMENTS_T, tmp_path / statements, THEIRS),
-                 _write(REVIEWS_T, tmp_path / reviews, THEIRS), columns=THEIRS)
+    got = _build(tmp_path, "theirs", write_arrow_as(STATEMENTS_T, tmp_path / statements, THEIRS),
+                 write_arrow_as(REVIEWS_T, tmp_path / reviews, THEIRS), columns=THEIRS)
     assert got == want
 
 
 def test_a_missing_column_is_refused_naming_the_file_the_format_and_the_columns(tmp_path, ray_session):
-    st = _write(STATEMENTS_T, tmp_path / "statements.csv", THEIRS)
-    rv = _write(REVIEWS_T, tmp_path / "reviews.parquet")
+    st = write_arrow_as(STATEMENTS_T, tmp_path / "statements.csv", THEIRS)
+    rv = write_arrow_as(REVIEWS_T, tmp_path / "reviews.parquet")
     with pytest.raises(SchemaError) as err:
         _build(tmp_path, "o", st, rv, columns={"review_id": "rid"})  # statement left unmapped
     text = str(err.value)

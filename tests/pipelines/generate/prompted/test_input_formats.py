@@ -4,36 +4,22 @@ a CSV and a gzipped JSON-lines file under other column names, mapped with `colum
 format read and the columns found."""
 from __future__ import annotations
 
-import gzip
-import json
-
 import pandas as pd
 import pyarrow as pa
-import pyarrow.csv as pcsv
 import pytest
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import REVIEWS, SchemaError
 from rexeval.pipelines.generate.prompted.inputs import load_inputs
 from tests.doubles.planted_shop import planted_reviews
+from tests.doubles.table_files import write_arrow_as
 
 THEIRS = {"user_id": "reviewer", "item_id": "asin", "text": "body", "timestamp": "time"}  # ours -> theirs
 GOOD = "This fits the way you play, so you will enjoy every practice session and every gig with it."
 
 
 def _write(path, columns=None) -> str:
-    t = pa.Table.from_pylist(planted_reviews(), schema=REVIEWS)
-    t = t.rename_columns([(columns or {}).get(c, c) for c in t.column_names])
-    name = str(path)
-    if name.endswith(".parquet"):
-        write_parquet_atomic(path, t)
-    elif name.endswith(".csv"):
-        pcsv.write_csv(t, path)
-    else:
-        lines = "".join(json.dumps(r) + "\n" for r in t.to_pylist())
-        path.write_bytes(gzip.compress(lines.encode()))
-    return name
+    return str(write_arrow_as(pa.Table.from_pylist(planted_reviews(), schema=REVIEWS), path, columns))
 
 
 @pytest.mark.parametrize("name", ["reviews.csv", "reviews.jsonl.gz"])
