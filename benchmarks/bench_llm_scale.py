@@ -46,7 +46,8 @@ machine: 2 conversation workers with 16 shards of 64 reviews each in flight (str
 processor actors with batches of 64 rows (passes).
 
     python benchmarks/bench_llm_scale.py              # ~30 min on 2 cores; writes results/llm_scale.json
-    python benchmarks/bench_llm_scale.py --tiny       # ~3 min, same keys (CI's smoke test)
+    python benchmarks/bench_llm_scale.py --tiny       # ~1.5 min, same keys (CI's smoke test; the
+                                                      # pass design at the smaller size only)
 """
 from __future__ import annotations
 
@@ -77,7 +78,10 @@ REAL_VLLM = {
 }
 
 FULL = {"sizes": [2000, 20000], "engines": 8, "model": EngineModel(), "shard_size": 64, "timeout_s": 3600}
-TINY = {"sizes": [40, 400], "engines": 2, "shard_size": 32, "timeout_s": 600, "one_process": True,
+# --tiny runs the pass design at the smaller size only: its run is a fixed ~60 s of passes
+# and restarts whatever the size, and a smoke run needs its keys, not its 10x figures.
+TINY = {"sizes": [40, 400], "passes_sizes": [40], "engines": 2, "shard_size": 32, "timeout_s": 600,
+        "one_process": True,
         "model": EngineModel(load_s=1.0, max_num_seqs=64, step_base_s=0.002, step_decode_s=0.00005,
                              step_prefill_s=0.00001)}
 ARM_OPTIONS = {
@@ -184,6 +188,11 @@ def figures(got: dict, model: EngineModel) -> dict:
             "loadavg_1m": got.get("loadavg_1m"), "process_s": got["process_s"]}
 
 
+def arm_sizes(arm: str, cfg: dict) -> list[int]:
+    """The sizes `arm` runs at: all of them, or --tiny's pass design at the smaller only."""
+    return cfg.get("passes_sizes", cfg["sizes"]) if arm == "passes" else cfg["sizes"]
+
+
 def arm_summary(runs: dict[int, dict], sizes: list[int]) -> dict:
     small, large = runs[sizes[0]], runs[sizes[-1]]
     return {"efficiency": large["efficiency"], "engine_starts": {MODEL_ID: large["engine_starts"]},
@@ -194,7 +203,7 @@ def arm_summary(runs: dict[int, dict], sizes: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tiny", action="store_true", help="a smoke run (about 3 minutes on 2 cores), same keys")
+    ap.add_argument("--tiny", action="store_true", help="a smoke run (about 1.5 minutes on 2 cores), same keys")
     ap.add_argument("--sizes", help="comma-separated review counts, smallest first (1x ... 10x)")
     ap.add_argument("--engines", type=int)
     ap.add_argument("--load-s", type=float)
@@ -205,6 +214,8 @@ def main() -> None:
     cfg = dict(TINY if a.tiny else FULL)
     if a.sizes:
         cfg["sizes"] = [int(s) for s in a.sizes.split(",")]
+        if "passes_sizes" in cfg:
+            cfg["passes_sizes"] = cfg["sizes"][:1]
     if a.engines:
         cfg["engines"] = a.engines
     if a.load_s is not None:
@@ -227,7 +238,8 @@ def main() -> None:
             tree = REPO if arm == "stream" else base
             # --tiny: both sizes in one process (one Ray start); else a process per size,
             # so that each size's driver peak is its own.
-            for group in ([sizes] if cfg.get("one_process") else [[n] for n in sizes]):
+            own = arm_sizes(arm, cfg)
+            for group in ([own] if cfg.get("one_process") else [[n] for n in own]):
                 for n, got in run_arm(arm, tree, sim_dir, tmp, group, cfg, reviews).items():
                     results.setdefault(arm, {})[n] = figures(got, model)
                     print(f"{arm} {n}: {json.dumps(results[arm][n])}", flush=True)
@@ -240,10 +252,11 @@ def main() -> None:
     engine_model = {**model.describe(), "real_vllm_reference": REAL_VLLM,
                     "speed_vs_reference": round(model.tokens_per_s_full_batch / REAL_VLLM["output_tokens_per_s"], 3)}
     result: dict = {"command": command, "baseline": a.baseline, "engines": cfg["engines"],
-                    "engine_model": engine_model, "sizes": sizes, "shard_size": cfg["shard_size"],
+                    "engine_model": engine_model, "sizes": sizes,
+                    **({"passes_sizes": arm_sizes("passes", cfg)} if "passes" in arms else {}), "shard_size": cfg["shard_size"],
                     "arm_options": {k: ARM_OPTIONS[k] for k in arms}, "seconds": round(time.perf_counter() - t0, 1)}
     for arm in arms:
-        summary = arm_summary(results[arm], sizes)
+        summary = arm_summary(results[arm], arm_sizes(arm, cfg))
         if arm == "stream":
             result.update({k: summary[k] for k in ("efficiency", "engine_starts", "driver_rss_ratio_10x",
                                                    "object_store_ratio_10x")})

@@ -112,13 +112,15 @@ def test_tiny_run_reports_both_designs_with_the_issue_keys(tmp_path):
     assert 0 < res["driver_rss_ratio_10x"] < 3
     old = res["passes_design"]
     assert 0 < old["efficiency"] <= 1.5 and old["engine_starts"]["sim-llama-8b"] > 1
-    for arm in (res["stream"], old):
-        for n in map(str, res["sizes"]):
+    # --tiny runs the pass design at the smaller size only (its run is fixed costs).
+    assert res["passes_sizes"] == res["sizes"][:1]
+    for arm, sizes in ((res["stream"], res["sizes"]), (old, res["passes_sizes"])):
+        for n in map(str, sizes):
             run = arm[n]
             # Every review went through both turns (repairs as planted) and came out.
             assert run["reviews_out"] == int(n) and run["errors"] == 0
             assert run["calls"] == run["engine_requests"] and run["repairs"] == run["planted_malformed"] > 0
     # The two designs sent the same requests: the engines did the same work.
-    big = str(res["sizes"][-1])
-    assert res["stream"][big]["completion_tokens"] == old[big]["completion_tokens"]
+    both = str(res["passes_sizes"][-1])
+    assert res["stream"][both]["completion_tokens"] == old[both]["completion_tokens"]
     print(f"--tiny took {seconds:.0f} s")
