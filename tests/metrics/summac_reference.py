@@ -31,11 +31,13 @@ class PairTokenizer:
 
 
 def patch_summac(monkeypatch, name: str, model_dir, *, entailment_idx: int,
-                 contradiction_idx: int, split: Callable[[str], list[str]]):
+                 contradiction_idx: int, split: Callable[[str], list[str]], double: bool = False):
     """Register `model_dir` as summac model `name` and make the package runnable offline.
 
     `split` replaces NLTK's `sent_tokenize`; the package still drops sentences of 10
     characters or fewer after it. Returns the patched `summac.model_summac` module.
+    `double` runs its NLI model in float64: a test comparing it with ours (also float64)
+    then cannot see batching or thread order move a probability across a histogram bin.
     """
     import summac.model_summac as ms
 
@@ -48,6 +50,8 @@ def patch_summac(monkeypatch, name: str, model_dir, *, entailment_idx: int,
     def load_nli_offline(self):
         load_nli(self)
         self.tokenizer = PairTokenizer(self.tokenizer)
+        if double:
+            self.model = self.model.double()
 
     monkeypatch.setattr(ms.SummaCImager, "load_nli", load_nli_offline)
     return ms
