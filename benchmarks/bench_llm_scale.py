@@ -194,10 +194,13 @@ def arm_sizes(arm: str, cfg: dict) -> list[int]:
 
 
 def arm_summary(runs: dict[int, dict], sizes: list[int]) -> dict:
+    """An arm's headline figures at its largest size, and the 10x ratios when it ran at
+    more than one size (--tiny's pass design runs at one: no ratio to report)."""
     small, large = runs[sizes[0]], runs[sizes[-1]]
-    return {"efficiency": large["efficiency"], "engine_starts": {MODEL_ID: large["engine_starts"]},
-            "driver_rss_ratio_10x": round(large["driver_peak_mib"] / small["driver_peak_mib"], 3),
-            "object_store_ratio_10x": round(large["object_store_peak_mib"] / max(1e-9, small["object_store_peak_mib"]), 3),
+    ratios = {} if len(sizes) < 2 else {
+        "driver_rss_ratio_10x": round(large["driver_peak_mib"] / small["driver_peak_mib"], 3),
+        "object_store_ratio_10x": round(large["object_store_peak_mib"] / max(1e-9, small["object_store_peak_mib"]), 3)}
+    return {"efficiency": large["efficiency"], "engine_starts": {MODEL_ID: large["engine_starts"]}, **ratios,
             **{str(n): runs[n] for n in sizes}}
 
 
@@ -253,13 +256,14 @@ def main() -> None:
                     "speed_vs_reference": round(model.tokens_per_s_full_batch / REAL_VLLM["output_tokens_per_s"], 3)}
     result: dict = {"command": command, "baseline": a.baseline, "engines": cfg["engines"],
                     "engine_model": engine_model, "sizes": sizes,
-                    **({"passes_sizes": arm_sizes("passes", cfg)} if "passes" in arms else {}), "shard_size": cfg["shard_size"],
+                    **({"passes_sizes": arm_sizes("passes", cfg)} if "passes" in arms else {}),
+                    "shard_size": cfg["shard_size"],
                     "arm_options": {k: ARM_OPTIONS[k] for k in arms}, "seconds": round(time.perf_counter() - t0, 1)}
     for arm in arms:
         summary = arm_summary(results[arm], arm_sizes(arm, cfg))
         if arm == "stream":
             result.update({k: summary[k] for k in ("efficiency", "engine_starts", "driver_rss_ratio_10x",
-                                                   "object_store_ratio_10x")})
+                                                   "object_store_ratio_10x") if k in summary})
             result["stream"] = summary
         else:
             result["passes_design"] = summary
