@@ -17,7 +17,7 @@ import click
 
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.ray_jobs.common import parse_backend_options, user_errors
-from rexeval.serve.common import TOKEN_ENV, bind_token_sha256, serve_running
+from rexeval.serve.common import SERVE_PORT_ENV, TOKEN_ENV, bind_token_sha256, serve_running
 
 
 def _endpoint_options(default_route: str, default_name: str):
@@ -26,7 +26,8 @@ def _endpoint_options(default_route: str, default_name: str):
         click.option("--host", default="127.0.0.1", show_default=True,
                      help="Address the HTTP proxy binds. Anything but 127.0.0.1 needs a bearer token in "
                           f"${TOKEN_ENV} (or --token-env): the command refuses to start without one."),
-        click.option("--port", type=int, default=8000, show_default=True, help="HTTP port of the proxy."),
+        click.option("--port", type=int, default=8000, show_default=True, envvar=SERVE_PORT_ENV, show_envvar=True,
+                     help="HTTP port of the proxy."),
         click.option("--route", default=default_route, show_default=True, help="Route prefix of the endpoint."),
         click.option("--name", default=default_name, show_default=True, help="Serve application name."),
         click.option("--min-replicas", type=int, default=1, show_default=True, help="Autoscaling floor."),

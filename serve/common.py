@@ -25,6 +25,24 @@ from pydantic import BaseModel, ConfigDict, Field
 TOKEN_ENV = "REXEVAL_SERVE_TOKEN"
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1"}
 HEALTH_PATH = "/healthz"
+# The HTTP port Serve's proxy takes when a job or command starts it and none is given
+# (8000, Serve's own default): a machine where 8000 is taken, or two Ray clusters on one
+# host (parallel test workers), set this instead of every job's --serve-port.
+SERVE_PORT_ENV = "REXEVAL_SERVE_PORT"
+
+
+def default_serve_port() -> int:
+    """The proxy's port when none is given: $REXEVAL_SERVE_PORT, else 8000."""
+    raw = os.environ.get(SERVE_PORT_ENV, "").strip()
+    if not raw:
+        return 8000
+    try:
+        port = int(raw)
+    except ValueError:
+        raise ValueError(f"${SERVE_PORT_ENV} must be a port number, got {raw!r}") from None
+    if not 1 <= port <= 65535:
+        raise ValueError(f"${SERVE_PORT_ENV} must be a port in 1-65535, got {port}")
+    return port
 
 
 class ReplicaSettings(BaseModel):

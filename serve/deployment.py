@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from ray import serve
 
 from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, check_bearer,
-                                  error_response, run_app, sub_path)
+                                  default_serve_port, error_response, run_app, sub_path)
 from rexeval.serve.telemetry import ReplicaMetrics, route_label
 
 HEALTHY = {"status": "ok"}
@@ -118,9 +118,9 @@ def deployment_app(cls: type, name: str, cfg: ReplicaSettings):
 
 
 def start_app(build: Callable[[], Any], name: str, route: str | None, host: str = "127.0.0.1",
-              port: int = 8000):
-    """Start Serve's HTTP proxy on `host`:`port` (if Serve already runs, its proxy keeps
-    its own), then the application `build()` gives, as `name` under `route`; its handle.
-    `build` runs after the proxy starts, as each app's start always did."""
-    serve.start(http_options={"host": host, "port": port})
+              port: int | None = None):
+    """Start Serve's HTTP proxy on `host`:`port` (default: `default_serve_port()`; if Serve
+    already runs, its proxy keeps its own), then the application `build()` gives, as `name`
+    under `route`; its handle. `build` runs after the proxy starts, as each app's start always did."""
+    serve.start(http_options={"host": host, "port": default_serve_port() if port is None else port})
     return run_app(build(), name, route)

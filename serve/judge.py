@@ -337,7 +337,7 @@ def judge_app(cfg: JudgeServeConfig):
     return deployment_app(JudgeServer, DEPLOYMENT, cfg)
 
 
-def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: int = 8000,
+def start_judge_service(cfg: JudgeServeConfig, host: str = "127.0.0.1", port: int | None = None,
                         route: str | None = None, name: str = APP_NAME):
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the judge app; its handle.
     The route defaults to /judge for the default app name, else /<name> (routes must

@@ -22,7 +22,7 @@ from typing import Any, Self
 from ray import serve
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, register_backend
-from rexeval.serve.common import AppLease, auth_headers, forget_a_dead_controller, idle_to_zero
+from rexeval.serve.common import AppLease, auth_headers, default_serve_port, forget_a_dead_controller, idle_to_zero
 from rexeval.serve.judge import (APP_NAME, DEPLOYMENT, JudgeLimits, JudgeServeConfig, limit_problem,
                                  start_judge_service)
 
@@ -193,10 +193,11 @@ class JudgeService:
     """
 
     def __init__(self, cfg: JudgeServeConfig, service: str = "auto", host: str = "127.0.0.1",
-                 port: int = 8000, app_name: str = APP_NAME, progress: Callable[[str], None] = print):
+                 port: int | None = None, app_name: str = APP_NAME, progress: Callable[[str], None] = print):
         if not (service in ("auto", "none") or service.startswith(("serve:", "http://", "https://"))):
             raise ValueError(f"judge service must be auto, none, serve:APP or an http(s) URL, got {service!r}")
-        self.cfg, self.service, self.host, self.port = cfg, service, host, port
+        self.cfg, self.service, self.host = cfg, service, host
+        self.port = default_serve_port() if port is None else port
         self.app_name, self.progress = app_name, progress
         self._address: str | None = None
         self.lease = AppLease(app_name, "judge", progress)

@@ -81,7 +81,7 @@ def vllm_judge_app(llm_config: dict[str, Any]):
     return build_openai_app({"llm_configs": [LLMConfig(**llm_config)]})
 
 
-def start_vllm_judge(app, host: str = "127.0.0.1", port: int = 8000,
+def start_vllm_judge(app, host: str = "127.0.0.1", port: int | None = None,
                      route: str = "/judge", name: str = "rexeval-judge"):
     """Serve's HTTP proxy and Ray's OpenAI app (`vllm_judge_app`) under `route`."""
     from rexeval.serve.deployment import start_app

@@ -206,7 +206,7 @@ def nli_app(cfg: NLIServeConfig):
     return deployment_app(NLIServer, "NLIServer", cfg)
 
 
-def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int = 8000,
+def start_nli_service(cfg: NLIServeConfig, host: str = "127.0.0.1", port: int | None = None,
                       route: str = DEFAULT_ROUTE, name: str = APP_NAME):
     """Start Serve's HTTP proxy (127.0.0.1 by default) and the NLI app; its handle."""
     from rexeval.models.refs import resolve

@@ -47,9 +47,71 @@ def _threads() -> None:
 
 _threads()
 
+
+def _serve_port() -> None:
+    """Under xdist, a Serve HTTP port of this worker's own (tests/doubles/ports.py)."""
+    from tests.doubles.ports import pin_worker_serve_port
+
+    pin_worker_serve_port()
+
+
+_serve_port()
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("REXEVAL_SHARED", REPO.parent / "shared"))
 SHARED_CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
+
+
+# -- two workers (scripts/test.sh runs `-n 2`) ---------------------------------------------
+# Files that share a session fixture too costly to build twice run on one worker.
+SAME_WORKER = {"tests/pipelines/cluster/test_real_data.py": "tests/pipelines/extract/test_real_model.py"}
+# The files that take longest, measured (a full `-n 2` run's junit, 2 cores), longest first.
+# They start first, so that no worker is left running one of them alone at the end; the
+# rest follow by test count (xdist's own order). A stale entry only costs balance.
+LONGEST_FIRST = [
+    "tests/ray_jobs/test_cli.py",  # the demo: a whole study, ~7 min beside the other worker
+    "tests/pipelines/generate/prompted/test_real_llm.py",
+    "tests/ray_jobs/test_no_shared_disk.py",
+    "tests/deploy/test_autoscaling.py",
+    "tests/pipelines/study/test_runner.py",
+    "tests/pipelines/generate/test_lm_generators_real.py",
+    "tests/pipelines/extract/test_real_model.py",
+    "tests/benchmarks/test_bench_llm_scale.py",
+    "tests/pipelines/generate/test_real_data.py",
+]
+
+
+def _scope(nodeid: str) -> str:
+    file = nodeid.split("::", 1)[0]
+    return SAME_WORKER.get(file, file)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files to a worker (`--dist loadfile`: module fixtures are built once), in the
+    workers' collection order (`pytest_collection_modifyitems` below), and the files of
+    `SAME_WORKER` together."""
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirst(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    config.option.loadscopereorder = False  # xdist would order files by test count
+    return LongestFirst(config, log)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """In an xdist worker: `LONGEST_FIRST`'s files first, then the rest by test count (the
+    order xdist's scheduler takes the files in; every worker sorts alike)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    rank = {f: i for i, f in enumerate(LONGEST_FIRST)}
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[_scope(item.nodeid)] = counts.get(_scope(item.nodeid), 0) + 1
+    items.sort(key=lambda item: (rank.get(_scope(item.nodeid), len(rank)), -counts[_scope(item.nodeid)],
+                                 _scope(item.nodeid)))
 
 
 @pytest.fixture(scope="session")

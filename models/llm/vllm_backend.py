@@ -21,7 +21,7 @@ used all of `max_tokens` is "length" and any shorter one "stop".
 Options (`BackendSpec.options`): engine_kwargs (merged over DEFAULT_ENGINE_KWARGS),
 tensor_parallel_size, batch_size (32), concurrency (engine replicas: an int n means an
 autoscaling pool of 1..n, a pair [m, n] a pool of m..n), accelerator_type (e.g. "H100"),
-max_concurrent_batches (the processor's), serve_port (8000: a job's vLLM app).
+max_concurrent_batches (the processor's), serve_port (a job's vLLM app; default $REXEVAL_SERVE_PORT or 8000).
 """
 from __future__ import annotations
 

@@ -38,6 +38,7 @@ from typing import Any, Callable
 import rexeval.pipelines.core.llm_job  # noqa: F401  (registers the "serve" backend in every worker)
 from rexeval.models.llm.base import ChatRequest, LLMResult
 from rexeval.pipelines.core.llm_calls_plan import CallPlan, start_hosts, stop_hosts
+from rexeval.serve.common import default_serve_port
 
 VLLM_APP_PREFIX = "rexeval-vllm-"
 
@@ -179,7 +180,7 @@ def _start_vllm(plan: CallPlan, progress: Callable[[str], None], label: str) -> 
 
     name = VLLM_APP_PREFIX + uuid.uuid4().hex[:8]
     args = vllm_app_args(plan)
-    port = int(plan.options.get("serve_port", 8000))
+    port = int(plan.options.get("serve_port") or default_serve_port())
     progress(f"    {label}: starting vLLM engines ({plan.concurrency[0]}-{plan.concurrency[-1]} replica(s)) "
              f"as Serve app {name}")
     start_vllm_judge(vllm_judge_app(args), port=port, route=f"/{name}", name=name)

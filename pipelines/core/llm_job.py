@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rexeval.models.llm.base import BACKENDS
 from rexeval.models.profiles import ModelOverrides
 from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
+from rexeval.serve.common import default_serve_port
 
 # The "serve" backend (a client of the judge deployment) lives in the serve layer, above
 # models/: the jobs that can use it declare it here, so `backend: serve` resolves in every
@@ -87,7 +88,7 @@ class ChunkedLLMSettings(LLMJobSettings):
                                "(the rexeval-judge deployment serves any chat LLM, generators' too)")
     judge_replicas: int = Field(1, ge=1)
     judge_gpus: float = Field(0.0, ge=0)
-    serve_port: int = Field(8000, ge=1, le=65535)
+    serve_port: int = Field(default_factory=default_serve_port, ge=1, le=65535)
     price_table: str | None = Field(None, description="YAML of USD per 1M tokens (and per GPU-hour: gpu_hour) by model")
     chunk_size: int = Field(16, ge=1)
     seed: int = 0

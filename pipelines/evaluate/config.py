@@ -10,6 +10,7 @@ from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Outpu
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES
 from rexeval.pipelines.evaluate.families import ALL, select_families
+from rexeval.serve.common import default_serve_port
 
 # What `rexeval evaluate` writes in its folder (pipelines/core/outputs.py): the job writes
 # these names, the study report reads them.
@@ -72,7 +73,7 @@ class EvaluateConfig(LLMJobSettings):
     nli_scorer: str = "rexeval.models.encoders.nli:NLIScorer"
     nli_replicas: int = Field(1, ge=1)
     nli_gpus: float = Field(0.0, ge=0)
-    serve_port: int = Field(8000, ge=1, le=65535)
+    serve_port: int = Field(default_factory=default_serve_port, ge=1, le=65535)
     device: str = "auto"
     chunk_size: int = Field(512, ge=1)
     bootstrap: int = Field(1000, ge=0)

@@ -25,7 +25,7 @@ import pytest
 
 from rexeval.pipelines.core.job_metrics import ALL_METRICS
 from tests.doubles.local_cluster import local_cluster, wait_for
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "rexeval-dashboard.json"

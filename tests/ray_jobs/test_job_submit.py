@@ -25,7 +25,7 @@ import pytest
 
 from tests.doubles.local_cluster import LocalCluster, local_cluster, wait_for
 from tests.doubles.tiny_encoders import build_tiny_bert
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -160,6 +160,29 @@ def test_the_local_study_on_one_node_then_has_nothing_to_do_and_reports(local_ru
     assert "Table II" in md and "Table 3" in md and "| mi |" in md
 
 
+def same_table(a: pa.Table, b: pa.Table) -> bool:
+    """Equal tables; a float-vector column (the embedding work files) equal to float32's
+    rounding: a CPU matmul's last bits follow the threads the BLAS happened to split it
+    over (two nodes against one, a loaded machine), the vectors' meaning does not."""
+    if a.equals(b):
+        return True
+    if a.schema != b.schema or a.num_rows != b.num_rows:
+        return False
+    import numpy as np
+
+    for name in a.column_names:
+        x, y = a.column(name), b.column(name)
+        if x.equals(y):
+            continue
+        if not (pa.types.is_list(x.type) or pa.types.is_fixed_size_list(x.type)) \
+                or not pa.types.is_floating(x.type.value_type):
+            return False
+        u, v = (np.asarray(c.combine_chunks().flatten(), dtype=np.float64) for c in (x, y))
+        if u.shape != v.shape or not np.allclose(u, v, rtol=1e-4, atol=1e-5):
+            return False
+    return True
+
+
 def test_the_worker_node_sees_none_of_the_heads_files(cluster, run_root):
     """The isolation the other tests rely on: a pathlib write on one node is not on the other."""
     (run_root / "from_head.txt").write_text("head")
@@ -234,8 +257,8 @@ def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_
     # Every table identical to the local run's, and nothing missing on either side.
     here, there = tables_of(local_run), tables_of(out)
     assert sorted(there) == sorted(here)
-    for name, table in here.items():
-        assert there[name].equals(table), name
+    differ = [str(name) for name, table in here.items() if not same_table(there[name], table)]
+    assert not differ, differ
     for stats in sorted(f.relative_to(local_run) for f in location(local_run).walk_files() if f.name == "table2.md"):
         assert (location(out) / stats).read_text() == (location(local_run) / stats).read_text()
     state = (location(out) / "study.json").read_json()

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from rexeval.ray_jobs.cli import cli
 from tests.doubles.tiny_encoders import build_tiny_bert
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

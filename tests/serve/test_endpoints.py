@@ -20,7 +20,7 @@ from rexeval.serve.common import (AppAuth, RequestError, bind_token_sha256, chec
 from rexeval.serve.judge import JudgeLimits
 from rexeval.serve.openai_compat import OpenAIError, chat_completion, parse_chat_completion, retrieve_model
 from tests.doubles.nli import scripted_probs
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token-for-tests"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -21,16 +20,12 @@ from rexeval.serve.judge import APP_NAME, JudgeLimits, JudgeServeConfig, parse_j
 from rexeval.serve.judge_client import JudgeService, ServeJudgeLLM
 from rexeval.serve.common import RequestError, running_apps, serve_running
 from tests.doubles.llm import ScriptedLLM
+from tests.doubles.ports import free_port
 
 RULES = [["strings", '{"verdict": "yes"}'], ["broken", "!error"], ["case", '{"verdict": "no"}']]
 SCRIPTED = BackendSpec(backend="tests.doubles.llm:ScriptedLLM", model="scripted-judge",
                        options={"rules": RULES, "default": '{"verdict": "unsure"}', "delay_s": 0.05})
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chat(text: str, temperature: float = 0.0, max_tokens: int = 64) -> ChatRequest:

@@ -4,7 +4,6 @@ answers as the same checkpoint loaded from a local folder."""
 from __future__ import annotations
 
 import shutil
-import socket
 
 import numpy as np
 import pytest
@@ -13,12 +12,8 @@ from rexeval.models import fetch
 from rexeval.models.refs import ModelUnavailable
 from rexeval.pipelines.core.storage import location
 from rexeval.serve.nli import NLIServeConfig, ServeNLIClient, start_nli_service
+from tests.doubles.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_missing_model_uri_is_refused_before_serve_starts(s3_root, monkeypatch):

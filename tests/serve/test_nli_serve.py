@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import httpx
 import numpy as np
@@ -19,12 +18,8 @@ from rexeval.serve.nli import (
     start_nli_service,
 )
 from tests.doubles.nli import scripted_probs
+from tests.doubles.ports import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # -- request validation (no Serve) ---------------------------------------------------

@@ -16,7 +16,7 @@ from rexeval.pipelines.core.llm_engines import EngineGroup
 from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.extract.pipeline import run_extract
 from tests.pipelines.extract.test_pipeline import BACKEND, TRIPLETS, config, write_reviews
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 QUIET = {"progress": lambda s: None}
 APP = "rexeval-judge-stream-test"

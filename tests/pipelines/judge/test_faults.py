@@ -14,7 +14,7 @@ from rexeval.failures import AwaitingRerun
 from rexeval.pipelines.judge.config import PairwiseJobConfig
 from rexeval.pipelines.judge.jobs import run_pairwise
 from tests.pipelines.judge.test_jobs import _first, _has, _scripted, bench  # noqa: F401  (the fixture)
-from tests.serve.test_judge_serve import free_port
+from tests.doubles.ports import free_port
 
 VERDICT = "The first explains the item better.\n[[A]]"
 

@@ -158,7 +158,7 @@ def test_one_judge_deployment_serves_every_judge_stage(tmp_path, ray_session):
     judge deployment once, both stages use it, the study stops it at the end; nothing is
     left running. (Each stage used to start and stop its own.)"""
     from rexeval.serve.common import running_apps
-    from tests.serve.test_judge_serve import free_port
+    from tests.doubles.ports import free_port
 
     judge = {"backend": "tests.doubles.llm:ScriptedLLM", "models": {"judge_llm": "scripted-judge"},
              "use_cache": False, "serve_port": free_port(),
