@@ -272,3 +272,23 @@ def test_a_jobs_vllm_engines_may_fall_to_zero(tmp_path):
     from ray.serve.config import AutoscalingConfig
 
     AutoscalingConfig(**args["deployment_config"]["autoscaling_config"])  # Serve takes it
+
+
+def test_the_default_serve_port_is_8000_or_the_environments(monkeypatch):
+    """Every job and command that starts Serve without a port takes $REXEVAL_SERVE_PORT
+    (a host whose 8000 is taken, two clusters on one machine); a bad value is refused
+    with the variable's name, not passed on to Serve."""
+    from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+    from rexeval.pipelines.evaluate.config import EvaluateConfig
+
+    monkeypatch.delenv(common.SERVE_PORT_ENV, raising=False)
+    assert common.default_serve_port() == 8000
+    monkeypatch.setenv(common.SERVE_PORT_ENV, " 8123 ")
+    assert common.default_serve_port() == 8123
+    assert ChunkedLLMSettings(out="y").serve_port == 8123
+    assert EvaluateConfig(explanations=["x"], out="y").serve_port == 8123
+    assert EvaluateConfig(explanations=["x"], out="y", serve_port=9000).serve_port == 9000
+    for bad in ("http", "0", "70000"):
+        monkeypatch.setenv(common.SERVE_PORT_ENV, bad)
+        with pytest.raises(ValueError, match=common.SERVE_PORT_ENV):
+            common.default_serve_port()
