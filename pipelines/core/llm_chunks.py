@@ -205,12 +205,22 @@ def chunk_plan(spec: dict, address: str, cfg: ChunkedLLMSettings) -> CallPlan:
     return CallPlan.placed(where, spec["model"], spec.get("options"), spec.get("cache"))
 
 
+def chunk_engines(spec: dict, address: str, cfg: ChunkedLLMSettings, progress: Callable[[str], None],
+                  label: str = "llm"):
+    """The engines of a job that calls `run_chunks` for several tasks with one spec (a
+    context manager: `SharedEngines`): its model loads once, when the first task has work."""
+    from rexeval.pipelines.core.llm_engines import SharedEngines
+
+    return SharedEngines({"llm": chunk_plan(spec, address, cfg)}, progress, label)
+
+
 def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tables: list[str], settings: dict,
                spec: dict | None, address: str, cfg: ChunkedLLMSettings,
-               progress: Callable[[str], None]) -> ShardedOutput:
+               progress: Callable[[str], None], shared=None) -> ShardedOutput:
     """Run `fn` (named `task` in the output's config and progress) over `rows` in
     chunks, streamed (module docstring), resuming finished ones; returns the output.
-    Raises `AwaitingRerun` when calls that failed in transport left chunks unwritten."""
+    Raises `AwaitingRerun` when calls that failed in transport left chunks unwritten.
+    `shared` (`chunk_engines`): the job's engines, for a job that runs several tasks."""
     from rexeval.pipelines.core.io import config_hash
     from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
@@ -231,7 +241,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     job.say_chunks(task, f"{len(rows)} rows")
     if job.todo:
         init_ray()
-        plan = chunk_plan(spec, address, cfg)
+        plan = shared.plans["llm"] if shared is not None else chunk_plan(spec, address, cfg)
         questions = ChunkQuestions(fn, str(payload), cfg.chunk_size, settings, spec["model"], rows_hash)
         t0, k = time.time(), [0]
 
@@ -243,7 +253,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
 
         summary = run_stream(source_rows(questions, sorted(job.todo)), ChunkSteps, {"llm": plan},
                              ChunkWriter(task, questions, job.output), label=task, progress=progress,
-                             on_shard=done, **retry_settings(plan.options))
+                             on_shard=done, shared=shared, **retry_settings(plan.options))
         job.engines = summary.engines  # the manifest's llm_engines
         if summary.awaiting:
             progress("  " + awaiting_line(summary, "question(s)"))

@@ -57,6 +57,7 @@ class EngineGroup:
     app: str | None = None  # vllm kind: the Serve application this job deployed
     url: str | None = None  # vllm kind: its OpenAI base URL
     starts: int = 0  # engine groups this job started (0: a standing service it only uses)
+    counted: int = 0  # of those, the starts an earlier stream of the job reported (SharedEngines)
     replicas: int = 0
     served: str | None = None  # vllm kind: the model id its OpenAI routes answer to
 
@@ -116,6 +117,33 @@ def open_engines(plans: dict[str, CallPlan], progress: Callable[[str], None] = p
             g.stop()
         raise
     return groups
+
+
+class SharedEngines:
+    """Engine groups that several streams of one job use in turn, opened by the first that
+    runs (none if every stream's work is already done) and stopped by `close()`: a job
+    with a stream per part (the prompted job: one per method) loads its model once, not
+    once per part. Give the same `plans` objects to every stream (`run_stream(shared=)`)."""
+
+    def __init__(self, plans: dict[str, CallPlan], progress: Callable[[str], None] = print, label: str = "llm"):
+        self.plans, self.progress, self.label = plans, progress, label
+        self.groups: dict[int, EngineGroup] | None = None
+
+    def open(self) -> dict[int, EngineGroup]:
+        if self.groups is None:
+            self.groups = open_engines(self.plans, self.progress, self.label)
+        return self.groups
+
+    def close(self) -> None:
+        groups, self.groups = self.groups or {}, None
+        for g in groups.values():
+            g.stop()
+
+    def __enter__(self) -> SharedEngines:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _open(plan: CallPlan, progress: Callable[[str], None], label: str) -> EngineGroup:

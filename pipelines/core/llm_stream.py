@@ -208,22 +208,27 @@ def run_stream(source: Source, factory: Callable[[], StreamSteps], plans: dict[s
                write: Callable[[int, list[dict]], dict], *, label: str = "llm",
                progress: Callable[[str], None] = print, transport_retries: int = 3, backoff_s: float = 1.0,
                on_shard: Callable[[dict], None] | None = None,
-               steps_resources: Resources = Resources(cpus=0)) -> StreamSummary:
+               steps_resources: Resources = Resources(cpus=0), shared=None) -> StreamSummary:
     """Run the job (see the module docstring); returns its summary. The conversation
     workers take no CPU of their own by default: they mostly wait on the engines, and a
-    local job's model actors hold the CPUs it has."""
+    local job's model actors hold the CPUs it has. With `shared` (`llm_engines.SharedEngines`
+    of these `plans`), the engines are the job's, opened once for all its streams and
+    left running for the next."""
     from rexeval.pipelines.core.llm_engines import open_engines
 
     summary = StreamSummary()
     t0 = time.time()
-    groups = open_engines(plans, progress, label)
+    groups = shared.open() if shared is not None else open_engines(plans, progress, label)
     try:
         _say_placements(plans, groups, label, progress)
         _run(source, factory, plans, groups, write, summary, progress, label, transport_retries, backoff_s,
              on_shard, max(source.resources.cpus, steps_resources.cpus))
     finally:
         for g in groups.values():
-            g.stop()
+            if shared is None:
+                g.stop()
+            else:
+                g.counted = g.starts
     summary.seconds = round(time.time() - t0, 3)
     for model, entry in summary.engines.items():
         progress(f"    {label} {model}: {engines_line(entry)}")
@@ -232,8 +237,12 @@ def run_stream(source: Source, factory: Callable[[], StreamSteps], plans: dict[s
 
 def engines_line(entry: dict) -> str:
     """What one model's engines did in a job, for its last progress line."""
-    started = ("a standing service (started by no one in this job)" if not entry["engine_starts"]
-               else f"its engines started {entry['engine_starts']}x ({entry['replicas']} replica(s))")
+    if entry.get("engines_reused"):
+        started = f"the job's engines, already started ({entry['replicas']} replica(s))"
+    elif not entry["engine_starts"]:
+        started = "a standing service (started by no one in this job)"
+    else:
+        started = f"its engines started {entry['engine_starts']}x ({entry['replicas']} replica(s))"
     retries = entry["retries"]
     return (f"{entry['calls']} call(s) for {entry['turns']} answer(s), {retries} transport "
             f"retr{'y' if retries == 1 else 'ies'}, {entry['cached']} from the cache; {started}")
@@ -314,9 +323,11 @@ def _count_engines(plans: dict[str, CallPlan], groups: dict, calls: dict[str, di
     """Per model: its engine group's starts and replicas, and its roles' calls summed."""
     for role, plan in plans.items():
         g = groups[id(plan)]
-        entry = summary.engines.setdefault(plan.model, {"kind": plan.kind, "engine_starts": g.starts,
+        entry = summary.engines.setdefault(plan.model, {"kind": plan.kind, "engine_starts": g.starts - g.counted,
                                                         "replicas": g.replicas, "roles": [],
                                                         **_new_counts()})
+        if g.counted:  # started by an earlier stream of this job (SharedEngines), counted there
+            entry["engines_reused"] = True
         entry["roles"].append(role)
         for k, v in calls.get(role, {}).items():
             entry[k] += v

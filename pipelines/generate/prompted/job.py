@@ -61,7 +61,7 @@ def _train_mf(cfg: PromptedJob, inputs, progress):
 def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progress) -> tuple[dict, dict]:
     """Run every LLM method's live prompts; (answers per method, usage)."""
     from rexeval.models.profiles import load_profile
-    from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals
+    from rexeval.pipelines.core.llm_chunks import JudgeService, chunk_engines, llm_spec, run_chunks, usage_totals
     from rexeval.pipelines.generate.prompted.tasks import explain_task
 
     live = {n: p[p["skip"].isna() & p["messages"].notna()] for n, p in plans.items() if methods[n].uses_llm}
@@ -74,14 +74,17 @@ def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progre
     try:
         address = service.address()
         spec["model"] = service.model_id
-        for name, rows in live.items():
-            progress(f"  {name}: {len(rows)} prompt(s) ({rows['messages'].nunique()} distinct)")
-            settings = explain_settings(cfg, methods[name])
-            calls = location(cfg.out) / PROMPTED_OUTPUTS.calls.format(method=name)
-            out = run_chunks(f"explain_{name}", explain_task, rows[["example_id", "messages"]].reset_index(drop=True),
-                             calls, ["answers"], settings, spec, address, cfg, progress)
-            answers[name] = out.read("answers").to_pandas()
-            outputs.append(out)
+        # One model load for every method (each keeps its own resumable chunks).
+        with chunk_engines(spec, address, cfg, progress, label="explain") as engines:
+            for name, rows in live.items():
+                progress(f"  {name}: {len(rows)} prompt(s) ({rows['messages'].nunique()} distinct)")
+                settings = explain_settings(cfg, methods[name])
+                calls = location(cfg.out) / PROMPTED_OUTPUTS.calls.format(method=name)
+                out = run_chunks(f"explain_{name}", explain_task,
+                                 rows[["example_id", "messages"]].reset_index(drop=True),
+                                 calls, ["answers"], settings, spec, address, cfg, progress, shared=engines)
+                answers[name] = out.read("answers").to_pandas()
+                outputs.append(out)
     finally:
         service.stop()
     return answers, usage_totals(outputs, cfg.price_table, spec["model"])

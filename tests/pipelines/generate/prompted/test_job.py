@@ -91,3 +91,14 @@ def test_the_llm_sees_exactly_the_planned_prompts(run):
     sent = {json.loads(line)["last"] for line in open(log)}
     retries = {s for s in sent if s not in planned}
     assert planned <= sent and all("word" in s for s in retries)  # only the retry feedback is extra
+
+
+def test_the_methods_share_one_model_load(run):
+    """Every method's chunks go to the same engines: the job loads its model once (each
+    method used to start and load its own), and says so per method."""
+    _, _, _, lines = run
+    engines = [line for line in lines if "scripted-writer:" in line and "call(s) for" in line]
+    asked = [line for line in lines if line.strip().startswith("explain_") and "rows in" in line]
+    assert len(engines) == len(asked) >= 4, lines
+    assert sum("its engines started 1x" in line for line in engines) == 1, engines
+    assert all("the job's engines, already started" in line for line in engines[1:]), engines
