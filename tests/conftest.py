@@ -70,9 +70,9 @@ SAME_WORKER = {"tests/pipelines/cluster/test_real_data.py": "tests/pipelines/ext
 # rest follow by test count (xdist's own order). A stale entry only costs balance.
 LONGEST_FIRST = [
     "tests/ray_jobs/test_cli.py",  # the demo: a whole study, ~7 min beside the other worker
+    "tests/deploy/test_autoscaling.py",  # mostly waits on nodes: the demo's lighter neighbour
     "tests/pipelines/generate/prompted/test_real_llm.py",
     "tests/ray_jobs/test_no_shared_disk.py",
-    "tests/deploy/test_autoscaling.py",
     "tests/pipelines/study/test_runner.py",
     "tests/pipelines/generate/test_lm_generators_real.py",
     "tests/pipelines/extract/test_real_model.py",
