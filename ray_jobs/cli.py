@@ -1,8 +1,11 @@
 """`rexeval`: the command line, one command per module of ray_jobs/."""
 from __future__ import annotations
 
+import os
+
 import click
 
+from rexeval.pipelines.core.runtime import OMP_WAIT
 from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
 from rexeval.ray_jobs.curate import curate_cmd
 from rexeval.ray_jobs.demo import demo_cmd
@@ -59,6 +62,9 @@ except ImportError:  # pragma: no cover - models/ not installed in a trimmed che
 
 
 def main():
+    # Before torch loads: this driver computes beside its local Ray's workers, whose OpenMP
+    # threads sleep while they wait (pipelines/core/runtime.py OMP_WAIT); its own do too.
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT)
     cli()
 
 

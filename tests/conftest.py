@@ -18,6 +18,10 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# This process computes beside the session's Ray workers (and, under xdist, the other
+# worker's): its OpenMP threads sleep while they wait, as the workers' do
+# (pipelines/core/runtime.py OMP_WAIT), read before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def _session_cache() -> None:
