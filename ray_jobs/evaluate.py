@@ -62,7 +62,7 @@ def metric_family_names() -> list[str]:
 @click.option("--nli-replicas", type=int, help="Max replicas of a deployment this job starts.")
 @click.option("--nli-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
 @click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts "
-              "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
+                                             "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
 @click.option("--device", help="auto (default), cpu or cuda for the metric models.")
 @click.option("--chunk-size", type=int, help="Examples per shard, the unit of resume (default 512).")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95%% interval (0: none).")

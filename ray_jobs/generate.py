@@ -292,7 +292,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
               help="auto (default: the running rexeval-judge Serve app, else one started for this job), none "
                    "(the LLM in each actor), serve:APP, or the http(s) URL of a running deployment.")
 @click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts "
-              "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
+                                             "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
 @click.option("--judge-replicas", type=int, help="Max replicas of a deployment this job starts.")
 @click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
 @click.option("--mf-gpus", type=float, help="GPUs of the BiasedMF Tune trial (default 0).")

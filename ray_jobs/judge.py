@@ -28,7 +28,7 @@ def _judge_options(fn):
         click.option("--judge-replicas", type=int, help="Max replicas of a deployment this job starts."),
         click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts."),
         click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts "
-              "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000)."),
+                                                    "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000)."),
         click.option("--price-table", type=click.Path(exists=True, dir_okay=False),
                      help="YAML of USD per 1M prompt/completion tokens by model, and per GPU-hour "
                           "(gpu_hour) for a reward model (see models/prices.example.yaml); the "

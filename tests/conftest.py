@@ -18,10 +18,18 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-# This process computes beside the session's Ray workers (and, under xdist, the other
-# worker's): its OpenMP threads sleep while they wait, as the workers' do
-# (pipelines/core/runtime.py OMP_WAIT), read before torch loads.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def _omp_wait() -> None:
+    """This process computes beside the session's Ray workers (and, under xdist, the other
+    worker's): its OpenMP threads sleep while they wait, as the workers' do; set before
+    torch loads (pipelines/core/runtime.py imports no torch)."""
+    from rexeval.pipelines.core.runtime import OMP_WAIT
+
+    os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT)
+
+
+_omp_wait()
 
 
 def _session_cache() -> None:
@@ -73,7 +81,7 @@ SAME_WORKER = {"tests/pipelines/cluster/test_real_data.py": "tests/pipelines/ext
 # They start first, so that no worker is left running one of them alone at the end; the
 # rest follow by test count (xdist's own order). A stale entry only costs balance.
 LONGEST_FIRST = [
-    "tests/ray_jobs/test_cli.py",  # the demo: a whole study, ~7 min beside the other worker
+    "tests/ray_jobs/test_cli.py",  # the demo: a whole study, ~6 min beside the other worker
     "tests/deploy/test_autoscaling.py",  # mostly waits on nodes: the demo's lighter neighbour
     "tests/pipelines/generate/prompted/test_real_llm.py",
     "tests/ray_jobs/test_no_shared_disk.py",

@@ -208,10 +208,11 @@ def chunk_plan(spec: dict, address: str, cfg: ChunkedLLMSettings) -> CallPlan:
 def chunk_engines(spec: dict, address: str, cfg: ChunkedLLMSettings, progress: Callable[[str], None],
                   label: str = "llm"):
     """The engines of a job that calls `run_chunks` for several tasks with one spec (a
-    context manager: `SharedEngines`): its model loads once, when the first task has work."""
+    context manager: `SharedEngines`): its model loads once, when the first task has work,
+    placed then as `run_chunks` places its own."""
     from rexeval.pipelines.core.llm_engines import SharedEngines
 
-    return SharedEngines({"llm": chunk_plan(spec, address, cfg)}, progress, label)
+    return SharedEngines(lambda: {"llm": chunk_plan(spec, address, cfg)}, progress, label)
 
 
 def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tables: list[str], settings: dict,

@@ -123,11 +123,22 @@ class SharedEngines:
     """Engine groups that several streams of one job use in turn, opened by the first that
     runs (none if every stream's work is already done) and stopped by `close()`: a job
     with a stream per part (the prompted job: one per method) loads its model once, not
-    once per part. Give the same `plans` objects to every stream (`run_stream(shared=)`)."""
+    once per part. Give the same `plans` objects to every stream (`run_stream(shared=)`).
 
-    def __init__(self, plans: dict[str, CallPlan], progress: Callable[[str], None] = print, label: str = "llm"):
-        self.plans, self.progress, self.label = plans, progress, label
+    `make_plans` runs on the first use of `plans`, where a stream would place its calls
+    (after `init_ray`: a local placement reads the CPUs free then)."""
+
+    def __init__(self, make_plans: Callable[[], dict[str, CallPlan]], progress: Callable[[str], None] = print,
+                 label: str = "llm"):
+        self.make_plans, self.progress, self.label = make_plans, progress, label
+        self._plans: dict[str, CallPlan] | None = None
         self.groups: dict[int, EngineGroup] | None = None
+
+    @property
+    def plans(self) -> dict[str, CallPlan]:
+        if self._plans is None:
+            self._plans = self.make_plans()
+        return self._plans
 
     def open(self) -> dict[int, EngineGroup]:
         if self.groups is None:
