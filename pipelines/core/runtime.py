@@ -21,9 +21,10 @@ FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_H
 
 # A local Ray is one machine's CPUs shared by every actor of every job on it (a study's
 # stages at once, a model actor beside a Ray Data pool): OpenMP threads (torch's) that
-# spin while they wait take the cores the other processes' threads need. Sleeping
-# instead took two prompted jobs run at once on 2 cores from 313 s each to 64 s (43 s
-# alone). A value the user exported wins.
+# spin while they wait take the cores the other processes' threads need
+# (benchmarks/bench_omp_wait.py: two prompted jobs at once on 2 cores took 64-67 s each
+# with sleeping threads, 66 s alone; with spinning ones, ACTIVE, neither had ended after
+# 6 min). A value the user exported wins.
 OMP_WAIT = "PASSIVE"
 
 

@@ -138,7 +138,7 @@ def test_a_driver_node_without_cpus_is_said_at_once(ray_session, monkeypatch):
 
 def test_a_local_rays_workers_sleep_while_they_wait_unless_the_user_said(monkeypatch):
     """A local Ray's workers get OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads of one
-    job's actors starve the others' on a shared machine: 313 s against 64 s measured),
+    job's actors starve the others' on a shared machine: benchmarks/bench_omp_wait.py),
     and a value the user exported instead."""
     import ray
 
