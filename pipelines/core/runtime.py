@@ -6,6 +6,7 @@ run does not need) and without the dashboard, which takes seconds to start.
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 from contextlib import contextmanager
@@ -26,6 +27,11 @@ FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_H
 # with sleeping threads, 66 s alone; with spinning ones, ACTIVE, neither had ended after
 # 6 min). A value the user exported wins.
 OMP_WAIT = "PASSIVE"
+
+LOCAL_RAY_ENV = "REXEVAL_LOCAL_RAY"
+"""Set by a local start in the starting process (and so in every process it starts): the
+GCS address and the variables that Ray's workers there inherit, so that a driver joining
+that cluster (a study's stage, a command run beside it) passes only those that differ."""
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True,
@@ -56,18 +62,25 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
             os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
         if forwarded:
             env["env_vars"] = {**forwarded, **(env.get("env_vars") or {})}
+        env = beyond_local(address, env)
         if env:
             kwargs["runtime_env"] = env
         ray.init(address=address, **kwargs)
     else:
         # Local Ray: no token auth (a laptop run does not need it) and workers import
-        # the project's packages from this checkout.
+        # the project's packages from this checkout. The variables go into this process's
+        # environment, which the raylet it starts, and so every worker, inherits: passed
+        # as a runtime env instead, each worker would start through Ray's setup process
+        # (another interpreter importing Ray), a third more CPU per worker start
+        # (benchmarks/bench_worker_start.py).
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        kwargs["runtime_env"] = {"env_vars": {**forwarded, "RAY_AUTH_MODE": "disabled",
-                                               "PYTHONPATH": _project_root(),
-                                               "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", OMP_WAIT)}}
+        env = {**forwarded, "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"], "PYTHONPATH": _project_root(),
+               "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", OMP_WAIT)}
+        env = {k: v for k, v in env.items() if v}
+        os.environ.update(env)
         ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
         _mark_one_machine(ray, num_cpus)
+        os.environ[LOCAL_RAY_ENV] = json.dumps({"address": ray.get_runtime_context().gcs_address, "env": env})
     # Ray Data's shuffles (groupby, sort: `map_key_groups`, the split's order) as tasks on
     # the pooled workers: Ray 2.60's default shuffle starts a pool of aggregator actors for
     # each one, seconds before a row moves (a keyed step over 360 rows: 0.2 s against 7 s).
@@ -87,6 +100,25 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     return ray
 
 
+def beyond_local(address: str, runtime_env: dict) -> dict:
+    """`runtime_env` less the variables that the workers of the cluster at `address`
+    already inherit, when this process (or the one that started it) started that cluster
+    locally (`LOCAL_RAY_ENV`); without any left, and nothing else in it, {}: the joining
+    driver's workers then start as directly as the starting driver's."""
+    try:
+        mark = json.loads(os.environ.get(LOCAL_RAY_ENV) or "{}")
+    except ValueError:
+        return runtime_env
+    if not runtime_env or mark.get("address") != address:
+        return runtime_env
+    have = mark.get("env") or {}
+    env = {k: v for k, v in runtime_env.items() if k != "env_vars"}
+    extra = {k: v for k, v in (runtime_env.get("env_vars") or {}).items() if have.get(k) != v}
+    if extra:
+        env["env_vars"] = extra
+    return env
+
+
 def _mark_one_machine(ray, num_cpus: int | None) -> None:
     """Say (in this process's environment, which a local study's stages inherit) that
     the Ray at this address is this machine alone, started here with these CPUs: jobs
@@ -102,9 +134,8 @@ def _project_root() -> str:
     driver's code, and plug-ins named "module:Class" beside it), then the caller's."""
     import rexeval
 
-    extra = os.environ.get("PYTHONPATH")
-    parts = [p for p in (rexeval.SOURCE_ROOT, extra) if p]
-    return os.pathsep.join(parts)
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != rexeval.SOURCE_ROOT]
+    return os.pathsep.join([p for p in [rexeval.SOURCE_ROOT] if p] + extra)
 
 
 class _StageActor:

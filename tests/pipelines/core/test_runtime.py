@@ -1,5 +1,8 @@
 """A stage runs the same on a plain table and inside a Ray Data actor pool; a task that
 reads a local input runs where the file is."""
+import json
+import os
+
 import pyarrow as pa
 import pytest
 import pyarrow.compute as pc
@@ -150,12 +153,13 @@ def test_a_local_rays_workers_sleep_while_they_wait_unless_the_user_said(monkeyp
         pass
 
     def init(**kwargs):
-        seen.append(kwargs)
+        seen.append({**kwargs, "environ": dict(os.environ)})
         raise Started
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "."))  # restored after: init_ray sets it
     for exported, want in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
         if exported is None:
             monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
@@ -163,4 +167,44 @@ def test_a_local_rays_workers_sleep_while_they_wait_unless_the_user_said(monkeyp
             monkeypatch.setenv("OMP_WAIT_POLICY", exported)
         with pytest.raises(Started):
             runtime.init_ray(num_cpus=1)
-        assert seen[-1]["runtime_env"]["env_vars"]["OMP_WAIT_POLICY"] == want
+        # In the environment the raylet starts with, which its workers inherit.
+        assert seen[-1]["environ"]["OMP_WAIT_POLICY"] == want
+
+
+def test_a_local_rays_workers_inherit_its_variables_without_a_runtime_env(ray_session):
+    """A local Ray's workers get the checkout's PYTHONPATH, the OpenMP policy and the
+    forwarded settings from the raylet's environment, not from a runtime env, which
+    would start every worker through Ray's setup process: a third more CPU per worker
+    (benchmarks/bench_worker_start.py)."""
+    import rexeval
+
+    ray = ray_session
+    assert not ray.get_runtime_context().runtime_env  # the test session's local Ray
+
+    @ray.remote(max_calls=1)
+    def seen() -> dict:
+        return {k: os.environ.get(k) for k in ("PYTHONPATH", "OMP_WAIT_POLICY", "HF_HUB_OFFLINE", "RAY_AUTH_MODE")}
+
+    env = ray.get(seen.remote())
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == rexeval.SOURCE_ROOT
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["HF_HUB_OFFLINE"] == "1" and env["RAY_AUTH_MODE"] == "disabled"
+
+
+def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack(monkeypatch):
+    """A study's stage (or a command beside it) joining the local Ray its parent started
+    sends no runtime env when the cluster's workers already have its variables; one it
+    changed, or any other cluster, still travels."""
+    from rexeval.pipelines.core.runtime import LOCAL_RAY_ENV, beyond_local
+
+    have = {"HF_HUB_OFFLINE": "1", "PYTHONPATH": "/src"}
+    monkeypatch.setenv(LOCAL_RAY_ENV, json.dumps({"address": "127.0.0.1:6379", "env": have}))
+    same = {"env_vars": {"HF_HUB_OFFLINE": "1"}}
+    assert beyond_local("127.0.0.1:6379", same) == {}
+    assert beyond_local("127.0.0.1:6379", {"env_vars": {"HF_HUB_OFFLINE": "1", "HF_HOME": "/h"}}) == \
+        {"env_vars": {"HF_HOME": "/h"}}
+    assert beyond_local("127.0.0.1:6379", {"env_vars": {"HF_HUB_OFFLINE": "0"}}) == {"env_vars": {"HF_HUB_OFFLINE": "0"}}
+    # Anything but variables (a working dir) always travels.
+    assert beyond_local("127.0.0.1:6379", {"working_dir": "/w", **same}) == {"working_dir": "/w"}
+    assert beyond_local("10.0.0.2:6379", same) == same  # a cluster this machine did not start
+    monkeypatch.delenv(LOCAL_RAY_ENV)
+    assert beyond_local("127.0.0.1:6379", same) == same
