@@ -15,7 +15,13 @@ the whole machine spent meanwhile (/proc/stat). Arms alternate, ROUNDS times:
     before this change);
   * "inherited": `rexeval.pipelines.core.runtime.init_ray`, as the product starts Ray.
 
-    .venv/bin/python -m benchmarks.bench_worker_start     # ~1.5 min on 2 cores
+    .venv/bin/python -m benchmarks.bench_worker_start     # ~5 min on 2 cores
+
+A second part counts the workers started: the shared reviews ingested in 1 MB chunks
+(a task each) and split, and the embedded sample ingested and clustered (EXTRA), ROUNDS
+times in one local Ray, with Ray's default of as many idle
+workers kept as CPUs (RAY_num_workers_soft_limit=2, exported) or `init_ray`'s
+(`runtime.idle_workers_kept`: 8 on 2 CPUs), each in its own process.
 
 Results: benchmarks/results/worker_start.json.
 """
@@ -31,6 +37,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SHARED_CSV = Path(os.environ.get("REXEVAL_SHARED", REPO.parent / "shared")) / "data" / \
+    "amazon_musical_instruments_2014_part.csv"
 
 ARM = r"""
 import json, os, sys, time
@@ -61,6 +69,59 @@ print("RESULT", json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}))
 """
 
 
+CHURN = r"""
+import glob, json, os, sys, time
+from rexeval.pipelines.core.runtime import init_ray
+from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.ingest.config import IngestConfig, SplitConfig
+from rexeval.pipelines.ingest.pipeline import run_ingest
+from rexeval.pipelines.ingest.split_pipeline import run_split
+ray = init_ray(num_cpus=2)
+root, rounds = sys.argv[1], int(sys.argv[2])
+logs = ray._private.worker._global_node.get_logs_dir_path()
+
+def machine_cpu():
+    fields = open("/proc/stat").readline().split()[1:4]
+    return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
+
+def started():
+    return len(glob.glob(os.path.join(logs, "**", "python-core-worker-*"), recursive=True))
+
+quiet = lambda m: None
+sample = os.path.join("pipelines", "sample")
+w0, c0, t0 = started(), machine_cpu(), time.perf_counter()
+for r in range(rounds):
+    out = os.path.join(root, str(r))
+    # The shared CSV in 1 MB chunks: a task per chunk, more at once than 2 CPUs.
+    run_ingest(IngestConfig(inputs=[sys.argv[3]], out=out + "/shared", chunk_mb=1, category="instruments"),
+               progress=quiet)
+    run_split(SplitConfig(input=out + "/shared", out=out + "/split"), progress=quiet)
+    run_ingest(IngestConfig(inputs=[os.path.join(sample, "reviews.jsonl")], meta=[os.path.join(sample, "items.jsonl")],
+                            out=out + "/ingest"), progress=quiet)
+    run_cluster(ClusterConfig(input=out + "/ingest", out=out + "/extra", method="extra", extra_min_count=1),
+                progress=quiet)
+print("RESULT", json.dumps({"wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(machine_cpu() - c0, 2),
+                            "workers_started": started() - w0}))
+"""
+
+
+def run_churn(arm: str, rounds: int) -> dict:
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_num_workers_soft_limit")}
+    env.update(RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if arm == "ray_default":
+        env["RAY_num_workers_soft_limit"] = "2"  # Ray's default on 2 CPUs: the CPU count
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.run([sys.executable, "-c", CHURN, tmp, str(rounds), str(SHARED_CSV)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=900)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"churn {arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(line[-1][len("RESULT "):])
+
+
 def run_arm(arm: str, workers: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_WAIT_POLICY")}
     env["RAY_AUTH_MODE"] = "disabled"
@@ -83,7 +144,14 @@ def main(argv: list[str] | None = None) -> dict:
         for arm in runs:
             runs[arm].append(run_arm(arm, a.workers))
             print(f"round {r + 1}: {arm}: {runs[arm][-1]}", flush=True)
+    churn: dict[str, list[dict]] = {"ray_default": [], "kept": []}
+    for r in range(a.rounds):
+        for arm in churn:
+            churn[arm].append(run_churn(arm, a.rounds))
+            print(f"round {r + 1}: idle workers {arm}: {churn[arm][-1]}", flush=True)
     med = {arm: {k: statistics.median(x[k] for x in v) for k in ("wall_s", "cpu_s")} for arm, v in runs.items()}
+    churn_med = {arm: {k: statistics.median(x[k] for x in v) for k in ("wall_s", "cpu_s", "workers_started")}
+                 for arm, v in churn.items()}
     res = {
         "command": "python -m benchmarks.bench_worker_start" + "".join(
             f" --{k} {v}" for k, v in (("workers", a.workers), ("rounds", a.rounds))),
@@ -92,10 +160,16 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu_per_worker_s": {arm: round(m["cpu_s"] / a.workers, 3) for arm, m in med.items()},
         "cpu_ratio_runtime_env_to_inherited": round(med["runtime_env"]["cpu_s"] / med["inherited"]["cpu_s"], 2),
         "wall_ratio_runtime_env_to_inherited": round(med["runtime_env"]["wall_s"] / med["inherited"]["wall_s"], 2),
+        "idle_workers": {"job": "ingest (1 MB chunks) + split of the shared reviews, ingest + cluster (EXTRA) of the "
+                                "embedded sample, --rounds times in one Ray",
+                         "runs": churn, "median": churn_med,
+                         "cpu_ratio_ray_default_to_kept": round(
+                             churn_med["ray_default"]["cpu_s"] / churn_med["kept"]["cpu_s"], 2)},
     }
     Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: res[k] for k in ("median", "cpu_per_worker_s", "cpu_ratio_runtime_env_to_inherited",
                                           "wall_ratio_runtime_env_to_inherited")}, indent=2))
+    print(json.dumps({k: res["idle_workers"][k] for k in ("median", "cpu_ratio_ray_default_to_kept")}, indent=2))
     return res
 
 

@@ -71,13 +71,15 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         # the project's packages from this checkout. The variables go into this process's
         # environment, which the raylet it starts, and so every worker, inherits: passed
         # as a runtime env instead, each worker would start through Ray's setup process
-        # (another interpreter importing Ray), a third more CPU per worker start
+        # (another interpreter importing Ray): 0.88 s of CPU per worker start, not 0.67
         # (benchmarks/bench_worker_start.py).
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         env = {**forwarded, "RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"], "PYTHONPATH": _project_root(),
                "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", OMP_WAIT)}
         env = {k: v for k, v in env.items() if v}
         os.environ.update(env)
+        if SOFT_LIMIT_ENV not in os.environ:
+            kwargs["_system_config"] = {"num_workers_soft_limit": idle_workers_kept(num_cpus)}
         ray.init(num_cpus=num_cpus, include_dashboard=False, **kwargs)
         _mark_one_machine(ray, num_cpus)
         os.environ[LOCAL_RAY_ENV] = json.dumps({"address": ray.get_runtime_context().gcs_address, "env": env})
@@ -98,6 +100,21 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
     return ray
+
+
+SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
+IDLE_WORKERS_KEPT = 8
+
+
+def idle_workers_kept(num_cpus: int | None) -> int:
+    """Idle workers a local Ray keeps for the next task rather than stopping them (Ray's
+    `num_workers_soft_limit`; its default is the CPU count). A job's Ray Data operators
+    run more tasks at once than a small machine has CPUs (reads, 0-CPU steps), so at 2
+    CPUs Ray stopped workers between a job's operators, and between one job and the next,
+    and started new ones a moment later, 0.7 s of CPU each (benchmarks/bench_worker_start.py:
+    14-15 workers started for a chain of small jobs where 10-12 do). A value the user
+    exported wins."""
+    return max(IDLE_WORKERS_KEPT, int(num_cpus or os.cpu_count() or 1))
 
 
 def beyond_local(address: str, runtime_env: dict) -> dict:

@@ -190,6 +190,38 @@ def test_a_local_rays_workers_inherit_its_variables_without_a_runtime_env(ray_se
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["HF_HUB_OFFLINE"] == "1" and env["RAY_AUTH_MODE"] == "disabled"
 
 
+def test_a_local_ray_keeps_idle_workers_for_the_next_operator_unless_the_user_said(monkeypatch):
+    """A local Ray keeps at least 8 idle workers (Ray's default: as many as CPUs, so at 2
+    CPUs it stopped and restarted workers between a job's operators), more on a bigger
+    machine; RAY_num_workers_soft_limit exported by the user is left to Ray."""
+    import ray
+
+    from rexeval.pipelines.core import runtime
+
+    seen = []
+
+    class Started(Exception):
+        pass
+
+    def init(**kwargs):
+        seen.append(kwargs)
+        raise Started
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "."))
+    monkeypatch.delenv(runtime.SOFT_LIMIT_ENV, raising=False)
+    for cpus, kept in ((2, 8), (32, 32)):
+        with pytest.raises(Started):
+            runtime.init_ray(num_cpus=cpus)
+        assert seen[-1]["_system_config"] == {"num_workers_soft_limit": kept}
+    monkeypatch.setenv(runtime.SOFT_LIMIT_ENV, "3")
+    with pytest.raises(Started):
+        runtime.init_ray(num_cpus=2)
+    assert "_system_config" not in seen[-1]
+
+
 def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack(monkeypatch):
     """A study's stage (or a command beside it) joining the local Ray its parent started
     sends no runtime env when the cluster's workers already have its variables; one it
