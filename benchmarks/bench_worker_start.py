@@ -40,7 +40,15 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_CSV = Path(os.environ.get("REXEVAL_SHARED", REPO.parent / "shared")) / "data" / \
     "amazon_musical_instruments_2014_part.csv"
 
-ARM = r"""
+# Both scripts' measure: the CPU the whole machine has spent (user, nice, system).
+MACHINE_CPU = r"""
+import os
+def machine_cpu():
+    fields = open("/proc/stat").readline().split()[1:4]
+    return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
+"""
+
+ARM = MACHINE_CPU + r"""
 import json, os, sys, time
 import ray
 arm, n = sys.argv[1], int(sys.argv[2])
@@ -56,10 +64,6 @@ else:
 def fresh():
     return os.environ.get("OMP_WAIT_POLICY"), os.getpid()
 
-def machine_cpu():
-    fields = open("/proc/stat").readline().split()[1:4]  # user, nice, system
-    return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
-
 ray.get(fresh.remote())  # the first worker, and Ray's own start, are not counted
 c0, t0 = machine_cpu(), time.perf_counter()
 out = ray.get([fresh.remote() for _ in range(n)])
@@ -69,7 +73,7 @@ print("RESULT", json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}))
 """
 
 
-CHURN = r"""
+CHURN = MACHINE_CPU + r"""
 import glob, json, os, sys, time
 from rexeval.pipelines.core.runtime import init_ray
 from rexeval.pipelines.cluster.config import ClusterConfig
@@ -80,10 +84,6 @@ from rexeval.pipelines.ingest.split_pipeline import run_split
 ray = init_ray(num_cpus=2)
 root, rounds = sys.argv[1], int(sys.argv[2])
 logs = ray._private.worker._global_node.get_logs_dir_path()
-
-def machine_cpu():
-    fields = open("/proc/stat").readline().split()[1:4]
-    return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
 
 def started():
     return len(glob.glob(os.path.join(logs, "**", "python-core-worker-*"), recursive=True))
@@ -106,6 +106,16 @@ print("RESULT", json.dumps({"wall_s": round(time.perf_counter() - t0, 2), "cpu_s
 """
 
 
+def _result(script: str, args: list[str], env: dict, what: str) -> dict:
+    """Run `script` in a fresh interpreter in the checkout; the JSON of its RESULT line."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=900)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"{what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(line[-1][len("RESULT "):])
+
+
 def run_churn(arm: str, rounds: int) -> dict:
     import tempfile
 
@@ -114,23 +124,13 @@ def run_churn(arm: str, rounds: int) -> dict:
     if arm == "ray_default":
         env["RAY_num_workers_soft_limit"] = "2"  # Ray's default on 2 CPUs: the CPU count
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-c", CHURN, tmp, str(rounds), str(SHARED_CSV)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=900)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"churn {arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(line[-1][len("RESULT "):])
+        return _result(CHURN, [tmp, str(rounds), str(SHARED_CSV)], env, f"churn {arm}")
 
 
 def run_arm(arm: str, workers: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_WAIT_POLICY")}
     env["RAY_AUTH_MODE"] = "disabled"
-    proc = subprocess.run([sys.executable, "-c", ARM, arm, str(workers)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=600)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"{arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(line[-1][len("RESULT "):])
+    return _result(ARM, [arm, str(workers)], env, arm)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -28,6 +28,9 @@ FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_H
 # 6 min). A value the user exported wins.
 OMP_WAIT = "PASSIVE"
 
+SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
+IDLE_WORKERS_KEPT = 8  # at least, on a local Ray: `idle_workers_kept`
+
 LOCAL_RAY_ENV = "REXEVAL_LOCAL_RAY"
 """Set by a local start in the starting process (and so in every process it starts): the
 GCS address and the variables that Ray's workers there inherit, so that a driver joining
@@ -100,10 +103,6 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
     return ray
-
-
-SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
-IDLE_WORKERS_KEPT = 8
 
 
 def idle_workers_kept(num_cpus: int | None) -> int:

@@ -139,36 +139,45 @@ def test_a_driver_node_without_cpus_is_said_at_once(ray_session, monkeypatch):
     assert reads_here(["s3://bucket/reviews.json"]) == {}
 
 
-def test_a_local_rays_workers_sleep_while_they_wait_unless_the_user_said(monkeypatch):
-    """A local Ray's workers get OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads of one
-    job's actors starve the others' on a shared machine: benchmarks/bench_omp_wait.py),
-    and a value the user exported instead."""
+class _Started(Exception):
+    """Raised by the stand-in for `ray.init`: what init_ray would start Ray with is recorded."""
+
+
+@pytest.fixture
+def local_start(monkeypatch) -> list[dict]:
+    """`init_ray` up to the local `ray.init` call, which records its arguments and the
+    process's environment (what the raylet, and so every worker, inherits) and raises
+    `_Started`; the variables init_ray sets are restored after the test."""
     import ray
 
-    from rexeval.pipelines.core import runtime
-
-    seen = []
-
-    class Started(Exception):
-        pass
+    seen: list[dict] = []
 
     def init(**kwargs):
         seen.append({**kwargs, "environ": dict(os.environ)})
-        raise Started
+        raise _Started
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", init)
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "."))  # restored after: init_ray sets it
+    return seen
+
+
+def test_a_local_rays_workers_sleep_while_they_wait_unless_the_user_said(local_start, monkeypatch):
+    """A local Ray's workers get OMP_WAIT_POLICY=PASSIVE (spinning OpenMP threads of one
+    job's actors starve the others' on a shared machine: benchmarks/bench_omp_wait.py),
+    and a value the user exported instead."""
+    from rexeval.pipelines.core import runtime
+
     for exported, want in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
         if exported is None:
             monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
         else:
             monkeypatch.setenv("OMP_WAIT_POLICY", exported)
-        with pytest.raises(Started):
+        with pytest.raises(_Started):
             runtime.init_ray(num_cpus=1)
         # In the environment the raylet starts with, which its workers inherit.
-        assert seen[-1]["environ"]["OMP_WAIT_POLICY"] == want
+        assert local_start[-1]["environ"]["OMP_WAIT_POLICY"] == want
 
 
 def test_a_local_rays_workers_inherit_its_variables_without_a_runtime_env(ray_session):
@@ -190,36 +199,21 @@ def test_a_local_rays_workers_inherit_its_variables_without_a_runtime_env(ray_se
     assert env["OMP_WAIT_POLICY"] == "PASSIVE" and env["HF_HUB_OFFLINE"] == "1" and env["RAY_AUTH_MODE"] == "disabled"
 
 
-def test_a_local_ray_keeps_idle_workers_for_the_next_operator_unless_the_user_said(monkeypatch):
+def test_a_local_ray_keeps_idle_workers_for_the_next_operator_unless_the_user_said(local_start, monkeypatch):
     """A local Ray keeps at least 8 idle workers (Ray's default: as many as CPUs, so at 2
     CPUs it stopped and restarted workers between a job's operators), more on a bigger
     machine; RAY_num_workers_soft_limit exported by the user is left to Ray."""
-    import ray
-
     from rexeval.pipelines.core import runtime
 
-    seen = []
-
-    class Started(Exception):
-        pass
-
-    def init(**kwargs):
-        seen.append(kwargs)
-        raise Started
-
-    monkeypatch.setattr(ray, "is_initialized", lambda: False)
-    monkeypatch.setattr(ray, "init", init)
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", "."))
     monkeypatch.delenv(runtime.SOFT_LIMIT_ENV, raising=False)
     for cpus, kept in ((2, 8), (32, 32)):
-        with pytest.raises(Started):
+        with pytest.raises(_Started):
             runtime.init_ray(num_cpus=cpus)
-        assert seen[-1]["_system_config"] == {"num_workers_soft_limit": kept}
+        assert local_start[-1]["_system_config"] == {"num_workers_soft_limit": kept}
     monkeypatch.setenv(runtime.SOFT_LIMIT_ENV, "3")
-    with pytest.raises(Started):
+    with pytest.raises(_Started):
         runtime.init_ray(num_cpus=2)
-    assert "_system_config" not in seen[-1]
+    assert "_system_config" not in local_start[-1]
 
 
 def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack(monkeypatch):
