@@ -28,12 +28,15 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.machine_cpu import machine_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "suite_cpu.json"
@@ -227,12 +230,6 @@ def analyse(folder: Path) -> dict:
     return summary(attribute(records, file_windows(events)))
 
 
-def machine_cpu_s() -> float:
-    """The whole machine's busy CPU seconds so far (/proc/stat)."""
-    user, nice, system, _idle, _iowait, irq, softirq = map(int, Path("/proc/stat").read_text().split()[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
 def run_suite(folder: Path, pytest_args: list[str], workers: int, period: float) -> dict:
     """The suite as scripts/test.sh runs it (`-n workers --dist loadfile`), sampled."""
     env = {**os.environ, RUN_DIR_ENV: str(folder), "RAY_AUTH_MODE": "disabled", "HF_HUB_OFFLINE": "1",
@@ -242,10 +239,12 @@ def run_suite(folder: Path, pytest_args: list[str], workers: int, period: float)
     cpu0, t0 = machine_cpu_s(), time.time()
     cmd = [sys.executable, "-m", "pytest", "-p", "benchmarks.suite_cpu", "-p", "no:cacheprovider",
            *(["-n", str(workers), "--dist", "loadfile"] if workers else []), *(pytest_args or ["-m", "not gpu"])]
-    rc = subprocess.run(cmd, cwd=REPO, env=env).returncode
-    wall, cpu = time.time() - t0, machine_cpu_s() - cpu0
-    sampler.send_signal(signal.SIGTERM)
-    sampler.wait(60)
+    try:
+        rc = subprocess.run(cmd, cwd=REPO, env=env).returncode
+        wall, cpu = time.time() - t0, machine_cpu_s() - cpu0
+    finally:
+        sampler.send_signal(signal.SIGTERM)  # it writes its samples and ends
+        sampler.wait(60)
     return {"pytest": " ".join(cmd[1:]), "exit_code": rc, "wall_s": round(wall, 1), "machine_cpu_s": round(cpu, 1)}
 
 
@@ -269,8 +268,12 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         run = run_suite(folder, a.pytest_args, a.workers, a.period)
         (folder / RUN).write_text(json.dumps(run))
-    result = {"command": run.get("command") or "python -m benchmarks.suite_cpu" + "".join(f" {x}" for x in sys.argv[1:]),
-              "machine": f"{os.cpu_count()} CPUs", **run, **analyse(folder)}
+    try:
+        command = run.get("command") or "python -m benchmarks.suite_cpu" + "".join(f" {x}" for x in sys.argv[1:])
+        result = {"command": command, "machine": f"{os.cpu_count()} CPUs", **run, **analyse(folder)}
+    finally:
+        if not (a.analyse or a.keep):
+            shutil.rmtree(folder, ignore_errors=True)  # the samples: ~1 MB for a full run
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"sampled {result['sampled_cpu_s']:.0f} CPU-s" + (f" in {run['wall_s']:.0f} s" if run else ""))
