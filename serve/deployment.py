@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 
 from ray import serve
 
-from rexeval.serve.common import (HEALTH_PATH, AppAuth, ReplicaSettings, RequestError, check_bearer,
-                                  default_serve_port, error_response, run_app, sub_path)
+from rexeval.failures import ServeStartFailed
+from rexeval.serve.common import (HEALTH_PATH, SERVE_PORT_ENV, AppAuth, ReplicaSettings, RequestError, check_bearer,
+                                  default_serve_port, error_response, run_app, serve_running, sub_path)
 from rexeval.serve.telemetry import ReplicaMetrics, route_label
 
 HEALTHY = {"status": "ok"}
+BIND_FAILED = "Failed to bind to address"  # what Serve's proxy raises (ray.serve._private.proxy)
 
 Config = TypeVar("Config", bound=ReplicaSettings)
 
@@ -121,6 +123,21 @@ def start_app(build: Callable[[], Any], name: str, route: str | None, host: str 
               port: int | None = None):
     """Start Serve's HTTP proxy on `host`:`port` (default: `default_serve_port()`; if Serve
     already runs, its proxy keeps its own), then the application `build()` gives, as `name`
-    under `route`; its handle. `build` runs after the proxy starts, as each app's start always did."""
-    serve.start(http_options={"host": host, "port": default_serve_port() if port is None else port})
+    under `route`; its handle. `build` runs after the proxy starts, as each app's start always did.
+
+    A port another process holds fails Serve's proxy with a remote traceback; the user gets
+    ServeStartFailed naming the port and how to pick another, and a Serve this call started
+    is shut down again (a controller left with a dead proxy would keep the port for later starts)."""
+    port = default_serve_port() if port is None else port
+    was_running = serve_running()
+    try:
+        serve.start(http_options={"host": host, "port": port})
+    except Exception as exc:
+        if BIND_FAILED not in str(exc):
+            raise
+        if not was_running:
+            serve.shutdown()
+        raise ServeStartFailed(f"Serve's HTTP proxy could not listen on {host}:{port}: another process holds "
+                               f"that port; pick another (a job's --serve-port, `rexeval serve --port`, or "
+                               f"${SERVE_PORT_ENV} for all of them)") from exc
     return run_app(build(), name, route)

@@ -67,10 +67,12 @@ from typing import Any
 
 import psutil
 
+from tests.doubles.ports import CLUSTER_PORT_HIGH, CLUSTER_PORT_LOW
+
 VENV_BIN = Path(sys.executable).parent
 RAY = str(VENV_BIN / "ray")
 
-PORT_LOW, PORT_HIGH = 20000, 32000
+PORT_LOW, PORT_HIGH = CLUSTER_PORT_LOW, CLUSTER_PORT_HIGH  # below the session Serve ports (ports.py)
 WORKER_PORTS = 100  # workers (and drivers) of one node at once; these tests need ~20
 NAMED_PORTS = ("node_manager", "object_manager", "agent_listen", "agent_grpc", "metrics_export",
                "runtime_env_agent")

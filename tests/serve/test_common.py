@@ -292,3 +292,25 @@ def test_the_default_serve_port_is_8000_or_the_environments(monkeypatch):
         monkeypatch.setenv(common.SERVE_PORT_ENV, bad)
         with pytest.raises(ValueError, match=common.SERVE_PORT_ENV):
             common.default_serve_port()
+
+
+def test_the_test_workers_serve_port_is_outside_the_ports_others_are_handed(tmp_path):
+    """The session's Serve port lies between the local clusters' block and the kernel's
+    ephemeral range (an outgoing connection took it once in CI, and a study's Serve failed
+    to bind); a port taken now is skipped; an empty gap falls back to any free port."""
+    import socket
+
+    from tests.doubles import ports
+
+    range_file = tmp_path / "range"
+    range_file.write_text("32768\t60999\n")
+    assert ports.ephemeral_low(str(range_file)) == 32768
+    assert ports.ephemeral_low(str(tmp_path / "absent")) == 32768
+    for _ in range(20):
+        assert ports.CLUSTER_PORT_HIGH <= ports.session_port() < ports.ephemeral_low()
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        held.listen()
+        assert ports.session_port(low=taken, high=taken + 1, tries=5) != taken  # falls back
+    assert ports.session_port(low=40000, high=40000) > 0

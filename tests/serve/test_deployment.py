@@ -2,7 +2,8 @@
 function, without Ray: the health probe answered without a token, 401 with a Bearer
 challenge, 404 for a path not served and 405 for a method not taken, JSON bodies in the app's shape; both apps'
 own routes tables; `answer_http` handing served routes to the app and counting under
-route tags; the start building the app only once the proxy is up."""
+route tags; the start building the app only once the proxy is up. One test with Ray: a
+port another process holds is named in the error, and Serve is left as it was found."""
 from __future__ import annotations
 
 import asyncio
@@ -155,9 +156,30 @@ def test_config_from_args_turns_the_token_into_its_hash(monkeypatch):
 
 def test_start_app_builds_the_app_once_the_proxy_is_up(monkeypatch):
     steps = []
+    monkeypatch.setattr(deployment, "serve_running", lambda: False)
     monkeypatch.setattr(deployment.serve, "start", lambda http_options: steps.append(("start", http_options)))
     monkeypatch.setattr(deployment, "run_app", lambda app, name, route: steps.append(("run", app, name, route))
                         or "handle")
     handle = deployment.start_app(lambda: steps.append(("build",)) or "app", "my-app", "/mine", "0.0.0.0", 9)
     assert handle == "handle"
     assert steps == [("start", {"host": "0.0.0.0", "port": 9}), ("build",), ("run", "app", "my-app", "/mine")]
+
+
+def test_a_port_another_process_holds_is_named_and_serve_is_left_as_found(ray_session):
+    """Serve's proxy fails on a taken port with a remote traceback (seen in CI, when an
+    outgoing connection held a test worker's port); the user gets the port and the way to
+    pick another, and no controller stays behind holding that port for later starts."""
+    import socket
+
+    from ray import serve
+
+    from rexeval.failures import ServeStartFailed
+
+    serve.shutdown()  # a Serve already up keeps its own proxy: this start must make one
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        with pytest.raises(ServeStartFailed, match=rf"127\.0\.0\.1:{port}: another process holds.*--serve-port"):
+            deployment.start_app(lambda: pytest.fail("built after a failed start"), "taken", "/taken", port=port)
+    assert not deployment.serve_running()
