@@ -31,6 +31,10 @@ OMP_WAIT = "PASSIVE"
 SOFT_LIMIT_ENV = "RAY_num_workers_soft_limit"
 IDLE_WORKERS_KEPT = 8  # at least, on a local Ray: `idle_workers_kept`
 
+# The raylet's notice that a node runs many worker processes (`WorkerPool::WarnAboutSize`,
+# published to every driver of the node, printed by each driver's error listener).
+POOL_SIZE_NOTICE = "worker processes have been started on node"
+
 LOCAL_RAY_ENV = "REXEVAL_LOCAL_RAY"
 """Set by a local start in the starting process (and so in every process it starts): the
 GCS address and the variables that Ray's workers there inherit, so that a driver joining
@@ -102,7 +106,37 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
+        pool_size_notice_to_log()
     return ray
+
+
+def pool_size_notice_to_log() -> None:
+    """Send the raylet's "N worker processes have been started on node" notice to the
+    `ray` logger (INFO) instead of the terminal, leaving every other error line as Ray
+    prints it.
+
+    Why: the raylet warns every driver of a node once its worker processes pass four
+    times its start-up concurrency plus Ray's IO workers (16 on 2 CPUs). A study keeps
+    its finished stages' drivers, and with them their jobs' idle workers, for the next
+    stages (`study/stage_process.py`), so a 2-CPU laptop reaches that on purpose, and
+    the notice lands in the middle of the study's progress lines. Ray has no setting for
+    it; its error listener looks `print_to_stdstream` up at each message, so wrapping
+    that one function is enough."""
+    from ray._private import worker as ray_worker
+
+    show = ray_worker.print_to_stdstream
+    if getattr(show, "_rexeval_quiet", False):
+        return
+
+    def print_to_stdstream(data, ignore_prefix: bool):
+        lines = data.get("lines") or []
+        if data.get("pid") == "raylet" and any(POOL_SIZE_NOTICE in str(line) for line in lines):
+            logging.getLogger("ray").info("(raylet) %s", " ".join(map(str, lines)))
+            return None
+        return show(data, ignore_prefix)
+
+    print_to_stdstream._rexeval_quiet = True
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def idle_workers_kept(num_cpus: int | None) -> int:

@@ -360,8 +360,8 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
 
     from rexeval.pipelines.core.reach import require_reachable
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.study.stage_process import (StageCall, StageFailed, hold_service, ray_connection,
-                                                        run_stage)
+    from rexeval.pipelines.study.stage_process import (StageCall, StageFailed, StagePool, hold_service,
+                                                        ray_connection, run_stage)
 
     init_ray(quiet=not verbose)
     require_reachable(plan.out, what="the study's out")
@@ -399,6 +399,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         return release_and_publish
 
     apps = StudyApps(progress, hold)
+    kept = StagePool()  # finished stages' processes, for the next stages (stage_process)
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -418,7 +419,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         node = None
         try:
             if jobs is None:
-                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"))
+                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"), kept)
             else:
                 counts, node = jobs.run(call, plan.study.driver_of(inst.stage), lambda line: lines(f"[{key}] {line}"),
                                         lambda sid: state.record(key, ray_job=sid))
@@ -480,6 +481,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                     apps.done(key, needs[key], still)
     finally:
         try:
+            kept.close()
             apps.close()
         finally:
             logs.close()

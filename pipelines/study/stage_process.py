@@ -15,9 +15,22 @@ file beside every progress line; with `verbose` it goes to the terminal as well.
 log file is local (it is streamed to): OUT/logs/<instance>.log itself, or for a study
 folder under a URI a temporary file the study copies there when the stage ends
 (`runner.StageLogs`); `log_shown` is where the user finds it.
+
+A study keeps a finished stage's process for its next stage (`StagePool`): the process
+stays the same Ray job, so the job's idle workers, which imported the stage's libraries
+already, run the next stage's tasks instead of new workers starting (about a second of
+CPU each, several per stage) and the driver does not join the cluster again. Stages
+still never share a process at once, so the reasons above hold. A process is kept only
+after a stage that succeeded and left no actor of its job alive (an actor would keep its
+CPUs from the next stage), and while it holds under 2 GiB (what a stage left in memory
+would otherwise add up); otherwise it ends, and Ray cleans its job up as before. The
+stage's log ends with which. Each stage starts with the process's Ray Data context as
+the first stage found it.
 """
 from __future__ import annotations
 
+import copy
+import gc
 import multiprocessing
 import os
 import sys
@@ -96,18 +109,84 @@ def ray_connection() -> tuple[str | None, dict[str, Any]]:
 
 
 JOIN_TRIES = 3  # a stage process that dies while joining the cluster is started again
+ACTORS_END_S = 5.0  # how long a finished stage's actors get to end before its process is not kept
+KEEP_RSS_BYTES = 2 * 2**30  # a stage's process holding more than this after its stage is not kept
 
 
-def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any]:
+@dataclass
+class _Kept:
+    """A stage's process waiting for its next stage, and the pipe it takes calls on."""
+
+    proc: Any
+    conn: Any
+
+
+def _pool_key(call: StageCall) -> tuple:
+    """Stages that may share a process: the same cluster, runtime env and terminal use."""
+    return call.ray_address, repr(sorted(call.runtime_env.items())), call.verbose
+
+
+class StagePool:
+    """Finished stages' processes, kept for the study's next stages (see the module's
+    docstring); `close()` ends them. Thread-safe: the study runs stages from threads."""
+
+    def __init__(self):
+        self._idle: dict[tuple, list[_Kept]] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, call: StageCall) -> _Kept | None:
+        with self._lock:
+            idle = self._idle.get(_pool_key(call), [])
+            while idle:
+                kept = idle.pop()
+                if kept.proc.is_alive():
+                    return kept
+                _end(kept)
+        return None
+
+    def give(self, call: StageCall, kept: _Kept) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.setdefault(_pool_key(call), []).append(kept)
+                return
+        _end(kept, stop=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            kept = [k for idle in self._idle.values() for k in idle]
+            self._idle.clear()
+        for k in kept:
+            _end(k, stop=True)
+
+
+def _end(kept: _Kept, stop: bool = False) -> None:
+    """Let a stage's process go: told to stop (it leaves Ray and exits), or already ending."""
+    try:
+        if stop:
+            kept.conn.send("stop")
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        kept.conn.close()
+        kept.proc.join(timeout=60)
+        if kept.proc.is_alive():
+            kept.proc.kill()
+            kept.proc.join()
+
+
+def run_stage(call: StageCall, progress: Callable[[str], None], pool: StagePool | None = None) -> dict[str, Any]:
     """Run `call` in its own process; progress lines reach `progress` as they come; the
     job's counts are returned. Raises StageFailed (the job raised, or the process died).
 
     A process that dies before it has joined the Ray cluster ran nothing of its job (seen
     on a busy 2-core machine: Ray's core worker aborting in its object-store warm-up as
     two stages joined at once); that is a transport failure, so the stage is started
-    again, up to JOIN_TRIES times in all."""
+    again, up to JOIN_TRIES times in all. With a `pool`, a kept process runs it when one
+    is idle, and the process is kept again when the stage succeeded and left no actor."""
     for attempt in range(1, JOIN_TRIES + 1):
-        joined, outcome, code = _run_stage_once(call, progress)
+        joined, outcome, code = _run_stage_once(call, progress, pool)
         if outcome is not None or joined or attempt == JOIN_TRIES:
             break
         progress(f"[{call.key}] the stage's process ended (exit code {code}) while joining the Ray "
@@ -121,32 +200,42 @@ def run_stage(call: StageCall, progress: Callable[[str], None]) -> dict[str, Any
     return outcome[1]
 
 
-def _run_stage_once(call: StageCall, progress: Callable[[str], None]) -> tuple[bool, tuple | None, int | None]:
-    """One process for `call`: (whether it joined the cluster, its outcome message or
-    None when it died first, its exit code)."""
-    ctx = _context()
-    receive, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_stage_main, args=(call, send, os.getpid()), name=f"rexeval-stage-{call.key}",
-                       daemon=False)
-    proc.start()
-    send.close()
-    joined, outcome = False, None
+def _run_stage_once(call: StageCall, progress: Callable[[str], None],
+                    pool: StagePool | None = None) -> tuple[bool, tuple | None, int | None]:
+    """One process for `call` (a kept one from `pool` when one is idle): (whether it joined
+    the cluster, its outcome message or None when it died first, its exit code)."""
+    kept = pool.take(call) if pool is not None else None
+    if kept is None:
+        ctx = _context()
+        conn, child = ctx.Pipe(duplex=True)
+        proc = ctx.Process(target=_stage_main, args=(child, os.getpid()), name="rexeval-stage", daemon=False)
+        proc.start()
+        child.close()
+        kept = _Kept(proc, conn)
+    joined, outcome, idle = False, None, False
     try:
+        kept.conn.send((call, pool is not None))
         while True:
             try:
-                msg = receive.recv()
+                msg = kept.conn.recv()
             except EOFError:
                 break
             if msg[0] == "line":
                 progress(msg[1])
             elif msg[0] == "joined":
                 joined = True
+            elif msg[0] == "idle":
+                idle = True
+                break
             else:
                 outcome = msg
-    finally:
-        receive.close()
-        proc.join()
-    return joined, outcome, proc.exitcode
+    except (BrokenPipeError, OSError):
+        pass
+    if idle and pool is not None:
+        pool.give(call, kept)
+        return joined, outcome, None
+    _end(kept, stop=idle)
+    return joined, outcome, kept.proc.exitcode
 
 
 def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None],
@@ -230,21 +319,59 @@ def _open_log(path: str, verbose: bool) -> int:
     return log
 
 
-def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
+def _stage_main(conn, parent_pid: int) -> None:
+    """A stage's process: runs the calls it is sent, one at a time, until told to stop, or
+    until a stage fails or the process may not be kept (then it ends, and its Ray job with it)."""
+    _watch_parent(parent_pid)
+    data_context = None
+    try:
+        while True:
+            try:
+                sent = conn.recv()
+            except EOFError:
+                return
+            if sent == "stop":
+                return
+            call, keep = sent
+            if data_context is not None:
+                import ray.data
+
+                ray.data.DataContext._set_current(copy.deepcopy(data_context))
+            kept, data_context = _run_call(call, conn, data_context, keep)
+            if not kept:
+                return
+            conn.send(("idle",))
+    finally:
+        conn.close()
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def _run_call(call: StageCall, conn, data_context, keep: bool):
+    """One stage in this process, its output in its own log: (whether the process stays
+    for a next stage, the Ray Data context as the first stage of this process found it).
+    Only a `keep` call whose stage succeeded may stay, and only when `why_not_kept` finds
+    nothing; the log says which."""
     from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
 
     log = _open_log(call.log_path, call.verbose)
-    _watch_parent(parent_pid)
 
     def say(line: str) -> None:
         os.write(log, (line + "\n").encode("utf-8", "replace"))
         conn.send(("line", line))
 
     try:
+        import ray
+        import ray.data
+
         from rexeval.pipelines.core.runtime import init_ray
 
         say(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: stage {call.key}")
-        init_ray(address=call.ray_address, runtime_env=call.runtime_env, quiet=not call.verbose)
+        if not ray.is_initialized():
+            init_ray(address=call.ray_address, runtime_env=call.runtime_env, quiet=not call.verbose)
+            data_context = copy.deepcopy(ray.data.DataContext.get_current())
         conn.send(("joined",))
         job = StudyJob(call.key, call.config, call.target)
         result = job.run(build_config(job, call.settings), call.overwrite, say)
@@ -253,15 +380,43 @@ def _stage_main(call: StageCall, conn, parent_pid: int) -> None:
         tb = traceback.format_exc()
         os.write(log, tb.encode("utf-8", "replace"))
         conn.send(("error", f"{type(exc).__name__}: {exc}", tb, is_transport(exc)))
+        os.close(log)
+        return False, data_context
+    try:
+        if not keep:
+            return False, data_context
+        why = why_not_kept()
+        os.write(log, (f"this process ends here: {why}\n" if why else
+                       "this process may run a later stage of the study\n").encode())
+        return why is None, data_context
     finally:
-        conn.close()
-        try:
-            import ray
+        os.close(log)
 
-            if ray.is_initialized():
-                ray.shutdown()
-        finally:
-            os.close(log)
+
+def why_not_kept(wait_s: float = ACTORS_END_S, max_rss: int = KEEP_RSS_BYTES) -> str | None:
+    """Why this process must not run another stage, or None: an actor its job made
+    (detached ones aside) is still alive after `wait_s` (Ray ends an actor whose last
+    handle went asynchronously; one that stays would hold its CPUs from the next stage),
+    or the process holds more than `max_rss` bytes (what its stages left in memory)."""
+    import psutil
+    import ray
+    from ray._private import state
+
+    gc.collect()  # handles and arrays held in reference cycles
+    job = ray.JobID.from_hex(ray.get_runtime_context().get_job_id())
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [a for a in state.actors(job_id=job, actor_state_name="ALIVE").values() if not a.get("IsDetached")]
+        if not alive:
+            break
+        if time.monotonic() > deadline:
+            names = sorted({a.get("ActorClassName") or "?" for a in alive})
+            return f"{len(alive)} actor(s) of its Ray job still alive ({', '.join(names)})"
+        time.sleep(0.2)
+    rss = psutil.Process().memory_info().rss
+    if rss > max_rss:
+        return f"it holds {rss / 2**30:.1f} GiB (more than {max_rss / 2**30:.1f} GiB)"
+    return None
 
 
 def _hold_main(opener, conn, parent_pid: int, log_path: str, ray_address, runtime_env, verbose: bool) -> None:

@@ -234,3 +234,28 @@ def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack
     assert beyond_local("10.0.0.2:6379", same) == same  # a cluster this machine did not start
     monkeypatch.delenv(LOCAL_RAY_ENV)
     assert beyond_local("127.0.0.1:6379", same) == same
+
+
+def test_the_raylets_worker_count_notice_goes_to_the_log_not_the_terminal(ray_session, capsys, caplog):
+    """Every driver prints what the raylet publishes; a quiet driver (every rexeval
+    command's) sends the "N worker processes have been started" notice, which a study's
+    kept stage drivers reach on purpose on 2 CPUs, to the `ray` logger, and still prints
+    every other raylet line. The notice's text is the one CI printed in the demo."""
+    import logging
+
+    from ray._private import worker as ray_worker
+
+    from rexeval.pipelines.core import runtime
+
+    notice = ("WARNING: 8 PYTHON worker processes have been started on node: 676edf2b with address: "
+              "192.0.2.2, which is 4x the maximum expected startup concurrency (2).")
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO, logger="ray"):
+        ray_worker.print_to_stdstream({"lines": [notice], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    assert capsys.readouterr().out == ""
+    assert any(runtime.POOL_SIZE_NOTICE in r.getMessage() for r in caplog.records)
+    other = "The node ran low on memory: a worker was killed."
+    ray_worker.print_to_stdstream({"lines": [other], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    assert other in capsys.readouterr().out
+    runtime.pool_size_notice_to_log()  # again: still one wrapper, not two
+    assert getattr(ray_worker.print_to_stdstream, "_rexeval_quiet", False)

@@ -140,6 +140,43 @@ def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
 
 
 @pytest.mark.slow
+def test_a_finished_stages_process_runs_the_next_stage_unless_it_left_an_actor(tmp_path, ray_session):
+    """One stage at a time (a chain): the process and Ray job of a stage that succeeded run
+    the next stage (its job's warm workers too), with the Ray Data context as the first
+    stage found it; a stage that left an actor of its job alive is not followed in its
+    process (the actor would hold its CPUs), and neither is a failed one."""
+    from rexeval.pipelines.study.jobs import StatsConfig
+    from tests.doubles.study_jobs import boom, holds_an_actor, tamper, whoami
+
+    jobs = {"test_whoami": whoami, "test_tamper": tamper, "test_holds": holds_an_actor, "test_boom": boom}
+    for name, fn in jobs.items():
+        STUDY_JOBS.add(name, StudyJob(name, StatsConfig, fn))
+    try:
+        data = tiny_study()
+        del data["stages"]["extract"], data["stages"]["stats"]
+        # a -> b -> c -> d, then e and f both after d (e first: the study file's order).
+        chain = [("a", "test_tamper", "split"), ("b", "test_whoami", "a"), ("c", "test_holds", "b"),
+                 ("d", "test_whoami", "c"), ("e", "test_boom", "d"), ("f", "test_whoami", "d")]
+        for name, job, after in chain:
+            data["stages"][name] = {"job": job, "with": {"input": f"{{{after}}}"}}
+        res = run_study(plan_of(tmp_path, data), progress=lambda _: None, max_parallel=1)
+    finally:
+        for name in jobs:
+            STUDY_JOBS.pop(name)
+    assert res["failed"].keys() == {"e@sample"}
+    got = {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in "abcdf"}
+    assert got["a"]["pid"] == got["b"]["pid"] == got["c"]["pid"] != os.getpid()
+    assert got["a"]["ray_job"] == got["b"]["ray_job"] == got["c"]["ray_job"]
+    assert got["b"]["probe"] is None  # tamper's change did not reach the next stage
+    assert got["d"]["pid"] != got["c"]["pid"] and got["d"]["ray_job"] != got["c"]["ray_job"]
+    assert got["f"]["pid"] != got["d"]["pid"]  # d's process ran e, which failed
+    logs = tmp_path / "out" / "logs"
+    assert (logs / "a@sample.log").read_text().endswith("this process may run a later stage of the study\n")
+    assert (logs / "c@sample.log").read_text().endswith(
+        "this process ends here: 1 actor(s) of its Ray job still alive (Held)\n")
+
+
+@pytest.mark.slow
 def test_a_stages_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
     """A stage's own lines reach `job_lines` (the terminal under --verbose), the study's
     lines `progress`; both are in the stage's log file."""

@@ -10,7 +10,7 @@ CALL = sp.StageCall(key="x@d", target="m:f", config=dict, settings={}, overwrite
 
 def scripted(monkeypatch, outcomes: list[tuple]) -> list[str]:
     lines: list[str] = []
-    monkeypatch.setattr(sp, "_run_stage_once", lambda call, progress: outcomes.pop(0))
+    monkeypatch.setattr(sp, "_run_stage_once", lambda call, progress, pool=None: outcomes.pop(0))
     return lines
 
 
