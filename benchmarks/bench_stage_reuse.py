@@ -9,7 +9,7 @@ finds the workers the last one left idle.
 
 Each arm is a fresh interpreter that runs the demo study without its LLM stages
 (`studies/demo.yaml --set llm=false`: ingest, split, Table II, clusters, the STAR
-benchmark and ExpGCN, PETER trained and decoded, seed 000's metrics; 16 stages, two at
+benchmark and ExpGCN, PETER trained and decoded, seed 000's metrics; 13 stages, two at
 a time) on its own local Ray (2 CPUs), and reports the wall time, the CPU the whole
 machine spent (/proc/stat), and the stage processes the stages ran in:
 
@@ -19,7 +19,7 @@ machine spent (/proc/stat), and the stage processes the stages ran in:
 
 The arms alternate, ROUNDS times; the medians and their ratios are the result.
 
-    .venv/bin/python -m benchmarks.bench_stage_reuse          # ~10 min on 2 cores
+    .venv/bin/python -m benchmarks.bench_stage_reuse          # ~5 min on 2 cores
 
 Results: benchmarks/results/stage_reuse.json.
 """
@@ -79,7 +79,7 @@ def run_arm(arm: str) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "stage_reuse.json"))
     a = ap.parse_args(argv)
     runs: dict[str, list[dict]] = {"fresh": [], "kept": []}
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     res = {
         "command": f"python -m benchmarks.bench_stage_reuse --rounds {a.rounds}",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "study": "studies/demo.yaml --set llm=false (16 stages, max_parallel 2)",
+        "study": "studies/demo.yaml --set llm=false (13 stages, max_parallel 2)",
         "runs": runs, "median": med,
         "cpu_ratio_fresh_to_kept": round(med["fresh"]["cpu_s"] / med["kept"]["cpu_s"], 2),
         "wall_ratio_fresh_to_kept": round(med["fresh"]["wall_s"] / med["kept"]["wall_s"], 2),
