@@ -86,37 +86,19 @@ SHARED_CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
 # -- two workers (scripts/test.sh runs `-n 2`) ---------------------------------------------
 # Files that share a session fixture too costly to build twice run on one worker.
 SAME_WORKER = {"tests/pipelines/cluster/test_real_data.py": "tests/pipelines/extract/test_real_model.py"}
-# The files that take longest, longest first: every file over ~30 s in a full `-n 2` run on
-# 2 cores (benchmarks/suite_cpu.py's test logs, 2026-12-07; seconds in the comments).
-# They start first, so that the run ends on short files and no worker is left running a
-# long one alone (test_lost_node.py, one test, sorted last by count, ran its 57 s alone);
-# the rest follow by test count (xdist's own order). A stale entry only costs balance.
+# The files that take longest, measured (a full `-n 2` run's junit, 2 cores), longest first.
+# They start first, so that no worker is left running one of them alone at the end; the
+# rest follow by test count (xdist's own order). A stale entry only costs balance.
 LONGEST_FIRST = [
-    "tests/ray_jobs/test_cli.py",  # 276: the demo, a whole study
-    "tests/deploy/test_autoscaling.py",  # 232, mostly waits on nodes: the demo's lighter neighbour
-    "tests/pipelines/study/test_runner.py",  # 214
-    "tests/ray_jobs/test_no_shared_disk.py",  # 175
-    "tests/pipelines/generate/test_lm_generators_real.py",  # 129
-    "tests/benchmarks/test_bench_llm_scale.py",  # 121
-    "tests/ray_jobs/test_job_submit.py",  # 118
-    "tests/pipelines/generate/prompted/test_real_llm.py",  # 88
-    "tests/pipelines/evaluate/test_pipeline.py",  # 75
-    "tests/pipelines/extract/test_real_model.py",  # 74, with cluster/test_real_data.py (SAME_WORKER)
-    "tests/pipelines/judge/test_jobs.py",  # 69
-    "tests/pipelines/star/test_train.py",  # 68
-    "tests/ray_jobs/test_lost_node.py",  # 57
-    "tests/ray_jobs/test_serve_cmd.py",  # 51
-    "tests/pipelines/core/test_llm_engines.py",  # 50
-    "tests/pipelines/judge/test_faults.py",  # 49
-    "tests/pipelines/core/test_tune_preemption.py",  # 47
-    "tests/pipelines/generate/test_real_data.py",  # 46
-    "tests/serve/test_endpoints.py",  # 46
-    "tests/pipelines/judge/test_real_model.py",  # 46
-    "tests/serve/test_judge_serve.py",  # 45
-    "tests/pipelines/core/test_tune_phases.py",  # 40
-    "tests/pipelines/extract/test_pipeline_uri.py",  # 39
-    "tests/ray_jobs/test_study_stage_jobs.py",  # 39
-    "tests/deploy/test_metrics_scrape.py",  # 34
+    "tests/ray_jobs/test_cli.py",  # the demo: a whole study, ~6 min beside the other worker
+    "tests/deploy/test_autoscaling.py",  # mostly waits on nodes: the demo's lighter neighbour
+    "tests/pipelines/generate/prompted/test_real_llm.py",
+    "tests/ray_jobs/test_no_shared_disk.py",
+    "tests/pipelines/study/test_runner.py",
+    "tests/pipelines/generate/test_lm_generators_real.py",
+    "tests/pipelines/extract/test_real_model.py",
+    "tests/benchmarks/test_bench_llm_scale.py",
+    "tests/pipelines/generate/test_real_data.py",
 ]
 
 
