@@ -30,10 +30,10 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from benchmarks.subprocess_run import script_result
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -69,12 +69,7 @@ def run_arm(arm: str) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "REXEVAL_LOCAL_RAY")}
     env.update(RAY_AUTH_MODE="disabled", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     with tempfile.TemporaryDirectory() as tmp:
-        proc = subprocess.run([sys.executable, "-c", ARM, arm, tmp], cwd=REPO, env=env, capture_output=True,
-                              text=True, timeout=1200)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"{arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(line[-1][len("RESULT "):])
+        return script_result(ARM, [arm, tmp], env, arm, timeout=1200)
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -32,9 +32,9 @@ import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 from pathlib import Path
+
+from benchmarks.subprocess_run import script_result
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_CSV = Path(os.environ.get("REXEVAL_SHARED", REPO.parent / "shared")) / "data" / \
@@ -103,16 +103,6 @@ print("RESULT", json.dumps({"wall_s": round(time.perf_counter() - t0, 2), "cpu_s
 """
 
 
-def _result(script: str, args: list[str], env: dict, what: str) -> dict:
-    """Run `script` in a fresh interpreter in the checkout; the JSON of its RESULT line."""
-    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"{what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(line[-1][len("RESULT "):])
-
-
 def run_churn(arm: str, rounds: int) -> dict:
     import tempfile
 
@@ -121,13 +111,13 @@ def run_churn(arm: str, rounds: int) -> dict:
     if arm == "ray_default":
         env["RAY_num_workers_soft_limit"] = "2"  # Ray's default on 2 CPUs: the CPU count
     with tempfile.TemporaryDirectory() as tmp:
-        return _result(CHURN, [tmp, str(rounds), str(SHARED_CSV)], env, f"churn {arm}")
+        return script_result(CHURN, [tmp, str(rounds), str(SHARED_CSV)], env, f"churn {arm}")
 
 
 def run_arm(arm: str, workers: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OMP_WAIT_POLICY")}
     env["RAY_AUTH_MODE"] = "disabled"
-    return _result(ARM, [arm, str(workers)], env, arm)
+    return script_result(ARM, [arm, str(workers)], env, arm)
 
 
 def main(argv: list[str] | None = None) -> dict:

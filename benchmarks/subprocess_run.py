@@ -1,13 +1,19 @@
-"""Run one measured side of a benchmark in its own spawned process, so its peak memory is
-its own; the child writes `<out>.json` (results) and `<out>.npz` (arrays to compare)."""
+"""Run one measured side of a benchmark in a process of its own: `run_side` in a spawned
+process, so its peak memory is its own (the child writes `<out>.json`, results, and
+`<out>.npz`, arrays to compare); `script_result` a script in a fresh interpreter in the
+checkout (its own local Ray), which prints its result as one `RESULT <json>` line."""
 from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def run_side(target, args: tuple, out: str, what: str) -> tuple[dict, dict]:
@@ -21,3 +27,14 @@ def run_side(target, args: tuple, out: str, what: str) -> tuple[dict, dict]:
     res = json.loads(Path(out + ".json").read_text())
     res["process_wall_s"] = time.perf_counter() - t0
     return res, dict(np.load(out + ".npz"))
+
+
+def script_result(script: str, args: list[str], env: dict, what: str, timeout: float = 900) -> dict:
+    """Run `script` with `args` in a fresh interpreter in the checkout; the JSON of its last
+    `RESULT ` line. SystemExit with the tails of its output when it fails or prints none."""
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"{what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return json.loads(line[-1][len("RESULT "):])

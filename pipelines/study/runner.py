@@ -399,7 +399,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         return release_and_publish
 
     apps = StudyApps(progress, hold)
-    kept = StagePool()  # finished stages' processes, for the next stages (stage_process)
+    stage_pool = StagePool()  # finished stages' processes, for the next stages (stage_process)
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -419,7 +419,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         node = None
         try:
             if jobs is None:
-                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"), kept)
+                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"), stage_pool)
             else:
                 counts, node = jobs.run(call, plan.study.driver_of(inst.stage), lambda line: lines(f"[{key}] {line}"),
                                         lambda sid: state.record(key, ray_job=sid))
@@ -481,7 +481,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                     apps.done(key, needs[key], still)
     finally:
         try:
-            kept.close()
+            stage_pool.close()
             apps.close()
         finally:
             logs.close()
