@@ -126,11 +126,11 @@ class NLIScorer(BatchedPairModel):
     def __init__(self, location: str, *, max_length: int = 512,
                  label_order: Sequence[str] | None = None, **options: Any):
         super().__init__(location, max_length=max_length, **options)
-        from transformers import (
-            AutoConfig,
-            AutoModelForSequenceClassification,
-            AutoTokenizer,
-        )
+        from rexeval.models.hf_import import import_transformers
+
+        transformers = import_transformers()
+        AutoConfig, AutoModelForSequenceClassification, AutoTokenizer = (
+            transformers.AutoConfig, transformers.AutoModelForSequenceClassification, transformers.AutoTokenizer)
 
         config = AutoConfig.from_pretrained(self.location)
         _check_nli_config(config, self.model_ref)

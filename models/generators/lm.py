@@ -112,11 +112,11 @@ def resolve_dtype(dtype: str, device: str | torch.device) -> torch.dtype:
 def load_causal_lm(path: str, dtype: str = "auto", device: str = "cpu"):
     """The backbone, in eval mode, weights in `dtype` (see `resolve_dtype`); a model URI
     is loaded from this node's copy (`refs.on_node`)."""
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
+    from rexeval.models.hf_import import import_transformers
     from rexeval.models.refs import on_node
 
+    transformers = import_transformers()
+    AutoModelForCausalLM, hf_logging = transformers.AutoModelForCausalLM, transformers.utils.logging
     hf_logging.disable_progress_bar()
     try:
         lm = AutoModelForCausalLM.from_pretrained(on_node(path), dtype=resolve_dtype(dtype, device))

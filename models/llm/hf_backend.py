@@ -115,9 +115,12 @@ class HFBackend(LLMBackend):
     def __init__(self, spec: BackendSpec):
         super().__init__(spec)
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from rexeval.models.hf_import import import_transformers
         from rexeval.models.refs import resolve
+
+        transformers = import_transformers()
+        AutoModelForCausalLM, AutoTokenizer = transformers.AutoModelForCausalLM, transformers.AutoTokenizer
 
         opts = spec.options
         self.batch_size = int(opts.get("batch_size", 8))
