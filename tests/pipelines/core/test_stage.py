@@ -156,3 +156,25 @@ def test_a_process_that_joins_this_machines_ray_sizes_by_the_machine(ray_session
     env.pop(ONE_MACHINE)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "cpus None" in out.stdout, out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("torch_first", [False, True])
+def test_an_actor_gets_its_cpus_as_torch_threads_and_imports_no_torch_for_it(torch_first):
+    """`use_cpus` in a fresh process: torch gets the actor's CPUs as threads whether it
+    was loaded before (set at once) or loads after (through OMP_NUM_THREADS, as Ray
+    sets it to 1 for a worker); a process that never loads torch does not import it."""
+    code = f"""
+import json, os, sys
+os.environ["OMP_NUM_THREADS"] = "1"  # what Ray gives a worker
+if {torch_first}:
+    import torch
+from rexeval.pipelines.core.stage import Resources, use_cpus
+use_cpus(Resources(cpus=2))
+loaded = "torch" in sys.modules
+import torch
+print(json.dumps({{"loaded": loaded, "threads": torch.get_num_threads()}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"loaded": torch_first, "threads": 2}
