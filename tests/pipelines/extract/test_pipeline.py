@@ -74,7 +74,11 @@ def test_extract_job_killed_half_way_resumes_to_identical_output(tmp_path, ray_s
     run_extract(config(tmp_path, "ref", "ref.sqlite", "ref.log"), progress=lambda s: None)
 
     # The same job as a separate driver process, slowed down, killed after two shards.
-    cfg = config(tmp_path, "out", "cache.sqlite", "calls.log", options={"delay_s": 0.7})
+    # One shard's requests per call (batch_size 4 = shard_size): the shards then end one
+    # call (0.7 s) apart, 2.8 s from the second to the last. With calls of 16, five
+    # shards ended in one call and the sixth 0.7 s later, less than a loaded CI machine
+    # may take to notice and kill.
+    cfg = config(tmp_path, "out", "cache.sqlite", "calls.log", options={"delay_s": 0.7, "batch_size": 4})
     cfg_file = tmp_path / "extract.yaml"
     cfg_file.write_text(json.dumps(cfg.model_dump()))
     import ray
