@@ -4,6 +4,7 @@ the nodes a cluster has up when the job starts (issue 47, item 2). A cold autosc
 cluster is simulated by a joined Ray whose nodes and resources may not be read."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -176,5 +177,5 @@ print(json.dumps({{"loaded": loaded, "threads": torch.get_num_threads()}}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got == {"loaded": torch_first, "threads": 2}
