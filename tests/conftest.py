@@ -31,6 +31,24 @@ def _omp_wait() -> None:
 
 _omp_wait()
 
+
+def _thread_cap() -> None:
+    """Under xdist every worker computes beside the others, each with its own Ray: its
+    processes (itself, its Ray's actors and trials) get its share of the cores as torch,
+    FAISS and BLAS threads (rexeval/threads.py), not each the whole machine. Set before
+    torch loads; the session's Ray workers inherit both variables. A value exported
+    wins. On 2 cores at -n 2 that is 1 thread per process (benchmarks/bench_thread_cap.py)."""
+    from rexeval.threads import MAX_THREADS_ENV
+
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    share = max(1, (os.cpu_count() or 1) // workers)
+    if workers > 1 and share < (os.cpu_count() or 1) and MAX_THREADS_ENV not in os.environ:
+        os.environ[MAX_THREADS_ENV] = str(share)
+        os.environ.setdefault("OMP_NUM_THREADS", str(share))
+
+
+_thread_cap()
+
 # Two of Ray's daemons poll on timers whatever a test does: the log monitor lists the logs
 # folder every 0.1 s while it holds under 1,000 files (every 0.5 s beyond), and each node's
 # agent reports its machine's stats to the dashboard every 5 s. No test reads either

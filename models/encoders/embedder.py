@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from rexeval.threads import cpu_threads
+
 DEFAULT_EMBED_ENGINE_KWARGS: dict[str, Any] = {
     # Statements are one sentence; a short context keeps vLLM's memory planning small.
     "max_model_len": 512,
@@ -59,7 +61,7 @@ def set_common_options(obj, location: str, model_ref: str | None, device: str, b
     from rexeval.models.refs import on_node
 
     if num_threads:
-        torch.set_num_threads(int(num_threads))
+        torch.set_num_threads(cpu_threads(num_threads))
     obj.model_ref = model_ref or str(location)
     obj.location = on_node(str(location))
     obj.device = resolve_device(device)

@@ -51,6 +51,7 @@ from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMRes
 from rexeval.models.llm.hf_decoding import (CPU_GQA_ATTENTION, FAST_GREEDY_MODEL_TYPES, DecodeState,
                                             column_major_linears, pad_batch, plain_greedy_config,
                                             register_cpu_gqa)
+from rexeval.threads import cpu_threads
 
 
 def _xgrammar_available() -> bool:
@@ -131,7 +132,7 @@ class HFBackend(LLMBackend):
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if opts.get("num_threads"):
-            torch.set_num_threads(int(opts["num_threads"]))
+            torch.set_num_threads(cpu_threads(opts["num_threads"]))
 
         device = opts.get("device", "auto")
         if device == "auto":

@@ -33,6 +33,7 @@ from rexeval.pipelines.cluster.index import FLAT_MAX, build_index, choose_index,
 from rexeval.pipelines.cluster.shards import (INDEX_SHARD_GIB, QUERY_CHUNK, EmbeddingsAt, SliceSource,
                                                check_unit, exact_topk, pairs_from_topk, sharded_pairs)
 from rexeval.pipelines.core.stage import Resources
+from rexeval.threads import cpu_threads
 
 
 
@@ -243,7 +244,7 @@ def _search_here(x, ids, n, plan, st, k, tau, seed, ivf_join, threads, chunk=QUE
     """One group built and searched in this process with `threads` cores; fills `st`."""
     faiss = load_faiss()
     before = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(threads)
+    faiss.omp_set_num_threads(cpu_threads(threads))
     t0 = time.perf_counter()
     try:
         gx = x[ids]

@@ -44,6 +44,7 @@ import numpy as np
 from rexeval.pipelines.cluster.index import (IndexPlan, empty_pairs, load_faiss, to_gpu, train_centroids,
                                               training_rows)
 from rexeval.pipelines.core.stage import Resources
+from rexeval.threads import cpu_threads
 
 INDEX_SHARD_GIB = 8.0
 """Default per-shard memory budget (GiB): the vectors a shard's index holds, not counting
@@ -286,7 +287,7 @@ class IndexShard:
 
     def __init__(self, spec: ShardSpec, source: RowSource):
         faiss = load_faiss()
-        faiss.omp_set_num_threads(max(1, int(spec.threads)))
+        faiss.omp_set_num_threads(cpu_threads(spec.threads))
         t0 = time.perf_counter()
         self.base_rss = reset_peak_rss()
         self.spec = spec
@@ -501,7 +502,7 @@ def _task_options(resources: Resources) -> dict:
 def _train_centroids(source: RowSource, n: int, nlist: int, seed: int, threads: int) -> np.ndarray:
     """The IVF centroids of a whole group, trained once (a Ray task) on the seeded sample
     one index would train on (`index.build_index`), read from the shards' source."""
-    load_faiss().omp_set_num_threads(max(1, threads))
+    load_faiss().omp_set_num_threads(cpu_threads(threads))
     nlist = max(1, min(nlist, n))
     rows = training_rows(n, nlist, seed)
     return train_centroids(source.rows(rows), nlist, np.arange(len(rows)), seed)

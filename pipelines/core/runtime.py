@@ -17,7 +17,7 @@ import pyarrow as pa
 from rexeval.pipelines.core.stage import ONE_MACHINE_ENV, Stage, at_once, pool_size
 
 
-FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "HF_HUB_OFFLINE", "HF_HOME")
+FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "REXEVAL_MAX_THREADS", "HF_HUB_OFFLINE", "HF_HOME")
 
 
 # A local Ray is one machine's CPUs shared by every actor of every job on it (a study's

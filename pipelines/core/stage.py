@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from rexeval.threads import cpu_threads
+
 
 @dataclass(frozen=True)
 class Resources:
@@ -188,6 +190,6 @@ def use_cpus(resources: Resources) -> None:
     if resources.cpus >= 1:
         torch = sys.modules.get("torch")
         if torch is None:
-            os.environ["OMP_NUM_THREADS"] = str(int(resources.cpus))
+            os.environ["OMP_NUM_THREADS"] = str(cpu_threads(resources.cpus))
         else:
-            torch.set_num_threads(int(resources.cpus))
+            torch.set_num_threads(cpu_threads(resources.cpus))

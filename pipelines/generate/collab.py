@@ -27,6 +27,7 @@ from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.storage import PathLike
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
 from rexeval.pipelines.generate.data import GenData
+from rexeval.threads import cpu_threads
 
 KEYS = ("gcn_dim", "gcn_layers", "gcn_lr", "gcn_reg", "gcn_combine", "gcn_init", "gcn_reg_mode", "gcn_batch_size",
         "gcn_epochs", "gcn_patience", "seed")
@@ -73,7 +74,7 @@ def validation_auc(model: LightGCN, train: np.ndarray, valid: np.ndarray) -> flo
 
 def lightgcn_trainable(config: dict[str, Any]) -> None:
     """The Tune function trainable (see the module docstring)."""
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    torch.set_num_threads(cpu_threads(config.get("threads", 1)))
     data = GenData.load(config["data_path"])
     train, valid = interactions(data, "train"), interactions(data, "valid")
     torch.manual_seed(config["seed"])

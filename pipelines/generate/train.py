@@ -44,6 +44,7 @@ from rexeval.pipelines.core.tune import STATE_FILE, fit_epochs, read_checkpoint
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.generate.data import GenData
 from rexeval.pipelines.generate.settings import METRICS, resolve_settings, sweepable
+from rexeval.threads import cpu_threads
 
 
 def build_model(s: dict[str, Any], data: GenData, device: str = "cpu"):
@@ -119,7 +120,7 @@ def generator_trainable(config: dict[str, Any], after_epoch: Callable[[int], Non
     s = resolve_settings(config["model"], {k: v for k, v in config.items()
                                            if k not in ("model", "data_path", "threads", "device", "preset")},
                          config.get("preset", DEFAULT_PRESET))
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    torch.set_num_threads(cpu_threads(config.get("threads", 1)))
     device = config.get("device", "cpu")
     data = _data(config["data_path"])
     torch.manual_seed(s["seed"])

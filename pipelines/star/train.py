@@ -36,6 +36,7 @@ from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.star.config import TrainSettings
 from rexeval.pipelines.star.data import StarData
+from rexeval.threads import cpu_threads
 
 def model_kwargs(s: dict[str, Any]) -> dict[str, Any]:
     if s["model"] == "bper+":
@@ -100,7 +101,7 @@ def star_trainable(config: dict[str, Any], after_epoch: Callable[[int], None] | 
 
     settings = TrainSettings(**{k: v for k, v in config.items() if k in TrainSettings.model_fields})
     s = settings.resolved()
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    torch.set_num_threads(cpu_threads(config.get("threads", 1)))
     device = config.get("device", "cpu")
     data = _data(config["data_path"])
     features = load_features(config["features_path"]) if s["model"] == "bper+" and config.get("features_path") \

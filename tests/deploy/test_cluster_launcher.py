@@ -75,7 +75,7 @@ RECORDER = """#!{python}
 import json, os, shutil, sys
 with open(os.environ.get("SANDBOX_LOG", os.path.expanduser("~/calls.jsonl")), "a") as f:
     f.write(json.dumps({{"tool": {tool!r}, "exe": sys.argv[0], "argv": sys.argv[1:],
-                        "token": os.environ.get("{token_env}"),
+                        "token": os.environ.get("{token_env}"), "omp_wait": os.environ.get("OMP_WAIT_POLICY"),
                         "rexeval": shutil.which("rexeval"), "cwd": os.getcwd()}}) + "\\n")
 {extra}
 """
@@ -259,6 +259,8 @@ def test_every_ray_start_gets_the_heads_serve_token(cluster):
     assert (head.home / ".rexeval").stat().st_mode & 0o777 == 0o700
     for name, node in {"head": head, **workers}.items():
         assert ray_starts(node)[0]["token"] == token, f"{name}: ray start without the head's token"
+        # ... and with OpenMP threads that sleep while they wait, as a local Ray's workers.
+        assert ray_starts(node)[0]["omp_wait"] == "PASSIVE", name
 
 
 def test_the_token_is_made_once_and_the_nodes_environment_wins(tmp_path):

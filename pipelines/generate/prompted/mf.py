@@ -33,6 +33,7 @@ from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_bytes_atomic
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
+from rexeval.threads import cpu_threads
 
 KEYS = ("mf_dim", "mf_lr", "mf_reg", "mf_batch_size", "mf_epochs", "mf_patience", "seed")
 DEFAULTS: dict[str, Any] = {"mf_dim": 32, "mf_lr": 0.01, "mf_reg": 0.02, "mf_batch_size": 256, "mf_epochs": 50,
@@ -145,7 +146,7 @@ def biased_mf_trainable(config: dict[str, Any]) -> None:
     `train_biased_mf` wrote to `config["data_path"]`. The reported `val_rmse` is the
     RMSE on the validation rows; when the file holds none, it is the RMSE on the
     training rows after the epoch (so the "best epoch" is then simply the best fit)."""
-    torch.set_num_threads(max(1, int(config.get("threads", 1))))
+    torch.set_num_threads(cpu_threads(config.get("threads", 1)))
     a = _load(config["data_path"])
     dev = torch.device(config.get("device", "cpu"))
 

@@ -16,6 +16,7 @@ import pytest
 from rexeval.pipelines.core.llm_job import LLMJobSettings
 from rexeval.pipelines.core.llm_placement import actors_now, place_llm
 from rexeval.pipelines.core.stage import Resources, Stage, actor_count, pool_size, worker_resources
+from rexeval.threads import MAX_THREADS_ENV
 
 ONE_MACHINE = "REXEVAL_ONE_MACHINE"  # stage.ONE_MACHINE_ENV, spelt out: runtime.init_ray sets it
 
@@ -159,11 +160,13 @@ def test_a_process_that_joins_this_machines_ray_sizes_by_the_machine(ray_session
     assert "cpus None" in out.stdout, out.stderr[-2000:]
 
 
+@pytest.mark.parametrize("cap,threads", [(None, 2), ("1", 1)])
 @pytest.mark.parametrize("torch_first", [False, True])
-def test_an_actor_gets_its_cpus_as_torch_threads_and_imports_no_torch_for_it(torch_first):
+def test_an_actor_gets_its_cpus_as_torch_threads_and_imports_no_torch_for_it(torch_first, cap, threads):
     """`use_cpus` in a fresh process: torch gets the actor's CPUs as threads whether it
     was loaded before (set at once) or loads after (through OMP_NUM_THREADS, as Ray
-    sets it to 1 for a worker); a process that never loads torch does not import it."""
+    sets it to 1 for a worker), no more than REXEVAL_MAX_THREADS where that is set; a
+    process that never loads torch does not import it."""
     code = f"""
 import json, os, sys
 os.environ["OMP_NUM_THREADS"] = "1"  # what Ray gives a worker
@@ -175,7 +178,10 @@ loaded = "torch" in sys.modules
 import torch
 print(json.dumps({{"loaded": loaded, "threads": torch.get_num_threads()}}))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != MAX_THREADS_ENV}  # the test session's own cap
+    if cap:
+        env[MAX_THREADS_ENV] = cap
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    assert got == {"loaded": torch_first, "threads": 2}
+    assert got == {"loaded": torch_first, "threads": threads}

@@ -23,6 +23,7 @@ from rexeval.models.generators.base import Batch, build_optimizer, generator_cla
 from rexeval.models.generators.lm import LMTokens
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES
+from rexeval.threads import cpu_threads
 from tests.doubles.seeds import SEED, THREADS
 
 pytestmark = pytest.mark.slow
@@ -42,7 +43,7 @@ def _batch(rows: list[dict], voc: LMTokens) -> Batch:
 
 def _fit(model, train: Batch, epochs: int, lr: float, batch_size: int = 16) -> None:
     torch.manual_seed(SEED)
-    torch.set_num_threads(THREADS or 2)
+    torch.set_num_threads(THREADS or cpu_threads(2))  # the session's share of the cores
     opt = build_optimizer("adam", [p for p in model.parameters() if p.requires_grad], lr)
     gen = torch.Generator().manual_seed(SEED)
     for _ in range(epochs):
