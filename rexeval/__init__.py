@@ -9,7 +9,9 @@ under this one namespace (imports run from the first to the last, never back up)
     rexeval.metrics    pure metric functions and their registry
     rexeval.models     everything that holds weights
     rexeval.prompts    prompt templates, rubrics and topic tables
-    rexeval.registry   (this folder) the one registry class every layer uses
+    rexeval.registry   (this folder, below them all) the one registry class every layer uses,
+    rexeval.failures   a worker's failure as one line a user can act on,
+    rexeval.threads    and the cap on a process's CPU threads (REXEVAL_MAX_THREADS)
 
 `setup.py` maps the folders with `package_dir`, so an installed rexeval (a wheel or an
 editable install) puts nothing but `rexeval` into site-packages. A source checkout used

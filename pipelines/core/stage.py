@@ -183,7 +183,8 @@ def at_once(concurrency: tuple[int, int | None], resources: Resources) -> int:
 
 
 def use_cpus(resources: Resources) -> None:
-    """Let torch use the cores Ray gave this actor (Ray sets OMP threads to 1 otherwise).
+    """Let torch use the cores Ray gave this actor (Ray sets OMP threads to 1 otherwise),
+    no more than REXEVAL_MAX_THREADS where that is set (`rexeval.threads`).
     Where torch is not loaded yet, the count goes to OMP_NUM_THREADS, which torch reads
     when it loads: an actor whose backend never loads torch (a server's client, a backend
     of your own) is spared its import, ~1 s of CPU per actor."""
