@@ -37,7 +37,9 @@ def _thread_cap() -> None:
     processes (itself, its Ray's actors and trials) get its share of the cores as torch,
     FAISS and BLAS threads (rexeval/threads.py), not each the whole machine. Set before
     torch loads; the session's Ray workers inherit both variables. A value exported
-    wins. On 2 cores at -n 2 that is 1 thread per process (benchmarks/bench_thread_cap.py)."""
+    wins. On 2 cores at -n 2 that is 1 thread per process: a trainer's steps took 1.18x the
+    CPU with 2 (benchmarks/bench_thread_cap.py); on a slice of the suite the cap did not show
+    (docs/benchmarks.md), and it keeps a process's floats from following its neighbours' load."""
     from rexeval.threads import MAX_THREADS_ENV
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
