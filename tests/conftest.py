@@ -39,7 +39,7 @@ def _thread_cap() -> None:
     torch loads; the session's Ray workers inherit both variables. A value exported
     wins. On 2 cores at -n 2 that is 1 thread per process: a trainer's steps took 1.18x the
     CPU with 2 (benchmarks/bench_thread_cap.py); on a slice of the suite the cap did not show
-    (docs/benchmarks.md), and it keeps a process's floats from following its neighbours' load."""
+    (docs/benchmarks.md), and costs nothing there."""
     from rexeval.threads import MAX_THREADS_ENV
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
