@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from benchmarks.machine_cpu import machine_cpu_s
+from benchmarks.subprocess_run import result_of
 from rexeval.pipelines.core.runtime import OMP_WAIT
 from rexeval.threads import MAX_THREADS_ENV
 
@@ -96,12 +97,7 @@ def pair(kind: str, arm: str, env: dict) -> dict:
     procs = [subprocess.Popen([sys.executable, "-c", WORK, kind, str(UNITS[kind])], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=900) for p in procs]
-    runs = []
-    for p, (out, err) in zip(procs, outs):
-        line = next((ln for ln in out.splitlines() if ln.startswith("RESULT ")), None)
-        if p.returncode != 0 or line is None:
-            raise RuntimeError(f"the {kind}/{arm} process failed ({p.returncode}):\n{err[-3000:]}")
-        runs.append(json.loads(line[len("RESULT "):]))
+    runs = [result_of(p.returncode, out, err, f"the {kind}/{arm} process") for p, (out, err) in zip(procs, outs)]
     return {"processes": runs, "machine_cpu_s": round(machine_cpu_s() - c0, 2),
             "wall_s": round(time.perf_counter() - t0, 2)}
 

@@ -1,7 +1,8 @@
 """Run one measured side of a benchmark in a process of its own: `run_side` in a spawned
 process, so its peak memory is its own (the child writes `<out>.json`, results, and
 `<out>.npz`, arrays to compare); `script_result` a script in a fresh interpreter in the
-checkout (its own local Ray), which prints its result as one `RESULT <json>` line."""
+checkout (its own local Ray), which prints its result as one `RESULT <json>` line
+(`result_of` reads it, for scripts a benchmark starts itself)."""
 from __future__ import annotations
 
 import json
@@ -34,7 +35,13 @@ def script_result(script: str, args: list[str], env: dict, what: str, timeout: f
     `RESULT ` line. SystemExit with the tails of its output when it fails or prints none."""
     proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode != 0 or not line:
-        raise SystemExit(f"{what} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return result_of(proc.returncode, proc.stdout, proc.stderr, what)
+
+
+def result_of(returncode: int, stdout: str, stderr: str, what: str) -> dict:
+    """The JSON of a finished script's last `RESULT ` line; SystemExit with the tails of its
+    output when it failed or printed none."""
+    line = [x for x in stdout.splitlines() if x.startswith("RESULT ")]
+    if returncode != 0 or not line:
+        raise SystemExit(f"{what} failed:\n{stdout[-2000:]}\n{stderr[-3000:]}")
     return json.loads(line[-1][len("RESULT "):])

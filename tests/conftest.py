@@ -42,9 +42,9 @@ def _thread_cap() -> None:
     (docs/benchmarks.md), and costs nothing there."""
     from rexeval.threads import MAX_THREADS_ENV
 
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
-    share = max(1, (os.cpu_count() or 1) // workers)
-    if workers > 1 and share < (os.cpu_count() or 1) and MAX_THREADS_ENV not in os.environ:
+    cores = os.cpu_count() or 1
+    share = max(1, cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1))
+    if share < cores and MAX_THREADS_ENV not in os.environ:
         os.environ[MAX_THREADS_ENV] = str(share)
         os.environ.setdefault("OMP_NUM_THREADS", str(share))
 

@@ -15,9 +15,10 @@ from typing import Iterable
 import pyarrow as pa
 
 from rexeval.pipelines.core.stage import ONE_MACHINE_ENV, Stage, at_once, pool_size
+from rexeval.threads import MAX_THREADS_ENV
 
 
-FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", "REXEVAL_MAX_THREADS", "HF_HUB_OFFLINE", "HF_HOME")
+FORWARDED_ENV = ("REXEVAL_CACHE", "REXEVAL_PROMPTS_DIR", MAX_THREADS_ENV, "HF_HUB_OFFLINE", "HF_HOME")
 
 
 # A local Ray is one machine's CPUs shared by every actor of every job on it (a study's
