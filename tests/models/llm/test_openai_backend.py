@@ -42,10 +42,15 @@ class FakeServer:
                     fake.bodies.append(body)
                     fake.headers.append(dict(self.headers))
                 try:
-                    fake.answer(self, body)
+                    reply = fake.answer(self, body)
                 finally:
+                    # The request leaves the count before its answer is written: once the
+                    # client has read an answer it may send its next request, and counting
+                    # this one until after the write would see one more in flight than the
+                    # client ever had.
                     with fake.lock:
                         fake.in_flight -= 1
+                fake.send(self, *reply)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -53,30 +58,31 @@ class FakeServer:
         self.thread.start()
         self.base_url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
-    def answer(self, h: BaseHTTPRequestHandler, body: dict) -> None:
+    def answer(self, h: BaseHTTPRequestHandler, body: dict) -> tuple:
+        """The reply to one request, as `send`'s (status, payload[, headers])."""
         script = body["messages"][-1]["content"]
         key = script.split()[0]
         with self.lock:
             n = self.attempts[key] = self.attempts.get(key, 0) + 1
         if h.path != "/v1/chat/completions":
-            return self.send(h, 404, {"error": "not found"})
+            return 404, {"error": "not found"}
         if key == "429once" and n == 1:
-            return self.send(h, 429, {"error": "rate limited"}, {"Retry-After": "0"})
+            return 429, {"error": "rate limited"}, {"Retry-After": "0"}
         if key == "500twice" and n <= 2:
-            return self.send(h, 500, {"error": "internal"})
+            return 500, {"error": "internal"}
         if key == "400":
-            return self.send(h, 400, {"error": {"message": "bad request: unknown field"}})
+            return 400, {"error": {"message": "bad request: unknown field"}}
         if key == "nochoices":
-            return self.send(h, 200, {"id": "x", "object": "chat.completion"})
+            return 200, {"id": "x", "object": "chat.completion"}
         if key == "sleep":
             time.sleep(self.sleep_s)
         if key == "slow":
             time.sleep(self.slow_s)
-        self.send(h, 200, {
+        return 200, {
             "id": "cmpl-1", "object": "chat.completion",
             "choices": [{"index": 0, "finish_reason": "stop",
                          "message": {"role": "assistant", "content": f"echo: {script}"}}],
-            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}})
+            "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}
 
     @staticmethod
     def send(h, status: int, payload: dict, headers: dict | None = None) -> None:
