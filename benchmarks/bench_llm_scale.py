@@ -12,14 +12,14 @@ then verification, both turns; repairs as the parser asks) over synthetic review
 process with its own local Ray, one size at a time.
 
 How each design reaches the engines:
-- stream (this checkout): `llm_engines.EngineClient` through a DeploymentHandle
+- stream (this checkout): `llm.engines.EngineClient` through a DeploymentHandle
   (`generate`, batches of `batch_size` requests, `concurrency` calls in flight per
   conversation worker); the engines are started once, before the job.
 - passes (the worktree): `ray.data.llm`'s ServeDeploymentProcessor, one streaming `chat`
   call per row, one processor per pass and role. On a GPU cluster that design's vllm kind
   built a vLLMEngineProcessor per pass and role, which starts an engine pool each time;
   its serve kind did not restart anything. The benchmark models the vllm kind: the
-  driver wraps the old `llm_stream._call_keeping_rows` so that every call with rows after
+  driver wraps the old `llm.stream._call_keeping_rows` so that every call with rows after
   the first stops the engines and starts N new ones (a new Serve app generation: new
   processes, each loading again). A role's call without rows restarts nothing (the old
   code would still have built its processor; not counted, in the old design's favour).

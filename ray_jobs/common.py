@@ -145,8 +145,8 @@ def name_lines(entries: list[tuple[str, str]], width: int) -> str:
 
 
 def backend_names() -> list[str]:
-    """The LLM backends a job can name (`serve` is declared by llm_job)."""
-    from rexeval.pipelines.core.llm_job import BACKENDS
+    """The LLM backends a job can name (`serve` is declared by core.llm.job)."""
+    from rexeval.pipelines.core.llm.job import BACKENDS
 
     return BACKENDS.names()
 
@@ -277,7 +277,7 @@ def tune_options(fn: Callable) -> Callable:
 def llm_options(fn: Callable | None = None, *, model_help: str | None = None,
                 model_names: Callable[[], list[str]] | None = None) -> Callable:
     """The model, backend and cache flags of every LLM-backed command
-    (pipelines.core.llm_job.LLMJobSettings); the command receives them as one `llm` dict.
+    (pipelines.core.llm.job.LLMJobSettings); the command receives them as one `llm` dict.
     `model_help` replaces the help of --model (a command that also takes other values
     there says so); "{names}" in it is filled from `model_names` when the help is shown."""
     if fn is None:

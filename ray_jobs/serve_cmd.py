@@ -204,7 +204,7 @@ def serve_judge_cmd(model, profile, backend, backend_options, cache, no_cache, m
     """
     from rexeval.models.llm.base import BackendSpec, check_model_here
     from rexeval.models.profiles import load_profile
-    from rexeval.pipelines.core.llm_job import LLMJobSettings
+    from rexeval.pipelines.core.llm.job import LLMJobSettings
     from rexeval.serve.judge import JudgeServeConfig, start_judge_service
 
     prof = load_profile(profile)

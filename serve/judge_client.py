@@ -189,7 +189,7 @@ class JudgeService:
     `backend_spec()` is what the job's actors build (`build_backend` / `build_cached_backend`);
     `cache_path()` is the deployment's cache when the job runs the backend itself (None
     when served: a job's pipelines put their own call cache in front of the served judge,
-    `pipelines/core/llm_engines.py`). Use as a context manager, or call `stop()` in a finally.
+    `pipelines/core/llm/engines.py`). Use as a context manager, or call `stop()` in a finally.
     """
 
     def __init__(self, cfg: JudgeServeConfig, service: str = "auto", host: str = "127.0.0.1",

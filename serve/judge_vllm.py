@@ -8,8 +8,8 @@ LLM serving app instead (`LLMConfig` + `build_openai_app`: vLLM engines as Serve
 replicas, autoscaled, OpenAI routes), under the same route (`/judge`). Jobs reach it, and
 any OpenAI-compatible server, through the OpenAI shape: `--backend openai --backend-option
 base_url=http://HOST:PORT/judge/v1 --judge-service none`, over HTTP from the job's
-stream (`pipelines/core/llm_engines.py`). A job with `--backend vllm` deploys this same
-app for itself, once per job (`llm_engines.vllm_app_args`).
+stream (`pipelines/core/llm/engines.py`). A job with `--backend vllm` deploys this same
+app for itself, once per job (`llm.engines.vllm_app_args`).
 
 `llm_config_args` is pure (what the app would run, checked on machines without vLLM);
 `vllm_judge_app` imports `ray.serve.llm`, which needs vLLM installed (the `[gpu]` extra).

@@ -97,7 +97,7 @@ BACKENDS: Registry[type[LLMBackend]] = Registry("LLM backend", base=LLMBackend, 
     "hf": "rexeval.models.llm.hf_backend", "openai": "rexeval.models.llm.openai_backend",
     "vllm": "rexeval.models.llm.vllm_backend"})
 """hf, openai and vllm load on first use; the Serve judge client ("serve") is declared by
-the pipelines that use it (`pipelines/core/llm_job.py`); "package.module:Class" names a
+the pipelines that use it (`pipelines/core/llm/job.py`); "package.module:Class" names a
 backend of your own (importable on every Ray worker)."""
 
 register_backend = BACKENDS.register

@@ -10,7 +10,7 @@ Two stores, both a `CallStore`, which `CachedBackend` takes either of:
   several processes on one machine (Ray workers, parallel jobs) read and write at once;
 - a URI (`s3://`, `gs://`): one immutable object per call (`ObjectCallCache`), which any
   node reads. SQLite locking is not reliable over network file systems, so a cluster
-  whose nodes share no disk keeps its cache at a URI; `pipelines/core/llm_cache.py` says
+  whose nodes share no disk keeps its cache at a URI; `pipelines/core/llm/cache.py` says
   where a job's goes. It lives here, on `pyarrow.fs` (through `models/fetch.py`'s
   filesystems, as the model copies do), not on the pipelines' storage module, because the
   judge deployment's replicas (the serve layer, below the pipelines) open it too.
@@ -144,7 +144,7 @@ class LLMCache:
 
 class ObjectCallCache:
     """Key -> successful LLMResult, one JSON object per key under a URI,
-    `<root>/<key[:2]>/<key>.json` (`pipelines/core/llm_cache.py` gives the reasons).
+    `<root>/<key[:2]>/<key>.json` (`pipelines/core/llm/cache.py` gives the reasons).
 
     An entry is written once by a single PUT, which an object store makes atomic: no
     locks, no half-written entries, and two nodes that make the same call write the same

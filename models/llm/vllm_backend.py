@@ -2,7 +2,7 @@
 
 The ways in:
 - An LLM job with `--backend vllm` deploys Ray's `ray.serve.llm` OpenAI app of vLLM
-  replicas once (`pipelines/core/llm_engines.py`, with `serve/judge_vllm.py`'s
+  replicas once (`pipelines/core/llm/engines.py`, with `serve/judge_vllm.py`'s
   `LLMConfig`), and every turn, repair and retry of the job is served by those engines.
 - `build_request_processor(spec)` gives a `ray.data.llm` Processor for a Dataset whose
   rows carry `messages`, `temperature`, `top_p`, `max_tokens`, `seed` and optionally
@@ -165,7 +165,7 @@ def request_rows(requests: list[ChatRequest]) -> list[dict[str, Any]]:
 @register_backend("vllm")
 class VLLMBackend(LLMBackend):
     """The `vllm` backend has no per-call path: its engines serve a job's whole stream
-    (`build_request_processor` inside `pipelines/core/llm_stream.py`), started once per
+    (`build_request_processor` inside `pipelines/core/llm/stream.py`), started once per
     job, never once per call."""
 
     def generate(self, requests: list[ChatRequest]) -> list[LLMResult]:

@@ -28,7 +28,7 @@ from rexeval.pipelines.core.storage import is_uri
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 CACHE_SETTINGS = ("cache",)
-"""Settings that name a cache a job reads and writes (`llm_job.LLMJobSettings.cache`)."""
+"""Settings that name a cache a job reads and writes (`llm.job.LLMJobSettings.cache`)."""
 
 
 class OutputOverlapsInput(ValueError):

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES

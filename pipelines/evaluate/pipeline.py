@@ -441,8 +441,8 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
 
 class FamilyChunk:
     """One chunk of a family's examples, scored on a worker by the family itself with a
-    stand-in for its LLM (`llm_calls.Recorder`: which questions, `Replayer`: the streamed
-    answers), so an LLM family streams through `core.llm_stream` like any LLM job."""
+    stand-in for its LLM (`llm.calls.Recorder`: which questions, `Replayer`: the streamed
+    answers), so an LLM family streams through `core.llm.stream` like any LLM job."""
 
     def __init__(self, family: type[Family], ctx: EvalContext, examples_path: str, examples_hash: str,
                  rows: np.ndarray, chunk: int, output: ShardedOutput):
@@ -450,7 +450,7 @@ class FamilyChunk:
         self.rows, self.chunk, self.output = rows, chunk, output
 
     def columns(self, shard: int) -> dict[str, list]:
-        from rexeval.pipelines.core.llm_stream import kept
+        from rexeval.pipelines.core.llm.stream import kept
 
         rows = self.rows[shard * self.chunk:(shard + 1) * self.chunk]
         examples = kept(("examples", self.examples_path, self.examples_hash),
@@ -466,7 +466,7 @@ class FamilyChunk:
     def questions(self, shard: int) -> pa.Table:
         import json
 
-        from rexeval.pipelines.core.llm_calls import Recorder
+        from rexeval.pipelines.core.llm.calls import Recorder
 
         recorder = Recorder(self.ctx.llm["model"])
         self.scored(recorder, self.columns(shard))
@@ -474,7 +474,7 @@ class FamilyChunk:
         return pa.table({"question": pa.array(qs, pa.string())})
 
     def write(self, shard: int, works: list[dict]) -> dict:
-        from rexeval.pipelines.core.llm_calls import Replayer
+        from rexeval.pipelines.core.llm.calls import Replayer
 
         cols = self.columns(shard)
         values, counts = self.scored(Replayer(self.ctx.llm["model"], works), cols)
@@ -487,12 +487,12 @@ class FamilyChunk:
 def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: Location,
                          rows: np.ndarray, examples_hash: str, job: ShardedJob, n_chunks: int,
                          progress) -> None:
-    """An LLM family's chunks through the streaming LLM path (`core.llm_stream`), its calls
-    against the backend's engines (`llm_calls_plan.job_plan`); raises AwaitingRerun
+    """An LLM family's chunks through the streaming LLM path (`core.llm.stream`), its calls
+    against the backend's engines (`llm.calls_plan.job_plan`); raises AwaitingRerun
     when transport failures left chunks unwritten."""
-    from rexeval.pipelines.core.llm_calls_plan import job_plan
-    from rexeval.pipelines.core.llm_chunks import ChunkSteps
-    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.llm.calls_plan import job_plan
+    from rexeval.pipelines.core.llm.chunks import ChunkSteps
+    from rexeval.pipelines.core.llm.stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
 
     init_ray()

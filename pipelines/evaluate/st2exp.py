@@ -44,7 +44,7 @@ class VerifierStats:
 
 
 def read_vote(text: str) -> tuple[int | None, str | None]:
-    """The verifier's vote in an answer, or why there is none (`llm_calls.Parser`)."""
+    """The verifier's vote in an answer, or why there is none (`llm.calls.Parser`)."""
     vote = parse_binary_verdict(text)
     if vote is not None:
         return vote, None
@@ -54,9 +54,9 @@ def read_vote(text: str) -> tuple[int | None, str | None]:
 def verify(tasks: Sequence[tuple[str, str]], llm, max_retries: int = 1,
            max_tokens: int = MAX_TOKENS) -> tuple[list[int | None], VerifierStats]:
     """Votes (1, 0 or None) for (statement, document) tasks; distinct tasks asked once,
-    through `llm_calls.ask` (in-process, or a streamed job's questions: `ask`'s docstring)."""
+    through `llm.calls.ask` (in-process, or a streamed job's questions: `ask`'s docstring)."""
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.core.llm_calls import ask
+    from rexeval.pipelines.core.llm.calls import ask
     from rexeval.prompts import load_prompt
 
     prompt = load_prompt("st2exp_verify")

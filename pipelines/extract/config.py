@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.models.llm.base import SamplingParams
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
 

@@ -2,14 +2,14 @@
 
 Reviews are cut into shards of `shard_size` (the driver reads only the Parquet footers:
 `pipelines.extract.rows`); workers read each shard's reviews, and every review flows
-through `pipelines/core/llm_stream.py`: its prompt, the model (the job's engine group of
-its backend, started once: `llm_engines.py`), the parse, a repair of an unreadable answer
+through `pipelines/core/llm/stream.py`: its prompt, the model (the job's engine group of
+its backend, started once: `llm/engines.py`), the parse, a repair of an unreadable answer
 (and STAR's verification) at once, within its own conversation, and finally its shard,
 written by a worker with a done-marker as soon as its reviews have settled. A re-run skips finished shards, and the cache answers every
 call already made, so a job killed half-way resumes and ends with the same files as an
 uninterrupted run. Reviews whose calls failed in transport are never written as errors:
 their shards wait for a re-run. Input and output may be URIs; with an output at a URI
-and no cache given, the calls are cached under it (`pipelines/core/llm_cache.py`).
+and no cache given, the calls are cached under it (`pipelines/core/llm/cache.py`).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.job_metrics import record_llm_calls
 from rexeval.models.llm.base import check_model_here
-from rexeval.pipelines.core.llm_calls_plan import CallPlan, job_plan
+from rexeval.pipelines.core.llm.calls_plan import CallPlan, job_plan
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.inputs import resolved_text, reviews_input, reviews_path
@@ -121,7 +121,7 @@ def make_topic_mapper(models: dict[str, Any]):
 
 
 def call_plans(cfg: ExtractConfig, models: dict[str, Any]) -> dict[str, CallPlan]:
-    """The model behind each role: "llm", and "verify" for STAR (`llm_calls_plan.job_plan`)."""
+    """The model behind each role: "llm", and "verify" for STAR (`llm.calls_plan.job_plan`)."""
     plans = {"llm": job_plan(cfg, models["backend"], models["llm"])}
     plans["verify"] = (job_plan(cfg, models["backend"], models["verify"]) if models["verify"] != models["llm"]
                        else plans["llm"])
@@ -130,7 +130,7 @@ def call_plans(cfg: ExtractConfig, models: dict[str, Any]) -> dict[str, CallPlan
 
 def extract_steps(cfg: ExtractConfig, models: dict[str, Any]) -> Extractor:
     """The stream's per-review steps (built once per worker): the Extractor itself, whose
-    start / request / role / advance are what `llm_stream.StreamSteps` asks for."""
+    start / request / role / advance are what `llm.stream.StreamSteps` asks for."""
     return Extractor(make_settings(cfg, models), None, None, make_topic_mapper(models))
 
 
@@ -142,7 +142,7 @@ class ShardReader:
         self.parts, self.total, self.size = parts, total, size
 
     def __call__(self, shard: int) -> pa.Table:
-        from rexeval.pipelines.core.llm_stream import input_error_table
+        from rexeval.pipelines.core.llm.stream import input_error_table
 
         try:
             return shard_reviews(self.parts, self.total, shard, self.size)
@@ -170,7 +170,7 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
     """Run extraction end to end (resuming finished shards) and return the manifest.
     Reviews whose calls failed in transport leave their shards unwritten: the manifest
     says how many (`awaiting_rerun`) and stays "running", so a re-run does them."""
-    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.llm.stream import awaiting_line, retry_settings, run_stream, source_rows
 
     t0 = time.time()
     cfg = cfg.with_resolved_cache(cfg.out)

@@ -164,7 +164,7 @@ class QualityReader:
 
 
 class QualitySteps:
-    """One statement's judgement as stream steps (`llm_stream.StreamSteps`): the prompt,
+    """One statement's judgement as stream steps (`llm.stream.StreamSteps`): the prompt,
     then `structured.record_answer` on each answer (the reading and bounded retries of
     every structured answer, extraction's included)."""
 
@@ -230,14 +230,14 @@ class QualityWriter:
 
 def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements: TableParts,
                     plan: SamplePlan, reviews: TableParts | None, progress: Callable[[str], None]) -> None:
-    """The shards still to do, through the streaming LLM path (`core.llm_stream`) with the
-    judge's engines (`llm_calls_plan.job_plan`); raises AwaitingRerun when transport
+    """The shards still to do, through the streaming LLM path (`core.llm.stream`) with the
+    judge's engines (`llm.calls_plan.job_plan`); raises AwaitingRerun when transport
     failures left shards unwritten."""
     import functools
 
-    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.llm.stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.core.llm_calls_plan import job_plan
+    from rexeval.pipelines.core.llm.calls_plan import job_plan
 
     init_ray()
     done = [0]

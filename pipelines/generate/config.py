@@ -6,7 +6,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rexeval.models.generators.presets import PRESETS
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.outputs import Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPath
 from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER

@@ -36,7 +36,7 @@ from rexeval.models.profiles import load_profile
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import (config_hash, parquet_schema, read_table, remove_entries, table_files,
                                        write_json_atomic)
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import SPLIT_NAMES, validate_table
 from rexeval.pipelines.core.stage import cpu_share
 from rexeval.pipelines.core.storage import Location, location

@@ -12,7 +12,7 @@ The split and the output may be local folders or URIs (`pipelines/core/storage.p
 The driver plans the shards from counts alone (how many distinct users and items the
 training reviews have); each worker reads the training reviews from storage itself, once
 per job, and works out the same sorted entities, so no table passes through the driver.
-The calls go through the streaming LLM path (`pipelines/core/llm_stream.py`), like
+The calls go through the streaming LLM path (`pipelines/core/llm/stream.py`), like
 extraction's: the backend's engines, transport failures left for a plain re-run.
 """
 from __future__ import annotations
@@ -30,7 +30,7 @@ from rexeval.models.llm.pricing import Usage
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, read_table, table_files
 from rexeval.pipelines.core.job_metrics import record_llm_usage
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import TABLES, error_rows, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.storage import PathLike, location
@@ -179,7 +179,7 @@ class EntityReader:
     def __call__(self, shard: int) -> pa.Table:
         import json
 
-        from rexeval.pipelines.core.llm_stream import kept
+        from rexeval.pipelines.core.llm.stream import kept
 
         entities = kept(("profiles", self.settings), lambda: read_entities(self.settings))
         part = shard_slice(entities, shard, self.settings.shard_size)
@@ -187,7 +187,7 @@ class EntityReader:
 
 
 class ProfileSteps:
-    """One entity's profile as stream steps (`llm_stream.StreamSteps`): one greedy call."""
+    """One entity's profile as stream steps (`llm.stream.StreamSteps`): one greedy call."""
 
     def __init__(self, prompts: dict, settings: ProfileSettings):
         self.prompts, self.sampling = prompts, settings.sampling()
@@ -291,14 +291,14 @@ def _shard_line(shard: int, k: int, n: int, c: dict) -> str:
 
 
 def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:
-    """The shards still to do through the streaming LLM path (`core.llm_stream`): workers
-    read the entities, the backend's engines answer (`llm_calls_plan.job_plan`),
+    """The shards still to do through the streaming LLM path (`core.llm.stream`): workers
+    read the entities, the backend's engines answer (`llm.calls_plan.job_plan`),
     workers write the shards; raises AwaitingRerun when transport failures left some."""
     import functools
 
-    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.llm.stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.core.llm_calls_plan import job_plan
+    from rexeval.pipelines.core.llm.calls_plan import job_plan
 
     init_ray()
     done = [0]

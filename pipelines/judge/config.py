@@ -6,12 +6,12 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rexeval.models.profiles import answer_caps
-from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import OptionalReadPath, ReadPaths
 
 # What the judge jobs write in their folders (pipelines/core/outputs.py); report.json is
-# written by `core.llm_chunks.write_report`.
+# written by `core.llm.chunks.write_report`.
 JUDGE_REPORT = Output(REPORT_OUTPUT, "counts, LLM usage and cost, the settings")
 LIKERT_OUTPUTS = Outputs(
     scores=Output("likert_scores.parquet", "one 1-5 score per explanation, judge and aspect"),

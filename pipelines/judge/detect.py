@@ -23,7 +23,7 @@ error ("not_applicable"), as is a data interruption with nothing to draw from
 ("no_replacement"). Every interaction x condition ends in `pairs` or in `errors`.
 
 Generation is greedy by default (temperature 0): re-runs hit the LLM-call cache, and
-`core.llm_calls.ask` sends each distinct conversation once (the original prompt is shared
+`core.llm.calls.ask` sends each distinct conversation once (the original prompt is shared
 by every condition of an interaction).
 """
 from __future__ import annotations
@@ -217,7 +217,7 @@ def generate_planned(plan: pd.DataFrame, llm, cfg: DetectSuiteConfig | None = No
     every interaction, so replacements are drawn from the whole set): a job plans once in
     the driver and generates chunk by chunk."""
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.core.llm_calls import ask
+    from rexeval.pipelines.core.llm.calls import ask
     from rexeval.pipelines.generate.prompted.preference_logic import conversation, preference_prompt
     from rexeval.prompts.rubrics import load_rubric
 

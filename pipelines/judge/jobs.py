@@ -29,7 +29,7 @@ from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.storage import is_uri, location
 from rexeval.pipelines.judge.config import (DETECT_OUTPUTS, LIKERT_OUTPUTS, PAIRWISE_OUTPUTS, DetectJobConfig,
                                             LikertJobConfig, PairwiseJobConfig)
-from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
+from rexeval.pipelines.core.llm.chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
 from rexeval.pipelines.judge.cost import cost_markdown
 from rexeval.pipelines.judge.tasks import TASKS
 

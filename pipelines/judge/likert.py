@@ -5,7 +5,7 @@ explanation on persuasiveness, transparency, accuracy and satisfaction (any rubr
 works). It asks one aspect per call (`single`) or all of them at once (`multi`), with no
 example (`zero`), one human-rated example by another user (`one`), or by the same user
 for the same system on another item (`personalised`). Unreadable answers go back to the
-model through `core.llm_calls.ask`; what stays unreadable becomes NaN with its reason, never
+model through `core.llm.calls.ask`; what stays unreadable becomes NaN with its reason, never
 a guess. Seed 001's null policy (an unreadable judge counts as 0) belongs to the
 meta-evaluation, and to `ensemble(missing="zero")` here.
 
@@ -25,7 +25,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from rexeval.pipelines.core.llm_calls import CallStats, ask
+from rexeval.pipelines.core.llm.calls import CallStats, ask
 
 ASPECTS = ("persuasiveness", "transparency", "accuracy", "satisfaction")
 ROW_COLUMNS = ("example_id", "system", "user_id", "item_id", "explanation")

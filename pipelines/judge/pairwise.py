@@ -111,7 +111,7 @@ def judge_pairwise(llm, pairs: pd.DataFrame, cfg: PairwiseConfig | None = None):
     and `stats` the CallStats of the calls.
     """
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.core.llm_calls import ask
+    from rexeval.pipelines.core.llm.calls import ask
 
     cfg = cfg or PairwiseConfig()
     tasks = conversations(pairs, cfg)

@@ -2,7 +2,7 @@
 
 A task takes the chunk's LLM (a client of the judge deployment or an in-process
 backend), the chunk's rows and the job's settings, and returns the chunk's tables and
-its call statistics; `pipelines/core/llm_chunks.py` runs tasks over chunks on Ray and
+its call statistics; `pipelines/core/llm/chunks.py` runs tasks over chunks on Ray and
 writes each chunk as a resumable shard. A new kind of judge job is one more task here.
 """
 from __future__ import annotations

@@ -55,14 +55,14 @@ def _llm(role: str) -> Callable[[Any], list[str]]:
 
 def _served_llms(models: Callable[[Any], list[tuple[str, str | None]]]) -> Callable[[Any], list[ServeNeed]]:
     """The judge application(s) of a job whose LLM calls go through it: one per (role,
-    model) in `models(cfg)`, exactly as the job builds them (`llm_chunks.JudgeService`).
+    model) in `models(cfg)`, exactly as the job builds them (`llm.chunks.JudgeService`).
     None when the job calls a given service or runs its LLM in-process; one shared
     application when every call wants the same; the job's own otherwise."""
     def serves(cfg) -> list[ServeNeed]:
         if cfg.judge_service != "auto":
             return []
         from rexeval.models.profiles import load_profile
-        from rexeval.pipelines.core.llm_chunks import JudgeService, llm_spec
+        from rexeval.pipelines.core.llm.chunks import JudgeService, llm_spec
 
         profile = load_profile(cfg.profile, cfg.models)
         needs: dict[tuple[str, str], ServeNeed] = {}
@@ -79,7 +79,7 @@ def _served_llms(models: Callable[[Any], list[tuple[str, str | None]]]) -> Calla
 def open_judge(cfg, spec: dict, progress: Callable[[str], None]) -> Callable[[], None]:
     """Start (or join) the judge application a job with `cfg` would call for `spec`;
     its release. Module-level: the study holds it in a process of its own."""
-    from rexeval.pipelines.core.llm_chunks import JudgeService
+    from rexeval.pipelines.core.llm.chunks import JudgeService
 
     service = JudgeService(cfg, spec, progress)
     service.address()

@@ -108,7 +108,7 @@ class Rows(Stage):
 job = ShardedJob(ShardedOutput(out, "probe-job", {"v": 1}, ["values"]), 3)
 job.run(Rows(job.output), workers=2)
 job.finish()
-# What a job's LLM stage records after a chunk (pipelines/core/llm_chunks.py).
+# What a job's LLM stage records after a chunk (pipelines/core/llm/chunks.py).
 record_llm_usage("probe-job", "scripted-judge", Usage().add_all([
     LLMResult(text="a", prompt_tokens=10, completion_tokens=2), LLMResult(text="a", cached=True)]))
 

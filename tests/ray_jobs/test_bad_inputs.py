@@ -416,7 +416,7 @@ class StartedWork(Exception):
 WORK_STARTS = {
     "rexeval.ray_jobs.demo.run_study": "the demo's stages",
     "rexeval.ray_jobs.study.run_study": "the study's stages",
-    "rexeval.pipelines.core.llm_stream.run_stream": "the LLM stream (its actors load the model)",
+    "rexeval.pipelines.core.llm.stream.run_stream": "the LLM stream (its actors load the model)",
     "rexeval.pipelines.cluster.embed.embed_texts": "the embedder",
     "rexeval.models.encoders.embedder.Embedder.__init__": "a sentence encoder",
     "ray.tune.Tuner.fit": "Ray Tune training",

@@ -278,7 +278,7 @@ def test_the_default_serve_port_is_8000_or_the_environments(monkeypatch):
     """Every job and command that starts Serve without a port takes $REXEVAL_SERVE_PORT
     (a host whose 8000 is taken, two clusters on one machine); a bad value is refused
     with the variable's name, not passed on to Serve."""
-    from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+    from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
     from rexeval.pipelines.evaluate.config import EvaluateConfig
 
     monkeypatch.delenv(common.SERVE_PORT_ENV, raising=False)

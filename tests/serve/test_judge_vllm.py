@@ -81,7 +81,7 @@ def test_the_shipped_vllm_serve_config_is_rays_llm_app_with_our_engine_settings(
 
 
 def test_a_judge_job_on_vllm_runs_its_own_engines_not_a_judge_app(tmp_path):
-    from rexeval.pipelines.core.llm_chunks import JudgeService, chunk_plan
+    from rexeval.pipelines.core.llm.chunks import JudgeService, chunk_plan
     from rexeval.pipelines.judge.config import PairwiseJobConfig
 
     cfg = PairwiseJobConfig(explanations=[str(tmp_path / "e.parquet")], baseline="b", out=str(tmp_path / "o"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
+from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPath
 from rexeval.pipelines.generate.prompted.methods import PromptedSettings

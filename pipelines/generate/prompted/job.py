@@ -12,7 +12,7 @@ to an explanations table that `rexeval evaluate` and `rexeval judge` read as is.
 3. Each method plans its prompts in the driver (`<method>/plan.parquet`: the prompt, or
    the explanation for review extraction, and what it drew on).
 4. The prompts run as resumable chunks on a Ray Data actor pool through the LLM service
-   (`pipelines.core.llm_chunks`: the judge Serve deployment or an in-process backend,
+   (`pipelines.core.llm.chunks`: the judge Serve deployment or an in-process backend,
    behind the LLM-call cache), `<method>/calls/`. A re-run skips finished chunks, so it
    makes no LLM call at all.
 5. `explanations.parquet` (EXPLANATIONS: example id = review id, system = the method,
@@ -61,7 +61,7 @@ def _train_mf(cfg: PromptedJob, inputs, progress):
 def _ask(cfg: PromptedJob, plans: dict[str, pd.DataFrame], methods: dict, progress) -> tuple[dict, dict]:
     """Run every LLM method's live prompts; (answers per method, usage)."""
     from rexeval.models.profiles import load_profile
-    from rexeval.pipelines.core.llm_chunks import JudgeService, chunk_engines, llm_spec, run_chunks, usage_totals
+    from rexeval.pipelines.core.llm.chunks import JudgeService, chunk_engines, llm_spec, run_chunks, usage_totals
     from rexeval.pipelines.generate.prompted.tasks import explain_task
 
     live = {n: p[p["skip"].isna() & p["messages"].notna()] for n, p in plans.items() if methods[n].uses_llm}

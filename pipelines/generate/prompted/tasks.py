@@ -1,7 +1,7 @@
 """The chunk task of the prompted generators: ask the LLM each planned prompt, read the
 explanation out of the answer (retrying an unreadable one with the reason), and return
 one row per prompt: the explanation, or why there is none. Run by
-`pipelines.core.llm_chunks.run_chunks`, which records its questions per chunk, streams
+`pipelines.core.llm.chunks.run_chunks`, which records its questions per chunk, streams
 them, and runs it again over the answers to write the chunk."""
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ ANSWER_COLUMNS = ("example_id", "explanation", "error_type", "message", "raw")
 
 def explain_task(llm, rows: pd.DataFrame, settings: dict):
     from rexeval.models.llm.base import SamplingParams
-    from rexeval.pipelines.core.llm_calls import ask
+    from rexeval.pipelines.core.llm.calls import ask
     from rexeval.pipelines.generate.prompted.parse import parse_explanation
 
     s = settings["explain"]

@@ -108,7 +108,7 @@ def test_vllm_answers_through_the_stream_processor_on_gpu(ray_session):
     import ray
 
     from rexeval.models.llm import LLMResult
-    from rexeval.pipelines.core.llm_calls_plan import CallPlan, call
+    from rexeval.pipelines.core.llm.calls_plan import CallPlan, call
 
     plan = CallPlan(backend="vllm", model=os.environ["REXEVAL_TEST_VLLM_MODEL"],
                     options={"engine_kwargs": {"max_model_len": 2048, "gpu_memory_utilization": 0.4}})

@@ -1,4 +1,4 @@
-"""Actor sizing (pipelines/core/stage.py, llm_placement.py, runtime.py): what a job asks
+"""Actor sizing (pipelines/core/stage.py, llm/placement.py, runtime.py): what a job asks
 Ray for comes from its settings, as (min, max) pools an autoscaler can grow, never from
 the nodes a cluster has up when the job starts (issue 47, item 2). A cold autoscaling
 cluster is simulated by a joined Ray whose nodes and resources may not be read."""
@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pytest
 
-from rexeval.pipelines.core.llm_job import LLMJobSettings
-from rexeval.pipelines.core.llm_placement import actors_now, place_llm
+from rexeval.pipelines.core.llm.job import LLMJobSettings
+from rexeval.pipelines.core.llm.placement import actors_now, place_llm
 from rexeval.pipelines.core.stage import Resources, Stage, actor_count, pool_size, worker_resources
 from rexeval.threads import MAX_THREADS_ENV
 

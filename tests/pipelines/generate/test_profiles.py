@@ -12,7 +12,7 @@ import pytest
 
 from rexeval.models.llm.base import ChatRequest, LLMResult
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import REVIEWS
 from rexeval.pipelines.generate import profiles
 from rexeval.pipelines.generate.profiles import (PROFILES, profile_requests, read_profiles, render,

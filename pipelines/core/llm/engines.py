@@ -2,10 +2,10 @@
 conversation workers reach them through.
 
 `open_engines` starts (or joins) one engine group per model of a job, in the driver,
-once; `run_stream` (`llm_stream.py`) stops them at the end. Every call of every turn,
+once; `run_stream` (`llm/stream.py`) stops them at the end. Every call of every turn,
 repair and transport retry goes to the same group, so an engine is loaded once per job:
 
-- "local": the job's own model actors (`llm_calls_plan.LocalCaller`), each holding the
+- "local": the job's own model actors (`llm.calls_plan.LocalCaller`), each holding the
   backend (`hf`, or a `module:Class` of your own) behind the call cache;
 - "vllm": a `ray.serve.llm` OpenAI application of vLLM replicas, deployed when the job
   starts and deleted when it ends; calls reach it over HTTP on the node's Serve proxy;
@@ -35,9 +35,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import rexeval.pipelines.core.llm_job  # noqa: F401  (registers the "serve" backend in every worker)
+import rexeval.pipelines.core.llm.job  # noqa: F401  (registers the "serve" backend in every worker)
 from rexeval.models.llm.base import ChatRequest, LLMResult
-from rexeval.pipelines.core.llm_calls_plan import CallPlan, start_hosts, stop_hosts
+from rexeval.pipelines.core.llm.calls_plan import CallPlan, start_hosts, stop_hosts
 from rexeval.serve.common import default_serve_port
 
 VLLM_APP_PREFIX = "rexeval-vllm-"
@@ -306,7 +306,7 @@ class EngineClient:
 
     def _build(self):
         from rexeval.failures import reason_of
-        from rexeval.pipelines.core.llm_cache import build_cached_backend
+        from rexeval.pipelines.core.llm.cache import build_cached_backend
 
         s = self.spec
         try:

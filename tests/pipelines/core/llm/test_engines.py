@@ -1,4 +1,4 @@
-"""The one-stream LLM path (`pipelines/core/llm_stream.py`, `llm_engines.py`): every turn,
+"""The one-stream LLM path (`pipelines/core/llm/stream.py`, `llm/engines.py`): every turn,
 repair and transport retry of a job goes to one engine group per model, started once; the
 same extraction through a running judge app, by handle and by URL, as through in-process
 actors; with a Serve timeout, a fifth of the calls failing as 503s do and the replica
@@ -11,8 +11,8 @@ import json
 import pytest
 
 from rexeval.failures import AwaitingRerun
-from rexeval.pipelines.core.llm_calls_plan import CallPlan
-from rexeval.pipelines.core.llm_engines import EngineGroup
+from rexeval.pipelines.core.llm.calls_plan import CallPlan
+from rexeval.pipelines.core.llm.engines import EngineGroup
 from rexeval.pipelines.extract.config import ExtractConfig
 from rexeval.pipelines.extract.pipeline import run_extract
 from tests.pipelines.extract.test_pipeline import BACKEND, TRIPLETS, config, write_reviews
@@ -144,7 +144,7 @@ def test_clients_by_kind(ray_session):
 
 def test_the_vllm_engines_are_one_serve_llm_app_for_the_job(monkeypatch):
     import rexeval.models.refs as refs
-    from rexeval.pipelines.core.llm_engines import vllm_app_args
+    from rexeval.pipelines.core.llm.engines import vllm_app_args
 
     class Ref:
         location = "/models/qwen"
@@ -253,7 +253,7 @@ def test_the_batcher_merges_requests_sends_earlier_shards_first_and_turns_a_fail
     import asyncio
 
     from rexeval.models.llm.base import ChatRequest, LLMResult
-    from rexeval.pipelines.core.llm_engines import Batcher
+    from rexeval.pipelines.core.llm.engines import Batcher
 
     sent: list[list[str]] = []
 

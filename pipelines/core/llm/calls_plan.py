@@ -1,11 +1,11 @@
 """Where one model's calls go in a streaming LLM job: a `CallPlan` (backend, model,
 where it runs, how wide), and the job's own model actors for the local kind.
 
-`CallPlan.kind` is where the model is, as `pipelines/core/llm_placement.py` decides for
-every LLM stage (`job_plan` here and `llm_chunks.chunk_plan` only wrap its `place_llm`):
+`CallPlan.kind` is where the model is, as `pipelines/core/llm/placement.py` decides for
+every LLM stage (`job_plan` here and `llm.chunks.chunk_plan` only wrap its `place_llm`):
 "local" (the job's model actors, `LocalCaller`), "vllm" (a `ray.serve.llm` app the job
 deploys), "serve" (a running rexeval judge deployment) or "http" (an OpenAI-compatible
-server, or a judge app by URL). `pipelines/core/llm_engines.py` starts each plan's engine
+server, or a judge app by URL). `pipelines/core/llm/engines.py` starts each plan's engine
 group once per job and gives the stream's workers their clients to it.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rexeval.models.llm.base import ChatRequest, LLMResult
-from rexeval.pipelines.core.llm_placement import Placement, actors_now, call_kind, describe, place_llm
+from rexeval.pipelines.core.llm.placement import Placement, actors_now, call_kind, describe, place_llm
 from rexeval.pipelines.core.stage import Resources
 
 
@@ -30,12 +30,12 @@ class CallPlan:
     resources: Resources = Resources()  # one local actor's share
     concurrency: tuple[int, int] = (1, 1)
     batch_size: int = 16
-    reason: str = field(default="", compare=False)  # why it runs there (`llm_placement.place_llm`)
+    reason: str = field(default="", compare=False)  # why it runs there (`llm.placement.place_llm`)
 
     @classmethod
     def placed(cls, placement: Placement, model: str, options: dict[str, Any] | None,
                cache: str | None) -> CallPlan:
-        """A model's plan where `placement` (`llm_placement.place_llm`) puts it, with the
+        """A model's plan where `placement` (`llm.placement.place_llm`) puts it, with the
         job's call cache in front of it wherever it runs."""
         opts = dict(options or {})
         return cls(backend=placement.backend, model=model, options=opts,
@@ -52,14 +52,14 @@ class CallPlan:
         return self.model
 
     def describe(self, actors: int | None = None) -> str:
-        """Where the calls go, for a progress line (`llm_placement.describe`)."""
+        """Where the calls go, for a progress line (`llm.placement.describe`)."""
         return describe(self.kind, self.backend, self.address, self.concurrency, self.resources, actors,
                         self.reason)
 
 
 def job_plan(cfg, backend: str, model: str) -> CallPlan:
     """Where one model's calls go for a streamed LLM job's settings (`cfg`: backend
-    options, workers, cache), as `llm_placement.place_llm` decides for every LLM stage:
+    options, workers, cache), as `llm.placement.place_llm` decides for every LLM stage:
     in-process actors for hf (or a backend of your own), vLLM engines, a judge deployment
     (`backend: serve` with `backend_options.address` serve:APP or a URL), or an
     OpenAI-compatible server."""
@@ -87,7 +87,7 @@ class LocalCaller:
     Transient failures come back as they are: the stream retries them."""
 
     def __init__(self, plan: CallPlan):
-        from rexeval.pipelines.core.llm_cache import build_cached_backend
+        from rexeval.pipelines.core.llm.cache import build_cached_backend
         from rexeval.pipelines.core.stage import use_cpus
 
         use_cpus(plan.resources)

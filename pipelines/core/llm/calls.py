@@ -110,7 +110,7 @@ def question(messages: Sequence[dict], parse: Parser, *, sampling, max_retries: 
 
 class AskSteps:
     """`ask`'s loop for one question as steps (`start` / `request` / `role` / `advance`):
-    what `ask` runs in-process and a streamed job (`llm_stream.StreamSteps`) runs over
+    what `ask` runs in-process and a streamed job (`llm.stream.StreamSteps`) runs over
     passes, so both read, retry and count alike. The work is a plain JSON dict."""
 
     def __init__(self):

@@ -3,9 +3,9 @@
 `rexeval extract`, `extract-quality`, `evaluate` and the judges take the same
 profile/backend/cache settings, and where their model runs (actors, vLLM engines, a judge
 deployment or an OpenAI-compatible server) is decided in one place for all of them
-(`pipelines/core/llm_placement.py`); each model actor builds its
-LLM with `rexeval.pipelines.core.llm_cache.build_cached_backend` from these settings
-(the cache may be a local SQLite file or a URI: `pipelines/core/llm_cache.py`).
+(`pipelines/core/llm/placement.py`); each model actor builds its
+LLM with `rexeval.pipelines.core.llm.cache.build_cached_backend` from these settings
+(the cache may be a local SQLite file or a URI: `pipelines/core/llm/cache.py`).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class LLMJobSettings(BaseModel):
             return None
         if self.cache:
             return self.cache
-        from rexeval.pipelines.core.llm_cache import default_cache
+        from rexeval.pipelines.core.llm.cache import default_cache
 
         return default_cache()
 
@@ -67,10 +67,10 @@ class LLMJobSettings(BaseModel):
         """A copy whose cache is decided, in the driver, so that every worker uses the
         driver's cache whatever its own environment says: a local path made absolute, a
         URI kept. A job that passes its output `out` gets `<out>/_llm_cache` when that
-        is a URI and no cache was given (`pipelines/core/llm_cache.py` says why)."""
+        is a URI and no cache was given (`pipelines/core/llm/cache.py` says why)."""
         if not self.use_cache:
             return self
-        from rexeval.pipelines.core.llm_cache import resolve_cache
+        from rexeval.pipelines.core.llm.cache import resolve_cache
 
         return self.model_copy(update={"cache": resolve_cache(self.cache, out)})
 
@@ -79,7 +79,7 @@ class LLMJobSettings(BaseModel):
 
 
 class ChunkedLLMSettings(LLMJobSettings):
-    """An LLM job run in resumable chunks (`pipelines.core.llm_chunks`): where it writes,
+    """An LLM job run in resumable chunks (`pipelines.core.llm.chunks`): where it writes,
     the Serve deployment its calls go through, prices, chunk size and seed. The judges
     and the prompted explanation generators share these."""
 

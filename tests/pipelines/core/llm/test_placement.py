@@ -1,7 +1,7 @@
-"""Where every LLM stage's model runs (`pipelines/core/llm_placement.py`): a table of each
+"""Where every LLM stage's model runs (`pipelines/core/llm/placement.py`): a table of each
 backend and settings the stages pass, and the plan the code before `place_llm` chose
-for it (worked out by hand from the old `llm_calls_plan.job_plan` and
-`llm_chunks.chunk_plan`, on one machine of 8 CPUs with 6 free). Since issue 47 `workers`
+for it (worked out by hand from the old `llm.calls_plan.job_plan` and
+`llm.chunks.chunk_plan`, on one machine of 8 CPUs with 6 free). Since issue 47 `workers`
 is the most actors of a pool that starts from `min_workers` (1): a local plan's
 concurrency (n, n) became (1, n); the rest is as it was."""
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 import rexeval.pipelines.core.stage as stage_module
-from rexeval.pipelines.core.llm_calls_plan import CallPlan, job_plan
-from rexeval.pipelines.core.llm_chunks import chunk_plan
-from rexeval.pipelines.core.llm_job import ChunkedLLMSettings, LLMJobSettings
-from rexeval.pipelines.core.llm_placement import (VLLM_OWN_ENGINES, actors_now, judge_service_for,
+from rexeval.pipelines.core.llm.calls_plan import CallPlan, job_plan
+from rexeval.pipelines.core.llm.chunks import chunk_plan
+from rexeval.pipelines.core.llm.job import ChunkedLLMSettings, LLMJobSettings
+from rexeval.pipelines.core.llm.placement import (VLLM_OWN_ENGINES, actors_now, judge_service_for,
                                                   place_llm)
 from rexeval.pipelines.core.stage import Resources
 

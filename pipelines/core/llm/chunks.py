@@ -2,16 +2,16 @@
 
 `rexeval judge likert|pairwise|detect` and `rexeval generate llm` share this runner. A
 job gives a task function `fn(llm, rows, settings)` -> (tables, CallStats) that asks its
-LLM through `llm_calls.ask` (the judges' tasks are in `pipelines/judge/tasks.py`, the
+LLM through `llm.calls.ask` (the judges' tasks are in `pipelines/judge/tasks.py`, the
 prompted generators' in `pipelines/generate/prompted/`). The function runs twice per
 chunk, on workers, never calling a model itself:
 
 1. with a `Recorder` for its LLM: it says which questions it asks (conversations, how
    to read and retry their answers);
-2. the questions of every chunk go through one stream (`llm_stream.run_stream` with
-   `llm_calls.AskSteps`): each question's conversation runs on its own, an unreadable
+2. the questions of every chunk go through one stream (`llm.stream.run_stream` with
+   `llm.calls.AskSteps`): each question's conversation runs on its own, an unreadable
    answer asked again with the reason at once, against the engines of the job's backend
-   (`llm_engines`: the judge Serve deployment, an OpenAI-compatible server, vLLM engines,
+   (`llm.engines`: the judge Serve deployment, an OpenAI-compatible server, vLLM engines,
    or the job's own model actors with `judge_service: none`), started once per job;
 3. with a `Replayer` over the chunk's settled questions: it turns the answers into the
    chunk's tables, which the worker commits as the chunk's shard, with a one-row `usage`
@@ -36,9 +36,9 @@ from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
 from rexeval.pipelines.core.job_metrics import record_llm_usage
 from rexeval.pipelines.core.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.llm_calls_plan import CallPlan
-from rexeval.pipelines.core.llm_job import ChunkedLLMSettings
-from rexeval.pipelines.core.llm_placement import judge_service_for, place_llm
+from rexeval.pipelines.core.llm.calls_plan import CallPlan
+from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
+from rexeval.pipelines.core.llm.placement import judge_service_for, place_llm
 
 # fn(llm, rows, settings) -> ({table name: DataFrame | pa.Table}, CallStats)
 ChunkTask = Callable[[Any, pd.DataFrame, dict], tuple[dict, Any]]
@@ -69,11 +69,11 @@ class JudgeService:
 
     def __init__(self, cfg: ChunkedLLMSettings, spec: dict, progress: Callable[[str], None]):
         from rexeval.models.llm.base import BackendSpec
-        from rexeval.pipelines.core.llm_cache import node_cache
+        from rexeval.pipelines.core.llm.cache import node_cache
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
 
-        service, note = judge_service_for(spec["backend"], cfg.judge_service)  # `llm_placement`
+        service, note = judge_service_for(spec["backend"], cfg.judge_service)  # `llm.placement`
         if note:
             progress(note)
         explicit = service != "auto"
@@ -144,7 +144,7 @@ class ChunkQuestions:
     def __call__(self, shard: int) -> pa.Table:
         import json
 
-        from rexeval.pipelines.core.llm_calls import Recorder
+        from rexeval.pipelines.core.llm.calls import Recorder
 
         recorder = Recorder(self.model_id)
         self.fn(recorder, self.rows(shard), self.settings)
@@ -153,10 +153,10 @@ class ChunkQuestions:
 
 
 class ChunkSteps:
-    """The stream's steps for one question (`llm_calls.AskSteps`); an empty row settles at once."""
+    """The stream's steps for one question (`llm.calls.AskSteps`); an empty row settles at once."""
 
     def __init__(self):
-        from rexeval.pipelines.core.llm_calls import AskSteps
+        from rexeval.pipelines.core.llm.calls import AskSteps
 
         self.ask = AskSteps()
 
@@ -182,7 +182,7 @@ class ChunkWriter:
         self.task, self.questions, self.output = task, questions, output
 
     def __call__(self, shard: int, works: list[dict]) -> dict:
-        from rexeval.pipelines.core.llm_calls import Replayer
+        from rexeval.pipelines.core.llm.calls import Replayer
 
         q = self.questions
         part = q.rows(shard)
@@ -197,7 +197,7 @@ class ChunkWriter:
 
 
 def chunk_plan(spec: dict, address: str, cfg: ChunkedLLMSettings) -> CallPlan:
-    """Where a chunked job's calls go, as `llm_placement.place_llm` decides for every LLM
+    """Where a chunked job's calls go, as `llm.placement.place_llm` decides for every LLM
     stage: the judge deployment (serve:APP) or a judge app's URL when the job has one,
     else the spec's backend (vLLM engines, an OpenAI-compatible server, or the job's own
     model actors, which take the CPUs free now)."""
@@ -210,7 +210,7 @@ def chunk_engines(spec: dict, address: str, cfg: ChunkedLLMSettings, progress: C
     """The engines of a job that calls `run_chunks` for several tasks with one spec (a
     context manager: `SharedEngines`): its model loads once, when the first task has work,
     placed then as `run_chunks` places its own."""
-    from rexeval.pipelines.core.llm_engines import SharedEngines
+    from rexeval.pipelines.core.llm.engines import SharedEngines
 
     return SharedEngines(lambda: {"llm": chunk_plan(spec, address, cfg)}, progress, label)
 
@@ -223,7 +223,7 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
     Raises `AwaitingRerun` when calls that failed in transport left chunks unwritten.
     `shared` (`chunk_engines`): the job's engines, for a job that runs several tasks."""
     from rexeval.pipelines.core.io import config_hash
-    from rexeval.pipelines.core.llm_stream import awaiting_line, retry_settings, run_stream, source_rows
+    from rexeval.pipelines.core.llm.stream import awaiting_line, retry_settings, run_stream, source_rows
     from rexeval.pipelines.core.runtime import init_ray
 
     if not spec:

@@ -13,7 +13,7 @@ The pipeline (`run_stream`) is one Ray Data dataset of shard numbers mapped by a
 conversation workers (`ShardConversations`, async actors, `shards_in_flight` shards each
 at a time). A worker reads a shard, starts every row, and each row's conversation runs
 on its own (ask -> parse -> repair or verify -> next question, as the steps say) against
-the job's engine groups (`llm_engines.py`: started once per job, whatever the turns), its
+the job's engine groups (`llm/engines.py`: started once per job, whatever the turns), its
 requests merged with every other conversation's into the engine's batches. As soon as a
 shard's rows are all settled the worker writes it and takes the next shard. There is no
 barrier between turns, and nothing holds a job's rows in the object store: the driver
@@ -41,7 +41,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from rexeval.models.llm.base import LLMResult
-from rexeval.pipelines.core.llm_calls_plan import CallPlan
+from rexeval.pipelines.core.llm.calls_plan import CallPlan
 from rexeval.pipelines.core.stage import Resources
 
 INPUT_ERROR = "__input_error__"
@@ -117,7 +117,7 @@ class ShardConversations:
     Several shards run at once; their requests share the engines' batches."""
 
     def __init__(self, read, factory, write, clients: dict[str, dict], transport_retries: int, backoff_s: float):
-        from rexeval.pipelines.core.llm_engines import EngineClient
+        from rexeval.pipelines.core.llm.engines import EngineClient
 
         self.read, self.write = read, write
         self.steps = factory()
@@ -211,10 +211,10 @@ def run_stream(source: Source, factory: Callable[[], StreamSteps], plans: dict[s
                steps_resources: Resources = Resources(cpus=0), shared=None) -> StreamSummary:
     """Run the job (see the module docstring); returns its summary. The conversation
     workers take no CPU of their own by default: they mostly wait on the engines, and a
-    local job's model actors hold the CPUs it has. With `shared` (`llm_engines.SharedEngines`
+    local job's model actors hold the CPUs it has. With `shared` (`llm.engines.SharedEngines`
     of these `plans`), the engines are the job's, opened once for all its streams and
     left running for the next."""
-    from rexeval.pipelines.core.llm_engines import open_engines
+    from rexeval.pipelines.core.llm.engines import open_engines
 
     summary = StreamSummary()
     t0 = time.time()
@@ -249,7 +249,7 @@ def engines_line(entry: dict) -> str:
 
 
 def _say_placements(plans: dict[str, CallPlan], groups: dict, label: str, progress: Callable[[str], None]) -> None:
-    """One line per model: where its calls go (`llm_placement.place_llm` decided)."""
+    """One line per model: where its calls go (`llm.placement.place_llm` decided)."""
     roles: dict[int, tuple[CallPlan, list[str]]] = {}
     for role, plan in plans.items():
         roles.setdefault(id(plan), (plan, []))[1].append(role)

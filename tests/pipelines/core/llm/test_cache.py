@@ -1,6 +1,6 @@
 """The LLM-call cache at a URI (one object per call on the test S3 endpoint,
 `models/llm/cache.py`'s `ObjectCallCache`), where the cache of a job goes
-(`pipelines/core/llm_cache.py`), and that a local path keeps the SQLite file."""
+(`pipelines/core/llm/cache.py`), and that a local path keeps the SQLite file."""
 from __future__ import annotations
 
 import json
@@ -16,11 +16,11 @@ import pytest
 from rexeval.models.llm import BackendSpec, ChatRequest, LLMBackend, LLMResult, SamplingParams
 from rexeval.models.llm.cache import CachedBackend, LLMCache, ObjectCallCache, open_call_cache, request_key
 from rexeval.models.llm.cache import build_cached_backend as models_build_cached_backend
-from rexeval.pipelines.core.llm_cache import build_cached_backend, node_cache, resolve_cache
-from rexeval.pipelines.core.llm_job import LLMJobSettings
+from rexeval.pipelines.core.llm.cache import build_cached_backend, node_cache, resolve_cache
+from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.storage import location
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 class Counting(LLMBackend):
@@ -28,7 +28,7 @@ class Counting(LLMBackend):
     makes the whole call raise (a transport failure). Counts the requests it got."""
 
     def __init__(self, spec: BackendSpec | None = None):
-        super().__init__(spec or BackendSpec(backend="tests.pipelines.core.test_llm_cache:Counting",
+        super().__init__(spec or BackendSpec(backend="tests.pipelines.core.llm.test_cache:Counting",
                                              model="fake-model"))
         self.asked: list[str] = []
 
@@ -119,8 +119,8 @@ def test_a_batch_of_lookups_runs_in_parallel_threads(s3_root, monkeypatch):
 _OTHER_PROCESS = """
 import json, sys
 from rexeval.models.llm import ChatRequest
-from rexeval.pipelines.core.llm_cache import build_cached_backend
-llm = build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "fake-model", {}, sys.argv[1])
+from rexeval.pipelines.core.llm.cache import build_cached_backend
+llm = build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "fake-model", {}, sys.argv[1])
 out = llm.generate([ChatRequest(messages=[{"role": "user", "content": f"review {i}"}]) for i in range(6)])
 print(json.dumps({"asked": llm.inner.asked, "cached": [r.cached for r in out]}))
 """
@@ -140,14 +140,14 @@ def test_a_fresh_process_reads_what_another_wrote(s3_root):
 def test_a_local_path_keeps_the_sqlite_file_and_models_open_a_uri(tmp_path, monkeypatch):
     assert isinstance(open_call_cache(tmp_path / "sub" / "c.sqlite"), LLMCache)
     assert open_call_cache(None) is None and open_call_cache("") is None
-    llm = build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, str(tmp_path / "c.sqlite"))
+    llm = build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, str(tmp_path / "c.sqlite"))
     assert isinstance(llm.cache, LLMCache) and (tmp_path / "c.sqlite").is_file()
-    assert not isinstance(build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, None),
+    assert not isinstance(build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, None),
                           CachedBackend)
     # models/ opens a URI as the object store too (the judge replicas, in the serve layer,
     # build their backends there), never as a local folder named "s3:".
     monkeypatch.chdir(tmp_path)
-    llm = models_build_cached_backend("tests.pipelines.core.test_llm_cache:Counting", "m", {}, "s3://b/cache")
+    llm = models_build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, "s3://b/cache")
     assert isinstance(llm.cache, ObjectCallCache) and llm.cache.root == "s3://b/cache"
     assert not (tmp_path / "s3:").exists()
     with pytest.raises(ValueError, match="lives at a URI"):

@@ -1,11 +1,11 @@
 """Where an LLM stage's model runs: the one decision every LLM-backed stage takes.
 
-Every LLM call of the platform goes through the streaming path (`llm_stream.run_stream`)
-with one `llm_calls_plan.CallPlan` per model, and every plan's placement comes from
-`place_llm` here (`llm_calls_plan.job_plan` and `llm_chunks.chunk_plan` only wrap it).
+Every LLM call of the platform goes through the streaming path (`llm.stream.run_stream`)
+with one `llm.calls_plan.CallPlan` per model, and every plan's placement comes from
+`place_llm` here (`llm.calls_plan.job_plan` and `llm.chunks.chunk_plan` only wrap it).
 No LLM backend is called in the driver process: the calls are answered
 
-- "local": by the job's own model actors (`llm_calls_plan.LocalCaller`, started once per
+- "local": by the job's own model actors (`llm.calls_plan.LocalCaller`, started once per
   job by `start_hosts`, `actors_now` of them: up to `workers`, at least `min_workers`),
   each holding the backend in-process: `hf`,
   or a `module:Class` backend of your own;
