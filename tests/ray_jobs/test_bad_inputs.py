@@ -19,6 +19,7 @@ once and says so instead of loading a model for minutes.
 """
 from __future__ import annotations
 
+import importlib
 import random
 import tempfile
 from pathlib import Path
@@ -426,9 +427,28 @@ WORK_STARTS = {
 }
 
 
+def _import_owner(target: str) -> None:
+    """Import the longest module prefix of a dotted attribute path."""
+    parts = target.split(".")
+    for n in range(len(parts) - 1, 0, -1):
+        name = ".".join(parts[:n])
+        try:
+            importlib.import_module(name)
+            return
+        except ModuleNotFoundError as e:
+            if e.name != name:  # the module exists and lacks a dependency: say so
+                raise
+
+
 @pytest.fixture(autouse=True)
 def _no_real_work(monkeypatch):
     """A bad input is refused before any model loads or any stage runs."""
+    # Every target's module is imported before any is patched: a module first imported
+    # while another's function is patched (serve/judge_client.py imports serve/judge.py's
+    # start_judge_service by name) would keep the stand-in after the test, for the
+    # rest of the session's tests on this worker.
+    for target in WORK_STARTS:
+        _import_owner(target)
     for target, what in WORK_STARTS.items():
         def refuse(*args, _what=what, **kwargs):
             raise StartedWork(f"{_what} started before the bad input was refused")
