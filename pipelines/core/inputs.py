@@ -2,18 +2,22 @@
 
 Jobs that consume statements (ground truth, clustering, the ranking benchmark) find
 the shards, check their columns before any work, and pick which stage's rows to use
-the same way, through these functions. Every input may be a local path or a URI
+the same way, through these functions; tables that several capabilities read
+(explanations above all: evaluate, the judges, the prompted generators' tests) are read
+in any format by `read_parts` and `read_explanation_rows`. Every input may be a local
+path or a URI
 (`pipelines/core/storage.py`); `runtime.reads_here` says where a task reading one must run.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.core.io import json_lines, read_parquet, table_files
-from rexeval.pipelines.core.schema import SchemaError
+from rexeval.pipelines.core.io import json_lines, read_parquet, read_raw, table_files, told_format, validated
+from rexeval.pipelines.core.schema import SchemaError, is_text_type
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 
 
@@ -203,3 +207,80 @@ def dataset_stage(statements, stage: str) -> str:
         return stage
     return "verified" if any(r["verified"] for r in block_partials(statements, _verified)) else "triplet"
 
+
+# -- tables in any format, read by several capabilities (evaluate, judge, prompted generators)
+
+def _table_path(path: PathLike, sub: str) -> Location:
+    """A job folder's `sub` table when `path` is one, else `path` itself."""
+    p = location(path)
+    return p / sub if (p / sub).is_dir() else p
+
+
+# Columns read as text: a number there is a mistake (a shifted column, a score written
+# where the text belongs), never something to score as "3".
+TEXT_COLUMNS = ("explanation", "reference", "statement", "topic", "sentiment", "sentence")
+# Id columns: text, or integers (written as they are).
+ID_COLUMNS = ("example_id", "system", "user_id", "item_id", "review_id", "statement_id")
+
+
+def check_column_types(schema: pa.Schema, source: str, table: str) -> None:
+    """Refuse a file whose text column holds numbers (or anything but text) before its
+    rows are read: the schema check alone would cast them to strings and score them."""
+    for f in schema:
+        if f.name in TEXT_COLUMNS and not is_text_type(f.type):
+            raise SchemaError(table, source, f.name, None,
+                              f"holds {f.type} values, expected text (string); write the {f.name} column "
+                              "as text (a number there is usually a shifted or mislabelled column)")
+        if f.name in ID_COLUMNS and not (is_text_type(f.type) or pa.types.is_integer(f.type)):
+            raise SchemaError(table, source, f.name, None,
+                              f"holds {f.type} values, expected text (string) or integer ids")
+
+
+def _part_source(given: PathLike, part: Location) -> str:
+    """A part file as the user would find it: the path given, plus the part's place
+    below it when the user named a folder."""
+    top, shown = location(given), given_text(given)
+    if part.uri == top.uri:
+        return shown
+    rest = part.uri[len(top.uri):].lstrip("/") if part.uri.startswith(top.uri) else part.name
+    return f"{shown.rstrip('/')}/{rest}"
+
+
+def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | None = None,
+               rename: dict[str, str] | None = None) -> list[tuple[str, pa.Table]]:
+    """(source, table) of each part of a table (a file in any format `io.read_raw`
+    reads, a folder of Parquet parts, or a job folder's `sub` table), its columns renamed
+    by `rename` (ours -> theirs) and their types checked before its rows are."""
+    loc = _table_path(path, sub) if sub else location(path)
+    parts = []
+    files = table_files(loc)
+    if not files:
+        raise FileNotFoundError(f"{given_text(path)}: no {name} table there (no *.parquet parts"
+                                + (f", nor a {sub}/ table" if sub else "") + ")")
+    for f in files:
+        source = _part_source(path, f)
+        fmt = told_format(f, name)  # a file in no format we read is named there
+        raw = read_raw(f, schema, rename, name, fmt=fmt)
+        check_column_types(raw.schema, source, name)
+        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None, fmt)))
+    return parts
+
+
+def read_explanation_rows(paths: Sequence[PathLike], rename: dict[str, str] | None = None
+                          ) -> tuple[pa.Table, list[tuple[str, int]]]:
+    """The EXPLANATIONS rows of every input (Parquet, CSV, TSV or JSON lines; `rename`
+    maps our column names to the file's) and, for each, (file, 1-based row in that file),
+    so an error row points where the user can look."""
+    if not paths:
+        raise ValueError("no explanations given")
+    tables, origins = [], []
+    for p in paths:
+        for source, t in read_parts(p, "explanations", "explanations", sub="explanations", rename=rename):
+            tables.append(t)
+            origins += [(source, n) for n in range(1, t.num_rows + 1)]
+    return pa.concat_tables(tables), origins
+
+
+def read_explanations(paths: Sequence[PathLike]) -> pa.Table:
+    """The EXPLANATIONS rows of every input (files, folders of parts, job folders)."""
+    return read_explanation_rows(paths)[0]

@@ -19,7 +19,7 @@ What the paper leaves open, and what we do (our choices, said in the docs):
 - A user's purchases are counted over every given category file (an Amazon 2023 user
   id is one person across categories), and the user belongs to the category of their
   most recent purchase, the one explained. "Most recent" is the largest (timestamp,
-  review_id), the order `generate.context.last_interactions` uses, so the generators
+  review_id), the order `core.context.last_interactions` uses, so the generators
   explain the same purchase the curation sampled on.
 - "200 per category" counts users (one explained purchase each). The sample is seeded
   and independent of how the rows are split into blocks: each user gets a key, the

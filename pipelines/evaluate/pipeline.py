@@ -44,11 +44,10 @@ from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
     input_warnings,
-    read_explanation_rows,
     reference_kind,
     systems_of,
 )
-from rexeval.pipelines.core.inputs import resolved_text
+from rexeval.pipelines.core.inputs import read_explanation_rows, resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob

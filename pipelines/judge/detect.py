@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
+from rexeval.pipelines.core.context import CONTEXT_COLUMNS
 from rexeval.pipelines.generate.prompted.parse import parse_explanation
 
 DATA_CONDITIONS = ("item_replace", "user_replace", "empty_user")

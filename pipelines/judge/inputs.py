@@ -6,7 +6,7 @@ reads these small tables, and the chunks read their rows from the job's payload.
 
 Contexts (the shopper's purchase history, the item's description) come from a file that
 already holds them (`user_id, item_id, user_profile, item_description`) or are built from
-an ingested reviews table (`pipelines.generate.context.build_contexts`). Every explanation
+an ingested reviews table (`pipelines.core.context.build_contexts`). Every explanation
 row ends in a judged row or an error row: a pair whose baseline explanation is missing
 is an error row naming the file, row and field, not a silent drop. Every table may be
 Parquet, CSV, TSV or JSON lines, gzipped or not, its columns mapped to ours by
@@ -26,7 +26,7 @@ from rexeval.pipelines.core.inputs import given_text, reviews_path
 from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, read_table, told_format
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.storage import PathLike, location
-from rexeval.pipelines.generate.context import CONTEXT_COLUMNS
+from rexeval.pipelines.core.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 
 
@@ -196,7 +196,7 @@ def load_contexts(contexts: str | None, reviews: Sequence[str], interactions: pd
     if contexts:
         return read_contexts(contexts, columns)
     if reviews:
-        from rexeval.pipelines.generate.context import build_contexts
+        from rexeval.pipelines.core.context import build_contexts
 
         table = pd.concat([reviews_table(r, columns) for r in reviews], ignore_index=True)
         return build_contexts(table, interactions[["user_id", "item_id"]].drop_duplicates(),
@@ -209,7 +209,7 @@ def explanations_frame(paths: Sequence[str], systems: Sequence[str] | None = Non
     """EXPLANATIONS rows as a DataFrame (any table format; `columns`: our names -> the
     file's), optionally limited to systems and to the first `limit` examples of each
     system (in file order)."""
-    from rexeval.pipelines.evaluate.inputs import read_explanation_rows  # local or by URI
+    from rexeval.pipelines.core.inputs import read_explanation_rows  # local or by URI
 
     df = read_explanation_rows(paths, columns)[0].to_pandas()
     if systems:

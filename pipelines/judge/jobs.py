@@ -282,7 +282,7 @@ def detect_contexts(cfg: DetectJobConfig) -> pd.DataFrame:
     elif cfg.contexts:
         contexts = read_contexts(cfg.contexts, cfg.columns)
     else:
-        from rexeval.pipelines.generate.context import build_contexts, last_interactions
+        from rexeval.pipelines.core.context import build_contexts, last_interactions
 
         reviews = pd.concat([reviews_table(r, cfg.columns) for r in cfg.reviews], ignore_index=True)
         contexts = build_contexts(reviews, last_interactions(reviews), max_history=cfg.max_history)

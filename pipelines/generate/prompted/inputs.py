@@ -9,7 +9,7 @@ mutual interactions". `load_inputs` reads, from a local folder or a URI
 - an ingest folder, or a reviews table of yours (Parquet, CSV, TSV or JSON lines,
   gzipped or not, its columns mapped to ours by `columns`): the interactions to explain
   are each user's latest review (users with at least two reviews, seed 004 §3.1,
-  `context.last_interactions`); or
+  `core.context.last_interactions`); or
 - a `rexeval split` folder: the interactions of one split (`--split test` by default, the
   same examples `rexeval generate run` decodes, so every system's explanations share
   example ids and can be judged against each other).
@@ -91,7 +91,7 @@ def load_inputs(path: PathLike, split: str = "test", min_reviews: int = 2,
     """The Inputs of an ingest or split folder, or of a reviews table as an ingest folder
     holds it (see the module docstring); `limit` keeps the first N interactions (by user,
     item) while `known` stays whole. `columns`: our column names -> the reviews'."""
-    from rexeval.pipelines.generate.context import last_interactions
+    from rexeval.pipelines.core.context import last_interactions
 
     p = location(path)
     if not p.exists():

@@ -2,7 +2,7 @@
 to an explanations table that `rexeval evaluate` and `rexeval judge` read as is.
 
 1. `load_inputs`: the interactions to explain and the known reviews (their own reviews
-   left out); `context.build_contexts`: each interaction's purchase history and item
+   left out); `core.context.build_contexts`: each interaction's purchase history and item
    description from the known reviews.
 2. BiasedMF on the known ratings, a Tune trial of the one trainer (`prompted/mf.py`),
    when user_based or item_based is asked for; its best epoch is selected on ratings it
@@ -42,7 +42,7 @@ STAGE = "generate_llm"
 
 
 def _contexts(inputs, settings) -> pd.DataFrame:
-    from rexeval.pipelines.generate.context import build_contexts
+    from rexeval.pipelines.core.context import build_contexts
 
     return build_contexts(inputs.known, inputs.targets[["user_id", "item_id", "timestamp"]],
                           max_history=settings.max_history, max_item_summaries=settings.max_item_summaries)

@@ -4,7 +4,7 @@ rate is measured against, and the generator of the inferior-explanation detectio
 (`pipelines/judge/detect.py` writes its original explanations with `conversation` and
 its prompt-interruption ones with the same prompt and one flawed style rule).
 
-Context: `context.build_contexts` over the known reviews: the user's purchases strictly
+Context: `core.context.build_contexts` over the known reviews: the user's purchases strictly
 before the interaction (most recent first, at most `max_history`) and the item's title,
 or what other buyers wrote in their headlines (never the target user's words). An empty
 history is allowed: the prompt says the shop knows no earlier purchase.

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from rexeval.pipelines.generate.context import history_lines, item_facts, prepare_reviews
+from rexeval.pipelines.core.context import history_lines, item_facts, prepare_reviews
 from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
 
 

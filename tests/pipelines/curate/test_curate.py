@@ -133,7 +133,7 @@ def test_rules_on_planted_purchases(cap, seed):
 def test_the_generators_explain_the_purchase_the_curation_sampled_on():
     """generate_llm explains each user's latest review (context.last_interactions): on the
     curated rows that is the row the curation took as the user's most recent."""
-    from rexeval.pipelines.generate.context import last_interactions
+    from rexeval.pipelines.core.context import last_interactions
 
     frame, _ = planted()
     got = codes_of(frame, per_category=None)

@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.schema import EXPLANATIONS, SchemaError
-from rexeval.pipelines.evaluate.inputs import build_examples, read_explanations
+from rexeval.pipelines.core.inputs import read_explanations
+from rexeval.pipelines.evaluate.inputs import build_examples
 
 
 def _explanations(n: int = 2, system: str = "s") -> pa.Table:
@@ -107,7 +108,7 @@ def test_error_rows_name_the_file_and_its_1_based_row(tmp_path):
     pq.write_table(st, tmp_path / "st.parquet")
     _, err, _ = build_examples(read_explanations([str(tmp_path / "a.parquet")]), None, [str(tmp_path / "st.parquet")])
     assert [(r["source"], r["line"]) for r in err.to_pylist()] == [(str(tmp_path / "st.parquet"), 1)]
-    from rexeval.pipelines.evaluate.inputs import read_explanation_rows
+    from rexeval.pipelines.core.inputs import read_explanation_rows
 
     b = _explanations(3)  # e1 and e2 again (duplicates), then e3 without a reference
     b = b.set_column(b.schema.get_field_index("reference"), EXPLANATIONS.field("reference"),

@@ -9,7 +9,6 @@ import pytest
 
 from rexeval.pipelines.evaluate.inputs import (
     build_examples,
-    read_explanations,
     sentiment_flipped,
     write_flip_benchmark,
 )
@@ -17,7 +16,7 @@ from rexeval.pipelines.evaluate.families import select_families
 from rexeval.pipelines.evaluate.pipeline import statement_gaps
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, SchemaError
-from rexeval.pipelines.core.inputs import statements_from_annotations
+from rexeval.pipelines.core.inputs import read_explanations, statements_from_annotations
 
 
 def _statements(rows):

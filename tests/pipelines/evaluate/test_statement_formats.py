@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.schema import SchemaError
-from rexeval.pipelines.evaluate.inputs import build_examples, read_explanations
+from rexeval.pipelines.core.inputs import read_explanations
+from rexeval.pipelines.evaluate.inputs import build_examples
 from tests.pipelines.evaluate.test_inputs import bench  # noqa: F401  (the module's fixture)
 
 THEIRS = {"statement": "text", "sentiment": "polarity", "explanation": "output"}  # explanation=: not this table's

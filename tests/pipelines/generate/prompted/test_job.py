@@ -63,7 +63,7 @@ def test_every_interaction_ends_in_an_explanation_or_an_error_row(run):
 
 
 def test_the_table_is_what_evaluate_and_judge_read(run):
-    from rexeval.pipelines.evaluate.inputs import read_explanations
+    from rexeval.pipelines.core.inputs import read_explanations
 
     root, _, _, _ = run
     t = read_explanations([str(root / "out" / "explanations.parquet")]).to_pandas()

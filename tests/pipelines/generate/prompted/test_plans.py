@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rexeval.pipelines.generate.context import build_contexts
+from rexeval.pipelines.core.context import build_contexts
 from rexeval.pipelines.generate.prompted.inputs import load_inputs
 from rexeval.pipelines.generate.prompted.methods import METHODS, PromptedSettings, method
 from rexeval.pipelines.generate.prompted.mf import MFResult

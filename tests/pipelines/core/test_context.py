@@ -6,7 +6,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from rexeval.pipelines.generate.context import (
+from rexeval.pipelines.core.context import (
     build_contexts,
     informative_headline,
     last_interactions,
