@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, table_files
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, Stage, pool_size, use_cpus
 from rexeval.pipelines.core.storage import PathLike, location
 
@@ -170,8 +170,8 @@ def embed_texts(texts_at: PathLike, n: int, folder: PathLike, *, model_ref: str,
         stage = EmbedStage(job.output, location, texts_at, device=device, batch_size=batch_size,
                            resources=resources)
         job.run(stage, lambda i: {"shard": i, "start": i * shard_size, "end": min(n, (i + 1) * shard_size)},
-                workers=workers, min_workers=min_workers, report=lambda row, k, m: (
-                    f"  embeddings: shard {row['shard']} done ({k}/{m}): {row['rows']:,} texts, dim {row['dim']}"))
+                workers=workers, min_workers=min_workers, report=lambda row, k, m: shard_line(
+                    row["shard"], k, m, f"{row['rows']:,} texts, dim {row['dim']}", label="embeddings"))
     job.finish()
     return n_shards
 

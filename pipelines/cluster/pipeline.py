@@ -33,7 +33,7 @@ import pyarrow as pa
 from rexeval.pipelines.cluster import steps
 from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, table_files, unset_fields
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
@@ -164,8 +164,8 @@ def score_pairs(work: Location, n_pairs: int, digest: str, cfg: ClusterConfig, e
                                      work / "neighbours" / steps.PAIRS, work / steps.NODES, device=cfg.device,
                                      batch_size=cfg.pair_batch_size, resources=worker_resources(cfg))
         job.run(stage, lambda i: {"shard": i, "start": i * size, "end": min(n_pairs, (i + 1) * size)},
-                workers=cfg.workers, min_workers=cfg.min_workers, report=lambda row, k, n: (
-                    f"  pair scores: shard {row['shard']} done ({k}/{n}): {row['pairs']:,} pairs"))
+                workers=cfg.workers, min_workers=cfg.min_workers, report=lambda row, k, n: shard_line(
+                    row["shard"], k, n, f"{row['pairs']:,} pairs", label="pair scores"))
     job.finish()
 
 

@@ -16,7 +16,7 @@ or, for shards a job commits itself, at `finish()`.
     if (manifest := job.finished("extract")) is not None:
         return manifest                         # nothing to do (and it said so)
     job.say_resumed()                           # "resuming: 3 of 8 shard(s) already done"
-    job.run(stage, workers=cfg.workers, report=lambda row, k, n: f"  shard {row['shard']} done ({k}/{n})")
+    job.run(stage, workers=cfg.workers, report=lambda row, k, n: shard_line(row["shard"], k, n))
     manifest = job.finish(method=cfg.method)    # extra manifest fields
 """
 from __future__ import annotations
@@ -27,6 +27,15 @@ from typing import Any
 from rexeval.pipelines.core import job_metrics
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.stage import Stage, pool_size
+
+
+def shard_line(shard: int | str, k: int, n: int, details: str = "", *, unit: str = "shard", label: str = "",
+               verb: str = "done", cached: int = 0, elapsed: float | None = None, indent: str = "  ") -> str:
+    """The progress line every job prints as one of its shards (or chunks) finishes, in one
+    shape: `  [label: ]shard S done (k/n[, 12s])[: details][, C cached]`."""
+    counted = f"{k}/{n}" + (f", {elapsed:.0f}s" if elapsed is not None else "")
+    return (f"{indent}{label + ': ' if label else ''}{unit} {shard} {verb} ({counted})"
+            + (f": {details}" if details else "") + (f", {cached} cached" if cached else ""))
 
 Report = Callable[[dict, int, int], str]
 """(the shard's result row, how many shards of this run are done, how many it has) -> a

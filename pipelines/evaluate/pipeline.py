@@ -50,7 +50,7 @@ from rexeval.pipelines.evaluate.inputs import (
 from rexeval.pipelines.core.inputs import read_explanation_rows, resolved_text
 from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
@@ -434,7 +434,8 @@ def run_family(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfig, root: L
         # Model families: `workers` actors (each loads the model); the others: as many
         # as the CPUs free now allow.
         job.run(stage, workers=cfg.workers if cls.roles else None, min_workers=cfg.min_workers,
-                report=lambda row, k, n: f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({k}/{n})")
+                report=lambda row, k, n: shard_line(f"{row['shard'] + 1}/{n_chunks}", k, n, unit="chunk",
+                                                   label=cls.name, indent="    "))
     return job.finish()["counts"]
 
 
@@ -503,7 +504,8 @@ def _run_family_streamed(cls: type[Family], ctx: EvalContext, cfg: EvaluateConfi
     def on_shard(row: dict) -> None:
         if row["written"]:
             done[0] += 1
-            progress(f"    {cls.name}: chunk {row['shard'] + 1}/{n_chunks} done ({done[0]}/{len(job.todo)})")
+            progress(shard_line(f"{row['shard'] + 1}/{n_chunks}", done[0], len(job.todo), unit="chunk",
+                                label=cls.name, indent="    "))
 
     summary = run_stream(source_rows(chunk.questions, sorted(job.todo)), ChunkSteps, {"llm": plan}, chunk.write,
                          label=cls.name, progress=progress, on_shard=on_shard,

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.extract.config import GROUND_TRUTH_OUTPUTS, GroundTruthConfig
 from rexeval.pipelines.extract.ground_truth import RULES_VERSION, STAGE, ground_truth_shard
 from rexeval.pipelines.core.io import ShardedOutput, read_table
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.stage import Resources, Stage
 from rexeval.pipelines.core.inputs import check_schemas, file_record, resolve_stage, statement_files
@@ -98,9 +98,9 @@ def run_ground_truth(cfg: GroundTruthConfig, overwrite: bool = False,
     def report(row: dict, k: int, n: int) -> str:
         if row["schema_error"]:
             failures.append(SchemaError(**json.loads(row["schema_error"])))
-            return f"  shard {row['shard']} failed ({k}/{n}): {failures[-1]}"
-        return (f"  shard {row['shard']} done ({k}/{n}): reviews={row['in']} "
-                f"explanations={row['out']} sentences={row['sentences']} errors={row['errors']}")
+            return shard_line(row["shard"], k, n, str(failures[-1]), verb="failed")
+        return shard_line(row["shard"], k, n, f"reviews={row['in']} explanations={row['out']} "
+                          f"sentences={row['sentences']} errors={row['errors']}")
 
     job.run(GroundTruthStage(job.output, {i: str(f) for i, f in enumerate(files)}, stage, rename),
             workers=cfg.workers, report=report)

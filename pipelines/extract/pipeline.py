@@ -30,7 +30,7 @@ from rexeval.pipelines.core.job_metrics import record_llm_calls
 from rexeval.models.llm.base import check_model_here
 from rexeval.pipelines.core.llm.calls_plan import CallPlan, job_plan
 from rexeval.pipelines.core.schema import SchemaError
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.inputs import resolved_text, reviews_input, reviews_path
 from rexeval.pipelines.core.storage import location
 
@@ -208,6 +208,5 @@ def run_extract(cfg: ExtractConfig, overwrite: bool = False,
 
 
 def _shard_line(shard: int, n: int, total: int, c: dict) -> str:
-    cached = f", {c['cached_calls']} cached" if c.get("cached_calls") else ""
-    return (f"  shard {shard} done ({n}/{total}): reviews={c['in']} with statements={c['out']} "
-            f"errors={c['errors']} statements={c['statements']} llm calls={c['llm_calls']}{cached}")
+    return shard_line(shard, n, total, f"reviews={c['in']} with statements={c['out']} errors={c['errors']} "
+                      f"statements={c['statements']} llm calls={c['llm_calls']}", cached=c.get("cached_calls", 0))

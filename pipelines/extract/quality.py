@@ -30,6 +30,7 @@ from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.extract.outputs import QUALITY
 from rexeval.pipelines.core.schema import SchemaError, error_rows
+from rexeval.pipelines.core.sharded import shard_line
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.extract.structured import Task
 
@@ -246,8 +247,8 @@ def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements
         if row["written"]:
             done[0] += 1
             c = row["counts"]
-            progress(f"  shard {row['shard']} judged ({done[0]}/{len(job.todo)}): {c['out']} ok, "
-                     f"{c['errors']} unusable answer(s)")
+            progress(shard_line(row["shard"], done[0], len(job.todo), f"{c['out']} ok, {c['errors']} unusable answer(s)",
+                                verb="judged"))
 
     steps = functools.partial(QualitySteps, cfg.max_tokens, cfg.max_retries)
     summary = run_stream(source_rows(QualityReader(statements, plan, reviews, cfg.shard_size), job.todo), steps,

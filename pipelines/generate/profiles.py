@@ -32,6 +32,7 @@ from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parque
 from rexeval.pipelines.core.job_metrics import record_llm_usage
 from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import TABLES, error_rows, validate_table
+from rexeval.pipelines.core.sharded import shard_line
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.storage import PathLike, location
 
@@ -285,9 +286,8 @@ def write_profiles(split: PathLike, out: PathLike, llm: LLMJobSettings, *,
 
 
 def _shard_line(shard: int, k: int, n: int, c: dict) -> str:
-    cached = f", {c['cached_calls']} cached" if c.get("cached_calls") else ""
-    return (f"  shard {shard} done ({k}/{n}): {c['users']} user(s), {c['items']} item(s), "
-            f"{c['ok']} profile(s), {c['errors']} error(s){cached}")
+    return shard_line(shard, k, n, f"{c['users']} user(s), {c['items']} item(s), {c['ok']} profile(s), "
+                      f"{c['errors']} error(s)", cached=c.get("cached_calls", 0))
 
 
 def _run_streamed(llm, models, prompts, job: ShardedJob, settings) -> None:

@@ -17,7 +17,7 @@ from typing import Callable
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.runtime import reads_here
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, write_parquet_atomic
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.storage import as_text, location
 from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
 from rexeval.pipelines.ingest.config import INGEST_OUTPUTS, IngestConfig
@@ -62,8 +62,8 @@ def run_ingest(cfg: IngestConfig, overwrite: bool = False,
         progress(f"  metadata: {n:,} item title(s)")
     stage = ParseStage(parse.output, {c.shard: c for c in chunks}, cfg.min_rating, cfg.max_rating,
                        cfg.category, titles, reads_here(c.file() for c in chunks))
-    parse.run(stage, workers=cfg.workers, report=lambda row, k, n: (
-        f"  parse: chunk {row['shard']} done ({k}/{n}): in={row['in']} out={row['out']} errors={row['errors']}"))
+    parse.run(stage, workers=cfg.workers, report=lambda row, k, n: shard_line(
+        row["shard"], k, n, f"in={row['in']} out={row['out']} errors={row['errors']}", unit="chunk", label="parse"))
 
     # Duplicates are judged over all shards at once, from their id columns. Finished
     # shards are read from the final output: the duplicates they lost had their first

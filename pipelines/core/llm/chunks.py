@@ -35,7 +35,7 @@ import pyarrow as pa
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
 from rexeval.pipelines.core.job_metrics import record_llm_usage
 from rexeval.pipelines.core.storage import PathLike, location
-from rexeval.pipelines.core.sharded import ShardedJob
+from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.llm.calls_plan import CallPlan
 from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
 from rexeval.pipelines.core.llm.placement import judge_service_for, place_llm
@@ -249,8 +249,8 @@ def run_chunks(task: str, fn: ChunkTask, rows: pd.DataFrame, root: PathLike, tab
         def done(row: dict) -> None:
             if row["written"]:
                 k[0] += 1
-                progress(f"    {task}: chunk {row['shard'] + 1}/{n} done ({k[0]}/{len(job.todo)}, "
-                         f"{time.time() - t0:.0f}s)")
+                progress(shard_line(f"{row['shard'] + 1}/{n}", k[0], len(job.todo), unit="chunk", label=task,
+                                    elapsed=time.time() - t0, indent="    "))
 
         summary = run_stream(source_rows(questions, sorted(job.todo)), ChunkSteps, {"llm": plan},
                              ChunkWriter(task, questions, job.output), label=task, progress=progress,

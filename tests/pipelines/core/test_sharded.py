@@ -144,3 +144,14 @@ def test_an_actor_on_a_cluster_asks_for_one_cpu_unless_told(monkeypatch):
     assert worker_resources(SimpleNamespace(workers=1, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
     assert worker_resources(SimpleNamespace(workers=4, cpus_per_worker=None, gpus_per_worker=0)).cpus == 1.0
     assert worker_resources(SimpleNamespace(workers=4, cpus_per_worker=6, gpus_per_worker=0)).cpus == 6
+
+
+def test_every_job_prints_one_shape_of_shard_line():
+    from rexeval.pipelines.core.sharded import shard_line
+
+    assert shard_line(3, 1, 4) == "  shard 3 done (1/4)"
+    assert shard_line(3, 1, 4, "in=5 out=4", cached=2) == "  shard 3 done (1/4): in=5 out=4, 2 cached"
+    assert shard_line(0, 1, 4, "bad column", verb="failed") == "  shard 0 failed (1/4): bad column"
+    assert shard_line("2/5", 1, 4, unit="chunk", label="likert", elapsed=12.4, indent="    ") == (
+        "    likert: chunk 2/5 done (1/4, 12s)")
+    assert shard_line(1, 2, 2, "7 texts", label="embeddings", cached=0) == "  embeddings: shard 1 done (2/2): 7 texts"
