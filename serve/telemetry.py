@@ -118,6 +118,32 @@ class MetricSet:
                             name, type(exc).__name__, exc)
 
 
+# -- LLM calls, wherever a model is called ------------------------------------------------
+
+def llm_metrics(prefix: str, scope: str, who: str) -> list[MetricSpec]:
+    """The three LLM metrics, declared once for every caller of a model (the jobs'
+    stages, the judge deployment): `<prefix>_llm_calls` by outcome, `_llm_cache_hits`,
+    `_llm_tokens` by kind, tagged with the caller's `scope` tag and the model."""
+    return [
+        MetricSpec(f"{prefix}_llm_calls", "counter", f"LLM calls {who}, cached ones included, by outcome (ok, error)",
+                   (scope, "model", "outcome")),
+        MetricSpec(f"{prefix}_llm_cache_hits", "counter", f"LLM calls {who} from the call cache", (scope, "model")),
+        MetricSpec(f"{prefix}_llm_tokens", "counter",
+                   f"Tokens of the LLM calls {who} (cached answers not counted), by kind (prompt, completion)",
+                   (scope, "model", "kind")),
+    ]
+
+
+def record_llm(metrics: MetricSet, prefix: str, tags: dict[str, str], ok: int, errors: int, cache_hits: int,
+               prompt_tokens: int, completion_tokens: int) -> None:
+    """Record one batch of calls on `llm_metrics(prefix, ...)`; `tags`: the scope tag and model."""
+    metrics.record(f"{prefix}_llm_calls", ok, **tags, outcome="ok")
+    metrics.record(f"{prefix}_llm_calls", errors, **tags, outcome="error")
+    metrics.record(f"{prefix}_llm_cache_hits", cache_hits, **tags)
+    metrics.record(f"{prefix}_llm_tokens", prompt_tokens, **tags, kind="prompt")
+    metrics.record(f"{prefix}_llm_tokens", completion_tokens, **tags, kind="completion")
+
+
 # -- the Serve apps' metrics ------------------------------------------------------------
 
 SECONDS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -134,14 +160,7 @@ SERVE_METRICS = [
                ("app", "replica")),
     MetricSpec("rexeval_serve_batch_size", "histogram",
                "Items merged into one model call (NLI: pairs, judge: chat requests)", ("app",), SIZE_BUCKETS),
-    MetricSpec("rexeval_serve_llm_calls", "counter",
-               "Chat requests the judge answered, cached ones included, by outcome (ok, error)",
-               ("app", "model", "outcome")),
-    MetricSpec("rexeval_serve_llm_cache_hits", "counter", "Chat requests the judge answered from its call cache",
-               ("app", "model")),
-    MetricSpec("rexeval_serve_llm_tokens", "counter",
-               "Tokens the judge's model processed (cached answers not counted), by kind (prompt, completion)",
-               ("app", "model", "kind")),
+    *llm_metrics("rexeval_serve", "app", "the judge answered"),
 ]
 SERVE = MetricSet(SERVE_METRICS)
 
@@ -237,8 +256,4 @@ class ReplicaMetrics:
             else:
                 prompt += r.prompt_tokens or 0
                 completion += r.completion_tokens or 0
-        SERVE.record("rexeval_serve_llm_calls", ok, app=self.app, model=model, outcome="ok")
-        SERVE.record("rexeval_serve_llm_calls", err, app=self.app, model=model, outcome="error")
-        SERVE.record("rexeval_serve_llm_cache_hits", hits, app=self.app, model=model)
-        SERVE.record("rexeval_serve_llm_tokens", prompt, app=self.app, model=model, kind="prompt")
-        SERVE.record("rexeval_serve_llm_tokens", completion, app=self.app, model=model, kind="completion")
+        record_llm(SERVE, "rexeval_serve", {"app": self.app, "model": model}, ok, err, hits, prompt, completion)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from rexeval.serve.telemetry import SERVE_METRICS, MetricSet, MetricSpec
+from rexeval.serve.telemetry import SERVE_METRICS, MetricSet, MetricSpec, llm_metrics, record_llm
 
 JOB_METRICS = [
     MetricSpec("rexeval_job_rows_in", "counter", "Rows the job's finished shards read", ("job",)),
@@ -27,14 +27,7 @@ JOB_METRICS = [
     MetricSpec("rexeval_job_shards_done", "counter", "Shards the job finished (this run's, not resumed ones)",
                ("job",)),
     MetricSpec("rexeval_job_shards_left", "gauge", "Shards of the job's current run not finished yet", ("job",)),
-    MetricSpec("rexeval_job_llm_calls", "counter",
-               "LLM calls the job's stages made, cached ones included, by outcome (ok, error)",
-               ("job", "model", "outcome")),
-    MetricSpec("rexeval_job_llm_cache_hits", "counter", "LLM calls the job's stages had answered by the call cache",
-               ("job", "model")),
-    MetricSpec("rexeval_job_llm_tokens", "counter",
-               "Tokens the job's LLM calls cost (cached answers not counted), by kind (prompt, completion)",
-               ("job", "model", "kind")),
+    *llm_metrics("rexeval_job", "job", "the job's stages made"),
 ]
 JOBS = MetricSet(JOB_METRICS)
 
@@ -96,12 +89,8 @@ def record_llm_calls(job: str, model: str | None, calls: int, cache_hits: int = 
     """LLM calls a stage of `job` made: `calls` in all (cached and failed included),
     `errors` of them failed, `cache_hits` answered by the cache; tokens of the calls a
     model answered (as `models.llm.pricing.Usage` counts them)."""
-    model = model or "unknown"
-    JOBS.record("rexeval_job_llm_calls", calls - errors, job=job, model=model, outcome="ok")
-    JOBS.record("rexeval_job_llm_calls", errors, job=job, model=model, outcome="error")
-    JOBS.record("rexeval_job_llm_cache_hits", cache_hits, job=job, model=model)
-    JOBS.record("rexeval_job_llm_tokens", prompt_tokens, job=job, model=model, kind="prompt")
-    JOBS.record("rexeval_job_llm_tokens", completion_tokens, job=job, model=model, kind="completion")
+    record_llm(JOBS, "rexeval_job", {"job": job, "model": model or "unknown"}, calls - errors, errors, cache_hits,
+               prompt_tokens, completion_tokens)
 
 
 def record_llm_usage(job: str, model: str | None, usage: Any) -> None:
