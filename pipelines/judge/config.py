@@ -94,13 +94,12 @@ def _known_rubric(ref: str) -> str:
     return ref
 
 
-class PairwiseJobConfig(JudgeJobSettings):
-    explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
-    baseline: str = Field(description="the system every other system is compared with")
-    systems: list[str] | None = None
-    limit: int | None = Field(None, ge=1)
+class VerdictJobSettings(JudgeJobSettings):
+    """What the pairwise judge and the hallucination detector share: the rubric and how
+    each pair's verdict is asked (per criterion or all at once, both orders, what a
+    disagreement gives), the judge's caps and sampling, and which evaluators answer."""
+
     criteria: str = "alert_criteria"
-    only: list[str] | None = None
     divide: bool = True
     both_orders: bool = True
     disagreement: Literal["tie", "first"] = "tie"
@@ -115,26 +114,25 @@ class PairwiseJobConfig(JudgeJobSettings):
 
     _criteria = field_validator("criteria")(_known_rubric)
 
+
+class PairwiseJobConfig(VerdictJobSettings):
+    explanations: ReadPaths = Field(description="EXPLANATIONS tables (Parquet, CSV, TSV or JSON lines, or folders)")
+    baseline: str = Field(description="the system every other system is compared with")
+    systems: list[str] | None = None
+    limit: int | None = Field(None, ge=1)
+    only: list[str] | None = None
+
     @model_validator(mode="after")
     def _disc_needs_a_reward_model(self):
         return _check_disc(_capped(self))
 
 
-class DetectJobConfig(JudgeJobSettings):
+class DetectJobConfig(VerdictJobSettings):
     interactions: OptionalReadPath = Field(None, description="file of user_id, item_id to explain (default: "
                                            "each context row)")
     limit: int | None = Field(None, ge=1, description="first N interactions")
     conditions: list[str] | None = None
     generator: str | None = Field(None, description="model that writes the explanations (default: llm role)")
-    evaluators: list[Literal["gen", "disc"]] = Field(default_factory=lambda: ["gen"], min_length=1)
-    reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
-    criteria: str = "alert_criteria"
-    divide: bool = True
-    both_orders: bool = True
-    disagreement: Literal["tie", "first"] = "tie"
-    max_tokens: int | None = Field(None, ge=8, description=_JUDGE_TOKENS)
-    temperature: float = Field(0.0, ge=0, description=_JUDGE_TEMPERATURE)
-    constrained: bool = True
     generation_max_tokens: int | None = Field(
         None, ge=8, description="tokens per generated explanation; unset: the profile's answer_caps.explain_tokens "
         "(2048 with `paper`, seed 004's appendix A; 96 with `local`)")
@@ -144,8 +142,6 @@ class DetectJobConfig(JudgeJobSettings):
         "caps no words; 60 with `local`)")
     generation_temperature: float = Field(0.0, ge=0, description="sampling temperature of the generator (0: "
                                           "greedy and cached; seed 004 names 0.7 for its judge only)")
-
-    _criteria = field_validator("criteria")(_known_rubric)
 
     @model_validator(mode="after")
     def _checked(self):

@@ -33,22 +33,16 @@ from time import perf_counter
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from rexeval.metrics.preference import majority_vote
 from rexeval.pipelines.core.stage import Resources, Stage
-from rexeval.pipelines.judge.pairwise import ALL, NO_HISTORY, PAIR_COLUMNS
+from rexeval.pipelines.judge.pairwise import NO_HISTORY, PAIR_COLUMNS, CriteriaSettings, units
 
 
-class DiscConfig(BaseModel):
-    """How the reward model is asked."""
+class DiscConfig(CriteriaSettings):
+    """How the reward model is asked (one score per question)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    criteria: str = Field("alert_criteria", description="rubric name or a .yaml path")
-    only: list[str] | None = Field(None, description="a subset of the rubric's criteria")
-    divide: bool = Field(True, description="one score per criterion + majority vote (seed 004 D&A); "
-                         "False: every criterion in one prompt")
     tie_margin: float = Field(0.0, ge=0.0, description="score differences up to this are ties")
     prompt: str = "alert_disc"
     prompts_dir: str | None = None
@@ -61,12 +55,6 @@ def verdict_from_scores(score_a: float, score_b: float, tie_margin: float = 0.0)
         return None
     diff = float(score_a) - float(score_b)
     return "A" if diff > tie_margin else "B" if diff < -tie_margin else "C"
-
-
-def units(rubric, cfg: DiscConfig) -> list[tuple[str, list]]:
-    """(unit name, criteria) per reward prompt: one per criterion, or one with all."""
-    items = list(rubric.subset(cfg.only).items)
-    return [(i.name, [i]) for i in items] if cfg.divide else [(ALL, items)]
 
 
 def reward_prompt(template, criteria: list, user_profile: str, item_description: str) -> str:

@@ -30,15 +30,27 @@ PAIR_COLUMNS = ("pair_id", "user_profile", "item_description", "explanation_a", 
 NO_HISTORY = "(no earlier purchases known)"
 
 
-class PairwiseConfig(BaseModel):
-    """How the generative judge is asked."""
+class CriteriaSettings(BaseModel):
+    """Which rubric criteria a pairwise judge asks about, and how: what the generative
+    judge (`PairwiseConfig`) and the reward model (`disc.DiscConfig`) share."""
 
     model_config = ConfigDict(extra="forbid")
 
     criteria: str = Field("alert_criteria", description="rubric name or a .yaml path")
     only: list[str] | None = Field(None, description="a subset of the rubric's criteria")
-    divide: bool = Field(True, description="one call per criterion + majority vote (seed 004 D&A); "
-                         "False: every criterion in one call")
+    divide: bool = Field(True, description="one question per criterion + majority vote (seed 004 D&A); "
+                         "False: every criterion in one question")
+
+
+def units(rubric, cfg: CriteriaSettings) -> list[tuple[str, list]]:
+    """(unit name, criteria) per question: one per criterion, or one with them all."""
+    items = list(rubric.subset(cfg.only).items)
+    return [(i.name, [i]) for i in items] if cfg.divide else [(ALL, items)]
+
+
+class PairwiseConfig(CriteriaSettings):
+    """How the generative judge is asked."""
+
     both_orders: bool = Field(True, description="ask A/B and B/A and combine")
     disagreement: Literal["tie", "first"] = "tie"
     max_retries: int = Field(2, ge=0, le=10)
@@ -73,11 +85,6 @@ def defuse(text: str) -> str:
     return _LOOKALIKE.sub(r"[\1]", text or "")
 
 
-def _units(rubric, cfg: PairwiseConfig) -> list[tuple[str, list]]:
-    items = list(rubric.subset(cfg.only).items)
-    return [(i.name, [i]) for i in items] if cfg.divide else [(ALL, items)]
-
-
 def conversations(pairs: pd.DataFrame, cfg: PairwiseConfig) -> list[dict]:
     """Every call the judge needs: one per (pair, unit, order), with its messages."""
     from rexeval.prompts import load_prompt
@@ -93,7 +100,7 @@ def conversations(pairs: pd.DataFrame, cfg: PairwiseConfig) -> list[dict]:
         a, b = defuse(row.explanation_a), defuse(row.explanation_b)
         context = {"user_profile": defuse(row.user_profile) or NO_HISTORY,
                    "item_description": defuse(row.item_description)}
-        for unit, items in _units(rubric, cfg):
+        for unit, items in units(rubric, cfg):
             for order in orders:
                 first, second = (a, b) if order == "ab" else (b, a)
                 tasks.append({"pair_id": row.pair_id, "unit": unit, "order": order,
