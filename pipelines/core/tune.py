@@ -15,7 +15,8 @@ folder that holds the same settings, and refusal of one that holds other setting
 A trial that fails (its node lost, a spot GPU taken back, a crash) is retried up to
 `max_failures` times from its last checkpoint, in the same run, on whatever node has
 room; with the experiment under a URI, that checkpoint is reachable from every node.
-`best_checkpoint` and `trial_table` read the results. Used by `rexeval star train`
+`best_checkpoint` and `trial_table` read the results; `fit_one` runs a single fixed
+trial to its best state, and `minibatch_epoch` is the plain epoch of optimizer steps. Used by `rexeval star train`
 (`pipelines/star/train.py`) and `rexeval generate train` (`pipelines/generate/train.py`).
 """
 from __future__ import annotations
@@ -132,6 +133,32 @@ def fit_epochs(model: torch.nn.Module, optimizer: torch.optim.Optimizer, rng: to
             after_epoch(epoch)
         if stale >= patience or (phase == phases - 1 and phase_epoch >= epochs):
             break
+
+
+def minibatch_epoch(optimizer: torch.optim.Optimizer, n_rows: int, batch_size: int,
+                    loss_of: Callable[[slice], torch.Tensor]) -> float:
+    """One epoch of optimizer steps over rows 0..n_rows in batches of `batch_size` (the
+    caller has shuffled them): `loss_of(rows)` is a batch's loss; the mean batch loss."""
+    total, n = 0.0, 0
+    for start in range(0, n_rows, batch_size):
+        loss = loss_of(slice(start, start + batch_size))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total, n = total + float(loss.detach()), n + 1
+    return total / max(1, n)
+
+
+def fit_one(trainable: Callable, base: dict[str, Any], storage: str | Path, name: str, *, metric: str, mode: str,
+            max_epochs: int, cpus: float = 1, gpus: float = 0, progress: Callable[[str], None] = print) -> dict:
+    """Train (or restore) one trial of a model whose settings are fixed (no sweep, no
+    ASHA: the collaborative backbones that a job trains on the way), and return the state
+    of its best epoch's checkpoint (`read_checkpoint`)."""
+    tuner, _ = build_tuner(trainable, base, storage, name, metric=metric, mode=mode, max_epochs=max_epochs,
+                           sweepable=(), asha=False, cpus_per_trial=cpus, gpus_per_trial=gpus, progress=progress)
+    _, ck = best_checkpoint(tuner.fit(), metric, mode=mode)
+    with ck.as_directory() as d:
+        return read_checkpoint(d)
 
 
 def read_checkpoint(checkpoint_dir: str | Path, device: str = "cpu") -> dict:

@@ -25,7 +25,7 @@ import torch
 from rexeval.models.recommenders.lightgcn import LightGCN
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.storage import PathLike
-from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
+from rexeval.pipelines.core.tune import fit_epochs, fit_one, minibatch_epoch
 from rexeval.pipelines.generate.data import GenData
 from rexeval.threads import cpu_threads
 
@@ -87,15 +87,8 @@ def lightgcn_trainable(config: dict[str, Any]) -> None:
         order = torch.randperm(train.shape[1], generator=gen)
         users, pos = torch.as_tensor(train[0])[order], torch.as_tensor(train[1])[order]
         neg = torch.randint(data.n_items, (len(order),), generator=gen)
-        total, n = 0.0, 0
-        for s in range(0, len(order), config["gcn_batch_size"]):
-            sl = slice(s, s + config["gcn_batch_size"])
-            loss = model.loss(users[sl].to(dev), pos[sl].to(dev), neg[sl].to(dev))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total, n = total + float(loss.detach()), n + 1
-        return total / max(1, n)
+        return minibatch_epoch(opt, len(order), config["gcn_batch_size"],
+                               lambda sl: model.loss(users[sl].to(dev), pos[sl].to(dev), neg[sl].to(dev)))
 
     last = {"loss": math.nan}
 
@@ -123,13 +116,8 @@ def train_collab(data_path: PathLike, settings: dict[str, Any], storage: PathLik
     progress(f"  LightGCN (XRec's collaborative backbone): d {base['gcn_dim']}, {base['gcn_layers']} layers "
              f"({base['gcn_combine']}), {base['gcn_init']} init, up to {base['gcn_epochs']} epochs, best epoch by "
              "validation AUC")
-    tuner, _ = build_tuner(lightgcn_trainable, base, storage, "lightgcn", metric=METRIC, mode="max",
-                           max_epochs=base["gcn_epochs"], sweepable=(), asha=False, cpus_per_trial=cpus,
-                           gpus_per_trial=gpus, progress=progress)
-    results = tuner.fit()
-    _, ck = best_checkpoint(results, METRIC, mode="max")
-    with ck.as_directory() as d:
-        state = read_checkpoint(d)
+    state = fit_one(lightgcn_trainable, base, storage, "lightgcn", metric=METRIC, mode="max",
+                    max_epochs=base["gcn_epochs"], cpus=cpus, gpus=gpus, progress=progress)
     data = GenData.load(data_path)
     model = lightgcn(data, interactions(data, "train"), base)
     model.load_state_dict(state["model"])

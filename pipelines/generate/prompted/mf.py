@@ -32,7 +32,7 @@ from rexeval.models.recommenders.biased_mf import BiasedMF, nearest
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_bytes_atomic
 from rexeval.pipelines.core.storage import PathLike, location
-from rexeval.pipelines.core.tune import best_checkpoint, build_tuner, fit_epochs, read_checkpoint
+from rexeval.pipelines.core.tune import fit_epochs, fit_one, minibatch_epoch
 from rexeval.threads import cpu_threads
 
 KEYS = ("mf_dim", "mf_lr", "mf_reg", "mf_batch_size", "mf_epochs", "mf_patience", "seed")
@@ -167,15 +167,8 @@ def biased_mf_trainable(config: dict[str, Any]) -> None:
 
     def train_epoch() -> float:
         order = torch.randperm(len(tr), generator=gen).to(dev)
-        total, n = 0.0, 0
-        for s in range(0, len(order), bs):
-            b = order[s:s + bs]
-            loss = model.loss(tu[b], ti[b], tr[b], reg)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            total, n = total + float(loss.detach()), n + 1
-        return total / max(1, n)
+        return minibatch_epoch(opt, len(order), bs,
+                               lambda sl: model.loss(tu[order[sl]], ti[order[sl]], tr[order[sl]], reg))
 
     def validate() -> dict[str, float]:
         if len(vr) == 0:
@@ -272,7 +265,7 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: Pa
     together (a user or item seen only in the selection rows keeps its initial factors). The
     Tune experiment lives in `<storage>/biased_mf`: a second call with the same data and
     settings restores it and trains nothing; other data or settings in the same folder
-    are refused (FileExistsError from `build_tuner`).
+    are refused (FileExistsError from `core.tune.build_tuner`).
     """
     s = resolve_settings(settings)
     tr, va = _frame(train, "train"), _frame(valid, "valid")
@@ -309,13 +302,8 @@ def train_biased_mf(train: pd.DataFrame, valid: pd.DataFrame | None, storage: Pa
              f"{len(user_ids)} users, {len(item_ids)} items, {len(tr)} training ratings, d {base['mf_dim']}, "
              f"up to {base['mf_epochs']} epochs, best epoch by "
              f"{'validation' if len(va) else 'training'} RMSE")
-    tuner, _ = build_tuner(biased_mf_trainable, base, resolved_text(storage), NAME, metric=METRIC, mode="min",
-                           max_epochs=base["mf_epochs"], sweepable=(), asha=False, cpus_per_trial=cpus,
-                           gpus_per_trial=gpus, progress=progress)
-    results = tuner.fit()
-    _, ck = best_checkpoint(results, METRIC, mode="min")
-    with ck.as_directory() as d:
-        state = read_checkpoint(d)
+    state = fit_one(biased_mf_trainable, base, resolved_text(storage), NAME, metric=METRIC, mode="min",
+                    max_epochs=base["mf_epochs"], cpus=cpus, gpus=gpus, progress=progress)
     model = BiasedMF(len(user_ids), len(item_ids), dim=base["mf_dim"], global_mean=state["global_mean"],
                      seed=base["seed"])
     model.load_state_dict(state["model"])
