@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 AGG_COLUMNS = ("system", "metric", "mean", "std", "n", "n_missing", "ci_low", "ci_high")
 
@@ -27,6 +26,8 @@ def bootstrap_ci(values: np.ndarray, confidence: float = 0.95, n_resamples: int 
         return float("nan"), float("nan")
     if np.all(values == values[0]):
         return float(values[0]), float(values[0])
+    from scipy import stats  # here: the CLI's --help and study plans import this module
+
     res = stats.bootstrap((values,), np.mean, n_resamples=n_resamples, confidence_level=confidence,
                           method="percentile", vectorized=True, rng=np.random.default_rng(seed))
     return float(res.confidence_interval.low), float(res.confidence_interval.high)

@@ -30,12 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import krippendorff
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats
-from sklearn.metrics import cohen_kappa_score
 
 METHODS = ("pearson", "spearman", "kendall")
 LEVELS = ("dataset", "user", "pair")
@@ -71,6 +68,8 @@ def correlation(x: ArrayLike, y: ArrayLike, method: str = "pearson") -> float:
     x, y = _finite_pairs(x, y)
     if x.size < 2 or np.all(x == x[0]) or np.all(y == y[0]):
         return NAN
+    from scipy import stats  # here and below: the CLI imports this module for its names
+
     fn = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}[method]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # near-constant input warnings; the value is still right
@@ -253,6 +252,8 @@ def _resampled_correlations(x: np.ndarray, y: np.ndarray, idx: np.ndarray, metho
     xs, ys = x[idx], y[idx]
     if method == "pearson":
         return _rowwise_pearson(xs, ys)
+    from scipy import stats
+
     if method == "spearman":
         return _rowwise_pearson(stats.rankdata(xs, axis=1), stats.rankdata(ys, axis=1))
     ux, cx = np.unique(x, return_inverse=True)
@@ -411,6 +412,8 @@ def cohen_kappa(judge: Sequence[str], human: Sequence[str]) -> float:
     label (chance agreement is then 1 and kappa is 0/0)."""
     if len(judge) == 0 or len(set(judge) | set(human)) < 2:
         return NAN
+    from sklearn.metrics import cohen_kappa_score
+
     return float(cohen_kappa_score(list(human), list(judge), labels=sorted(set(judge) | set(human))))
 
 
@@ -423,6 +426,8 @@ def krippendorff_alpha(judge: Sequence[str], human: Sequence[str]) -> float:
         return NAN
     code = {label: i for i, label in enumerate(present)}
     data = np.array([[code[v] for v in judge], [code[v] for v in human]], dtype=np.float64)
+    import krippendorff
+
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
 
 
@@ -533,6 +538,8 @@ def run_agreement(runs: Sequence[Sequence]) -> RunAgreement:
     pairable = (~np.isnan(data)).sum(axis=0) >= 2
     alpha = NAN
     if len(present) >= 2 and pairable.any():
+        import krippendorff
+
         alpha = float(krippendorff.alpha(reliability_data=data, level_of_measurement="nominal"))
     defined = [k for k in kappas if not math.isnan(k)]
     return RunAgreement(n_runs=len(labelled), n_items=n,

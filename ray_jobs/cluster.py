@@ -5,7 +5,6 @@ from functools import partial
 
 import click
 
-from rexeval.pipelines.cluster.pipeline import run_cluster
 from rexeval.pipelines.cluster.config import ClusterConfig
 from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
 
@@ -80,6 +79,8 @@ def cluster_cmd(overwrite, config_file, **flags):
 
       rexeval cluster runs/toys/star --out runs/toys/clusters --profile paper --gpus-per-worker 1
     """
+    from rexeval.pipelines.cluster.pipeline import run_cluster  # here: --help needs none of it
+
     return run_job(lambda cfg, m: f"cluster ({m.get('method', cfg.method)})", ClusterConfig,
                    partial(run_cluster, overwrite=overwrite), config_file, flags, counts=_counts,
                    outputs=lambda cfg, m: {n: f"{cfg.out}/{n}" for n in ("clusters", "canonical", "errors")}

@@ -45,7 +45,6 @@ from pathlib import Path
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from rexeval.metrics.agreement import run_agreement
 from rexeval.metrics.preference import win_tie_loss
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
@@ -301,6 +300,10 @@ def self_agreement(runs: Sequence[pd.DataFrame], baseline: str) -> pd.DataFrame:
             raise ValueError(f"repeat {k}: its verdicts compare against {other}, the runs against {baseline!r}")
         overall.append(run[run["criterion"] == OVERALL].set_index(key)["verdict"])
     judges = [j for j in _order(runs[0]["judge"]) if all(j in o.index.get_level_values(0) for o in overall)]
+    # Here, not at the top: the study plan and every command's --help import this
+    # module, and agreement brings scipy.stats and scikit-learn (about 1.3 s).
+    from rexeval.metrics.agreement import run_agreement
+
     rows = []
     for judge in judges:
         mine = [o[o.index.get_level_values(0) == judge] for o in overall]

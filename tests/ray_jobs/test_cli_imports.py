@@ -1,5 +1,6 @@
 """`rexeval --help` and every subcommand's `--help` answer at once: none of them imports
-torch, transformers or Ray Serve (seconds and hundreds of MB before any help appears).
+torch, transformers or Ray Serve (seconds and hundreds of MB before any help appears),
+nor scipy.stats or scikit-learn (over a second between them).
 Nor does `rexeval study run STUDY --dry-run`, which checks a whole study's settings.
 Checked in a fresh interpreter, since this test session has imported them all."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-HEAVY = ("torch", "transformers", "ray.serve")
+HEAVY = ("torch", "transformers", "ray.serve", "scipy.stats", "sklearn")
 
 _SCRIPT = f"""
 import json, sys
