@@ -6,9 +6,10 @@ from functools import partial
 import click
 
 from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
+@defaults_from(ClusterConfig)
 @click.command("cluster")
 @click.argument("input", required=False, type=Where())
 @click.option("--out", "-o", type=Where(),
@@ -17,39 +18,39 @@ from rexeval.ray_jobs.common import Where, columns_option, config_option, run_jo
               help="star (default): embeddings + FAISS neighbours + pair filter + graph refinement "
                    "(seed 002); extra: the EXTRA baseline (heuristic candidates, MinHash-LSH).")
 @click.option("--stage", type=click.Choice(["auto", "triplet", "candidate", "verified"]),
-              help="Which statements to cluster (default auto: verified if any, else triplet).")
+              help="Which statements to cluster (default {default}: verified if any, else triplet).")
 @click.option("--profile", help="Model profile: local (default, CPU, offline) or paper.")
 @click.option("--model", "models", multiple=True, metavar="ROLE=REF",
               help="Override a model, e.g. --model embedder=/models/qwen3-embedding-0.6b or "
                    "--model cross_encoder=/models/qwen3-reranker-0.6b.")
 @click.option("--bi-encoder-only", is_flag=True, default=None,
               help="Skip the cross-encoder filter even when the profile has one.")
-@click.option("--k", type=int, help="Neighbours per statement within its polarity (default 128).")
-@click.option("--tau-pair", type=float, help="Cosine for a candidate pair (default 0.90).")
-@click.option("--cross-threshold", type=float, help="Pair probability to keep, strictly above (default 0.90).")
+@click.option("--k", type=int, help="Neighbours per statement within its polarity (default {default}).")
+@click.option("--tau-pair", type=float, help="Cosine for a candidate pair (default {default}).")
+@click.option("--cross-threshold", type=float, help="Pair probability to keep, strictly above (default {default}).")
 @click.option("--cross-kind", metavar="KIND",
               help="How to score pairs: cross_encoder (sequence classification), reranker_llm "
                    "(causal LM scored by P(yes)), or package.module:Class of your own "
-                   "(default auto: read from the checkpoint).")
+                   "(default {default}: read from the checkpoint).")
 @click.option("--tau-intra", type=float, help="Component cohesion (min cosine) below which "
-                                              "Algorithm 1 refines it (default 0.85).")
-@click.option("--tau-remerge", type=float, help="Pivot similarity to merge groups (default 0.90).")
+                                              "Algorithm 1 refines it (default {default}).")
+@click.option("--tau-remerge", type=float, help="Pivot similarity to merge groups (default {default}).")
 @click.option("--index", type=click.Choice(["auto", "flat", "ivf", "hnsw"]),
               help="FAISS index: auto (default: exact up to a size, then IVF), flat, ivf, hnsw.")
 @click.option("--nprobe", type=int, help="IVF lists probed per query (default: chosen by size).")
 @click.option("--device", help="Encoder device: auto (default), cpu, cuda.")
 @click.option("--embed-backend", type=click.Choice(["sentence-transformers", "vllm"]),
               help="Embedding engine (vllm: ray.data.llm embed task on GPU workers).")
-@click.option("--workers", type=int, help="Most encoder actors (a pool from min_workers); each loads the model (default 1).")
-@click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default 0); above 0 the FAISS "
+@click.option("--workers", type=int, help="Most encoder actors (a pool from min_workers); each loads the model (default {default}).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default {default}); above 0 the FAISS "
                                                    "neighbour search asks for a GPU too.")
 @click.option("--neighbour-workers", type=int, help="FAISS index shards at least, one Ray actor each, every "
-              "query sent to all (default 1: one index in one process of cpus_per_worker threads).")
-@click.option("--index-shard-gib", type=float, help="Most vectors one index shard holds, in GiB (default 8): "
+              "query sent to all (default {default}: one index in one process of cpus_per_worker threads).")
+@click.option("--index-shard-gib", type=float, help="Most vectors one index shard holds, in GiB (default {default}): "
               "a polarity group above it is split into more shards.")
 @click.option("--quality-embedder", help="Model for SSE/SSB (default: the embedder).")
-@click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default 5).")
-@click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default 0.9).")
+@click.option("--extra-min-count", type=int, help="extra: reviews a sentence must recur in (default {default}).")
+@click.option("--extra-threshold", type=float, help="extra: n-gram Jaccard to merge (default {default}).")
 @columns_option
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option

@@ -105,6 +105,38 @@ class ListedOption(click.Option):
         return record[0], record[1].replace("{names}", ", ".join(self.names()))
 
 
+DEFAULT = "{default}"
+"""Where an option's help names its default: `defaults_from` writes the config's value
+there, so a default is written once, in the config."""
+
+
+def shown_default(value: Any) -> str:
+    """A config default as a help text shows it: 0.9, 128, test."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def defaults_from(config_cls: type[BaseModel]) -> Callable[[click.Command], click.Command]:
+    """Fill "{default}" in the help of each of a command's options from the field of the
+    same name in `config_cls` (its settings), and keep the class on the command
+    (`rexeval_config`) so tests can check every help against it. Put it above the
+    `@click.command` line. An option with "{default}" and no such field is a bug, raised
+    at import."""
+    fields = config_cls.model_fields
+
+    def fill(cmd: click.Command) -> click.Command:
+        for param in cmd.params:
+            if isinstance(param, click.Option) and param.help and DEFAULT in param.help:
+                if param.name not in fields:
+                    raise TypeError(f"{cmd.name} --{param.name}: its help names a default but "
+                                    f"{config_cls.__name__} has no field {param.name!r}")
+                value = fields[param.name].get_default(call_default_factory=True)
+                param.help = param.help.replace(DEFAULT, shown_default(value))
+        cmd.rexeval_config = config_cls
+        return cmd
+
+    return fill
+
+
 class ListedCommand(click.Command):
     """A command whose help says "{names}" where a registry's entries go, one a line with
     what each is: `listing` gives the (name, description) pairs when the help is shown
@@ -236,8 +268,8 @@ _LLM_OPTIONS = [
     click.option("--backend-option", "backend_options", multiple=True, metavar="KEY=VALUE",
                  help="Backend setting, e.g. batch_size=16, base_url=http://127.0.0.1:8000/v1, "
                       "concurrency=8, device=cuda."),
-    click.option("--max-retries", type=int, help="Retries of an unusable answer (default 2)."),
-    click.option("--workers", type=int, help="Most LLM actors (a pool from min_workers); each loads the model (default 1)."),
+    click.option("--max-retries", type=int, help="Retries of an unusable answer (default {default})."),
+    click.option("--workers", type=int, help="Most LLM actors (a pool from min_workers); each loads the model (default {default})."),
     click.option("--cache", help="LLM-call cache: a local SQLite file, or a URI folder (s3://bucket/cache) "
                                 "holding one object per call (default: $REXEVAL_CACHE/llm-calls.sqlite; "
                                 "OUT/_llm_cache when --out is a URI)."),
@@ -259,10 +291,10 @@ def parse_grid(items: tuple[str, ...]) -> dict[str, list]:
 _TUNE_OPTIONS = [
     click.option("--grid", "grids", multiple=True, metavar="SETTING=V1,V2,...",
                  help="Grid-search a setting, e.g. --grid lr=0.01,0.001 (ASHA stops weak trials)."),
-    click.option("--num-samples", type=int, help="Repeats of the grid (default 1)."),
+    click.option("--num-samples", type=int, help="Repeats of the grid (default {default})."),
     click.option("--no-asha", "asha", flag_value=False, default=None, help="Train every trial to the end."),
-    click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default 5)."),
-    click.option("--gpus-per-trial", type=float, help="GPUs per trial (default 0; 1 on GPU clusters)."),
+    click.option("--grace-period", type=int, help="ASHA: epochs before a trial can be stopped (default {default})."),
+    click.option("--gpus-per-trial", type=float, help="GPUs per trial (default {default}; 1 on GPU clusters)."),
     click.option("--max-concurrent", type=int, help="Trials running at once (default: as resources allow)."),
 ]
 

@@ -5,18 +5,19 @@ import click
 
 from rexeval.pipelines.curate.config import CurateConfig
 from rexeval.pipelines.curate.pipeline import run_curate
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
+@defaults_from(CurateConfig)
 @click.command("curate")
 @click.argument("input", required=False, type=Where(exists=True))
 @click.option("--out", "-o", type=Where(), help="Output folder (reviews/, categories.csv, curate.md, manifest.json).")
-@click.option("--rating", type=float, help="Keep purchases rated exactly this (default 5).")
-@click.option("--min-title-letters", type=int, help="Keep items whose title has this many letters (default 6).")
-@click.option("--min-purchases", type=int, help="Fewest purchases a kept user has (default 5).")
-@click.option("--max-purchases", type=int, help="Most purchases a kept user has (default 20).")
-@click.option("--per-category", type=int, help="Users sampled per category (default 200).")
-@click.option("--seed", type=int, help="Seed of the per-category sample (default 0).")
+@click.option("--rating", type=float, help="Keep purchases rated exactly this (default {default}).")
+@click.option("--min-title-letters", type=int, help="Keep items whose title has this many letters (default {default}).")
+@click.option("--min-purchases", type=int, help="Fewest purchases a kept user has (default {default}).")
+@click.option("--max-purchases", type=int, help="Most purchases a kept user has (default {default}).")
+@click.option("--per-category", type=int, help="Users sampled per category (default {default}).")
+@click.option("--seed", type=int, help="Seed of the per-category sample (default {default}).")
 @columns_option
 @config_option
 @user_errors

@@ -7,8 +7,8 @@ import click
 
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT, EvaluateConfig
-from rexeval.ray_jobs.common import (ListedOption, Where, columns_option, config_option, llm_options, run_job,
-                                     user_errors)
+from rexeval.ray_jobs.common import (ListedOption, Where, columns_option, config_option, defaults_from, llm_options,
+                                     run_job, user_errors)
 
 
 def metric_family_names() -> list[str]:
@@ -19,6 +19,7 @@ def metric_family_names() -> list[str]:
     return [*FAMILIES.names(), "corpus"]
 
 
+@defaults_from(EvaluateConfig)
 @click.command("evaluate")
 @click.argument("explanations", nargs=-1, type=Where(exists=True))
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/eval "
@@ -64,7 +65,7 @@ def metric_family_names() -> list[str]:
 @click.option("--serve-port", type=int, help="HTTP port of a deployment this job starts "
                                              "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
 @click.option("--device", help="auto (default), cpu or cuda for the metric models.")
-@click.option("--chunk-size", type=int, help="Examples per shard, the unit of resume (default 512).")
+@click.option("--chunk-size", type=int, help="Examples per shard, the unit of resume (default {default}).")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95%% interval (0: none).")
 @click.option("--dataset", help="Dataset name shown in the tables.")
 @click.option("--task", type=click.Choice(["auto", "explanation", "review"]),

@@ -10,7 +10,7 @@ import click
 from rexeval.pipelines.expscore.pipeline import run_score, run_train
 from rexeval.pipelines.expscore.config import ExpScoreScoreConfig, ExpScoreTrainConfig
 from rexeval.pipelines.expscore.report import report_markdown
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 HEAD_CHOICE = click.Choice(["linear", "logistic", "nn", "all"])
 
@@ -20,25 +20,25 @@ _INPUT_OPTIONS = [
                  help="Item reviews: a REVIEWS table (Parquet, CSV, TSV or JSON lines, gzipped or not) or a "
                       "`rexeval ingest` output folder."),
     click.option("--reviews-column", help="Or: the input column that holds each row's item reviews."),
-    click.option("--text-column", help="Explanation text column (default explanation)."),
-    click.option("--item-column", help="Item id column (default item_id)."),
-    click.option("--rating-column", help="Human rating column (default rating)."),
-    click.option("--id-column", help="Example id column (default example_id; else FILE:ROW)."),
-    click.option("--features-column", help="Item feature words column (default features; FA is "
+    click.option("--text-column", help="Explanation text column (default {default})."),
+    click.option("--item-column", help="Item id column (default {default})."),
+    click.option("--rating-column", help="Human rating column (default {default})."),
+    click.option("--id-column", help="Example id column (default {default}; else FILE:ROW)."),
+    click.option("--features-column", help="Item feature words column (default {default}; FA is "
                                            "left out when no input has it)."),
     columns_option,
     click.option("--languagetool", metavar="URL|FOLDER",
                  help="LanguageTool for grammar (GC): a running server's URL or an unpacked release folder "
                       "(needs Java). Default $REXEVAL_LANGUAGETOOL; without one GC is unavailable."),
-    click.option("--max-reviews-per-item", type=int, help="Reviews per item used for relevance (default 50)."),
-    click.option("--profile", help="Model profile for the sentence encoder (default local)."),
+    click.option("--max-reviews-per-item", type=int, help="Reviews per item used for relevance (default {default})."),
+    click.option("--profile", help="Model profile for the sentence encoder (default {default})."),
     click.option("--embedder", help="Sentence encoder for relevance (default: the profile's sts model, "
                                     "all-MiniLM-L6-v2)."),
     click.option("--device", help="auto (default), cpu or cuda for the sentence encoder."),
     click.option("--ray", "ray_mode", type=click.Choice(["auto", "always", "never"]),
                  help="On Ray workers (inputs, factors and heads; the driver holds counts): auto "
                       "(default: once the explanations or reviews reach --ray-min-rows rows), always, never."),
-    click.option("--ray-min-rows", type=int, help="Rows from which `--ray auto` runs on Ray workers (default 20000)."),
+    click.option("--ray-min-rows", type=int, help="Rows from which `--ray auto` runs on Ray workers (default {default})."),
     click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings."),
 ]
 
@@ -71,16 +71,17 @@ def expscore_group():
     """
 
 
+@defaults_from(ExpScoreTrainConfig)
 @expscore_group.command("train")
 @click.argument("inputs", nargs=-1, type=Where(exists=True))
-@click.option("--head", type=HEAD_CHOICE, help="Head(s) to train (default all).")
-@click.option("--test-fraction", type=float, help="Share of rows held out for the report (default 0.2).")
-@click.option("--seed", type=int, help="Seed of the split and of the weight initialisation (default 0).")
-@click.option("--l2", type=float, help="L2 penalty on the weights (default 0.01).")
-@click.option("--lr", type=float, help="Adam learning rate (default 0.01).")
-@click.option("--max-epochs", type=int, help="Cap on full-batch epochs (default 5000).")
-@click.option("--patience", type=int, help="Stop after this many epochs without a lower loss (default 50).")
-@click.option("--repetition-n", type=int, help="Word n-gram length of the repetition factor (default 2).")
+@click.option("--head", type=HEAD_CHOICE, help="Head(s) to train (default {default}).")
+@click.option("--test-fraction", type=float, help="Share of rows held out for the report (default {default}).")
+@click.option("--seed", type=int, help="Seed of the split and of the weight initialisation (default {default}).")
+@click.option("--l2", type=float, help="L2 penalty on the weights (default {default}).")
+@click.option("--lr", type=float, help="Adam learning rate (default {default}).")
+@click.option("--max-epochs", type=int, help="Cap on full-batch epochs (default {default}).")
+@click.option("--patience", type=int, help="Stop after this many epochs without a lower loss (default {default}).")
+@click.option("--repetition-n", type=int, help="Word n-gram length of the repetition factor (default {default}).")
 @input_options
 @config_option
 @user_errors
@@ -113,6 +114,7 @@ def train_cmd(overwrite, config_file, **flags):
                 config_file, flags, model=True)
 
 
+@defaults_from(ExpScoreScoreConfig)
 @expscore_group.command("score")
 @click.argument("inputs", nargs=-1, type=Where(exists=True))
 @click.option("--model", "model", type=Where(exists=True, file_okay=False),

@@ -7,9 +7,10 @@ import click
 
 from rexeval.pipelines.extract.pipeline import run_extract
 from rexeval.pipelines.extract.config import ExtractConfig
-from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
+from rexeval.ray_jobs.common import Where, config_option, defaults_from, llm_options, run_job, user_errors
 
 
+@defaults_from(ExtractConfig)
 @click.command("extract")
 @click.argument("input", required=False, type=Where(exists=True))
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
@@ -19,14 +20,14 @@ from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, 
                    "star: candidate extraction then verification (seed 002).")
 @click.option("--verify-model", help="star: model for the verification step (default: the llm).")
 @click.option("--domain", help="Topic table for every review (default: each review's category).")
-@click.option("--max-tokens", type=int, help="Token limit of one answer (default 512).")
+@click.option("--max-tokens", type=int, help="Token limit of one answer (default {default}).")
 @click.option("--temperature", type=float, help="0 (default) = greedy, deterministic and cached.")
 @click.option("--max-review-words", type=int,
-              help="Longer reviews are cut to this many words, recorded on their rows (default 384).")
+              help="Longer reviews are cut to this many words, recorded on their rows (default {default}).")
 @click.option("--constrained/--no-constrained", default=None,
               help="Send the JSON schema for constrained decoding (default on).")
 @click.option("--limit", type=int, help="Only the first N reviews.")
-@click.option("--shard-size", type=int, help="Reviews per shard, the unit of resume (default 32).")
+@click.option("--shard-size", type=int, help="Reviews per shard, the unit of resume (default {default}).")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @llm_options
 @config_option

@@ -7,15 +7,16 @@ import click
 
 from rexeval.pipelines.extract.quality import run_quality
 from rexeval.pipelines.extract.config import QualityConfig
-from rexeval.ray_jobs.common import Where, config_option, llm_options, run_job, user_errors
+from rexeval.ray_jobs.common import Where, config_option, defaults_from, llm_options, run_job, user_errors
 
 
+@defaults_from(QualityConfig)
 @click.command("extract-quality")
 @click.argument("input", required=False, type=Where(exists=True))
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
                                                 "(judgements/, errors/, report.md, report.json).")
-@click.option("--sample", type=int, help="Interactions (reviews) to judge (default 200).")
-@click.option("--seed", type=int, help="Sampling seed (default 0).")
+@click.option("--sample", type=int, help="Interactions (reviews) to judge (default {default}).")
+@click.option("--seed", type=int, help="Sampling seed (default {default}).")
 @click.option("--label", help="Row name in the report (default: the input folder's name).")
 @click.option("--with-review/--without-review", default=None,
               help="Show the judge the review as context (default: the statement alone).")

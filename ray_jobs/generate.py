@@ -7,7 +7,10 @@ from functools import partial
 import click
 
 from rexeval.models.generators.presets import PRESETS
+from rexeval.pipelines.generate.config import RunConfig, TrainJob
+from rexeval.pipelines.generate.prompted.config import PromptedJob
 from rexeval.ray_jobs.common import (
+    defaults_from,
     ListedCommand,
     ListedOption,
     RegistryName,
@@ -101,6 +104,7 @@ def generate_group():
     """
 
 
+@defaults_from(TrainJob)
 @generate_group.command("train")
 @click.argument("data", required=False, type=Where())
 @click.option("--target", type=click.Choice(["explanation", "review"]),
@@ -171,7 +175,6 @@ def train_cmd(data, sets, grids, config_file, show_settings, llm, **flags):
     and endpoint from the standard AWS variables): the trials, on any node, read the
     prepared data and keep their checkpoints there.
     """
-    from rexeval.pipelines.generate.config import TrainJob
     from rexeval.pipelines.generate.pipeline import run_train
 
     settings = parse_backend_options(sets, "--set")
@@ -210,19 +213,20 @@ def _train_counts(job, report: dict) -> dict:
     return counts
 
 
+@defaults_from(RunConfig)
 @generate_group.command("run")
 @click.argument("checkpoint", required=False, type=Where(exists=True, file_okay=False))
-@click.option("--split", type=click.Choice(["train", "valid", "test"]), help="Split to decode (default test).")
+@click.option("--split", type=click.Choice(["train", "valid", "test"]), help="Split to decode (default {default}).")
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "
                                                 "(explanations/, ratings/, errors/, manifest.json).")
 @click.option("--system", help="System name in the explanations table (default: the model's name).")
 @click.option("--beam-size", type=int, help="1: greedy decoding (default); more: beam search.")
-@click.option("--batch-size", type=int, help="Examples decoded together (default 256).")
+@click.option("--batch-size", type=int, help="Examples decoded together (default {default}).")
 @click.option("--max-words", type=int, help="Longest explanation (default: the training length).")
 @click.option("--limit", type=int, help="Decode only the first N examples.")
 @click.option("--workers", type=int, help="Most decoding actors; each loads the model once (default: as many as fit "
                                           "on a machine whose Ray the job started, one per shard on a cluster).")
-@click.option("--gpus-per-worker", type=float, help="GPUs per actor (default 0).")
+@click.option("--gpus-per-worker", type=float, help="GPUs per actor (default {default}).")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option
 @user_errors
@@ -242,7 +246,6 @@ def run_cmd(config_file, overwrite, **flags):
 
       rexeval generate run runs/mi/peter --beam-size 4 --out runs/mi/peter-test-beam
     """
-    from rexeval.pipelines.generate.config import RunConfig
     from rexeval.pipelines.generate.decode import run_generate
 
     return run_job("generate run", RunConfig, partial(run_generate, overwrite=overwrite), config_file, flags,
@@ -272,6 +275,7 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
     return {**out, **({"mf": mf} if mf else {})}
 
 
+@defaults_from(PromptedJob)
 @generate_group.command("llm", cls=ListedCommand, listing=_method_lines)
 @click.argument("data", required=False, type=Where(exists=True))
 @click.option("--method", "methods", multiple=True, type=RegistryName(_methods), cls=ListedOption,
@@ -281,9 +285,9 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
                                                 "(explanations.parquet, errors.parquet, report.json, "
                                                 "<method>/plan.parquet, mf/).")
 @click.option("--split", type=click.Choice(["train", "valid", "test"]),
-              help="For a `rexeval split` folder: the split to explain (default test).")
+              help="For a `rexeval split` folder: the split to explain (default {default}).")
 @click.option("--min-reviews", type=int, help="For an ingest folder: explain the latest review of every user "
-                                              "with at least this many reviews (default 2).")
+                                              "with at least this many reviews (default {default}).")
 @click.option("--limit", type=int, help="Only the first N interactions (by user, item).")
 @click.option("--set", "sets", multiple=True, metavar="SETTING=VALUE",
               help="A generator setting, e.g. --set k_users=5 --set temperature=0.7, or a BiasedMF one: "
@@ -295,11 +299,11 @@ def prompted_settings(sets: tuple[str, ...]) -> dict | None:
                                              "(127.0.0.1; default $REXEVAL_SERVE_PORT, else 8000).")
 @click.option("--judge-replicas", type=int, help="Max replicas of a deployment this job starts.")
 @click.option("--judge-gpus", type=float, help="GPUs per replica of a deployment this job starts.")
-@click.option("--mf-gpus", type=float, help="GPUs of the BiasedMF Tune trial (default 0).")
+@click.option("--mf-gpus", type=float, help="GPUs of the BiasedMF Tune trial (default {default}).")
 @click.option("--price-table", type=click.Path(exists=True, dir_okay=False),
               help="YAML of USD per 1M tokens by model; the report then totals the cost.")
-@click.option("--chunk-size", type=int, help="Prompts per shard, the unit of resume (default 16).")
-@click.option("--seed", type=int, help="Seed of the BiasedMF and of sampling (default 0).")
+@click.option("--chunk-size", type=int, help="Prompts per shard, the unit of resume (default {default}).")
+@click.option("--seed", type=int, help="Seed of the BiasedMF and of sampling (default {default}).")
 @columns_option
 @llm_options(model_help="A model of the profile as ROLE=REF: the LLM that writes the explanations is the "
                         "`llm` role, e.g. --model llm=/models/qwen3-8b.")
@@ -337,7 +341,6 @@ def llm_cmd(data, sets, config_file, llm, **flags):
 
       rexeval generate llm runs/mi/split --method item_based --profile paper --backend vllm --set mf_dim=64 --out runs/mi/llm
     """
-    from rexeval.pipelines.generate.prompted.config import PromptedJob
     from rexeval.pipelines.generate.prompted.job import run_prompted
 
     return run_job("generate llm", PromptedJob, run_prompted, config_file,

@@ -7,9 +7,10 @@ import click
 
 from rexeval.pipelines.extract.ground_truth_pipeline import STAGES, run_ground_truth
 from rexeval.pipelines.extract.config import GroundTruthConfig
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
+@defaults_from(GroundTruthConfig)
 @click.command("ground-truth")
 @click.argument("input", required=False, type=Where())
 @click.option("--out", "-o", type=Where(), help="Output folder, a local path or a URI such as s3://bucket/run "

@@ -8,9 +8,10 @@ import click
 from rexeval.pipelines.ingest.formats import FORMATS
 from rexeval.pipelines.ingest.pipeline import run_ingest
 from rexeval.pipelines.ingest.config import IngestConfig
-from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, config_option, defaults_from, run_job, user_errors
 
 
+@defaults_from(IngestConfig)
 @click.command("ingest")
 @click.argument("inputs", nargs=-1, type=Where(exists=True, dir_okay=False))
 @click.option("--out", "-o", type=Where(),
@@ -23,9 +24,9 @@ from rexeval.ray_jobs.common import Where, config_option, run_job, user_errors
 @click.option("--meta", multiple=True, type=Where(exists=True, dir_okay=False),
               help="Item metadata file(s) whose titles are joined by item id (repeatable).")
 @click.option("--category", help="Domain name to record for rows that carry none.")
-@click.option("--min-rating", type=float, help="Lowest valid rating (default 1).")
-@click.option("--max-rating", type=float, help="Highest valid rating (default 5).")
-@click.option("--chunk-mb", type=float, help="Bytes of input per parse task (default 32).")
+@click.option("--min-rating", type=float, help="Lowest valid rating (default {default}).")
+@click.option("--max-rating", type=float, help="Highest valid rating (default {default}).")
+@click.option("--chunk-mb", type=float, help="Bytes of input per parse task (default {default}).")
 @click.option("--workers", type=int, help="Actors per stage (default: one per CPU).")
 @click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings.")
 @config_option

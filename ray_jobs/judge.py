@@ -6,7 +6,8 @@ import click
 from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.cost import reward_line
-from rexeval.ray_jobs.common import Where, columns_option, config_option, llm_options, run_job, user_errors
+from rexeval.pipelines.judge.winrate import WinrateConfig
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, llm_options, run_job, user_errors
 
 
 def _judge_options(fn):
@@ -20,7 +21,7 @@ def _judge_options(fn):
         click.option("--reviews", multiple=True, type=Where(exists=True),
                      help="Ingested reviews (a `rexeval ingest` folder) to build the contexts from: "
                           "the user's earlier purchases and the item's title/category."),
-        click.option("--max-history", type=int, help="Earlier purchases shown per user (default 10)."),
+        click.option("--max-history", type=int, help="Earlier purchases shown per user (default {default})."),
         click.option("--judge-service",
                      help="auto (default: use the running rexeval-judge Serve app, else start one with "
                           "the judge model and stop it at the end), none (a model in each actor), "
@@ -33,8 +34,8 @@ def _judge_options(fn):
                      help="YAML of USD per 1M prompt/completion tokens by model, and per GPU-hour "
                           "(gpu_hour) for a reward model (see models/prices.example.yaml); the "
                           "report then totals the cost."),
-        click.option("--chunk-size", type=int, help="Rows per shard, the unit of resume (default 16)."),
-        click.option("--seed", type=int, help="Seed of every random choice (default 0)."),
+        click.option("--chunk-size", type=int, help="Rows per shard, the unit of resume (default {default})."),
+        click.option("--seed", type=int, help="Seed of every random choice (default {default})."),
         click.option("--free-text", "constrained", flag_value=False, default=None,
                      help="Let the judge answer in free text; by default answers are held to a small "
                           "JSON schema where the backend can constrain decoding (hf, vllm, openai)."),
@@ -77,6 +78,7 @@ def _show(report: dict) -> None:
         click.echo(f"  {reward_line(report['usage_disc'])}")
 
 
+@defaults_from(LikertJobConfig)
 @judge_group.command("likert")
 @click.argument("explanations", nargs=-1, type=Where(exists=True))
 @click.option("--system", "systems", multiple=True, help="Only these systems.")
@@ -97,7 +99,7 @@ def _show(report: dict) -> None:
                    "--columns maps its columns too.")
 @click.option("--ensemble-missing", type=click.Choice(["skip", "zero"]),
               help="In the ensemble an unreadable score is left out (skip, default) or counts 0 (seed 001).")
-@click.option("--max-tokens", type=int, help="Answer length limit (default 64).")
+@click.option("--max-tokens", type=int, help="Answer length limit (default {default}).")
 @columns_option
 @_judge_options
 @llm_options
@@ -124,7 +126,7 @@ def likert_cmd(config_file, llm, **flags):
 
 def _pairwise_flags(fn):
     options = [
-        click.option("--criteria", help="Rubric name or .yaml file of the criteria (default alert_criteria)."),
+        click.option("--criteria", help="Rubric name or .yaml file of the criteria (default {default})."),
         click.option("--divide/--no-divide", default=None,
                      help="One call per criterion and a majority vote (default), or all criteria in one call."),
         click.option("--both-orders/--one-order", default=None,
@@ -134,7 +136,7 @@ def _pairwise_flags(fn):
         click.option("--max-tokens", type=int,
                      help="Answer length limit, reasoning included (default: the profile's answer_caps."
                           "judge_tokens: 2048 with paper, as seed 004; 512 with local)."),
-        click.option("--temperature", type=float, help="Judge sampling temperature (default 0; seed 004 used 0.7)."),
+        click.option("--temperature", type=float, help="Judge sampling temperature (default {default}; seed 004 used 0.7)."),
     ]
     for o in reversed(options):
         fn = o(fn)
@@ -155,6 +157,7 @@ def _evaluator_flags(fn):
     return fn
 
 
+@defaults_from(PairwiseJobConfig)
 @judge_group.command("pairwise")
 @click.argument("explanations", nargs=-1, type=Where(exists=True))
 @click.option("--baseline", help="The system every other system is compared with (required).")
@@ -199,6 +202,7 @@ def pairwise_cmd(config_file, llm, **flags):
                                    "table": "pairwise.md", "report": "report.json"})
 
 
+@defaults_from(DetectJobConfig)
 @judge_group.command("detect")
 @click.option("--interactions", type=Where(exists=True, dir_okay=False),
               help="File (Parquet, CSV, TSV or JSON lines, gzipped or not) of user_id, item_id to "
@@ -214,7 +218,7 @@ def pairwise_cmd(config_file, llm, **flags):
               help="Length limit of a generated explanation (default: the profile's answer_caps.explain_tokens: "
                    "2048 with paper, as seed 004; 96 with local).")
 @click.option("--generation-temperature", type=float,
-              help="Sampling temperature of the generator (default 0: greedy, cached).")
+              help="Sampling temperature of the generator (default {default}: greedy, cached).")
 @_pairwise_flags
 @_judge_options
 @llm_options
@@ -240,12 +244,13 @@ def detect_cmd(config_file, llm, **flags):
                       lambda cfg: {"pairs": "pairs.parquet", "table": "detection.md", "report": "report.json"})
 
 
+@defaults_from(WinrateConfig)
 @judge_group.command("winrate")
 @click.argument("runs", nargs=-1, metavar="RUN_DIR...", type=Where(exists=True, file_okay=False))
 @click.option("--out", "-o", help="Output folder (a local path or a URI).")
-@click.option("--confidence", type=float, help="Level of the bootstrap intervals (default 0.95).")
-@click.option("--resamples", type=int, help="Bootstrap resamples of the pairs (default 2000; 0: no intervals).")
-@click.option("--seed", type=int, help="Seed of the bootstrap (default 0).")
+@click.option("--confidence", type=float, help="Level of the bootstrap intervals (default {default}).")
+@click.option("--resamples", type=int, help="Bootstrap resamples of the pairs (default {default}; 0: no intervals).")
+@click.option("--seed", type=int, help="Seed of the bootstrap (default {default}).")
 @click.option("--baseline-label", help="The baseline's name in the figure and tables (default its system name).")
 @click.option("--repeat", "repeats", multiple=True, type=Where(exists=True, file_okay=False),
               help="A pairwise folder that judged the same pairs again, one more run (repeatable): seed 004's "

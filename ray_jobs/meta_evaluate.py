@@ -11,7 +11,7 @@ from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.ensemble import SWEEP_CSV, SWEEP_FIGURE, SWEEP_FILE, SWEEP_TABLE
 from rexeval.pipelines.meta_evaluate.pipeline import (ERRORS_FILE, REPORT_FILE, RESULTS_FILE, TABLE_FILE,
                                                       run_meta_evaluate)
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
 def _null_policy(ctx, param, value):
@@ -24,6 +24,7 @@ def _null_policy(ctx, param, value):
         raise click.BadParameter(f"{value!r} is neither a number nor 'drop'") from None
 
 
+@defaults_from(MetaEvaluateConfig)
 @click.command("meta-evaluate")
 @click.argument("scores", required=False, type=Where(exists=True))
 @click.option("--human", type=Where(exists=True),
@@ -39,15 +40,15 @@ def _null_policy(ctx, param, value):
 @click.option("--judge-prefix", "judge_prefixes", multiple=True,
               help="Wide tables: prefix of an evaluator's columns (default judge_); repeat for several "
                    "evaluators, e.g. --judge-prefix gpt4_ --judge-prefix bleu_; the evaluator is named by it.")
-@click.option("--human-prefix", help="Prefix of the human columns (default human_).")
+@click.option("--human-prefix", help="Prefix of the human columns (default {default}).")
 @click.option("--judge-col", "judge_cols", multiple=True,
               help="An evaluator column, paired in order with --human-col (instead of prefixes).")
 @click.option("--human-col", "human_cols", multiple=True, help="The human column of the --judge-col at the same place.")
 @click.option("--evaluator", help="Evaluator name for column pairs, a single --judge-prefix or a verdicts file "
               "(long scores are named by their judge column).")
-@click.option("--user-col", help="User column (default user_id).")
-@click.option("--item-col", help="Item column (default item_id).")
-@click.option("--key", help="Explanation key column (default auto: system, explanation_id or pair_id).")
+@click.option("--user-col", help="User column (default {default}).")
+@click.option("--item-col", help="Item column (default {default}).")
+@click.option("--key", help="Explanation key column (default {default}: system, explanation_id or pair_id).")
 @click.option("--method", "methods", multiple=True, type=click.Choice(list(METHODS)),
               help="Correlation(s) (repeatable; default all three; Kendall is tau-b).")
 @click.option("--level", "levels", multiple=True, type=click.Choice(list(LEVELS)),
@@ -55,13 +56,13 @@ def _null_policy(ctx, param, value):
 @click.option("--table-method", type=click.Choice(list(METHODS)),
               help="Method shown in meta_evaluation.md (default: the first --method).")
 @click.option("--human-null", callback=_null_policy, metavar="NUMBER|drop",
-              help="A missing human rating becomes this value (default 3, seed 001) or 'drop'.")
+              help="A missing human rating becomes this value (default {default}, seed 001) or 'drop'.")
 @click.option("--judge-null", callback=_null_policy, metavar="NUMBER|drop",
               help="A missing evaluator score (unparseable answer: empty, NaN, or a judge with no row "
-                   "for it in long scores) becomes this value (default 0, seed 001) or 'drop'.")
-@click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default 1000; 0: none).")
+                   "for it in long scores) becomes this value (default {default}, seed 001) or 'drop'.")
+@click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default {default}; 0: none).")
 @click.option("--seed", type=int,
-              help="Seed of the bootstrap, of --random-baseline and of --ensemble-sweep's subset sample (default 0).")
+              help="Seed of the bootstrap, of --random-baseline and of --ensemble-sweep's subset sample (default {default}).")
 @click.option("--random-baseline", is_flag=True, default=None,
               help="Add seed 001's Random row: uniform integer ratings 1-5 per aspect.")
 @click.option("--ensemble-sweep", is_flag=True, default=None,
@@ -71,7 +72,7 @@ def _null_policy(ctx, param, value):
                    "an aspect (judge prefixes, or judges in long scores).")
 @click.option("--ensemble-cap", type=click.IntRange(min=1),
               help="Most subsets of one size N in --ensemble-sweep; past it a --seed'ed sample of that many "
-                   "distinct subsets is scored (default 200).")
+                   "distinct subsets is scored (default {default}).")
 @columns_option
 @click.option("--overwrite", is_flag=True, help="Replace results of another config in the output folder.")
 @config_option

@@ -7,9 +7,10 @@ import click
 
 from rexeval.pipelines.ingest.split_pipeline import run_split
 from rexeval.pipelines.ingest.config import SplitConfig
-from rexeval.ray_jobs.common import Where, columns_option, config_option, run_job, user_errors
+from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
+@defaults_from(SplitConfig)
 @click.command("split")
 @click.argument("input", required=False, type=Where(exists=True))
 @click.option("--out", "-o", type=Where(),
@@ -19,9 +20,9 @@ from rexeval.ray_jobs.common import Where, columns_option, config_option, run_jo
                    "leave-last-two: last review -> test, the one before -> valid (seed 002).")
 @click.option("--kcore-user", type=int, help="Iterative k-core: minimum reviews per user.")
 @click.option("--kcore-item", type=int, help="Iterative k-core: minimum reviews per item.")
-@click.option("--train", type=float, help="Temporal: train share, between 0 and 1 (default 0.8).")
+@click.option("--train", type=float, help="Temporal: train share, between 0 and 1 (default {default}).")
 @click.option("--valid", type=float,
-              help="Temporal: validation share, between 0 and 1 (default 0.1); train + valid < 1.")
+              help="Temporal: validation share, between 0 and 1 (default {default}); train + valid < 1.")
 @click.option("--min-interactions", type=int,
               help="Drop users with fewer reviews (default 5 temporal, 3 leave-last-two; at least 3 there).")
 @click.option("--cold-start/--no-cold-start", "drop_cold_start_items", default=None,

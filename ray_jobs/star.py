@@ -7,7 +7,9 @@ from functools import partial
 import click
 
 from rexeval.pipelines.core.storage import location
+from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob as StarTrainJob
 from rexeval.ray_jobs.common import (
+    defaults_from,
     ListedOption,
     RegistryName,
     Where,
@@ -71,6 +73,7 @@ def star_group():
     """
 
 
+@defaults_from(BuildConfig)
 @star_group.command("build")
 @click.argument("statements", required=False, type=Where())
 @click.option("--clusters", help="`rexeval cluster` output: statements count under their cluster's "
@@ -78,9 +81,9 @@ def star_group():
 @click.option("--reviews", help="Reviews the statements came from (ingest output; default: the "
                                 "extract job's input, read from its manifest).")
 @click.option("--stage", type=click.Choice(["auto", "triplet", "candidate", "verified"]),
-              help="Statement stage to use (default auto: verified if any, else triplet).")
+              help="Statement stage to use (default {default}: verified if any, else triplet).")
 @click.option("--min-user-interactions", type=int,
-              help="Users with fewer interactions are not evaluated; all theirs go to train (default 3).")
+              help="Users with fewer interactions are not evaluated; all theirs go to train (default {default}).")
 @click.option("--name", help="Dataset name in the statistics table (default STAR).")
 @columns_option
 @click.option("--out", "-o", help="Output folder.")
@@ -111,7 +114,6 @@ def build_cmd(overwrite, config_file, **flags):
       rexeval star build my_statements.csv --reviews runs/mi/ingest --columns statement=text --out runs/mi/bench1
     """
     from rexeval.pipelines.star.pipeline import run_build
-    from rexeval.pipelines.star.config import BuildConfig
 
     return run_job("star build", BuildConfig, partial(run_build, overwrite=overwrite), config_file, flags, ray=False,
                    show=lambda cfg, m: click.echo((location(cfg.out) / "stats.md").read_text()),
@@ -129,11 +131,11 @@ _EVAL_OPTIONS = [
     click.option("--out", "-o", help="Run folder; results/<METHOD>/ are written there."),
     click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE,
                  help="Candidate level, repeatable (default: global and item)."),
-    click.option("--split", type=click.Choice(["valid", "test"]), help="Split to rank (default test)."),
+    click.option("--split", type=click.Choice(["valid", "test"]), help="Split to rank (default {default})."),
     click.option("--ndcg-norm", type=click.Choice(["ideal", "k"]),
                  help="NDCG normaliser: ideal DCG of min(k, |S_ui|) positives (default; what the "
                       "seed's Table 1 numbers follow) or all k positions (eq. 1 read literally)."),
-    click.option("--device", help="Torch device for ranking (default cpu; cuda on GPU machines)."),
+    click.option("--device", help="Torch device for ranking (default {default}; cuda on GPU machines)."),
     click.option("--batch-size", type=int, help="Interactions per ranking step (default: ~32M scores)."),
 ]
 
@@ -144,11 +146,12 @@ def eval_options(fn):
     return fn
 
 
+@defaults_from(EvalSettings)
 @star_group.command("baselines")
 @click.argument("data", required=False, type=Where())
 @click.option("--method", "methods", multiple=True, type=RegistryName(_rankers, where=lambda r: not _trainable(r)),
               cls=ListedOption, names=lambda: _declared_rankers(False), help="Baseline, repeatable: {names} (default: " + ", ".join(SEED_BASELINES) + ").")
-@click.option("--seed", type=int, help="RANDOM's seed (default 0).")
+@click.option("--seed", type=int, help="RANDOM's seed (default {default}).")
 @eval_options
 @config_option
 @user_errors
@@ -159,7 +162,6 @@ def baselines_cmd(methods, config_file, **flags):
     Example: rexeval star baselines runs/mi/bench --out runs/mi/rank
     """
     from rexeval.pipelines.star.pipeline import run_baselines
-    from rexeval.pipelines.star.config import EvalSettings
 
     return run_job("star baselines", EvalSettings, partial(run_baselines, methods=list(methods) or SEED_BASELINES),
                    config_file, flags, ray=False, counts=_baseline_counts,
@@ -178,6 +180,7 @@ def _baseline_counts(cfg, res: dict) -> dict:
     return counts
 
 
+@defaults_from(StarTrainJob)
 @star_group.command("train")
 @click.argument("data", required=False, type=Where())
 @click.option("--model", type=RegistryName(_rankers, where=_trainable), cls=ListedOption,
@@ -189,12 +192,12 @@ def _baseline_counts(cfg, res: dict) -> dict:
 @click.option("--sweep", help="Sensitivity sweep of one --grid setting (e.g. mu or layers_us): every "
                               "value is trained fully and evaluated on test; writes a Figure 3-style plot.")
 @click.option("--seeds", type=click.IntRange(min=1),
-              help="Independent runs (default 1; seed 002 reports the mean of 3): seeds seed, seed+1, ... "
+              help="Independent runs (default {default}; seed 002 reports the mean of 3): seeds seed, seed+1, ... "
                    "are one more --grid dimension, each seed's best checkpoint (validation NDCG@10) is "
                    "evaluated on test, and `star report` shows the mean ± std over runs. Several seeds use "
                    "the FIFO scheduler (runs are independent).")
-@click.option("--cpus-per-trial", type=float, help="CPUs per trial (default 1).")
-@click.option("--profile", help="Model profile for BPER+'s statement encoder (default local).")
+@click.option("--cpus-per-trial", type=float, help="CPUs per trial (default {default}).")
+@click.option("--profile", help="Model profile for BPER+'s statement encoder (default {default}).")
 @click.option("--encoder", help="Statement encoder for BPER+ features (overrides the profile).")
 @click.option("--level", "levels", multiple=True, type=LEVEL_CHOICE,
               help="Test levels of the final evaluation (default global and item).")
@@ -230,13 +233,12 @@ def train_cmd(data, model, sets, grids, encoder, config_file, **flags):
       rexeval star train runs/mi/bench --model expgcn --seeds 3 --out runs/mi/rank
     """
     from rexeval.pipelines.star.pipeline import run_train
-    from rexeval.pipelines.star.config import TrainJob
 
     settings = parse_backend_options(sets, "--set")
     if model:
         settings["model"] = model
     models = {"statement_encoder": encoder} if encoder else None
-    return run_job("star train", TrainJob, run_train, config_file,
+    return run_job("star train", StarTrainJob, run_train, config_file,
                    {"data": data, "settings": settings or None, "grid": parse_grid(grids) or None, "models": models,
                     **flags}, counts=_train_counts, outputs=_train_outputs,
                    notes=lambda job, report: [f"best settings: {report['best']['config'] or 'single configuration'}"])
@@ -269,6 +271,7 @@ def _train_outputs(job, report: dict) -> dict[str, str]:
     return outputs
 
 
+@defaults_from(EvalSettings)
 @star_group.command("evaluate")
 @click.argument("data", required=False, type=Where())
 @click.option("--checkpoint", required=True, type=Where(exists=True, file_okay=False),
@@ -285,7 +288,6 @@ def evaluate_cmd(checkpoint, method, features, config_file, **flags):
     Example: rexeval star evaluate runs/mi/bench --checkpoint runs/mi/rank/tune/expgcn/<trial>/checkpoint_000009 --out runs/mi/rank
     """
     from rexeval.pipelines.star.pipeline import evaluate_checkpoint
-    from rexeval.pipelines.star.config import EvalSettings
 
     return run_job("star evaluate", EvalSettings,
                    partial(evaluate_checkpoint, checkpoint=checkpoint, method=method, features_path=features),
