@@ -114,7 +114,7 @@ def test_the_token_and_word_caps_are_settings_with_the_seed004_values_named(tmp_
 
 def test_the_seed004_study_lets_the_llm_write_2048_tokens_and_keeps_whole_answers(tmp_path, monkeypatch):
     from rexeval.pipelines.study.config import load_study
-    from rexeval.pipelines.study.jobs import build_config
+    from rexeval.pipelines.core.study_registry import build_config
     from rexeval.pipelines.study.plan import build_plan
 
     monkeypatch.setenv("REXEVAL_DATA", str(tmp_path / "data"))
@@ -188,7 +188,7 @@ def _mf_data(cfg: PromptedJob, inputs, monkeypatch) -> dict[str, np.ndarray]:
     def stop(*args, **kwargs):
         raise _Stop
 
-    monkeypatch.setattr(mf_module, "build_tuner", stop)
+    monkeypatch.setattr(mf_module, "fit_one", stop)
     with pytest.raises(_Stop):
         _train_mf(cfg, inputs, progress=lambda _: None)
     (path,) = (Path(cfg.out) / "mf").glob("biased_mf-data-*.npz")
