@@ -159,8 +159,16 @@ def pytest_collection_modifyitems(session, config, items):
 def ray_session(s3_env):
     """A local Ray started once for the whole session (3-5 s to start), after the test
     S3 endpoint, so that its workers inherit the variables that point at it."""
+    import ray as ray_module
+
     from rexeval.pipelines.core.runtime import init_ray
 
+    if ray_module.is_initialized():
+        # A test before this fixture ran a job that started Ray itself (Ray Data starts
+        # one when none runs), before the S3 endpoint existed: its workers lack the
+        # endpoint's variables, and every later S3 test on this worker would fail to
+        # resolve the bucket. Start the session's Ray afresh.
+        ray_module.shutdown()
     ray = init_ray(num_cpus=2)
     yield ray
 

@@ -10,7 +10,7 @@ import pytest
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import REVIEWS
 from rexeval.pipelines.core.storage import location
-from rexeval.pipelines.study.jobs import AnnotationsConfig, StatsConfig, _annotations, _stats
+from rexeval.pipelines.study.builtin_jobs import AnnotationsConfig, StatsConfig, _annotations, _stats
 
 SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample"
 
@@ -29,7 +29,10 @@ def _split(root: str) -> None:
 
 
 @pytest.fixture(params=["local", "s3"])
-def root(request, tmp_path):
+def root(request, tmp_path, ray_session):
+    """The stats job reads through Ray Data: on the session's Ray, whose workers have the
+    S3 endpoint's variables (a Ray started by the job itself before the endpoint existed
+    would not, when this file runs first or alone)."""
     return str(tmp_path / "store") if request.param == "local" else request.getfixturevalue("s3_root")
 
 
