@@ -7,7 +7,7 @@ import click
 
 from rexeval.failures import AwaitingRerun
 from rexeval.pipelines.study.config import STAGES_AS, load_study, parse_sets
-from rexeval.pipelines.study.jobs import STUDY_JOBS
+from rexeval.pipelines.core.study_registry import STUDY_JOBS
 from rexeval.pipelines.study.plan import build_plan
 from rexeval.pipelines.study.runner import hard_failures, run_study
 from rexeval.ray_jobs.common import summary, user_errors

@@ -61,7 +61,7 @@ def test_the_expected_items_are_the_ones_the_papers_name():
 
 
 def test_a_produced_row_names_a_file_its_stage_declares():
-    from rexeval.pipelines.core.study_jobs import STUDY_JOBS
+    from rexeval.pipelines.core.study_registry import STUDY_JOBS
     from rexeval.pipelines.study.config import load_study
 
     STUDY_JOBS.names()  # loads every study_job module, as a study plan does

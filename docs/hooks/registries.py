@@ -40,7 +40,7 @@ BASELINE_RANKER_NAMES_MARKER = "<!-- rexeval-baseline-ranker-names -->"
 
 
 def _jobs():
-    from rexeval.pipelines.core.study_jobs import STUDY_JOBS
+    from rexeval.pipelines.core.study_registry import STUDY_JOBS
 
     names = STUDY_JOBS.names()  # imports every job's module, built-in or of its own
     if not names:

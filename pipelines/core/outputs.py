@@ -17,7 +17,7 @@ is the name itself (a `str`: `folder / output` and f-strings read exactly as the
 did); a name with `{field}` is a template the job fills (`.format(name=...)`), one with
 `*` several files; `folder=True` marks a folder (a table's part files, a model).
 
-A study job carries its declaration (`StudyJob.outputs`, `pipelines/core/study_jobs.py`).
+A study job carries its declaration (`StudyJob.outputs`, `pipelines/core/study_registry.py`).
 """
 from __future__ import annotations
 

@@ -36,7 +36,7 @@ def run_curate(cfg: CurateConfig, progress: Callable[[str], None] = print) -> di
     from rexeval.pipelines.core.inputs import reviews_input, table_rows
     from rexeval.pipelines.core.io import table_files
     from rexeval.pipelines.core.runtime import block_partials, key_groups, map_key_groups, read_dataset
-    from rexeval.pipelines.core.study_jobs import write_manifest
+    from rexeval.pipelines.core.study_registry import write_manifest
 
     t0 = time.time()
     files = table_files(reviews_input(cfg.input))

@@ -11,7 +11,7 @@ wiring (the driver holds counts and per-category sample cuts, never the table) i
 """
 from __future__ import annotations
 
-from rexeval.pipelines.core.study_jobs import register_study_job
+from rexeval.pipelines.core.study_registry import register_study_job
 from rexeval.pipelines.curate.config import CURATE_OUTPUTS, CurateConfig
 
 

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPath
-from rexeval.pipelines.core.study_jobs import register_study_job, write_manifest
+from rexeval.pipelines.core.study_registry import register_study_job, write_manifest
 
 OUTPUTS = Outputs(
     scores=Output("metric_scores.parquet", "one row per explanation: ids and a <metric>_<aspect> column each"),

@@ -9,7 +9,7 @@ This job is that command as a study stage:
       table2: {job: statement_stats, with: {input: "{split}", statements: "{triplets}", name: "{dataset}"}}
 
 It is a study job in one file: the study finds every `rexeval.pipelines.<capability>.study_job`
-module (pipelines/core/study_jobs.py), so nothing else in the product names it. The report
+module (pipelines/core/study_registry.py), so nothing else in the product names it. The report
 shows it in a generic section (its counts, and Table II from its table2.md).
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPath
-from rexeval.pipelines.core.study_jobs import register_study_job, write_manifest
+from rexeval.pipelines.core.study_registry import register_study_job, write_manifest
 
 OUTPUTS = Outputs(
     manifest=MANIFEST_OUTPUT,  # with `stats`: Table II's numbers, and the stage counted

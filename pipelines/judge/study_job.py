@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT, Outputs
 from rexeval.pipelines.core.read_paths import ReadPaths
-from rexeval.pipelines.core.study_jobs import register_study_job, write_manifest
+from rexeval.pipelines.core.study_registry import register_study_job, write_manifest
 from rexeval.pipelines.judge.config import LIKERT_OUTPUTS
 
 OUTPUTS = Outputs(scores=LIKERT_OUTPUTS.scores, table=LIKERT_OUTPUTS.table, manifest=MANIFEST_OUTPUT)

@@ -15,7 +15,7 @@
       split:  {job: split, with: {input: "{ingest}"}}
       stats:  {job: stats, with: {input: "{split}"}}
 
-A stage runs one existing job (`jobs.STUDY_JOBS`) with `with:` as that job's settings (the
+A stage runs one existing job (`core.study_registry.STUDY_JOBS`) with `with:` as that job's settings (the
 keys of its command's `--config` file); the study fills in `out`, and the profile and
 models where the job takes them. A stage runs once per dataset (`per_dataset`, the
 default when the study has datasets) or once (`per_dataset: false`).

@@ -36,7 +36,7 @@ from rexeval.pipelines.core.io import content_identity
 from rexeval.pipelines.core.read_paths import path_values, read_settings, why_missing
 from rexeval.pipelines.core.storage import Location, is_uri, location
 from rexeval.pipelines.study.config import StudyError, StudyFile
-from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob, build_config, has_field
+from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob, build_config, has_field
 
 REF = re.compile(r"\{([A-Za-z][A-Za-z0-9_.\-]*(?:@(?:\*|[A-Za-z][A-Za-z0-9_\-]*))?)\}")
 FALSE = (False, None, 0, "", "false", "False", "no", "off", "0")

@@ -20,7 +20,7 @@ from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS
 from rexeval.pipelines.judge.config import DETECT_OUTPUTS
 from rexeval.pipelines.star.outputs import STAR_BASELINES_OUTPUTS, STAR_TRAIN_OUTPUTS
-from rexeval.pipelines.study.jobs import STATS_OUTPUTS
+from rexeval.pipelines.study.builtin_jobs import STATS_OUTPUTS
 from rexeval.pipelines.study.plan import STATE_FILE as STUDY_FILE
 
 STATUSES = ("complete", "failed", "skipped", "pending")

@@ -24,7 +24,7 @@ from rexeval.pipelines.judge.config import DETECT_OUTPUTS, JUDGE_REPORT, LIKERT_
 from rexeval.pipelines.judge.winrate import WINRATE_OUTPUTS as WINRATE
 from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS as META
 from rexeval.pipelines.star.outputs import PER_INTERACTION, RESULTS, STAR_BUILD_OUTPUTS, STAR_TRAIN_OUTPUTS
-from rexeval.pipelines.study.jobs import STATS_OUTPUTS
+from rexeval.pipelines.study.builtin_jobs import STATS_OUTPUTS
 
 from rexeval.pipelines.study.report_model import (MAX_SAMPLE_TEXT, STUDY_FILE, Builder, Instance, Reader, Section, Skip,
                                                   _complete, _missing_out, _number, inline_plain, markdown_tables,

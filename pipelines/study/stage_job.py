@@ -313,7 +313,7 @@ def _say(line: str) -> None:
 def run_call(call_file: str) -> int:
     """Run the stage `call_file` describes (inside its Ray job) and write its result
     beside it; the job's exit code (75 when its work is left for a re-run)."""
-    from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
+    from rexeval.pipelines.core.study_registry import StudyJob, build_config, counts_of
     from rexeval.registry import load_object
 
     spec = location(call_file).read_json()

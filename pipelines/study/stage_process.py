@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # Imported once by the template process: what nearly every stage needs.
-PRELOAD = ["rexeval.pipelines.study.jobs", "ray", "ray.data", "ray.tune", "ray.serve", "pandas"]
+PRELOAD = ["rexeval.pipelines.study.builtin_jobs", "ray", "ray.data", "ray.tune", "ray.serve", "pandas"]
 
 _CONTEXT: list[Any] = []
 _CONTEXT_LOCK = threading.Lock()
@@ -354,7 +354,7 @@ def _run_call(call: StageCall, conn, data_context, keep: bool):
     for a next stage, the Ray Data context as the first stage of this process found it).
     Only a `keep` call whose stage succeeded may stay, and only when `why_not_kept` finds
     nothing; the log says which."""
-    from rexeval.pipelines.study.jobs import StudyJob, build_config, counts_of
+    from rexeval.pipelines.core.study_registry import StudyJob, build_config, counts_of
 
     log = _open_log(call.log_path, call.verbose)
 

@@ -149,7 +149,7 @@ def test_settings_are_checked():
 
 @pytest.mark.slow
 def test_alert_curate_on_ray_counts_every_row_and_does_not_depend_on_parts(tmp_path, ray_session, monkeypatch):
-    from rexeval.pipelines.core.study_jobs import STUDY_JOBS
+    from rexeval.pipelines.core.study_registry import STUDY_JOBS
     from rexeval.pipelines.curate.pipeline import run_curate
     from tests.doubles.whole_tables import forbid_whole_tables
 

@@ -163,8 +163,8 @@ def test_split_stats_count_on_workers_per_category(tmp_path, ray_session, monkey
 
 @pytest.mark.slow
 def test_the_study_stats_job_reads_no_whole_table(tmp_path, ray_session, monkeypatch):
-    """The study's `stats` job (pipelines/study/jobs.py) through `split_stats`."""
-    from rexeval.pipelines.study.jobs import StatsConfig, _stats
+    """The study's `stats` job (pipelines/study/builtin_jobs.py) through `split_stats`."""
+    from rexeval.pipelines.study.builtin_jobs import StatsConfig, _stats
     from tests.doubles.whole_tables import assert_table2, expected_table2, forbid_whole_tables, write_split
 
     frames = write_split(str(tmp_path / "split"))

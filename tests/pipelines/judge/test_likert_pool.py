@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from rexeval.pipelines.core.study_jobs import STUDY_JOBS
+from rexeval.pipelines.core.study_registry import STUDY_JOBS
 from rexeval.pipelines.judge.study_job import LikertPoolConfig, pool_scores, run_likert_pool
 
 

@@ -150,7 +150,7 @@ def test_without_the_sweep_the_config_and_its_hash_are_unchanged(tmp_path):
 
 
 def test_a_study_stage_reaches_the_settings():
-    from rexeval.pipelines.study.jobs import STUDY_JOBS, build_config
+    from rexeval.pipelines.core.study_registry import STUDY_JOBS, build_config
 
     cfg = build_config(STUDY_JOBS["meta_evaluate"], {"scores": "s.parquet", "out": "o", "ensemble_sweep": True,
                                                       "ensemble_cap": 50, "seed": 3})

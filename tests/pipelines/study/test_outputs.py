@@ -13,7 +13,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from rexeval.pipelines.core.outputs import Output, Outputs, table_outputs
-from rexeval.pipelines.core.study_jobs import STUDY_JOBS
+from rexeval.pipelines.core.study_registry import STUDY_JOBS
 from tests.pipelines.study.test_plan import SAMPLE, plan_of, problems, study_dict
 from tests.pipelines.study.test_report import study  # noqa: F401  (the planted study, a fixture)
 

@@ -242,7 +242,7 @@ def test_expscore_stages_get_the_study_models_and_need_an_encoder(tmp_path):
     job (so its override is the encoder used), and a profile without one is refused
     before anything runs unless `embedder:` names one."""
     from rexeval.pipelines.expscore.pipeline import _encoder_ref
-    from rexeval.pipelines.study.jobs import build_config
+    from rexeval.pipelines.core.study_registry import build_config
 
     rated = {"inputs": [str(SAMPLE / "reviews.jsonl")], "reviews": "{ingest}"}
     data = study_dict(expscore={"job": "expscore_train", "datasets": ["a"], "with": rated})

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from rexeval.pipelines.study.config import load_study
-from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob
+from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob
 from rexeval.pipelines.study.plan import build_plan
 from rexeval.pipelines.study.runner import hard_failures, run_study
 
@@ -85,7 +85,7 @@ def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_
 
 @pytest.mark.slow
 def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
-    from rexeval.pipelines.study.jobs import StatsConfig
+    from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom
 
     STUDY_JOBS.add("test_boom", StudyJob("test_boom", StatsConfig, boom))
@@ -109,7 +109,7 @@ def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
 
 def _whoami_study(tmp_path, stages: str, **run_kwargs) -> dict:
     """The tiny study with one `test_whoami` stage per letter of `stages`, run."""
-    from rexeval.pipelines.study.jobs import StatsConfig
+    from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import whoami
 
     STUDY_JOBS.add("test_whoami", StudyJob("test_whoami", StatsConfig, whoami))
@@ -145,7 +145,7 @@ def test_a_finished_stages_process_runs_the_next_stage_unless_it_left_an_actor(t
     the next stage (its job's warm workers too), with the Ray Data context as the first
     stage found it; a stage that left an actor of its job alive is not followed in its
     process (the actor would hold its CPUs), and neither is a failed one."""
-    from rexeval.pipelines.study.jobs import StatsConfig
+    from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom, holds_an_actor, tamper, whoami
 
     jobs = {"test_whoami": whoami, "test_tamper": tamper, "test_holds": holds_an_actor, "test_boom": boom}

@@ -17,7 +17,8 @@ from ray.job_submission import JobStatus
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.study import stage_job as sj
 from rexeval.pipelines.study.config import DriverResources, load_study
-from rexeval.pipelines.study.jobs import STUDY_JOBS, AnnotationsConfig, StatsConfig, StudyJob
+from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob
+from rexeval.pipelines.study.builtin_jobs import AnnotationsConfig, StatsConfig
 from rexeval.pipelines.study.stage_process import StageCall, StageFailed
 from tests.doubles.job_server import Ending, JobServer
 
@@ -36,8 +37,8 @@ def annotations_call(out: str, log: Path, **kw) -> StageCall:
 def test_a_stage_becomes_a_call_file_and_an_entrypoint_that_names_it(tmp_path):
     call = annotations_call(str(tmp_path / "out"), tmp_path / "ann.log")
     spec = sj.call_spec(call, location("s3://b/st/_stage_jobs/ann@sample/result.json"), {})
-    assert spec["target"] == "rexeval.pipelines.study.jobs:_annotations"  # registered by decorator: by name
-    assert spec["config"] == "rexeval.pipelines.study.jobs:AnnotationsConfig"
+    assert spec["target"] == "rexeval.pipelines.study.builtin_jobs:_annotations"  # registered by decorator: by name
+    assert spec["config"] == "rexeval.pipelines.study.builtin_jobs:AnnotationsConfig"
     assert spec["result"] == "s3://b/st/_stage_jobs/ann@sample/result.json"
     assert spec["cwd"] is not None  # no working dir travels with the study: the job starts where it did
     assert sj.call_spec(call, location("s3://b/r.json"), {"working_dir": "gcs://_ray_pkg_x.zip"})["cwd"] is None

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from rexeval import LAYERS
-from rexeval.pipelines.core.study_jobs import STUDY_JOBS, study_job_modules
+from rexeval.pipelines.core.study_registry import STUDY_JOBS, study_job_modules
 from tests.pipelines.study.test_runner import SAMPLE, plan_of
 
 REPO = Path(__file__).resolve().parents[3]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from rexeval.pipelines.core.io import read_parquet
 from rexeval.pipelines.core.storage import location
 from rexeval.pipelines.study.config import StudyError, load_study
-from rexeval.pipelines.study.jobs import STUDY_JOBS, StudyJob
+from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob
 from rexeval.pipelines.study.plan import build_plan, read_state, status_of
 from rexeval.pipelines.study.runner import run_study
 from tests.pipelines.study import uri_jobs
@@ -25,7 +25,7 @@ CHARS = sum(len(line) for line in TEXT.splitlines())
 @pytest.fixture
 def jobs():
     """The storage-only doubles (and a failing stage) as study jobs, for one test."""
-    from rexeval.pipelines.study.jobs import StatsConfig
+    from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom
 
     added = {"t_lines": StudyJob("t_lines", uri_jobs.LinesConfig, uri_jobs.lines),
