@@ -28,7 +28,7 @@ from pathlib import Path
 from benchmarks.machine_cpu import machine_cpu_s
 
 REPO = Path(__file__).resolve().parents[1]
-SLICE = ["tests/pipelines/evaluate", "tests/pipelines/cluster/test_shards.py", "tests/pipelines/cluster/test_storage.py",
+SLICE = ["tests/pipelines/evaluate", "tests/pipelines/paraphrase/test_shards.py", "tests/pipelines/paraphrase/test_storage.py",
          "tests/pipelines/judge/test_jobs.py", "tests/serve/test_endpoints.py", "tests/pipelines/star/test_train.py",
          "tests/pipelines/generate/test_train.py", "tests/pipelines/extract/test_pipeline.py"]
 ORDER = ("A", "B", "B", "A")

@@ -73,8 +73,8 @@ print("RESULT", json.dumps({"wall_s": round(wall, 2), "cpu_s": round(cpu, 2)}))
 CHURN = MACHINE_CPU + r"""
 import glob, json, os, sys, time
 from rexeval.pipelines.core.runtime import init_ray
-from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.paraphrase.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import run_cluster
 from rexeval.pipelines.ingest.config import IngestConfig, SplitConfig
 from rexeval.pipelines.ingest.pipeline import run_ingest
 from rexeval.pipelines.ingest.split_pipeline import run_split

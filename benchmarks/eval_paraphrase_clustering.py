@@ -39,8 +39,8 @@ def statements_table(rows: list[dict]) -> pa.Table:
 def evaluate(rows: list[dict], work: Path, settings: list[dict], progress=lambda m: None) -> list[dict]:
     """Run the cluster job per setting; score its labels against the families."""
     from benchmarks.synthetic_paraphrases import pairwise_scores
-    from rexeval.pipelines.cluster.pipeline import run_cluster
-    from rexeval.pipelines.cluster.config import ClusterConfig
+    from rexeval.pipelines.paraphrase.pipeline import run_cluster
+    from rexeval.pipelines.paraphrase.config import ClusterConfig
     from rexeval.pipelines.core.io import read_table
 
     src = work / "statements.parquet"

@@ -469,7 +469,7 @@ def part_embed(args, ctx) -> dict:
     ours, secs = exact_neighbours(x, k, args.device)
     out["torch_top_k_s"] = round(secs, 4)
     try:
-        from rexeval.pipelines.cluster.index import load_faiss
+        from rexeval.pipelines.paraphrase.index import load_faiss
 
         faiss = load_faiss()
         index = faiss.IndexFlatIP(x.shape[1])

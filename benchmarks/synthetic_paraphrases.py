@@ -5,7 +5,7 @@ Two generators:
   cosine about 0.93-0.98), split into polarity groups, with a share of "confusable"
   family chains whose centres are close enough that their members link across families,
   so components are non-cohesive and Algorithm 1 has work to do. Used by the 1M-vector
-  benchmark (`bench_cluster.py`), where only speed and agreement with the reference matter.
+  benchmark (`bench_paraphrase.py`), where only speed and agreement with the reference matter.
 - `paraphrase_families`: product statements written from templates, in families that
   say the same thing about the same aspect in different words (synonyms, reordering,
   "the product has ..." rewrites), with near-miss families (same aspect, other opinion;

@@ -1,6 +1,6 @@
 """Review text -> sentences, with the Punkt model that the `punkt` package ships.
 
-Shared by the EXTRA baseline (`pipelines/cluster/extra.py`: candidate sentences) and
+Shared by the EXTRA baseline (`pipelines/paraphrase/extra.py`: candidate sentences) and
 SummaC (`metrics/summac.py`: document and summary sentences). The rules:
 
     1. The text is cut at line breaks (any newline ends a sentence).

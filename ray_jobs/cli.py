@@ -6,7 +6,7 @@ import os
 import click
 
 from rexeval.pipelines.core.runtime import OMP_WAIT
-from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
+from rexeval.ray_jobs.paraphrase import cluster_cmd, cluster_report_cmd
 from rexeval.ray_jobs.curate import curate_cmd
 from rexeval.ray_jobs.demo import demo_cmd
 from rexeval.ray_jobs.evaluate import evaluate_cmd

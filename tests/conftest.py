@@ -105,7 +105,7 @@ SHARED_CSV = SHARED / "data" / "amazon_musical_instruments_2014_part.csv"
 
 # -- two workers (scripts/test.sh runs `-n 2`) ---------------------------------------------
 # Files that share a session fixture too costly to build twice run on one worker.
-SAME_WORKER = {"tests/pipelines/cluster/test_real_data.py": "tests/pipelines/extract/test_real_model.py"}
+SAME_WORKER = {"tests/pipelines/paraphrase/test_real_data.py": "tests/pipelines/extract/test_real_model.py"}
 # The files that take longest, measured (a full `-n 2` run's junit, 2 cores), longest first.
 # They start first, so that no worker is left running one of them alone at the end; the
 # rest follow by test count (xdist's own order). A stale entry only costs balance.

@@ -182,8 +182,8 @@ BASE = {
     "pipelines/core/io.py": "from rexeval.registry import Registry\n",
     "pipelines/star/__init__.py": "",
     "pipelines/star/build.py": "from rexeval.pipelines.core import io\nfrom rexeval.metrics import m\n",
-    "pipelines/cluster/__init__.py": "",
-    "pipelines/cluster/graph.py": "from rexeval.pipelines.star.build import f\n",
+    "pipelines/paraphrase/__init__.py": "",
+    "pipelines/paraphrase/graph.py": "from rexeval.pipelines.star.build import f\n",
     "ray_jobs/__init__.py": "",
     "ray_jobs/cli.py": "from rexeval.pipelines.star import build\n",
 }
@@ -194,7 +194,7 @@ def test_a_clean_tree_passes(tmp_path):
 
 
 @pytest.mark.parametrize("rel,text,expected", [
-    ("metrics/summac.py", "def f():\n    from rexeval.pipelines.cluster.graph import g\n",
+    ("metrics/summac.py", "def f():\n    from rexeval.pipelines.paraphrase.graph import g\n",
      "metrics may not import pipelines"),
     ("models/llm.py", "import rexeval.serve\n", "models may not import serve"),
     ("prompts/loader.py", "from rexeval.models import refs\n", "prompts may not import models"),
@@ -214,6 +214,6 @@ def test_a_planted_circle_is_caught(tmp_path):
 
 
 def test_a_circle_between_capability_packages_is_caught(tmp_path):
-    files = {**BASE, "pipelines/star/data.py": "def f():\n    from rexeval.pipelines.cluster import graph\n"}
+    files = {**BASE, "pipelines/star/data.py": "def f():\n    from rexeval.pipelines.paraphrase import graph\n"}
     found = problems(_tree(tmp_path, files))
-    assert any("circle between pipelines packages: cluster <-> star" in p for p in found), found
+    assert any("circle between pipelines packages: paraphrase <-> star" in p for p in found), found

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from rexeval.pipelines.cluster.nodes import NO_SENTIMENT
+from rexeval.pipelines.paraphrase.nodes import NO_SENTIMENT
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.ingest.split import leave_last_two
 from rexeval.pipelines.core.ids import dedup_key

@@ -28,7 +28,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.cluster.nodes import NO_SENTIMENT
+from rexeval.pipelines.paraphrase.nodes import NO_SENTIMENT
 from rexeval.pipelines.core.ids import dedup_key
 from rexeval.pipelines.core.io import ShardedOutput
 from rexeval.pipelines.core.runtime import (block_partials, block_refs, even_cuts, key_groups, map_key_groups,

@@ -31,7 +31,7 @@ from rexeval.pipelines.core.study_registry import ServeNeed, add_study_job, regi
 from rexeval.pipelines.ingest.config import INGEST_OUTPUTS, SPLIT_OUTPUTS, IngestConfig, SplitConfig  # noqa: E402
 from rexeval.pipelines.extract.config import (EXTRACT_OUTPUTS, GROUND_TRUTH_OUTPUTS, QUALITY_OUTPUTS,  # noqa: E402
                                               ExtractConfig, GroundTruthConfig, QualityConfig)
-from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig  # noqa: E402
+from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS, ClusterConfig  # noqa: E402
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob as StarTrainJob  # noqa: E402
 from rexeval.pipelines.star.outputs import (STAR_BASELINES_OUTPUTS, STAR_BUILD_OUTPUTS,  # noqa: E402
                                             STAR_TRAIN_OUTPUTS)
@@ -127,7 +127,7 @@ for _name, _config, _target, _roles, _what, _outputs in [
      "explanatoriness and atomicity of statements (`rexeval extract-quality`)", QUALITY_OUTPUTS),
     ("ground_truth", GroundTruthConfig, "extract.ground_truth_pipeline:run_ground_truth", None,
      "rule-based explanations (`rexeval ground-truth`)", GROUND_TRUTH_OUTPUTS),
-    ("cluster", ClusterConfig, "cluster.pipeline:run_cluster", lambda cfg: ["embedder"] if cfg.method == "star" else [],
+    ("cluster", ClusterConfig, "paraphrase.pipeline:run_cluster", lambda cfg: ["embedder"] if cfg.method == "star" else [],
      "paraphrase clusters or EXTRA (`rexeval cluster`)", CLUSTER_OUTPUTS),
     ("star_build", BuildConfig, "star.pipeline:run_build", None,
      "the STAR ranking benchmark (`rexeval star build`)", STAR_BUILD_OUTPUTS),

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS as CLUSTER
+from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS as CLUSTER
 from rexeval.pipelines.core.io import read_parquet
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT as MANIFEST, REPORT_OUTPUT as REPORT
 from rexeval.pipelines.core.storage import Location, location
@@ -285,11 +285,11 @@ def section_cluster(b: Builder) -> list[Section]:
     insts = _complete(b, "cluster")
     if not insts:
         return []
-    from rexeval.pipelines.cluster.quality import format_table3
+    from rexeval.pipelines.paraphrase.quality import format_table3
 
     sec = Section(b.key("sec", "cluster"), "Statement clustering (seed 002, Table 3)", "cluster", [i.name for i in insts],
                   intro="Clusters, reduction %, SSE (lower is better) and SSB (higher is better) of each "
-                        "clustering run (`rexeval cluster`, pipelines/cluster/quality.py).")
+                        "clustering run (`rexeval cluster`, pipelines/paraphrase/quality.py).")
     by_dataset: dict[str, list[tuple[Instance, dict]]] = {}
     for inst in insts:
         if _missing_out(inst, sec.notes):

@@ -418,7 +418,7 @@ WORK_STARTS = {
     "rexeval.ray_jobs.demo.run_study": "the demo's stages",
     "rexeval.ray_jobs.study.run_study": "the study's stages",
     "rexeval.pipelines.core.llm.stream.run_stream": "the LLM stream (its actors load the model)",
-    "rexeval.pipelines.cluster.embed.embed_texts": "the embedder",
+    "rexeval.pipelines.paraphrase.embed.embed_texts": "the embedder",
     "rexeval.models.encoders.embedder.Embedder.__init__": "a sentence encoder",
     "ray.tune.Tuner.fit": "Ray Tune training",
     "rexeval.serve.nli.start_nli_service": "the NLI Serve app (its replicas load the model)",

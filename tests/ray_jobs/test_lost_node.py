@@ -91,9 +91,9 @@ def read_sorted(path, key: str) -> pd.DataFrame:
 
 def test_a_job_survives_losing_a_worker_node_with_identical_output(shared_csv, tmp_path, ray_session, s3_env,
                                                                    s3_root):
-    from rexeval.pipelines.cluster.config import ClusterConfig
-    from rexeval.pipelines.cluster.embed import read_vectors
-    from rexeval.pipelines.cluster.pipeline import run_cluster
+    from rexeval.pipelines.paraphrase.config import ClusterConfig
+    from rexeval.pipelines.paraphrase.embed import read_vectors
+    from rexeval.pipelines.paraphrase.pipeline import run_cluster
 
     src = shared_statements(shared_csv, tmp_path / "statements.parquet")
     ref, out = tmp_path / "ref", f"{s3_root}/out"

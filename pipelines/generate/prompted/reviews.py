@@ -9,7 +9,7 @@ Review extraction needs no LLM. Seed 004 cites extractive explainers (Chen et al
 Xie et al. 2022) without fixing a rule, so ours is a scored sentence selection, stated
 here in full:
 1. the item's other reviews are cut into sentences (`models.sentences.split_sentences`);
-2. candidates are the sentences the EXTRA filter keeps (`pipelines.cluster.extra.
+2. candidates are the sentences the EXTRA filter keeps (`pipelines.paraphrase.extra.
    is_candidate`: 4 to `extract_max_words` words, a letter, no URL, no personal pronoun,
    so "It stays in tune for weeks" is kept and "I bought it for my son" is not); when no
    sentence passes, every sentence of 4 to `extract_max_words` words is a candidate;
@@ -60,7 +60,7 @@ def _other_reviews(by_item: dict[str, pd.DataFrame], target) -> pd.DataFrame | N
 def candidate_sentences(reviews: pd.DataFrame, sentences: Mapping[str, list[str]], max_words: int) -> pd.DataFrame:
     """Candidate sentences of the reviews (review_id, position, sentence), step 2;
     `sentences` holds each review's sentences, split once for the whole plan."""
-    from rexeval.pipelines.cluster.extra import is_candidate
+    from rexeval.pipelines.paraphrase.extra import is_candidate
 
     rows, fallback = [], []
     for order, r in enumerate(reviews.itertuples(index=False)):

@@ -89,7 +89,7 @@ def plant_evaluate(folder: Path, dataset: str, task: str = "explanation") -> pd.
 
 def plant_cluster(folder: Path, method: str, dataset: str, texts: list[str], labels, reps) -> dict:
     """`rexeval cluster`'s report (quality_summary + write_report) and manifest."""
-    from rexeval.pipelines.cluster.quality import quality_summary, write_report
+    from rexeval.pipelines.paraphrase.quality import quality_summary, write_report
 
     rng = np.random.default_rng(len(texts))
     labels = np.asarray(labels)

@@ -5,9 +5,9 @@ profile's LLM -> `rexeval cluster` on the verified statements (bi-encoder only i
 local profile) and on the triplets; the EXTRA baseline on all reviews; Table 3 of the
 runs. Every step is the product's own job (cached LLM calls, resumable outputs). Re-run:
 
-    .venv/bin/python benchmarks/cluster_shared_data.py --reviews 64 [--out runs/shared-clusters]
+    .venv/bin/python benchmarks/paraphrase_shared_data.py --reviews 64 [--out runs/shared-clusters]
 
-Results go to benchmarks/results/cluster_shared_data.json (and the run folders).
+Results go to benchmarks/results/paraphrase_shared_data.json (and the run folders).
 """
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "runs" / "shared-clusters"))
     ap.add_argument("--csv", default=str(CSV))
     ap.add_argument("--extra-min-count", type=int, default=5)
-    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "cluster_shared_data.json"))
+    ap.add_argument("--results", default=str(ROOT / "benchmarks" / "results" / "paraphrase_shared_data.json"))
     args = ap.parse_args(argv)
-    from rexeval.pipelines.cluster.pipeline import run_cluster
-    from rexeval.pipelines.cluster.config import ClusterConfig
-    from rexeval.pipelines.cluster.quality import format_table3
+    from rexeval.pipelines.paraphrase.pipeline import run_cluster
+    from rexeval.pipelines.paraphrase.config import ClusterConfig
+    from rexeval.pipelines.paraphrase.quality import format_table3
     from rexeval.pipelines.extract.pipeline import run_extract
     from rexeval.pipelines.extract.config import ExtractConfig
     from rexeval.pipelines.ingest.pipeline import run_ingest

@@ -49,7 +49,7 @@ Recurrence (`extra_candidates`)
     sentences == kept + sum(dropped.values()).
 
 MinHash LSH grouping, representatives and the reduction figure are in
-`pipelines/cluster/minhash.py`.
+`pipelines/paraphrase/minhash.py`.
 """
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ from typing import Any
 import pyarrow as pa
 
 from rexeval.models.sentences import split_sentences
-from rexeval.pipelines.cluster.minhash import WORD_PATTERN, minhash_lsh_clusters, words
+from rexeval.pipelines.paraphrase.minhash import WORD_PATTERN, minhash_lsh_clusters, words
 from rexeval.pipelines.core.schema import STATEMENTS
 from rexeval.pipelines.core.ids import dedup_key, statement_id
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rexeval.pipelines.cluster.neighbours import PairResult, candidate_pairs, search_pairs
-from rexeval.pipelines.cluster.index import IndexPlan, build_index, choose_index, ivf_join_pairs
+from rexeval.pipelines.paraphrase.neighbours import PairResult, candidate_pairs, search_pairs
+from rexeval.pipelines.paraphrase.index import IndexPlan, build_index, choose_index, ivf_join_pairs
 from rexeval.pipelines.core.stage import Resources
 
 
@@ -203,7 +203,7 @@ def test_gpu_auto_is_off_and_gpu_true_fails_clearly_without_gpus():
 
 def _spy_shards(monkeypatch) -> list[dict]:
     """Replace `sharded_pairs` by a recorder of what each group's shards would ask for."""
-    import rexeval.pipelines.cluster.neighbours as nb
+    import rexeval.pipelines.paraphrase.neighbours as nb
 
     calls: list[dict] = []
 
@@ -264,8 +264,8 @@ def test_ray_path_equals_in_process(ray_session, small, monkeypatch):
     opts = {"k": 8, "tau": 0.9, "flat_max": int(sizes.max()) - 1}
     local = candidate_pairs(x, groups, workers=1, ivf_join=False, **opts)  # FAISS's IVF search, as shards
 
-    import rexeval.pipelines.cluster.index as index
-    import rexeval.pipelines.cluster.neighbours as nb
+    import rexeval.pipelines.paraphrase.index as index
+    import rexeval.pipelines.paraphrase.neighbours as nb
 
     def refuse(*_a, **_k):
         raise AssertionError("an index was built in the calling process")
@@ -304,7 +304,7 @@ def test_float64_and_nearly_unit_input_is_accepted():
 
 
 def test_blas_coretype_from_cpu_flags(tmp_path):
-    from rexeval.pipelines.cluster.index import _blas_coretype
+    from rexeval.pipelines.paraphrase.index import _blas_coretype
 
     info = tmp_path / "cpuinfo"
     info.write_text("processor: 0\nflags\t: fpu sse avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 from sklearn.metrics import calinski_harabasz_score
 
-from rexeval.pipelines.cluster import graph as cg
-from rexeval.pipelines.cluster.quality import (
+from rexeval.pipelines.paraphrase import graph as cg
+from rexeval.pipelines.paraphrase.quality import (
     cluster_examples,
     format_table3,
     quality_summary,

@@ -1,11 +1,11 @@
-"""`rexeval cluster` and `rexeval cluster-report` (python -m ray_jobs.cluster)."""
+"""`rexeval cluster` and `rexeval cluster-report` (python -m ray_jobs.paraphrase)."""
 from __future__ import annotations
 
 from functools import partial
 
 import click
 
-from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, run_job, user_errors
 
 
@@ -80,7 +80,7 @@ def cluster_cmd(overwrite, config_file, **flags):
 
       rexeval cluster runs/toys/star --out runs/toys/clusters --profile paper --gpus-per-worker 1
     """
-    from rexeval.pipelines.cluster.pipeline import run_cluster  # here: --help needs none of it
+    from rexeval.pipelines.paraphrase.pipeline import run_cluster  # here: --help needs none of it
 
     return run_job(lambda cfg, m: f"cluster ({m.get('method', cfg.method)})", ClusterConfig,
                    partial(run_cluster, overwrite=overwrite), config_file, flags, counts=_counts,
@@ -109,7 +109,7 @@ def cluster_report_cmd(runs, dataset, csv_path):
 
     Example: rexeval cluster-report runs/mi/clusters-extra runs/mi/clusters --dataset MI
     """
-    from rexeval.pipelines.cluster.quality import format_table3
+    from rexeval.pipelines.paraphrase.quality import format_table3
     from rexeval.pipelines.core.storage import location
 
     rows = []
@@ -132,7 +132,7 @@ def cluster_report_cmd(runs, dataset, csv_path):
         location(csv_path).write_text(text.getvalue())
 
 
-def main():  # python -m ray_jobs.cluster
+def main():  # python -m ray_jobs.paraphrase
     cluster_cmd()
 
 

@@ -1,4 +1,4 @@
-"""The FAISS indexes of the neighbour search (`pipelines/cluster/neighbours.py`).
+"""The FAISS indexes of the neighbour search (`pipelines/paraphrase/neighbours.py`).
 
 One index per polarity group: exact inner product (`IndexFlatIP`) up to `FLAT_MAX`
 vectors, IVF above (HNSW on request), on GPUs when FAISS sees some. IVF centroids are
@@ -249,7 +249,7 @@ def ivf_join_pairs(x: np.ndarray, ids: np.ndarray, nlist: int, nprobe: int, k: i
     then each query against those of its own probes that pass missed (one GEMM per target
     list). FAISS's IndexIVFFlat scans lists query by query; batching them into GEMMs is
     several times faster on 2 cores at the same or better recall (we wrote this because
-    FAISS has no batched self-join; measured in benchmarks/bench_cluster.py). Keeps, per
+    FAISS has no batched self-join; measured in benchmarks/bench_paraphrase.py). Keeps, per
     query, the `k` best candidates with cosine >= tau (ties broken by candidate id).
     Returns (a, b, cos) with a < b global ids; both directions may appear.
     """

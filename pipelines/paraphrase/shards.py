@@ -26,7 +26,7 @@ Same answers, bit for bit. FAISS computes exact inner products with BLAS in bloc
 on the block it falls in and on the query chunk. Shard bounds and query chunks are
 multiples of `align_rows` (the chunk and that block size), so every product is computed as
 the one-index search computes it: Flat pairs and cosines equal `candidate_pairs`'s
-in-process pairs exactly (tests/pipelines/cluster/test_shards.py). IVF scans lists with
+in-process pairs exactly (tests/pipelines/paraphrase/test_shards.py). IVF scans lists with
 per-vector dot products, which do not depend on blocks.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rexeval.pipelines.cluster.index import (IndexPlan, empty_pairs, load_faiss, to_gpu, train_centroids,
+from rexeval.pipelines.paraphrase.index import (IndexPlan, empty_pairs, load_faiss, to_gpu, train_centroids,
                                               training_rows)
 from rexeval.pipelines.core.stage import Resources
 from rexeval.threads import cpu_threads
@@ -216,7 +216,7 @@ class EmbeddingsAt:
 
     def read(self) -> np.ndarray:
         """The whole matrix (for a search in one process)."""
-        from rexeval.pipelines.cluster.embed import read_vectors
+        from rexeval.pipelines.paraphrase.embed import read_vectors
 
         return read_vectors(self.folder, self.n)
 
@@ -231,7 +231,7 @@ class EmbeddingSource(RowSource):
     def rows(self, group_rows: np.ndarray) -> np.ndarray:
         import ray
 
-        from rexeval.pipelines.cluster.embed import read_rows
+        from rexeval.pipelines.paraphrase.embed import read_rows
 
         return read_rows(self.folder, ray.get(self.ids)[group_rows])
 

@@ -7,8 +7,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rexeval.ray_jobs.cluster import cluster_cmd, cluster_report_cmd
-from tests.pipelines.cluster.test_pipeline import _statements
+from rexeval.ray_jobs.paraphrase import cluster_cmd, cluster_report_cmd
+from tests.pipelines.paraphrase.test_pipeline import _statements
 
 
 def test_help_explains_the_method_and_has_examples():

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, read_table
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus
 from rexeval.pipelines.core.storage import Location, PathLike, location
@@ -56,7 +56,7 @@ def read_statements(cfg: ClusterConfig, stage: str, work: Location, say=None) ->
 
 def _extra_candidates(cfg: ClusterConfig, work: Location, say) -> tuple[pa.Table, dict]:
     """EXTRA's heuristic candidates from the reviews of an ingest folder / reviews file."""
-    from rexeval.pipelines.cluster.extra import extra_candidates
+    from rexeval.pipelines.paraphrase.extra import extra_candidates
     from rexeval.pipelines.core.inputs import reviews_path
 
     reviews = read_table(reviews_path(cfg.input), "reviews", columns=["review_id", "user_id", "item_id", "text"],
@@ -75,7 +75,7 @@ def _extra_candidates(cfg: ClusterConfig, work: Location, say) -> tuple[pa.Table
 def prepare(cfg: ClusterConfig, stage: str, work: PathLike) -> dict:
     """Statements -> distinct statements (nodes), written as `_work/nodes.parquet`:
     {"n", "digest", "extra_stats", "messages"}."""
-    from rexeval.pipelines.cluster.nodes import build_nodes
+    from rexeval.pipelines.paraphrase.nodes import build_nodes
 
     work, messages = location(work), []
     statements, extra_stats = read_statements(cfg, stage, work, messages.append)
@@ -106,9 +106,9 @@ def neighbours(cfg: ClusterConfig, work: PathLike, emb_key: str, n: int, nodes_d
                gpu: str | bool, threads: int) -> dict:
     """Candidate pairs (a < b, cos >= tau_pair) within each polarity, saved in
     `_work/neighbours/` (reused by a re-run): {"pairs", "digest", "stats", "messages"}."""
-    from rexeval.pipelines.cluster.embed import embedding_dim, read_vectors
-    from rexeval.pipelines.cluster.neighbours import candidate_pairs
-    from rexeval.pipelines.cluster.shards import EmbeddingsAt
+    from rexeval.pipelines.paraphrase.embed import embedding_dim, read_vectors
+    from rexeval.pipelines.paraphrase.neighbours import candidate_pairs
+    from rexeval.pipelines.paraphrase.shards import EmbeddingsAt
 
     work = location(work)
     folder = work / "neighbours"
@@ -173,7 +173,7 @@ class PairScoreStage(Stage):
     def data(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(a, b, texts) of the whole pair list, read once per actor."""
         if self._data is None:
-            from rexeval.pipelines.cluster.embed import read_texts
+            from rexeval.pipelines.paraphrase.embed import read_texts
 
             t = read_parquet(self.pairs_at, columns=["a", "b"])
             self._data = (t.column("a").to_numpy(), t.column("b").to_numpy(),
@@ -206,9 +206,9 @@ def finish(cfg: ClusterConfig, enc: dict, stage: str, work: PathLike, out: Shard
     """Cluster the distinct statements (STAR's graph over the kept pairs, or EXTRA's
     MinHash-LSH groups), write the output tables (shard 0 and its marker) and the report:
     {"counts", "quality", "reports", "timings", "messages"}."""
-    from rexeval.pipelines.cluster.embed import read_vectors
-    from rexeval.pipelines.cluster.nodes import build_nodes, output_tables
-    from rexeval.pipelines.cluster.quality import quality_summary, write_report
+    from rexeval.pipelines.paraphrase.embed import read_vectors
+    from rexeval.pipelines.paraphrase.nodes import build_nodes, output_tables
+    from rexeval.pipelines.paraphrase.quality import quality_summary, write_report
 
     work, messages, timings = location(work), [], {}
     statements, _ = read_statements(cfg, stage, work)
@@ -220,7 +220,7 @@ def finish(cfg: ClusterConfig, enc: dict, stage: str, work: PathLike, out: Shard
         labels, reps, graph_counts = _star_graph(emb, nodes, work, cfg, enc, timings, messages)
         counts.update(graph_counts)
     else:
-        from rexeval.pipelines.cluster.minhash import extra_representatives, minhash_lsh_clusters
+        from rexeval.pipelines.paraphrase.minhash import extra_representatives, minhash_lsh_clusters
 
         labels = minhash_lsh_clusters(nodes.texts.tolist(), threshold=cfg.extra_threshold,
                                       num_perm=cfg.extra_num_perm, ngram=cfg.extra_ngram)
@@ -252,7 +252,7 @@ def finish(cfg: ClusterConfig, enc: dict, stage: str, work: PathLike, out: Shard
 
 def _star_graph(emb, nodes, work: Location, cfg: ClusterConfig, enc: dict, timings: dict, messages: list):
     """Kept pairs -> graph refinement; returns labels, representatives, counts."""
-    from rexeval.pipelines.cluster.graph import cluster_graph
+    from rexeval.pipelines.paraphrase.graph import cluster_graph
 
     if nodes.n == 0:
         a = b = np.zeros(0, dtype=np.int64)

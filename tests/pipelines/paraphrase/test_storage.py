@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.pipelines.cluster.pipeline import run_cluster
+from rexeval.pipelines.paraphrase.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import run_cluster
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import REVIEWS
 from rexeval.pipelines.core.storage import location
-from tests.pipelines.cluster.test_pipeline import _statements
+from tests.pipelines.paraphrase.test_pipeline import _statements
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -48,9 +48,9 @@ def _errors(root) -> list[dict]:
 def _driver_builds_nothing(monkeypatch) -> None:
     """Make every FAISS index construction and the graph fail in this (the driver's)
     process: the job passes only when workers do them (they import their own modules)."""
-    import rexeval.pipelines.cluster.graph as graph
-    import rexeval.pipelines.cluster.index as index
-    import rexeval.pipelines.cluster.neighbours as nb
+    import rexeval.pipelines.paraphrase.graph as graph
+    import rexeval.pipelines.paraphrase.index as index
+    import rexeval.pipelines.paraphrase.neighbours as nb
 
     def refuse(*_a, **_k):
         raise AssertionError("built in the driver process")
@@ -125,7 +125,7 @@ def test_the_steps_run_where_the_data_can_be_read(tmp_path, s3_root, monkeypatch
     follow --gpus-per-worker, whatever the cluster has now."""
     import ray
 
-    import rexeval.pipelines.cluster.pipeline as pl
+    import rexeval.pipelines.paraphrase.pipeline as pl
 
     seen = []
 
@@ -159,7 +159,7 @@ def _pid() -> int:
 
 
 def test_a_step_error_reads_as_the_error_it_is(tmp_path):
-    from rexeval.pipelines.cluster.pipeline import on_worker
+    from rexeval.pipelines.paraphrase.pipeline import on_worker
 
     def boom(path):
         raise FileNotFoundError(f"no such thing: {path}")
@@ -192,7 +192,7 @@ class FakeProcessor:
 @pytest.mark.slow
 def test_vllm_embeddings_are_written_by_workers_and_resume(s3_root, monkeypatch):
     import rexeval.models.encoders.embedder as embedder
-    from rexeval.pipelines.cluster.embed import embed_texts, read_vectors
+    from rexeval.pipelines.paraphrase.embed import embed_texts, read_vectors
 
     monkeypatch.setattr(embedder, "build_vllm_embed_processor", lambda *a, **k: FakeProcessor())
     texts = location(s3_root) / "nodes.parquet"
@@ -219,7 +219,7 @@ def test_vllm_embeddings_are_written_by_workers_and_resume(s3_root, monkeypatch)
 
 
 def test_read_vectors_checks_the_rows(tmp_path):
-    from rexeval.pipelines.cluster.embed import read_vectors, vectors_table
+    from rexeval.pipelines.paraphrase.embed import read_vectors, vectors_table
 
     (location(tmp_path) / "embeddings" / "part-00000.parquet").write_parquet(vectors_table(0, np.eye(3)))
     assert read_vectors(tmp_path, 3).shape == (3, 3)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from rexeval.models.profiles import ModelOverrides
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs, table_outputs
 from rexeval.pipelines.core.read_paths import ReadPath
-from rexeval.pipelines.cluster.shards import INDEX_SHARD_GIB
+from rexeval.pipelines.paraphrase.shards import INDEX_SHARD_GIB
 from rexeval.pipelines.core.stage import CPUS_PER_WORKER, MEMORY_PER_WORKER
 
 # What `rexeval cluster` writes in its folder (pipelines/core/outputs.py); `statements`

@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from rexeval.pipelines.cluster.pipeline import run_cluster
-from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import run_cluster
+from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.core.io import read_table
 
 

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from rexeval.pipelines.cluster.graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
-from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS as OUT
+from rexeval.pipelines.paraphrase.graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
+from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS as OUT
 from rexeval.pipelines.core.storage import Location, PathLike, location
 
 

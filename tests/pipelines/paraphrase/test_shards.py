@@ -1,4 +1,4 @@
-"""The FAISS index in shards (`pipelines/cluster/shards.py`): Flat shards give exactly the
+"""The FAISS index in shards (`pipelines/paraphrase/shards.py`): Flat shards give exactly the
 one-index pairs, ties included; IVF shards keep recall >= 0.99 against exact search; each
 shard holds only its rows and reads them itself; the merge rule and the sizing alone."""
 from __future__ import annotations
@@ -7,11 +7,11 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.cluster.embed import TABLE, vectors_table
-from rexeval.pipelines.cluster.neighbours import candidate_pairs
-from rexeval.pipelines.cluster.shards import (EmbeddingsAt, align_rows, canonical_topk, exact_topk, shard_bounds,
+from rexeval.pipelines.paraphrase.embed import TABLE, vectors_table
+from rexeval.pipelines.paraphrase.neighbours import candidate_pairs
+from rexeval.pipelines.paraphrase.shards import (EmbeddingsAt, align_rows, canonical_topk, exact_topk, shard_bounds,
                                                shards_for)
-from tests.pipelines.cluster.test_neighbours import planted_families
+from tests.pipelines.paraphrase.test_neighbours import planted_families
 
 CHUNK = 1024  # query chunk of these tests: shards are multiples of 1024 rows
 
@@ -141,7 +141,7 @@ def test_shards_read_their_own_rows_from_the_embeddings(ray_session, planted, tm
     """Given an embeddings folder, no process reads the whole matrix: each shard reads its
     rows from storage; the pairs are those of the in-memory search. A row that is not
     unit-length is named by its row in the input."""
-    import rexeval.pipelines.cluster.embed as embed
+    import rexeval.pipelines.paraphrase.embed as embed
 
     x, groups = planted
     folder = tmp_path / "embeddings"

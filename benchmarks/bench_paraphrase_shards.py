@@ -9,7 +9,7 @@ number of actors and the same CPUs each:
   takes the vectors from the object store and searches a share of the queries
   (`CopiedIndexActor` below, written here from `index.build_index` / `serialize` /
   `deserialize` and `neighbours.search_pairs`, as that design used them);
-- sharded (`neighbours.candidate_pairs` with N workers: `pipelines/cluster/shards.py`):
+- sharded (`neighbours.candidate_pairs` with N workers: `pipelines/paraphrase/shards.py`):
   N actors each hold a quarter of the vectors in their own index; every query chunk goes
   to all of them and the lists are merged.
 
@@ -20,10 +20,10 @@ Memory per actor is the actor's peak RSS (VmHWM, reset when the actor starts: Ra
 give it a worker that ran other work) less its RSS then: what holding and searching the
 index cost it; total memory sums the actors. Ratios are sharded / copied.
 
-    .venv/bin/python benchmarks/bench_cluster_shards.py               # 1M IVF, 100k Flat, 4 actors
-    .venv/bin/python benchmarks/bench_cluster_shards.py --n 200000 --flat-n 30000   # quicker
+    .venv/bin/python benchmarks/bench_paraphrase_shards.py               # 1M IVF, 100k Flat, 4 actors
+    .venv/bin/python benchmarks/bench_paraphrase_shards.py --n 200000 --flat-n 30000   # quicker
 
-Results go to benchmarks/results/cluster_shards.json.
+Results go to benchmarks/results/paraphrase_shards.json.
 """
 from __future__ import annotations
 
@@ -49,8 +49,8 @@ class CopiedIndexActor:
     vector matrix from the object store, a range of queries searched."""
 
     def __init__(self, index_blob, vectors, plan, threads: int):
-        from rexeval.pipelines.cluster.index import deserialize, load_faiss
-        from rexeval.pipelines.cluster.shards import reset_peak_rss
+        from rexeval.pipelines.paraphrase.index import deserialize, load_faiss
+        from rexeval.pipelines.paraphrase.shards import reset_peak_rss
 
         self.base = reset_peak_rss()  # a reused Ray worker's earlier peak does not count
         load_faiss().omp_set_num_threads(max(1, threads))
@@ -58,19 +58,19 @@ class CopiedIndexActor:
         self.vectors = vectors
 
     def search(self, start: int, end: int, k: int, tau: float):
-        from rexeval.pipelines.cluster.neighbours import search_pairs
+        from rexeval.pipelines.paraphrase.neighbours import search_pairs
 
         ids = np.arange(len(self.vectors), dtype=np.int64)
         return search_pairs(self.index, self.vectors, ids, start, end, k, tau)
 
     def held(self) -> int:
-        from rexeval.pipelines.cluster.shards import peak_rss
+        from rexeval.pipelines.paraphrase.shards import peak_rss
 
         return peak_rss() - self.base
 
 
 def build_blob(vectors, plan, seed: int, threads: int):
-    from rexeval.pipelines.cluster.index import build_index, load_faiss, serialize
+    from rexeval.pipelines.paraphrase.index import build_index, load_faiss, serialize
 
     load_faiss().omp_set_num_threads(max(1, threads))
     return serialize(build_index(vectors, plan, seed=seed))
@@ -80,7 +80,7 @@ def copied(x: np.ndarray, plan, actors: int, cpus: float, chunk: int) -> dict:
     """The copied design: pairs (deduplicated), seconds, bytes held per actor."""
     import ray
 
-    from rexeval.pipelines.cluster.neighbours import dedupe
+    from rexeval.pipelines.paraphrase.neighbours import dedupe
 
     t0 = time.perf_counter()
     vectors = ray.put(x)
@@ -103,7 +103,7 @@ def copied(x: np.ndarray, plan, actors: int, cpus: float, chunk: int) -> dict:
 
 
 def sharded(x: np.ndarray, kind: str, actors: int, cpus: float, budget_gib: float) -> dict:
-    from rexeval.pipelines.cluster.neighbours import candidate_pairs
+    from rexeval.pipelines.paraphrase.neighbours import candidate_pairs
 
     t0 = time.perf_counter()
     res = candidate_pairs(x, np.zeros(len(x), np.int64), k=K, tau=TAU, kind=kind, workers=actors, threads=cpus,
@@ -135,7 +135,7 @@ def exact_recall(x: np.ndarray, pairs, queries: int, seed: int = 0) -> dict:
 
 
 def run(kind: str, x: np.ndarray, actors: int, cpus: float, chunk: int) -> dict:
-    from rexeval.pipelines.cluster.index import choose_index
+    from rexeval.pipelines.paraphrase.index import choose_index
 
     plan = choose_index(len(x), x.shape[1], K, kind, gpu=False)
     budget = len(x) * x.shape[1] * 4 / GIB / actors * 1.1  # a budget that asks for `actors` shards
@@ -187,7 +187,7 @@ def main(argv=None) -> dict:
     results.update(flat=flat, ivf=ivf, same_pairs=flat["same_pairs"], ivf_recall=round(ivf["recall"]["recall"], 5),
                    memory_per_actor_ratio=ivf["memory_per_actor_ratio"], time_ratio=ivf["time_ratio"],
                    seconds=round(time.perf_counter() - t, 1),
-                   command="python benchmarks/bench_cluster_shards.py " + " ".join(argv or sys.argv[1:]))
+                   command="python benchmarks/bench_paraphrase_shards.py " + " ".join(argv or sys.argv[1:]))
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps({k: results[k] for k in ("same_pairs", "ivf_recall", "memory_per_actor_ratio", "time_ratio")}))
     return results

@@ -63,7 +63,7 @@ def embedding_dim(folder: PathLike) -> int:
 def read_rows(folder: PathLike, rows: np.ndarray) -> np.ndarray:
     """The vectors of global rows `rows` (ascending) from an embeddings folder: only the
     files whose `row` statistics say they hold some, only the rows asked for (an index
-    shard's own rows, `pipelines/cluster/shards.py`), in the order asked."""
+    shard's own rows, `pipelines/paraphrase/shards.py`), in the order asked."""
     rows = np.asarray(rows, dtype=np.int64)
     if len(rows) == 0:
         return np.zeros((0, 0), dtype=np.float32)

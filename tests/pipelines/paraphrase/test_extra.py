@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rexeval.pipelines.cluster import extra as eb
-from rexeval.pipelines.cluster import minhash as mh
+from rexeval.pipelines.paraphrase import extra as eb
+from rexeval.pipelines.paraphrase import minhash as mh
 from rexeval.pipelines.core.ids import statement_id
 
 # -- normalisation -------------------------------------------------------

@@ -5,7 +5,7 @@ same text up to case, spaces and punctuation (`statements.dedup_key`) are one no
 a statement repeated by thousands of reviewers is embedded and searched once. Every
 input row keeps its own line in the output map (nothing is lost), and a cluster's size
 counts distinct statements while its `occurrences` counts rows. These are pure
-functions over Arrow/NumPy; the Ray wiring lives in `pipelines.cluster.pipeline`.
+functions over Arrow/NumPy; the Ray wiring lives in `pipelines.paraphrase.pipeline`.
 """
 from __future__ import annotations
 

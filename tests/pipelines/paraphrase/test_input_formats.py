@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.pipelines.cluster.pipeline import describe_input
-from rexeval.pipelines.cluster.steps import read_statements
+from rexeval.pipelines.paraphrase.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import describe_input
+from rexeval.pipelines.paraphrase.steps import read_statements
 from rexeval.pipelines.core.schema import REVIEWS, SchemaError, validate_table
 from rexeval.pipelines.core.storage import location
 from tests.pipelines.extract.test_ground_truth import SMALL, statements_table

@@ -30,8 +30,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from rexeval.pipelines.cluster import steps
-from rexeval.pipelines.cluster.config import CLUSTER_OUTPUTS, ClusterConfig
+from rexeval.pipelines.paraphrase import steps
+from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS, ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, table_files, unset_fields
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
@@ -199,7 +199,7 @@ def neighbour_pairs(cfg: ClusterConfig, work: Location, emb_key: str, prep: dict
 def run_cluster(cfg: ClusterConfig, overwrite: bool = False,
                 progress: Callable[[str], None] = print) -> dict:
     """Run the job end to end (reusing finished work) and return the manifest."""
-    from rexeval.pipelines.cluster.embed import embed_texts
+    from rexeval.pipelines.paraphrase.embed import embed_texts
     from rexeval.pipelines.core.runtime import reads_here
 
     t0 = time.time()

@@ -14,8 +14,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from rexeval.pipelines.cluster import graph as cg
-from rexeval.pipelines.cluster.graph import (
+from rexeval.pipelines.paraphrase import graph as cg
+from rexeval.pipelines.paraphrase.graph import (
     GraphClusters,
     cluster_graph,
     connected_components,

@@ -4,8 +4,8 @@ to check (the pair scorer's kind, when asked to detect it), never the embedders.
 from __future__ import annotations
 
 from rexeval.models import fetch
-from rexeval.pipelines.cluster.config import ClusterConfig
-from rexeval.pipelines.cluster.pipeline import resolve_encoders
+from rexeval.pipelines.paraphrase.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import resolve_encoders
 from rexeval.pipelines.core.storage import location
 from tests.doubles.tiny_encoders import build_tiny_bert
 

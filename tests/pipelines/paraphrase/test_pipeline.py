@@ -8,8 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rexeval.pipelines.cluster.pipeline import run_cluster
-from rexeval.pipelines.cluster.config import ClusterConfig
+from rexeval.pipelines.paraphrase.pipeline import run_cluster
+from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS
 
@@ -147,7 +147,7 @@ def test_the_steps_threads_come_from_the_settings_not_the_clusters_nodes(tmp_pat
     workers each of their tasks and actors gets `cpus_per_worker` CPUs."""
     import ray
 
-    import rexeval.pipelines.cluster.pipeline as pl
+    import rexeval.pipelines.paraphrase.pipeline as pl
     from rexeval.pipelines.core.storage import location
 
     def refuse(*_a, **_k):

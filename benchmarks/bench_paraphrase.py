@@ -3,8 +3,8 @@
 Input: synthetic unit vectors with planted paraphrase families in three polarity groups
 (`synthetic_paraphrases.planted_vectors`), 384 dimensions like all-MiniLM-L6-v2.
 
-- ours: `pipelines.cluster.neighbours.candidate_pairs` (FAISS, exact up to a size and IVF above,
-  all cores) + `pipelines.cluster.graph.cluster_graph` (scipy components, batched
+- ours: `pipelines.paraphrase.neighbours.candidate_pairs` (FAISS, exact up to a size and IVF above,
+  all cores) + `pipelines.paraphrase.graph.cluster_graph` (scipy components, batched
   cohesion, heap-driven Algorithm 1, vectorised representatives).
 - reference: the paper followed literally in one process: an exact FAISS inner-product
   index per polarity, K neighbours per statement, and Python loops over neighbours,
@@ -15,11 +15,11 @@ Each run is a fresh process (spawned), so its peak RSS is its own. Both run on t
 subset; their partitions and representatives are compared (equal output), then ours
 alone runs on the full size. Re-run:
 
-    .venv/bin/python benchmarks/bench_cluster.py                 # 1,000,000 and a 400,000 subset
-    .venv/bin/python benchmarks/bench_cluster.py --n 200000 --subset 50000   # quicker
-    .venv/bin/python benchmarks/bench_cluster.py --with-flat   # also ours with exact search
+    .venv/bin/python benchmarks/bench_paraphrase.py                 # 1,000,000 and a 400,000 subset
+    .venv/bin/python benchmarks/bench_paraphrase.py --n 200000 --subset 50000   # quicker
+    .venv/bin/python benchmarks/bench_paraphrase.py --with-flat   # also ours with exact search
 
-Results go to benchmarks/results/cluster.json.
+Results go to benchmarks/results/paraphrase.json.
 """
 from __future__ import annotations
 
@@ -50,8 +50,8 @@ def _peak_rss_gib() -> float:
 # -- ours ---------------------------------------------------------------------------------
 
 def run_ours(emb, groups, kind="auto"):
-    from rexeval.pipelines.cluster.graph import cluster_graph
-    from rexeval.pipelines.cluster.neighbours import candidate_pairs
+    from rexeval.pipelines.paraphrase.graph import cluster_graph
+    from rexeval.pipelines.paraphrase.neighbours import candidate_pairs
 
     t0 = time.perf_counter()
     pairs = candidate_pairs(emb, groups, k=K, tau=TAU_PAIR, kind=kind, workers=1)
@@ -68,7 +68,7 @@ def run_ours(emb, groups, kind="auto"):
 # -- the literal reference ------------------------------------------------------------------
 
 def run_reference(emb, groups):
-    from rexeval.pipelines.cluster.index import load_faiss
+    from rexeval.pipelines.paraphrase.index import load_faiss
 
     faiss = load_faiss()  # loads faiss with the same OpenBLAS kernels as ours (fair comparison)
 

@@ -1,5 +1,5 @@
 """MinHash LSH grouping of near-duplicate sentences, as the EXTRA baseline does it (seed 002,
-Table 3), with its representatives and reduction figure. `pipelines/cluster/extra.py`
+Table 3), with its representatives and reduction figure. `pipelines/paraphrase/extra.py`
 picks the candidate sentences; this module groups them. Our reading of EXTRA's recipe,
 written from its description, not from its code.
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from rexeval.pipelines.cluster.nodes import build_nodes, cluster_ids, output_tables
+from rexeval.pipelines.paraphrase.nodes import build_nodes, cluster_ids, output_tables
 from rexeval.pipelines.core.schema import STATEMENTS, validate_table
 
 

@@ -6,10 +6,10 @@ K nearest neighbours (K=128) within the same polarity and their cosine is >= tau
 polarity group: exact (`IndexFlatIP`) while a group is small, IVF above `flat_max`,
 where exact search is quadratic (1M x 384: over an hour on 2 cores) and an IVF
 index with enough probes finds >= 0.99 of the near-duplicate pairs (measured, see
-`DEFAULT_NPROBE`; the indexes are planned and built in `pipelines/cluster/index.py`).
+`DEFAULT_NPROBE`; the indexes are planned and built in `pipelines/paraphrase/index.py`).
 Queries are searched in chunks, so memory stays at the vectors plus one index. With
 `workers > 1` each group's index is split into shards held by Ray actors, one shard
-each, never copied (`pipelines/cluster/shards.py`): as many shards as the per-shard memory
+each, never copied (`pipelines/paraphrase/shards.py`): as many shards as the per-shard memory
 budget needs, and at least `workers`; every query chunk goes to every shard and the
 per-shard lists are merged, giving the in-process pairs exactly for Flat. Whether the
 shards use GPUs is what they ask for (`gpu`), not what the cluster holds at the start: an
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from rexeval.pipelines.cluster.index import FLAT_MAX, build_index, choose_index, empty_pairs, ivf_join_pairs, load_faiss
-from rexeval.pipelines.cluster.shards import (INDEX_SHARD_GIB, QUERY_CHUNK, EmbeddingsAt, SliceSource,
+from rexeval.pipelines.paraphrase.index import FLAT_MAX, build_index, choose_index, empty_pairs, ivf_join_pairs, load_faiss
+from rexeval.pipelines.paraphrase.shards import (INDEX_SHARD_GIB, QUERY_CHUNK, EmbeddingsAt, SliceSource,
                                                check_unit, exact_topk, pairs_from_topk, sharded_pairs)
 from rexeval.pipelines.core.stage import Resources
 from rexeval.threads import cpu_threads
