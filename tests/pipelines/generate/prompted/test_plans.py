@@ -15,7 +15,7 @@ from rexeval.pipelines.generate.prompted.mf import MFResult
 from tests.doubles.planted_shop import DRUM, DRUMMERS, GUITAR, GUITARISTS, planted_ingest
 
 SEED004 = ("user_based", "item_based", "review_extract", "review_summary", "preference_logic")
-ALL = (*SEED004, "item_only")  # item_only: the extension guide's one-file example (docs/extending.md)
+EXAMPLE = "item_only"  # the extension guide's one-file example (docs/extending.md)
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,9 @@ def shop(tmp_path_factory):
     mf = MFResult(user_ids=users, item_ids=items, user_factors=uf, item_factors=itf, global_mean=3.0,
                   val_rmse=0.5, baseline_rmse=1.5, best_epoch=1)
     s = PromptedSettings()
-    plans = {m: method(m).plan(inputs, s, contexts, mf) for m in ALL}
+    # Every registered method, whatever its number: a method added in one file is checked
+    # by the same contract below without an edit here.
+    plans = {m: method(m).plan(inputs, s, contexts, mf) for m in METHODS.names()}
     return inputs, plans
 
 
@@ -51,7 +53,7 @@ def test_targets_are_each_users_latest_review_and_known_leaves_them_out(shop):
 
 def test_every_registered_method_is_planned_for_every_interaction(shop):
     inputs, plans = shop
-    assert sorted(METHODS.names()) == sorted(ALL)  # item_only found by the folder's scan, listed nowhere
+    assert set(SEED004) | {EXAMPLE} <= set(plans)  # item_only found by the folder's scan, listed nowhere
     for name, plan in plans.items():
         assert plan["example_id"].tolist() == inputs.targets["example_id"].tolist(), name
         served = plan["skip"].isna()
