@@ -19,7 +19,7 @@ How each design reaches the engines:
   call per row, one processor per pass and role. On a GPU cluster that design's vllm kind
   built a vLLMEngineProcessor per pass and role, which starts an engine pool each time;
   its serve kind did not restart anything. The benchmark models the vllm kind: the
-  driver wraps the old `llm.stream._call_keeping_rows` so that every call with rows after
+  driver wraps the old `llm_stream._call_keeping_rows` so that every call with rows after
   the first stops the engines and starts N new ones (a new Serve app generation: new
   processes, each loading again). A role's call without rows restarts nothing (the old
   code would still have built its processor; not counted, in the old design's favour).

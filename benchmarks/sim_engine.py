@@ -29,7 +29,7 @@ The driver part (`drive`) runs in its own process with its own local Ray: it sta
 ledger and the engines (a Serve app of N replicas), runs `rexeval extract` (STAR, both
 turns) against them, samples its own RSS and the object store, and writes what it saw.
 For the pass design (`arm == "passes"`) it wraps that design's per-pass call
-(`llm.stream._call_keeping_rows`) so that each call after the first starts the engines
+(`llm_stream._call_keeping_rows`) so that each call after the first starts the engines
 again (`deploy` with a new generation): `bench_llm_scale.py` says why.
 """
 from __future__ import annotations
@@ -453,7 +453,9 @@ def _drive_one(args: dict, ledger) -> None:
         # The pass design (a worktree of the old commit): every processor it builds for a
         # pass starts its engines (the vllm kind's vLLMEngineProcessor did); here each
         # call with rows after the first restarts the engines, which load again.
-        from rexeval.pipelines.core.llm import stream as llm_stream
+        # The old commit's module name (pipelines/core/llm_stream.py there), not this
+        # checkout's pipelines/core/llm/stream.py: only the pass design runs this.
+        from rexeval.pipelines.core import llm_stream
 
         original = getattr(llm_stream, "_original_call_keeping_rows", llm_stream._call_keeping_rows)
         llm_stream._original_call_keeping_rows = original
