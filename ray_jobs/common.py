@@ -269,7 +269,8 @@ _LLM_OPTIONS = [
                  help="Backend setting, e.g. batch_size=16, base_url=http://127.0.0.1:8000/v1, "
                       "concurrency=8, device=cuda."),
     click.option("--max-retries", type=int, help="Retries of an unusable answer (default {default})."),
-    click.option("--workers", type=int, help="Most LLM actors (a pool from min_workers); each loads the model (default {default})."),
+    click.option("--workers", type=int,
+                 help="Most LLM actors (a pool from min_workers); each loads the model (default {default})."),
     click.option("--cache", help="LLM-call cache: a local SQLite file, or a URI folder (s3://bucket/cache) "
                                 "holding one object per call (default: $REXEVAL_CACHE/llm-calls.sqlite; "
                                 "OUT/_llm_cache when --out is a URI)."),

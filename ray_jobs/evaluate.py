@@ -7,8 +7,8 @@ import click
 
 from rexeval.pipelines.evaluate.pipeline import run_evaluate
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT, EvaluateConfig
-from rexeval.ray_jobs.common import (ListedOption, Where, columns_option, config_option, defaults_from, llm_options,
-                                     run_job, user_errors)
+from rexeval.ray_jobs.common import (ListedOption, Where, columns_option, config_option, defaults_from,
+                                     llm_options, run_job, user_errors)
 
 
 def metric_family_names() -> list[str]:

@@ -38,7 +38,8 @@ _INPUT_OPTIONS = [
     click.option("--ray", "ray_mode", type=click.Choice(["auto", "always", "never"]),
                  help="On Ray workers (inputs, factors and heads; the driver holds counts): auto "
                       "(default: once the explanations or reviews reach --ray-min-rows rows), always, never."),
-    click.option("--ray-min-rows", type=int, help="Rows from which `--ray auto` runs on Ray workers (default {default})."),
+    click.option("--ray-min-rows", type=int,
+                 help="Rows from which `--ray auto` runs on Ray workers (default {default})."),
     click.option("--overwrite", is_flag=True, help="Replace an output folder made with other settings."),
 ]
 

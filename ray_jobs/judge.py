@@ -7,7 +7,8 @@ from rexeval.pipelines.judge.jobs import run_detect, run_likert, run_pairwise
 from rexeval.pipelines.judge.config import DetectJobConfig, LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.cost import reward_line
 from rexeval.pipelines.judge.winrate import WinrateConfig
-from rexeval.ray_jobs.common import Where, columns_option, config_option, defaults_from, llm_options, run_job, user_errors
+from rexeval.ray_jobs.common import (Where, columns_option, config_option, defaults_from, llm_options, run_job,
+                                     user_errors)
 
 
 def _judge_options(fn):
@@ -136,7 +137,8 @@ def _pairwise_flags(fn):
         click.option("--max-tokens", type=int,
                      help="Answer length limit, reasoning included (default: the profile's answer_caps."
                           "judge_tokens: 2048 with paper, as seed 004; 512 with local)."),
-        click.option("--temperature", type=float, help="Judge sampling temperature (default {default}; seed 004 used 0.7)."),
+        click.option("--temperature", type=float,
+                     help="Judge sampling temperature (default {default}; seed 004 used 0.7)."),
     ]
     for o in reversed(options):
         fn = o(fn)

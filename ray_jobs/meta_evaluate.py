@@ -62,7 +62,8 @@ def _null_policy(ctx, param, value):
                    "for it in long scores) becomes this value (default {default}, seed 001) or 'drop'.")
 @click.option("--bootstrap", type=int, help="Bootstrap resamples for the 95% intervals (default {default}; 0: none).")
 @click.option("--seed", type=int,
-              help="Seed of the bootstrap, of --random-baseline and of --ensemble-sweep's subset sample (default {default}).")
+              help="Seed of the bootstrap, of --random-baseline and of --ensemble-sweep's subset sample "
+                   "(default {default}).")
 @click.option("--random-baseline", is_flag=True, default=None,
               help="Add seed 001's Random row: uniform integer ratings 1-5 per aspect.")
 @click.option("--ensemble-sweep", is_flag=True, default=None,

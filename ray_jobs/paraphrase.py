@@ -41,7 +41,8 @@ from rexeval.ray_jobs.common import Where, columns_option, config_option, defaul
 @click.option("--device", help="Encoder device: auto (default), cpu, cuda.")
 @click.option("--embed-backend", type=click.Choice(["sentence-transformers", "vllm"]),
               help="Embedding engine (vllm: ray.data.llm embed task on GPU workers).")
-@click.option("--workers", type=int, help="Most encoder actors (a pool from min_workers); each loads the model (default {default}).")
+@click.option("--workers", type=int,
+              help="Most encoder actors (a pool from min_workers); each loads the model (default {default}).")
 @click.option("--gpus-per-worker", type=float, help="GPUs per encoder actor (default {default}); above 0 the FAISS "
                                                    "neighbour search asks for a GPU too.")
 @click.option("--neighbour-workers", type=int, help="FAISS index shards at least, one Ray actor each, every "

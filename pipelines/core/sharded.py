@@ -37,6 +37,7 @@ def shard_line(shard: int | str, k: int, n: int, details: str = "", *, unit: str
     return (f"{indent}{label + ': ' if label else ''}{unit} {shard} {verb} ({counted})"
             + (f": {details}" if details else "") + (f", {cached} cached" if cached else ""))
 
+
 Report = Callable[[dict, int, int], str]
 """(the shard's result row, how many shards of this run are done, how many it has) -> a
 progress line."""

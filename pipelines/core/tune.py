@@ -16,8 +16,10 @@ A trial that fails (its node lost, a spot GPU taken back, a crash) is retried up
 `max_failures` times from its last checkpoint, in the same run, on whatever node has
 room; with the experiment under a URI, that checkpoint is reachable from every node.
 `best_checkpoint` and `trial_table` read the results; `fit_one` runs a single fixed
-trial to its best state, and `minibatch_epoch` is the plain epoch of optimizer steps. Used by `rexeval star train`
-(`pipelines/star/train.py`) and `rexeval generate train` (`pipelines/generate/train.py`).
+trial to its best state, and `minibatch_epoch` is the plain epoch of optimizer steps.
+Used by `rexeval star train` (`pipelines/star/train.py`), `rexeval generate train`
+(`pipelines/generate/train.py`) and the collaborative backbones (`generate/collab.py`,
+`generate/prompted/mf.py`).
 """
 from __future__ import annotations
 

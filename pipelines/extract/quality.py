@@ -247,8 +247,8 @@ def _judge_streamed(cfg: QualityConfig, model: dict, job: ShardedJob, statements
         if row["written"]:
             done[0] += 1
             c = row["counts"]
-            progress(shard_line(row["shard"], done[0], len(job.todo), f"{c['out']} ok, {c['errors']} unusable answer(s)",
-                                verb="judged"))
+            progress(shard_line(row["shard"], done[0], len(job.todo),
+                                f"{c['out']} ok, {c['errors']} unusable answer(s)", verb="judged"))
 
     steps = functools.partial(QualitySteps, cfg.max_tokens, cfg.max_retries)
     summary = run_stream(source_rows(QualityReader(statements, plan, reviews, cfg.shard_size), job.todo), steps,
