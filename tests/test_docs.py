@@ -259,7 +259,7 @@ def test_every_listed_entry_says_what_it_is():
     for name in METHODS.names():
         cls = METHODS.lookup(name)
         assert cls.conditions_on and cls.never_sees, name
-        assert sorted(cls.errors) == sorted(set(re.findall(r'skip="(\w+)"', inspect.getsource(cls)))), name
+        assert sorted(cls.errors) == sorted(set(re.findall(r'(?:skip=|Skip\()"(\w+)"', inspect.getsource(cls)))), name
 
 
 def test_the_own_system_page_study_plans_on_a_csv_under_other_names(tmp_path):

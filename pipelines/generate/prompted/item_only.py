@@ -6,17 +6,16 @@ explanations (`rexeval judge pairwise`), it shows how much those methods' person
 context adds; seed 004 has no such control, so this is rexeval's own, not a paper's.
 
 It is also the extension guide's worked example (docs/extending.md): a prompted
-generator is this one file. Its prompt is written here (`inline_prompt`); a file
-`explain_item_only.yaml` in $REXEVAL_PROMPTS_DIR still replaces it, like any prompt.
+generator is this one file, its prompt and what the prompt may see; `PromptedMethod`
+carries the loop over the interactions. Its prompt is written here (an inline prompt); a
+file `explain_item_only.yaml` in $REXEVAL_PROMPTS_DIR still replaces it, like any prompt.
 
 An interaction whose item has no known title has nothing to describe: an error row
 (`no_description`), never an explanation made up from nothing.
 """
 from __future__ import annotations
 
-import pandas as pd
-
-from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
+from rexeval.pipelines.generate.prompted.methods import PromptedMethod, Skip, register_method
 
 PROMPT = """\
 name: explain_item_only
@@ -50,25 +49,12 @@ user: |
 
 
 @register_method("item_only")
-class ItemOnly(Method):
+class ItemOnly(PromptedMethod):
     """The LLM says why the item is worth a look from its description alone (rexeval's
     non-personalised control, not a paper's)."""
 
-    uses_llm = True
+    prompt = PROMPT
+    sees = {"item_description": Skip("no_description",
+                                     "item {item_id} has no known title, so there is nothing to describe")}
     conditions_on = "the item's description only"
     never_sees = "anything about the shopper: their history, ratings or reviews"
-    errors = ("no_description",)
-
-    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        from rexeval.prompts import inline_prompt
-
-        template = inline_prompt(PROMPT, origin=__name__)
-        rows = []
-        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            if not str(c.item_description or "").strip():
-                rows.append(self.row(t, skip="no_description", skip_message=(
-                    f"item {t.item_id} has no known title, so there is nothing to describe")))
-                continue
-            rows.append(self.row(t, messages=template.render(item_description=c.item_description),
-                                 context={"item_description": c.item_description}))
-        return self.frame(rows, version=str(template.version))

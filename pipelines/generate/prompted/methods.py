@@ -8,13 +8,15 @@ interaction ends in an explanation or an error row. `context` (JSON) records wha
 method drew on (neighbour ids, the sentences picked), so a reader can audit a prompt.
 Planning is pure pandas in the driver; the LLM calls run afterwards as chunks on Ray
 (`pipelines/generate/prompted/tasks.py`). Adding a generator is one new module with
-`@register_method("name")`.
+`@register_method("name")`: a `PromptedMethod` when it fills one prompt per interaction
+(the base carries the loop, so the module is its prompt and what it may see), a `Method`
+when it plans otherwise (review extraction writes its answers without an LLM).
 """
 from __future__ import annotations
 
 import abc
 import json
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
@@ -108,3 +110,73 @@ def method(name: str) -> Method:
 
 def method_names() -> list[str]:
     return METHODS.names()
+
+
+class Skip(NamedTuple):
+    """An interaction a method cannot serve: the error row's `skip` type and its reason."""
+
+    type: str
+    message: str
+
+
+class PromptedMethod(Method):
+    """A generator that fills one prompt per interaction; the base carries the loop.
+
+    A subclass gives `prompt` (a prompt file's name, or an inline prompt's YAML text) and
+    what the prompt may see: either `sees`, the context columns (`build_contexts`) the
+    prompt renders under their own names, each with the error row written when it is
+    empty, or its own `fill` for anything more (neighbours, reviews). `prepare` builds
+    what `fill` reads once per plan. `errors` gathers the `sees` rows' types by itself.
+    """
+
+    prompt: ClassVar[str] = ""
+    sees: ClassVar[dict[str, Skip]] = {}  # context column -> the error row when it is empty (message: str.format
+    # over the interaction's fields, e.g. "{item_id}")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        cls.errors = tuple(dict.fromkeys((*cls.__dict__.get("errors", ()), *(s.type for s in cls.sees.values()))))
+
+    def template(self):
+        """The prompt template: inline YAML when `prompt` spans lines, else a prompt file."""
+        from rexeval.prompts import inline_prompt, load_prompt
+
+        if "\n" in self.prompt:
+            return inline_prompt(self.prompt, origin=type(self).__module__)
+        return load_prompt(self.prompt)
+
+    def prepare(self, inputs, settings: PromptedSettings, mf=None) -> Any:
+        """What `fill` reads, built once per plan (None by default)."""
+        return None
+
+    def fill(self, target, context, settings: PromptedSettings, state: Any) -> tuple[dict, dict] | Skip:
+        """(the prompt's variables, the row's `context` record) for one interaction, or a
+        Skip. By default both are the `sees` columns of its context row."""
+        values = {}
+        for column, skip in self.sees.items():
+            value = getattr(context, column)
+            if not str(value or "").strip():
+                return Skip(skip.type, skip.message.format(**target._asdict()))
+            values[column] = value
+        return values, dict(values)
+
+    def version(self, template) -> str:
+        """The plan's `prompt_version`: the template's."""
+        return str(template.version)
+
+    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
+        template = self.template()
+        state = self.prepare(inputs, settings, mf)
+        rows = []
+        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
+            filled = self.fill(t, c, settings, state)
+            if isinstance(filled, Skip):
+                rows.append(self.row(t, skip=filled.type, skip_message=filled.message))
+                continue
+            variables, record = filled
+            rows.append(self.row(t, messages=self.render(template, variables), context=record))
+        return self.frame(rows, version=self.version(template))
+
+    def render(self, template, variables: dict) -> list[dict]:
+        """The messages of one prompt."""
+        return template.render(**variables)

@@ -11,9 +11,7 @@ history is allowed: the prompt says the shop knows no earlier purchase.
 """
 from __future__ import annotations
 
-import pandas as pd
-
-from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
+from rexeval.pipelines.generate.prompted.methods import PromptedMethod, PromptedSettings, register_method
 
 PROMPT = "explain_recommendation"
 STYLE = "explanation_style"
@@ -33,11 +31,11 @@ def conversation(template, user_profile: str, item_description: str, rules: list
 
 
 @register_method("preference_logic")
-class PreferenceLogic(Method):
+class PreferenceLogic(PromptedMethod):
     """The LLM links the shopper's purchase history to the item (the baseline of seed
     004's win rates)."""
 
-    uses_llm = True
+    prompt = PROMPT
     asked_words = "20 to 30"
     conditions_on = ("the user's purchases before the interaction (most recent first, ≤ 10) and the item's "
                      "description (`explain_recommendation` with the `explanation_style` rules; the detection "
@@ -46,12 +44,17 @@ class PreferenceLogic(Method):
                      "`no_history`")
     never_sees = "the explained review"
 
-    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        template, style = preference_prompt()
-        rows = []
-        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            rows.append(self.row(t, messages=conversation(template, c.user_profile, c.item_description,
-                                                          list(style.items)),
-                                 context={"user_profile": c.user_profile,
-                                          "item_description": c.item_description}))
-        return self.frame(rows, version=f"{template.version}+{style.version}")
+    def template(self):
+        return preference_prompt()  # the prompt and its style rules
+
+    def fill(self, target, context, settings: PromptedSettings, state=None):
+        values = {"user_profile": context.user_profile, "item_description": context.item_description}
+        return values, dict(values)
+
+    def render(self, template, variables: dict) -> list[dict]:
+        prompt, style = template
+        return conversation(prompt, variables["user_profile"], variables["item_description"], list(style.items))
+
+    def version(self, template) -> str:
+        prompt, style = template
+        return f"{prompt.version}+{style.version}"

@@ -36,7 +36,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
+from rexeval.pipelines.generate.prompted.methods import (Method, PromptedMethod, PromptedSettings, Skip,
+                                                         register_method)
 
 NEAR_REPEAT = 0.8
 MIN_SENTENCE_WORDS = 4
@@ -139,34 +140,28 @@ class ReviewExtract(Method):
 
 
 @register_method("review_summary")
-class ReviewSummary(Method):
+class ReviewSummary(PromptedMethod):
     """The LLM summarises other buyers' reviews of the item."""
 
-    uses_llm = True
+    prompt = "explain_review_summary"
     conditions_on = ("up to 8 of other buyers' reviews of the item (most helpful, then most recent; 80 words "
                      "each) and its description")
     never_sees = "the user's reviews"
     errors = ("no_reviews",)
 
-    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        from rexeval.prompts import load_prompt
+    def prepare(self, inputs, settings: PromptedSettings, mf=None) -> dict[str, pd.DataFrame]:
+        return _others(inputs.known)
 
-        template = load_prompt("explain_review_summary")
-        by_item = _others(inputs.known)
-        rows = []
-        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            reviews = _other_reviews(by_item, t)
-            if reviews is None:
-                rows.append(self.row(t, skip="no_reviews", skip_message=(
-                    f"no other shopper reviewed item {t.item_id} in the known data")))
-                continue
-            shown = reviews.head(settings.summary_reviews)
-            items = []
-            for r in shown.itertuples(index=False):
-                words = str(r.text or "").split()
-                cut = len(words) > settings.summary_review_words
-                items.append({"rating": f"{r.rating:g}" if pd.notna(r.rating) else "?",
-                              "text": " ".join(words[:settings.summary_review_words]), "cut": cut})
-            rows.append(self.row(t, messages=template.render(item_description=c.item_description, reviews=items),
-                                 context={"reviews": list(shown["review_id"])}))
-        return self.frame(rows, version=str(template.version))
+    def fill(self, target, context, settings: PromptedSettings, state: dict[str, pd.DataFrame]):
+        reviews = _other_reviews(state, target)
+        if reviews is None:
+            return Skip("no_reviews", f"no other shopper reviewed item {target.item_id} in the known data")
+        shown = reviews.head(settings.summary_reviews)
+        items = []
+        for r in shown.itertuples(index=False):
+            words = str(r.text or "").split()
+            cut = len(words) > settings.summary_review_words
+            items.append({"rating": f"{r.rating:g}" if pd.notna(r.rating) else "?",
+                          "text": " ".join(words[:settings.summary_review_words]), "cut": cut})
+        return ({"item_description": context.item_description, "reviews": items},
+                {"reviews": list(shown["review_id"])})

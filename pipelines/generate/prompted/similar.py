@@ -25,7 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 from rexeval.pipelines.core.context import history_lines, item_facts, prepare_reviews
-from rexeval.pipelines.generate.prompted.methods import Method, PromptedSettings, register_method
+from rexeval.pipelines.generate.prompted.methods import PromptedMethod, PromptedSettings, Skip, register_method
 
 
 def known_lines(known: pd.DataFrame) -> pd.DataFrame:
@@ -44,11 +44,11 @@ def _rating(v) -> str:
 
 
 @register_method("user_based")
-class UserBased(Method):
+class UserBased(PromptedMethod):
     """A BiasedMF (Tune trial) finds shoppers with similar tastes who bought the item;
     the LLM says so and names what else they liked."""
 
-    uses_llm = True
+    prompt = "explain_user_based"
     needs_mf = True
     conditions_on = ("the item's description; the `k_users` (3) shoppers whose BiasedMF factors are closest to "
                      "the user's, among those who reviewed the item (those who rated it ≥ 4 when any), each with "
@@ -56,94 +56,79 @@ class UserBased(Method):
     never_sees = "anything the user wrote"
     errors = ("cold_user", "no_neighbour")
 
-    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
-        from rexeval.prompts import load_prompt
-
-        template = load_prompt("explain_user_based")
+    def prepare(self, inputs, settings: PromptedSettings, mf=None) -> dict:
         lines = known_lines(inputs.known)
-        by_item = {k: g for k, g in lines.groupby("item_id", sort=False)}
-        by_user = {k: g for k, g in lines.groupby("user_id", sort=False)}
-        uidx = mf.user_index()
-        rows = []
-        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            if t.user_id not in uidx:
-                rows.append(self.row(t, skip="cold_user", skip_message=(
-                    f"user {t.user_id} has no review in the known data, so BiasedMF has no factors for them")))
-                continue
-            raters = by_item.get(t.item_id)
-            raters = None if raters is None else raters[(raters["user_id"] != t.user_id)
-                                                       & raters["user_id"].isin(uidx.keys())]
-            if raters is None or raters.empty:
-                rows.append(self.row(t, skip="no_neighbour", skip_message=(
-                    f"no other shopper reviewed item {t.item_id} in the known data")))
-                continue
-            raters = raters.drop_duplicates("user_id")  # each one's latest review of the item
-            liked = raters[raters["rating"] >= settings.liked_rating]
-            pool = liked if not liked.empty else raters
-            found = nearest(mf.user_factors, uidx[t.user_id], [uidx[v] for v in pool["user_id"]],
-                            settings.k_users)
-            rated = dict(zip(pool["user_id"], pool["rating"]))
-            blocks, ids, sims = [], [], []
-            for n, (j, sim) in enumerate(found, 1):
-                v = mf.user_ids[j]
-                theirs = by_user[v]
-                others = theirs[(theirs["item_id"] != t.item_id) & (theirs["rating"] >= settings.liked_rating)]
-                others = others.drop_duplicates("item_id").head(settings.also_liked)
-                text = f"Shopper {n} (taste similarity {sim:.2f}) rated this item {_rating(rated[v])}."
-                if len(others):
-                    text += " Also liked: " + "; ".join(others["line"]) + "."
-                blocks.append(text)
-                ids.append(v)
-                sims.append(round(float(sim), 4))
-            rows.append(self.row(t, messages=template.render(item_description=c.item_description,
-                                                             neighbours="\n".join(blocks)),
-                                 context={"neighbours": ids, "similarities": sims}))
-        return self.frame(rows, version=str(template.version))
+        return {"mf": mf, "uidx": mf.user_index(),
+                "by_item": {k: g for k, g in lines.groupby("item_id", sort=False)},
+                "by_user": {k: g for k, g in lines.groupby("user_id", sort=False)}}
+
+    def fill(self, t, c, settings: PromptedSettings, state: dict):
+        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
+
+        mf, uidx = state["mf"], state["uidx"]
+        if t.user_id not in uidx:
+            return Skip("cold_user", f"user {t.user_id} has no review in the known data, so BiasedMF has no "
+                        "factors for them")
+        raters = state["by_item"].get(t.item_id)
+        raters = None if raters is None else raters[(raters["user_id"] != t.user_id)
+                                                   & raters["user_id"].isin(uidx.keys())]
+        if raters is None or raters.empty:
+            return Skip("no_neighbour", f"no other shopper reviewed item {t.item_id} in the known data")
+        raters = raters.drop_duplicates("user_id")  # each one's latest review of the item
+        liked = raters[raters["rating"] >= settings.liked_rating]
+        pool = liked if not liked.empty else raters
+        found = nearest(mf.user_factors, uidx[t.user_id], [uidx[v] for v in pool["user_id"]], settings.k_users)
+        rated = dict(zip(pool["user_id"], pool["rating"]))
+        blocks, ids, sims = [], [], []
+        for n, (j, sim) in enumerate(found, 1):
+            v = mf.user_ids[j]
+            theirs = state["by_user"][v]
+            others = theirs[(theirs["item_id"] != t.item_id) & (theirs["rating"] >= settings.liked_rating)]
+            others = others.drop_duplicates("item_id").head(settings.also_liked)
+            text = f"Shopper {n} (taste similarity {sim:.2f}) rated this item {_rating(rated[v])}."
+            if len(others):
+                text += " Also liked: " + "; ".join(others["line"]) + "."
+            blocks.append(text)
+            ids.append(v)
+            sims.append(round(float(sim), 4))
+        return ({"item_description": c.item_description, "neighbours": "\n".join(blocks)},
+                {"neighbours": ids, "similarities": sims})
 
 
 @register_method("item_based")
-class ItemBased(Method):
+class ItemBased(PromptedMethod):
     """The BiasedMF finds the shopper's earlier purchases closest to the item; the LLM
     says the item resembles them."""
 
-    uses_llm = True
+    prompt = "explain_item_based"
     needs_mf = True
     conditions_on = ("the item's description; the `k_items` (2) of the user's purchases before the interaction "
                      "whose factors are closest to the item's, with the user's ratings")
     never_sees = "other shoppers' choices"
     errors = ("cold_item", "no_history")
 
-    def plan(self, inputs, settings: PromptedSettings, contexts: pd.DataFrame, mf=None) -> pd.DataFrame:
-        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
-        from rexeval.prompts import load_prompt
-
-        template = load_prompt("explain_item_based")
+    def prepare(self, inputs, settings: PromptedSettings, mf=None) -> dict:
         lines = known_lines(inputs.known)
-        by_user = {k: g for k, g in lines.groupby("user_id", sort=False)}
-        iidx = mf.item_index()
-        rows = []
-        for t, c in zip(inputs.targets.itertuples(index=False), contexts.itertuples(index=False)):
-            if t.item_id not in iidx:
-                rows.append(self.row(t, skip="cold_item", skip_message=(
-                    f"item {t.item_id} has no review in the known data, so BiasedMF has no factors for it")))
-                continue
-            mine = by_user.get(t.user_id)
-            if mine is not None:
-                when = float(t.timestamp) if pd.notna(t.timestamp) else float("inf")
-                mine = mine[(mine["timestamp"] < when) & (mine["item_id"] != t.item_id)
-                            & mine["item_id"].isin(iidx.keys())].drop_duplicates("item_id")
-            if mine is None or mine.empty:
-                rows.append(self.row(t, skip="no_history", skip_message=(
-                    f"user {t.user_id} bought nothing before this interaction in the known data")))
-                continue
-            line_of = dict(zip(mine["item_id"], mine["line"]))
-            found = nearest(mf.item_factors, iidx[t.item_id], [iidx[i] for i in mine["item_id"]],
-                            settings.k_items)
-            items = [mf.item_ids[j] for j, _ in found]
-            text = "\n".join(f"- {line_of[i]} (similarity {sim:.2f})" for i, (_, sim) in zip(items, found))
-            rows.append(self.row(t, messages=template.render(item_description=c.item_description,
-                                                             similar_items=text),
-                                 context={"similar_items": items,
-                                          "similarities": [round(float(s), 4) for _, s in found]}))
-        return self.frame(rows, version=str(template.version))
+        return {"mf": mf, "iidx": mf.item_index(),
+                "by_user": {k: g for k, g in lines.groupby("user_id", sort=False)}}
+
+    def fill(self, t, c, settings: PromptedSettings, state: dict):
+        from rexeval.models.recommenders.biased_mf import nearest  # torch: imported when it runs, not for --help
+
+        mf, iidx = state["mf"], state["iidx"]
+        if t.item_id not in iidx:
+            return Skip("cold_item", f"item {t.item_id} has no review in the known data, so BiasedMF has no "
+                        "factors for it")
+        mine = state["by_user"].get(t.user_id)
+        if mine is not None:
+            when = float(t.timestamp) if pd.notna(t.timestamp) else float("inf")
+            mine = mine[(mine["timestamp"] < when) & (mine["item_id"] != t.item_id)
+                        & mine["item_id"].isin(iidx.keys())].drop_duplicates("item_id")
+        if mine is None or mine.empty:
+            return Skip("no_history", f"user {t.user_id} bought nothing before this interaction in the known data")
+        line_of = dict(zip(mine["item_id"], mine["line"]))
+        found = nearest(mf.item_factors, iidx[t.item_id], [iidx[i] for i in mine["item_id"]], settings.k_items)
+        items = [mf.item_ids[j] for j, _ in found]
+        text = "\n".join(f"- {line_of[i]} (similarity {sim:.2f})" for i, (_, sim) in zip(items, found))
+        return ({"item_description": c.item_description, "similar_items": text},
+                {"similar_items": items, "similarities": [round(float(s), 4) for _, s in found]})
