@@ -146,17 +146,28 @@ def _pairwise_flags(fn):
 
 
 def _evaluator_flags(fn):
-    """--evaluator and --reward-model, shared by pairwise and detect."""
+    """--evaluator and --reward-model, shared by pairwise and detect; the evaluators are
+    listed from their modules' source (pipelines/judge/evaluators/), nothing imported."""
+    from rexeval.pipelines.judge.evaluators import declared_evaluators
+
+    evaluators = declared_evaluators()
     options = [
-        click.option("--evaluator", "evaluators", multiple=True, type=click.Choice(["gen", "disc"]),
-                     help="gen: the generative pairwise judge (default); disc: a reward model (--reward-model). "
-                          "Repeatable."),
+        click.option("--evaluator", "evaluators", multiple=True, type=click.Choice(list(evaluators)),
+                     help="Who judges each pair (default gen; repeatable): "
+                          + "; ".join(f"{n}, {d}" for n, d in evaluators.items()) + "."),
         click.option("--reward-model", type=click.Path(exists=True),
                      help="Hugging Face sequence-classification reward model folder, for --evaluator disc."),
     ]
     for o in reversed(options):
         fn = o(fn)
     return fn
+
+
+def _verdict_files(cfg) -> dict[str, str]:
+    """Each evaluator's verdicts file, under its name (the LLM judge's: "verdicts")."""
+    from rexeval.pipelines.judge.evaluators import evaluator, in_order
+
+    return {(ev.name if ev.tag else "verdicts"): ev.verdicts_file for ev in map(evaluator, in_order(cfg.evaluators))}
 
 
 @defaults_from(PairwiseJobConfig)
@@ -199,9 +210,7 @@ def pairwise_cmd(config_file, llm, **flags):
       --out runs/pairwise
     """
     return _judge_job("judge pairwise", PairwiseJobConfig, run_pairwise, config_file, {**flags, **llm},
-                      lambda cfg: {**({"verdicts": "verdicts.parquet"} if "gen" in cfg.evaluators else {}),
-                                   **({"disc": "verdicts_disc.parquet"} if "disc" in cfg.evaluators else {}),
-                                   "table": "pairwise.md", "report": "report.json"})
+                      lambda cfg: {**_verdict_files(cfg), "table": "pairwise.md", "report": "report.json"})
 
 
 @defaults_from(DetectJobConfig)

@@ -106,13 +106,22 @@ class VerdictJobSettings(JudgeJobSettings):
     max_tokens: int | None = Field(None, ge=8, description=_JUDGE_TOKENS)
     temperature: float = Field(0.0, ge=0, description=_JUDGE_TEMPERATURE)
     constrained: bool = True
-    evaluators: list[Literal["gen", "disc"]] = Field(
+    evaluators: list[str] = Field(
         default_factory=lambda: ["gen"], min_length=1,
-        description="gen: the LLM judge (ALERT-Gen, verdicts.parquet); disc: a reward model "
-                    "(ALERT-Disc, verdicts_disc.parquet)")
+        description="who judges each pair (pipelines/judge/evaluators/): gen, the LLM judge (ALERT-Gen, "
+                    "verdicts.parquet); disc, a reward model (ALERT-Disc, verdicts_disc.parquet); or one of your own")
     reward_model: str | None = Field(None, description="sequence-classification reward model (for disc)")
 
     _criteria = field_validator("criteria")(_known_rubric)
+
+    @field_validator("evaluators")
+    @classmethod
+    def _known_evaluators(cls, names: list[str]) -> list[str]:
+        from rexeval.pipelines.judge.evaluators import EVALUATORS
+
+        for name in names:
+            EVALUATORS.lookup(name)  # a ValueError lists the known evaluators
+        return names
 
 
 class PairwiseJobConfig(VerdictJobSettings):
@@ -124,7 +133,7 @@ class PairwiseJobConfig(VerdictJobSettings):
 
     @model_validator(mode="after")
     def _disc_needs_a_reward_model(self):
-        return _check_disc(_capped(self))
+        return _check_evaluators(_capped(self))
 
 
 class DetectJobConfig(VerdictJobSettings):
@@ -155,7 +164,7 @@ class DetectJobConfig(VerdictJobSettings):
             self.generation_max_words = answer_caps(self.profile).explain_words
         if self.generation_max_tokens is None:
             self.generation_max_tokens = answer_caps(self.profile).explain_tokens
-        return _check_disc(_capped(self))
+        return _check_evaluators(_capped(self))
 
 
 def _capped(cfg):
@@ -165,8 +174,10 @@ def _capped(cfg):
     return cfg
 
 
-def _check_disc(cfg):
-    if "disc" in cfg.evaluators and not cfg.reward_model:
-        raise ValueError("the disc evaluator needs a reward model (--reward-model PATH: a sequence-classification "
-                         "reward model)")
+def _check_evaluators(cfg):
+    """Each evaluator's own check of the settings (disc: a reward model is given)."""
+    from rexeval.pipelines.judge.evaluators import evaluator
+
+    for name in dict.fromkeys(cfg.evaluators):
+        evaluator(name).check(cfg)
     return cfg

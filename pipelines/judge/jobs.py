@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
@@ -29,8 +28,8 @@ from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.storage import is_uri, location
 from rexeval.pipelines.judge.config import (DETECT_OUTPUTS, LIKERT_OUTPUTS, PAIRWISE_OUTPUTS, DetectJobConfig,
                                             LikertJobConfig, PairwiseJobConfig)
-from rexeval.pipelines.core.llm.chunks import JudgeService, llm_spec, run_chunks, usage_totals, write_report
-from rexeval.pipelines.judge.cost import cost_markdown
+from rexeval.pipelines.core.llm.chunks import llm_spec, run_chunks, usage_totals, write_report
+from rexeval.pipelines.judge.evaluators import JudgeRun, evaluator, in_order, judge_service, pairwise_markdown
 from rexeval.pipelines.judge.tasks import TASKS
 
 
@@ -50,18 +49,6 @@ def _with_contexts(cfg, expl: pd.DataFrame, progress) -> tuple[pd.DataFrame, int
     if ctx is None:
         progress("  no --contexts or --reviews: judges see the item id only and no purchase history")
     return attach_contexts(expl, ctx)
-
-
-def _judged(cfg, spec: dict, progress, work: Callable[[str], object]):
-    """Run `work(address)` with the judge service up; the spec's model becomes the
-    served model's id (what prices and provenance name)."""
-    service = JudgeService(cfg, spec, progress)
-    try:
-        address = service.address()
-        spec["model"] = service.model_id  # what the answers' rows name as their judge
-        return work(address)
-    finally:
-        service.stop()
 
 
 def _frame(out, table: str) -> pd.DataFrame:
@@ -92,7 +79,7 @@ def run_likert(cfg: LikertJobConfig, progress: Callable[[str], None] = print) ->
     for j, model in enumerate(judges):
         spec = llm_spec(cfg, profile, model=model)
         settings = {"likert": lcfg.model_dump(), **examples}
-        out = _judged(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
+        out = judge_service(cfg, spec, progress, lambda addr, j=j, s=settings, sp=spec: run_chunks(
             "likert", TASKS.lookup("likert"), rows, root / LIKERT_OUTPUTS.judges / f"judge-{j}", ["likert"], s, sp, addr, cfg, progress))
         parts.append(_frame(out, "likert"))
         usage[spec["model"]] = usage_totals([out], cfg.price_table, spec["model"])
@@ -157,23 +144,6 @@ def _total_cost(usage: dict) -> float | None:
 # ------------------------------------------------------------------ pairwise
 
 
-def _pairwise_settings(cfg) -> dict:
-    from rexeval.pipelines.judge.pairwise import PairwiseConfig
-
-    return {"pairwise": PairwiseConfig(
-        criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide,
-        both_orders=cfg.both_orders, disagreement=cfg.disagreement, max_retries=cfg.max_retries,
-        max_tokens=cfg.max_tokens, temperature=cfg.temperature, seed=cfg.seed,
-        constrained=cfg.constrained).model_dump()}
-
-
-def _rubric_ref(ref: str) -> str:
-    if is_uri(ref):
-        return ref
-    p = Path(ref).expanduser()
-    return str(p.resolve()) if p.suffix in (".yaml", ".yml") else ref
-
-
 PAIR_KEYS = ["pair_id", "system", "baseline", "example_id", "user_id", "item_id"]
 """The columns that name a pair in verdicts.parquet and verdicts_disc.parquet."""
 
@@ -186,7 +156,6 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
     what each judge cost (tokens vs GPU-hours, seed 004 Table 3)."""
     from rexeval.metrics.preference import win_rates
     from rexeval.pipelines.judge.inputs import baseline_pairs, explanations_frame
-    from rexeval.pipelines.judge.pairwise import order_bias
 
     t0 = time.time()
     root = location(cfg.out)
@@ -205,32 +174,19 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
               "evaluators": evaluators, "win_rates": [], "win_rates_per_criterion": {}, "position_bias": {},
               "usage": {}}
     md_parts = []
-    if "gen" in evaluators:
-        spec = llm_spec(cfg, profile)
-        settings = _pairwise_settings(cfg)
-        out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-            "pairwise", TASKS.lookup("pairwise"), pairs[cols], root / PAIRWISE_OUTPUTS.chunks, ["verdicts", "detail"], settings, spec, addr, cfg, progress))
-        verdicts = pairs[PAIR_KEYS].merge(_frame(out, "verdicts"), on="pair_id", how="left")
-        detail = _frame(out, "detail")
-        write_parquet_atomic(root / PAIRWISE_OUTPUTS.verdicts, pa.Table.from_pandas(verdicts, preserve_index=False))
-        write_parquet_atomic(root / PAIRWISE_OUTPUTS.calls, pa.Table.from_pandas(detail, preserve_index=False))
+    run = JudgeRun(cfg, profile, root, "pairwise", progress)
+    for ev in map(evaluator, in_order(evaluators)):
+        judged = ev.judge(pairs[cols], run)
+        verdicts = pairs[PAIR_KEYS].merge(judged.verdicts, on="pair_id", how="left")
+        write_parquet_atomic(root / ev.verdicts_file, pa.Table.from_pandas(verdicts, preserve_index=False))
+        if judged.detail is not None:
+            write_parquet_atomic(root / ev.calls_file, pa.Table.from_pandas(judged.detail, preserve_index=False))
         wins = win_rates(verdicts)
-        bias = order_bias(detail) if cfg.both_orders else {}
-        usage = usage_totals([out], cfg.price_table, spec["model"])
-        report.update(win_rates=wins.to_dict("records"), win_rates_per_criterion=_per_criterion(verdicts),
-                      position_bias=bias, usage=usage)
-        md_parts.append(pairwise_markdown(wins, bias, cfg.baseline, judge=f"LLM judge `{usage['model']}`"))
-    if "disc" in evaluators:
-        disc_verdicts, disc_usage = _disc_verdicts(cfg, pairs[cols], progress)
-        disc = pairs[PAIR_KEYS].merge(disc_verdicts, on="pair_id", how="left")
-        verdict_cols = ["verdict"] + [c for c in disc.columns if c.startswith("verdict_")]
-        disc = disc[PAIR_KEYS + verdict_cols + [c for c in disc.columns if c not in PAIR_KEYS + verdict_cols]]
-        write_parquet_atomic(root / PAIRWISE_OUTPUTS.verdicts_disc, pa.Table.from_pandas(disc, preserve_index=False))
-        wins = win_rates(disc)
-        report.update(reward_model=cfg.reward_model, win_rates_disc=wins.to_dict("records"),
-                      win_rates_per_criterion_disc=_per_criterion(disc), usage_disc=disc_usage)
-        md_parts.append(pairwise_markdown(wins, {}, cfg.baseline, judge=f"reward model `{cfg.reward_model}`"))
-        md_parts.append(cost_markdown(report))
+        report.update(ev.report_fields(cfg, judged))
+        report.update({f"win_rates{ev.tag}": wins.to_dict("records"),
+                       f"win_rates_per_criterion{ev.tag}": _per_criterion(verdicts), f"usage{ev.tag}": judged.usage})
+        md_parts.append(pairwise_markdown(wins, ev.position_bias(judged), cfg.baseline, judge=ev.who(cfg, judged)))
+        md_parts += ev.notes(report)
     md = "\n".join(md_parts)
     (root / PAIRWISE_OUTPUTS.table).write_text(md)
     report["elapsed_s"] = round(time.time() - t0, 2)
@@ -244,21 +200,6 @@ def _per_criterion(verdicts: pd.DataFrame) -> dict:
 
     return {c[len("verdict_"):]: win_rates(verdicts, verdict_col=c).to_dict("records")
             for c in verdicts.columns if c.startswith("verdict_")}
-
-
-def pairwise_markdown(wins: pd.DataFrame, bias: dict, baseline: str, judge: str | None = None) -> str:
-    by = f" by the {judge}" if judge else ""
-    lines = [f"Win rates against the baseline `{baseline}`{by} (ties and losses beside):", "",
-             "| system | n | win | tie | loss | win (ties ½) | unreadable |", "|---|---|---|---|---|---|---|"]
-    for r in wins.itertuples(index=False):
-        lines.append(f"| {r.system} | {r.n} | {r.win_rate:.1%} | {r.tie_rate:.1%} | {r.loss_rate:.1%} | "
-                     f"{r.win_rate_half_ties:.1%} | {r.unreadable} |")
-    if bias:
-        lines += ["", "Position bias (pairs asked in both orders):", "",
-                  "| criterion | pairs | verdict flipped with the order | first shown chosen |", "|---|---|---|---|"]
-        for unit, b in bias.items():
-            lines.append(f"| {unit} | {b['pairs_both_orders']} | {b['flip_rate']:.1%} | {b['first_slot_rate']:.1%} |")
-    return "\n".join(lines) + "\n"
 
 
 # ------------------------------------------------------------------ detect
@@ -317,7 +258,7 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     progress(f"judge detect: {len(contexts)} interaction(s) x {len(suite.conditions)} condition(s); "
              f"evaluators {', '.join(cfg.evaluators)}")
     gen_spec = llm_spec(cfg, profile, role="llm", model=cfg.generator)
-    gen = _judged(cfg, gen_spec, progress, lambda addr: run_chunks(
+    gen = judge_service(cfg, gen_spec, progress, lambda addr: run_chunks(
         "detect_generate", TASKS.lookup("detect_generate"), plan, root / DETECT_OUTPUTS.generate, ["pairs", "errors"],
         {"generate": suite.model_dump()}, gen_spec, addr, cfg, progress))
     pairs = _frame(gen, "pairs")
@@ -325,19 +266,17 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
     layout = judge_layout(pairs, seed=cfg.seed)
     cols = ["pair_id", "user_profile", "item_description", "explanation_a", "explanation_b"]
     results, usage = {}, {"generator": usage_totals([gen], cfg.price_table, gen_spec["model"])}
-    if "gen" in cfg.evaluators:
-        spec = llm_spec(cfg, profile)
-        out = _judged(cfg, spec, progress, lambda addr: run_chunks(
-            "pairwise", TASKS.lookup("pairwise"), layout[cols], root / DETECT_OUTPUTS.judge_gen, ["verdicts", "detail"], _pairwise_settings(cfg), spec,
-            addr, cfg, progress))
-        results["gen"] = layout[["pair_id", "condition", "original_position"]].merge(
-            _frame(out, "verdicts")[["pair_id", "verdict"]], on="pair_id", how="left")
-        usage["gen"] = usage_totals([out], cfg.price_table, spec["model"])
-    disc_usage = None
-    if "disc" in cfg.evaluators:
-        disc_verdicts, disc_usage = _disc_verdicts(cfg, layout[cols], progress)
-        results["disc"] = layout[["pair_id", "condition", "original_position"]].merge(
-            disc_verdicts[["pair_id", "verdict"]], on="pair_id", how="left")
+    usage_apart = {}  # what bills no tokens: its usage beside the LLMs' (usage_disc)
+    run = JudgeRun(cfg, profile, root, "detect", progress)
+    for name in in_order(cfg.evaluators):
+        ev = evaluator(name)
+        judged = ev.judge(layout[cols], run)
+        results[name] = layout[["pair_id", "condition", "original_position"]].merge(
+            judged.verdicts[["pair_id", "verdict"]], on="pair_id", how="left")
+        if ev.bills_tokens:
+            usage[name] = judged.usage
+        else:
+            usage_apart[f"usage{ev.tag}"] = judged.usage
     tables = {name: detection_accuracy(v) for name, v in results.items()}
     for name, v in results.items():
         write_parquet_atomic(root / DETECT_OUTPUTS.verdicts.format(evaluator=name), pa.Table.from_pandas(v, preserve_index=False))
@@ -349,38 +288,10 @@ def run_detect(cfg: DetectJobConfig, progress: Callable[[str], None] = print) ->
               "generation_errors": gen_errors.num_rows,
               "accuracy": {k: t.to_dict("records") for k, t in tables.items()}, "usage": usage,
               "elapsed_s": round(time.time() - t0, 2)}
-    if disc_usage is not None:
-        report["usage_disc"] = disc_usage
+    report.update(usage_apart)
     write_report(root, report)
     report["table_md"] = md
     return report
-
-
-def _disc_verdicts(cfg: PairwiseJobConfig | DetectJobConfig, pairs: pd.DataFrame,
-                   progress) -> tuple[pd.DataFrame, dict]:
-    """The reward-model judge (ALERT-Disc) on `pairs` (pair_id, user_profile,
-    item_description, explanation_a, explanation_b), scored on Ray actors
-    (`disc.run_disc_on_ray`), with the job's rubric, criteria
-    subset (`only`, where the job has one) and divide setting: `judge_disc`'s verdicts,
-    one row per pair (pair_id, verdict, score_a, score_b, then verdict_<unit>,
-    score_a_<unit>, score_b_<unit> per criterion), and the scoring's usage record
-    (seconds, devices, GPU-hours, cost at the model's gpu_hour price: `cost.reward_usage`)."""
-    from rexeval.models.encoders.reward import build_reward_scorer
-    from rexeval.models.llm.pricing import PriceTable
-    from rexeval.pipelines.core.stage import worker_resources
-    from rexeval.pipelines.judge.cost import reward_line, reward_usage
-    from rexeval.pipelines.judge.disc import DiscConfig, DiscStage, run_disc_on_ray
-
-    # The price table is read before the scoring, so a bad one fails before the work.
-    prices = PriceTable.load(cfg.price_table) if cfg.price_table else None
-    progress(f"  disc: scoring {len(pairs)} pair(s) with {cfg.reward_model}")
-    dcfg = DiscConfig(criteria=_rubric_ref(cfg.criteria), only=getattr(cfg, "only", None), divide=cfg.divide)
-    # The model loads on Ray actors sized by the job's worker settings, never in this driver.
-    stage = DiscStage(cfg.reward_model, dcfg, worker_resources(cfg, free=True), build=build_reward_scorer)
-    run = run_disc_on_ray(stage, pairs, cfg.workers, cfg.min_workers)
-    usage = reward_usage(run, cfg.reward_model, prices, cfg.price_table)
-    progress(f"  disc: {reward_line(usage)}")
-    return run.verdicts, usage
 
 
 def detect_markdown(tables: dict[str, pd.DataFrame]) -> str:

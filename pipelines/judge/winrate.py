@@ -51,10 +51,8 @@ from rexeval.pipelines.core.io import config_hash, write_json_atomic
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPaths
 from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
-from rexeval.pipelines.judge.config import PAIRWISE_OUTPUTS
+from rexeval.pipelines.judge.evaluators import evaluator, evaluator_names
 
-GEN_FILE = PAIRWISE_OUTPUTS.verdicts  # what it reads of each pairwise folder
-DISC_FILE = PAIRWISE_OUTPUTS.verdicts_disc
 # What it writes (pipelines/core/outputs.py; see the module docstring).
 WINRATE_OUTPUTS = Outputs(
     numbers=Output("winrate.csv", "every share with its interval, per judge, system and criterion"),
@@ -95,15 +93,12 @@ class WinrateConfig(BaseModel):
 # ------------------------------------------------------------------ reading
 
 
-def judge_label(kind: str, report: dict) -> str:
-    """ALERT-Gen (<judge model>) or ALERT-Disc (<reward model folder name>), from the
-    folder's report.json; the bare name when the report does not say."""
-    if kind == "gen":
-        usage = report.get("usage") if isinstance(report.get("usage"), dict) else {}
-        model = usage.get("model")
-        return f"ALERT-Gen ({model})" if model else "ALERT-Gen"
-    reward = report.get("reward_model")
-    return f"ALERT-Disc ({Path(str(reward)).name})" if reward else "ALERT-Disc"
+def _none_of(names: list[str]) -> str:
+    """"neither verdicts.parquet nor verdicts_disc.parquet": the verdict files of every evaluator."""
+    files = [evaluator(n).verdicts_file for n in names]
+    if len(files) == 2:
+        return f"neither {files[0]} nor {files[1]}"
+    return "none of " + ", ".join(files)
 
 
 def criterion_columns(columns: Sequence[str]) -> list[str]:
@@ -162,16 +157,17 @@ def read_runs(runs: Sequence[PathLike]) -> tuple[pd.DataFrame, list[dict]]:
                                     "folder)")
         report = _read_report(folder)
         files = {}
-        for kind, name in (("gen", GEN_FILE), ("disc", DISC_FILE)):
+        for ev in map(evaluator, evaluator_names()):
+            name = ev.verdicts_file
             path = folder / name
             if not path.exists():
                 continue
             verdicts = pd.read_parquet(path.path, filesystem=path.fs)
-            label = judge_label(kind, report)
+            label = ev.label(report)
             parts.append(long_verdicts(verdicts, label, _shown(run, name)))
             files[name] = {"judge": label, "pairs": len(verdicts)}
         if not files:
-            raise ValueError(f"{_shown(run)}: holds neither {GEN_FILE} nor {DISC_FILE} (expected the output folder "
+            raise ValueError(f"{_shown(run)}: holds {_none_of(evaluator_names())} (expected the output folder "
                              f"of `rexeval judge pairwise --out`)")
         inputs.append({"folder": _shown(run), "files": files})
     long = pd.concat(parts, ignore_index=True)

@@ -100,6 +100,13 @@ def _prompted_llm_methods(cfg) -> list[tuple[str, str | None]]:
     return [("llm", None)] if any(METHODS.lookup(m).uses_llm for m in cfg.methods) else []
 
 
+def _evaluator_roles(cfg) -> list[str]:
+    """The profile's LLM roles the job's pairwise evaluators start (gen: judge_llm)."""
+    from rexeval.pipelines.judge.evaluators import evaluator, in_order
+
+    return list(dict.fromkeys(r for r in (evaluator(n).serves for n in in_order(cfg.evaluators)) if r))
+
+
 def _expscore_roles(cfg) -> list[str]:
     """ExpScore's relevance factor encodes with the profile's sentence encoder unless the
     settings name one (`embedder`)."""
@@ -112,9 +119,9 @@ P = "rexeval.pipelines."
 SERVES = {
     "generate_llm": _served_llms(_prompted_llm_methods),
     "judge_likert": _served_llms(lambda cfg: [("judge_llm", m) for m in cfg.judges or [None]]),
-    "judge_pairwise": _served_llms(lambda cfg: [("judge_llm", None)] if "gen" in cfg.evaluators else []),
+    "judge_pairwise": _served_llms(lambda cfg: [(role, None) for role in _evaluator_roles(cfg)]),
     "judge_detect": _served_llms(lambda cfg: [("llm", cfg.generator)]
-                                 + ([("judge_llm", None)] if "gen" in cfg.evaluators else [])),
+                                 + [(role, None) for role in _evaluator_roles(cfg)]),
 }
 for _name, _config, _target, _roles, _what, _outputs in [
     ("ingest", IngestConfig, "ingest.pipeline:run_ingest", None,
@@ -139,7 +146,7 @@ for _name, _config, _target, _roles, _what, _outputs in [
      "seed 004's prompted generators (`rexeval generate llm`)", PROMPTED_OUTPUTS),
     ("judge_likert", LikertJobConfig, "judge.jobs:run_likert", lambda cfg: [] if cfg.judges else ["judge_llm"],
      "Likert ratings (`rexeval judge likert`)", LIKERT_OUTPUTS),
-    ("judge_pairwise", PairwiseJobConfig, "judge.jobs:run_pairwise", lambda cfg: ["judge_llm"] if "gen" in cfg.evaluators else [],
+    ("judge_pairwise", PairwiseJobConfig, "judge.jobs:run_pairwise", _evaluator_roles,
      "pairwise verdicts against a baseline (`rexeval judge pairwise`)", PAIRWISE_OUTPUTS),
     ("judge_detect", DetectJobConfig, "judge.jobs:run_detect", _llm("judge_llm"),
      "inferior-explanation detection (`rexeval judge detect`)", DETECT_OUTPUTS),

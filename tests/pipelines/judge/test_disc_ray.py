@@ -15,7 +15,7 @@ import pytest
 from rexeval.models.encoders import reward
 from rexeval.pipelines.judge import disc
 from rexeval.pipelines.judge.config import PairwiseJobConfig
-from rexeval.pipelines.judge.jobs import _disc_verdicts
+from rexeval.pipelines.judge.evaluators.disc import disc_verdicts as _disc_verdicts
 
 pytestmark = pytest.mark.slow
 

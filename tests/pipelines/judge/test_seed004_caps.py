@@ -10,7 +10,8 @@ import pytest
 from rexeval.models.profiles import AnswerCaps, load_profile
 from rexeval.pipelines.judge.config import DetectJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.detect import generate_planned, judge_layout, plan_conditions
-from rexeval.pipelines.judge.jobs import _pairwise_settings, detect_suite
+from rexeval.pipelines.judge.evaluators.gen import pairwise_settings as _pairwise_settings
+from rexeval.pipelines.judge.jobs import detect_suite
 from rexeval.pipelines.judge.pairwise import PairwiseConfig, judge_pairwise
 from tests.doubles.llm import ScriptedLLM
 

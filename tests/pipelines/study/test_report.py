@@ -161,7 +161,7 @@ def plant_pairwise_and_winrate(pairwise: Path, winrate: Path) -> dict:
     """A `judge pairwise` folder (the win-rate tests' planted verdicts, plus pairwise.md)
     and `rexeval judge winrate` run on it for real."""
     from rexeval.metrics.preference import win_rates
-    from rexeval.pipelines.judge.jobs import pairwise_markdown
+    from rexeval.pipelines.judge.evaluators import pairwise_markdown
     from rexeval.pipelines.judge.winrate import WinrateConfig, run_winrate
     from tests.pipelines.judge.test_winrate import write_run
 

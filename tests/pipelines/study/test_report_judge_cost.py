@@ -6,7 +6,7 @@ import json
 import pandas as pd
 
 from rexeval.pipelines.judge.cost import COST_COLUMNS, cost_markdown
-from rexeval.pipelines.judge.jobs import pairwise_markdown
+from rexeval.pipelines.judge.evaluators import pairwise_markdown
 from rexeval.pipelines.study.report_model import Builder, Instance
 from rexeval.pipelines.study.report_sections import section_pairwise
 
