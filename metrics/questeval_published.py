@@ -2,9 +2,12 @@
 reference): metric `questeval`, the score seed 000's Table V names "QuestEval".
 
 It shares answer selection, question generation and question answering with the token-F1
-variant QuestEval-F1 (`metrics.questeval`: `ask_questions`, `SpacyAnswerSelector`,
-`Seq2SeqGenerator`); only the answers kept and the scoring differ. Our reading of the
-public code, for one generated explanation h and its reference r:
+variant QuestEval-F1 (`metrics.questeval`: `ask_questions`, `SpacyAnswerSelector`, and
+the same models); only the answers kept and the scoring differ. This module is the maths;
+the models are in `models/` (the T5s, `Seq2SeqGenerator`, in `models.encoders.seq2seq`;
+spaCy in `models.spacy_pipelines`; the answer BERTScore's encoder in
+`models.encoders.bertscore_model`). Our reading of the public code, for one generated
+explanation h and its reference r:
 
 1. Answers. In each text, its named entities and then its noun chunks (spaCy), taken from
    the first `limit_sent` sentences (default 5) joined by one space, with the sentence
@@ -80,13 +83,14 @@ from rexeval.metrics.questeval import (
     _call_checked,
     ask_questions,
     check_seq2seq_options,
-    get_seq2seq_generator,
-    load_spacy,
     model_question_generator,
     token_f1,
 )
 from rexeval.metrics.registry import register_metric
-from rexeval.metrics.similarity import _check_pairs, bertscore, default_num_layers
+from rexeval.metrics.similarity import _check_pairs, bertscore
+from rexeval.models.encoders.bertscore_model import default_num_layers
+from rexeval.models.encoders.seq2seq import get_seq2seq_generator
+from rexeval.models.spacy_pipelines import load_spacy
 
 _TEXT_INPUTS = ("generated_explanations", "reference_explanations")
 PUBLISHED_BERTSCORE_MODEL = "bert-base-multilingual-cased"

@@ -14,8 +14,9 @@ BERTScore takes a model *location* (a local folder or a hub id, e.g. what
 read, and STS takes an encoder *object* (anything with `.encode(texts) -> unit rows`,
 normally `models.encoders.embedder.Embedder`). The caller owns where the model lives, so
 the same function runs in a unit test, inside a Ray Data batch function, or later behind
-a Serve deployment that holds the model between requests. The BERTScore model is loaded
-once per process and kept (see `get_bertscorer`).
+a Serve deployment that holds the model between requests. This module is the maths;
+the BERTScore model (bert-score's `BERTScorer`: loaded once per process and kept, its
+tokenizer length fixed, its default layer) lives in `models.encoders.bertscore_model`.
 
 BERTScore (Zhang et al., 2020)
 ------------------------------
@@ -40,12 +41,10 @@ cosine with any candidate token, F1 = 2PR / (P + R). Details that follow the pac
   required: for a local model folder the package cannot know which of its shipped
   baselines (if any) applies, and nothing is downloaded. Rescaled and raw values are
   not comparable; report which one a table holds.
-- Tokeniser length: some checkpoints carry no `model_max_length`, and transformers then
-  reports 1e30, which the Rust tokeniser cannot take as a truncation length
-  (OverflowError on every text). When the value is missing or larger than the model's
-  position table, it is set to the model's limit (`max_position_embeddings`, minus the
-  two reserved positions of RoBERTa-style models; 512 when the config has none), so
-  over-long texts are truncated rather than crashing the model.
+- Tokeniser length: over-long texts are truncated to the model's position table, also
+  for checkpoints that name no usable `model_max_length` (the fix is
+  `models.encoders.bertscore_model`'s, applied to the cached model and to the tokenizer
+  `bertscore_idf` loads).
 - Texts are stripped by the package; a pair whose candidate or reference is empty (or
   only whitespace) gets P = R = F1 = 0 (bert-score's own convention, applied here
   without running the model), so an empty explanation is scored as matching nothing,
@@ -67,7 +66,6 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -76,15 +74,14 @@ from typing import Any
 import numpy as np
 
 from rexeval.metrics.registry import register_metric
+from rexeval.models.encoders.bertscore_model import (
+    _fix_model_max_length,
+    default_num_layers,
+    get_bertscorer,
+)
 
 BERTSCORE_KEYS = ("bertscore_p", "bertscore_r", "bertscore_f1")
 _TEXT_INPUTS = ("generated_explanations", "reference_explanations")
-
-# A tokenizer limit above this is transformers' "no limit known" sentinel, not a real one.
-_ABSURD_MAX_LENGTH = 1_000_000
-# Model types whose position table reserves two entries before the first token.
-_OFFSET_POSITION_TYPES = frozenset({"roberta", "xlm-roberta", "camembert", "longformer",
-                                    "ibert", "data2vec-text", "xlm-roberta-xl", "mpnet"})
 
 
 # --------------------------------------------------------------------------- inputs
@@ -114,75 +111,6 @@ def _non_empty_pairs(cands: list[str], refs: list[str]) -> np.ndarray:
 
 
 # ------------------------------------------------------------------------ BERTScore
-
-def default_num_layers(model_location: str) -> int:
-    """bert-score's tuned layer for a model name (its `model2layers` table), looked up by
-    the location itself and then by the folder's base name; ValueError when unknown."""
-    from bert_score.utils import model2layers
-
-    for key in (model_location, os.path.basename(os.path.normpath(model_location))):
-        if key in model2layers:
-            return int(model2layers[key])
-    raise ValueError(
-        f"bert-score has no default layer for {model_location!r}; pass num_layers "
-        "(profile setting bertscore_num_layers, e.g. 6 for all-MiniLM-L6-v2)"
-    )
-
-
-def _fix_model_max_length(tokenizer, config) -> int:
-    """Give the tokenizer a usable truncation length (see the module docstring)."""
-    positions = getattr(config, "max_position_embeddings", None)
-    if positions:
-        offset = 2 if getattr(config, "model_type", "") in _OFFSET_POSITION_TYPES else 0
-        limit = int(positions) - offset
-    else:
-        limit = None
-    current = getattr(tokenizer, "model_max_length", None)
-    if current is None or current > _ABSURD_MAX_LENGTH:
-        tokenizer.model_max_length = limit or 512
-    elif limit is not None and current > limit:
-        tokenizer.model_max_length = limit
-    return int(tokenizer.model_max_length)
-
-
-_SCORERS: dict[tuple[str, int, str], Any] = {}
-_SCORERS_LOCK = threading.Lock()
-
-
-def get_bertscorer(model_location: str, num_layers: int | None, device: str = "cpu"):
-    """The process-wide `bert_score.BERTScorer` for (location, layers, device), built on
-    first use (model truncated to `num_layers` layers, tokenizer length fixed).
-
-    Only its model and tokenizer are used: idf weights and rescaling are per call, so one
-    cached scorer serves every option safely from several threads.
-    """
-    from rexeval.models.encoders.embedder import resolve_device
-
-    location = str(model_location)
-    layers = default_num_layers(location) if num_layers is None else int(num_layers)
-    if layers < 0:
-        raise ValueError(f"num_layers must be >= 0, got {num_layers}")
-    device = resolve_device(device)
-    key = (location, layers, device)
-    scorer = _SCORERS.get(key)
-    if scorer is not None:
-        return scorer
-    with _SCORERS_LOCK:
-        scorer = _SCORERS.get(key)
-        if scorer is None:
-            from bert_score import BERTScorer
-
-            scorer = BERTScorer(model_type=location, num_layers=layers, device=device)
-            _fix_model_max_length(scorer._tokenizer, scorer._model.config)
-            _SCORERS[key] = scorer
-    return scorer
-
-
-def clear_bertscorer_cache() -> None:
-    """Forget every cached scorer (frees their models once nothing else holds them)."""
-    with _SCORERS_LOCK:
-        _SCORERS.clear()
-
 
 @dataclass(frozen=True)
 class IdfWeights:

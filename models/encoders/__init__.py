@@ -7,8 +7,11 @@ through `build_vllm_embed_processor`); the pair scorer (`PairScorer`, role
 `cross_encoder`) then reads both statements of a candidate pair together and gives the
 probability that they are paraphrases. The NLI engine (`NLIScorer`, role `nli`) gives
 P(entailment, neutral, contradiction) per (premise, hypothesis) pair; both pair models
-share the batching of `pair_batching.py`. Torch, transformers and sentence-transformers
-are imported only when a model is built, and vLLM never on this side.
+share the batching of `pair_batching.py`. The models behind seed 000's other model-based
+metrics live here too (their maths is in `metrics/`): AlignScore (`alignscore.py`),
+BERTScore's (`bertscore_model.py`), BARTScore's and BLEURT's (`bart_bleurt.py`) and
+QuestEval's T5s (`seq2seq.py`). Torch, transformers and sentence-transformers are
+imported only when a model is built, and vLLM never on this side.
 """
 from rexeval.models.encoders.embedder import (  # noqa: F401
     DEFAULT_EMBED_ENGINE_KWARGS,

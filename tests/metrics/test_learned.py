@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rexeval.metrics import learned
 from rexeval.metrics.learned import bartscore_pairs, bartscore_scores, bleurt_scores
 from rexeval.metrics.registry import get_metric
+from rexeval.models.encoders import bart_bleurt
 from rexeval.models.refs import ModelUnavailable
 from tests.doubles.tiny_encoders import build_tiny_bert
 
@@ -161,7 +161,7 @@ def test_bartscore_batching_and_padding_do_not_change_scores(tiny_bart):
     alone = bartscore_scores([CANDS[2]], [REFS[2]], tiny_bart)
     with_long = bartscore_scores([CANDS[2], long_src], [REFS[2], long_tgt], tiny_bart,
                                  batch_size=2)
-    assert learned.get_bartscorer(tiny_bart).last_stats.pad_tokens > 0
+    assert bart_bleurt.get_bartscorer(tiny_bart).last_stats.pad_tokens > 0
     assert with_long[0] == pytest.approx(alone[0], **ACROSS_SHAPES)
 
 
@@ -177,7 +177,7 @@ def test_bartscore_inputs_and_truncation(tiny_bart):
     huge = " ".join(CORPUS)
     out = bartscore_scores([huge], [huge], tiny_bart)
     assert np.isfinite(out).all()
-    assert learned.get_bartscorer(tiny_bart).max_length == 64
+    assert bart_bleurt.get_bartscorer(tiny_bart).max_length == 64
 
 
 def test_bartscore_missing_checkpoint():
@@ -186,16 +186,16 @@ def test_bartscore_missing_checkpoint():
 
 
 def test_model_cache_is_shared_across_threads(tiny_bart):
-    learned.clear_learned_cache()
+    bart_bleurt.clear_learned_cache()
     got: list = []
-    threads = [threading.Thread(target=lambda: got.append(learned.get_bartscorer(tiny_bart)))
+    threads = [threading.Thread(target=lambda: got.append(bart_bleurt.get_bartscorer(tiny_bart)))
                for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert len(got) == 4 and all(m is got[0] for m in got)
-    assert learned.get_bartscorer(tiny_bart, "cpu") is got[0]
+    assert bart_bleurt.get_bartscorer(tiny_bart, "cpu") is got[0]
 
 
 # --------------------------------------------------------------------------- BLEURT

@@ -18,6 +18,8 @@ from rexeval.metrics.questeval import (
     token_f1,
 )
 from rexeval.metrics.registry import get_metric
+from rexeval.models.encoders.seq2seq import get_seq2seq_generator
+from rexeval.models.spacy_pipelines import load_spacy
 
 # ------------------------------------------------------------------ answer comparison
 
@@ -162,13 +164,13 @@ def nlp():
     from rexeval.models.refs import ModelUnavailable
 
     try:
-        return qe.load_spacy("en_core_web_sm")
+        return load_spacy("en_core_web_sm")
     except ModelUnavailable as exc:
         pytest.skip(f"spaCy en_core_web_sm not available: {exc}")
 
 
 def test_spacy_answers_and_sentence_limit(nlp):
-    assert qe.load_spacy("en_core_web_sm") is nlp
+    assert load_spacy("en_core_web_sm") is nlp
     doc = nlp("One amp. Two cables! Three pedals? Four strings.")
     assert qe.leading_sentences(doc, 2) == "One amp. Two cables!"
     assert qe.leading_sentences(doc, 4) == doc.text
@@ -251,8 +253,8 @@ def manual_greedy(location: str, prompt: str, steps: int) -> str:
 @pytest.mark.slow
 def test_generator_is_greedy_and_batch_independent(tiny_t5s):
     qg, _ = tiny_t5s
-    gen = qe.get_seq2seq_generator(qg)
-    assert qe.get_seq2seq_generator(qg, "cpu") is gen
+    gen = get_seq2seq_generator(qg)
+    assert get_seq2seq_generator(qg, "cpu") is gen
     prompts = [qe.QG_TEMPLATE.format(answer="the strings", context=T5_CORPUS[0]),
                "the pedal",
                qe.QG_TEMPLATE.format(answer="the cable", context=T5_CORPUS[1] + " " + T5_CORPUS[3]),
@@ -460,7 +462,7 @@ def test_answerability_is_one_minus_first_step_probability(flat_qa):
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
     qa = flat_qa
-    gen = qe.get_seq2seq_generator(qa)
+    gen = get_seq2seq_generator(qa)
     tok = AutoTokenizer.from_pretrained(qa)
     model = AutoModelForSeq2SeqLM.from_pretrained(qa).eval()
     token = gen.first_token_id("unanswerable")

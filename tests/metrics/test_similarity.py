@@ -1,4 +1,5 @@
-"""BERTScore and STS (metrics/similarity.py) with the packaged all-MiniLM-L6-v2."""
+"""BERTScore and STS (metrics/similarity.py, BERTScore's model in models/encoders/bertscore_model.py)
+with the packaged all-MiniLM-L6-v2."""
 from __future__ import annotations
 
 import json
@@ -7,7 +8,6 @@ import os
 import numpy as np
 import pytest
 
-from rexeval.metrics import similarity
 from rexeval.metrics.registry import get_metric
 from rexeval.metrics.similarity import (
     BERTSCORE_KEYS,
@@ -15,9 +15,10 @@ from rexeval.metrics.similarity import (
     bertscore,
     bertscore_f1,
     bertscore_idf,
-    get_bertscorer,
     sts,
 )
+from rexeval.models.encoders import bertscore_model
+from rexeval.models.encoders.bertscore_model import get_bertscorer
 
 LAYERS = 6  # all-MiniLM-L6-v2 has 6 layers; the local profile's bertscore_num_layers
 
@@ -158,7 +159,7 @@ def test_input_errors(minilm):
         sts(["a"], [None], FakeEncoder({}))
     with pytest.raises(ValueError, match="no default layer"):
         bertscore(["a"], ["b"], "/some/local/checkpoint", None)
-    assert similarity.default_num_layers("roberta-large") == 17
+    assert bertscore_model.default_num_layers("roberta-large") == 17
 
 
 def test_rescaling_needs_a_baseline_path(minilm, tmp_path):
@@ -212,7 +213,7 @@ def test_tokenizer_without_max_length_is_fixed(minilm, tmp_path):
         assert np.isfinite(out["bertscore_f1"]).all()
         assert out["bertscore_f1"][1] == pytest.approx(1.0, abs=1e-5)
     finally:
-        similarity._SCORERS.pop((str(tmp_path), LAYERS, "cpu"), None)
+        bertscore_model._SCORERS.pop((str(tmp_path), LAYERS, "cpu"), None)
 
 
 # ------------------------------------------------------------------------------ STS
