@@ -75,7 +75,7 @@ import numpy as np
 
 from rexeval.metrics.registry import register_metric
 from rexeval.models.encoders.bertscore_model import (
-    _fix_model_max_length,
+    fix_model_max_length,
     default_num_layers,
     get_bertscorer,
 )
@@ -145,7 +145,7 @@ def bertscore_idf(references: Sequence[str], model_location: str) -> IdfWeights:
 
     refs = _check_texts("references", references)
     tokenizer = get_tokenizer(str(model_location))
-    _fix_model_max_length(tokenizer, AutoConfig.from_pretrained(str(model_location)))
+    fix_model_max_length(tokenizer, AutoConfig.from_pretrained(str(model_location)))
     return _idf_from_tokenizer(refs, tokenizer)
 
 

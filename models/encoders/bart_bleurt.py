@@ -15,7 +15,7 @@ scored once; pairs are tokenised once, sorted by length, cut into batches of
 `batch_size`, right-padded with an attention mask and run under `torch.inference_mode`.
 Padding is masked out, so a pair's score does not depend on the batch it lands in (equal
 up to float rounding, ~1e-6). Tokenizers get a usable truncation length as BERTScore's
-do (`bertscore_model._fix_model_max_length`).
+do (`bertscore_model.fix_model_max_length`).
 
 `BartScorer`: a sequence-to-sequence model (BART); a pair's value is the mean
 log-likelihood of the target's tokens as the tokenizer writes them (special tokens
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from rexeval.models.encoders.bertscore_model import _fix_model_max_length
+from rexeval.models.encoders.bertscore_model import fix_model_max_length
 from rexeval.models.encoders.pair_batching import (
     BatchedPairModel,
     Row,
@@ -83,7 +83,7 @@ class BartScorer(BatchedPairModel):
         self.model = AutoModelForSeq2SeqLM.from_pretrained(
             self.location, dtype=self.dtype).to(self.device).eval()
         config = self.model.config
-        self.max_length = _fix_model_max_length(self.tokenizer, config)
+        self.max_length = fix_model_max_length(self.tokenizer, config)
         start = getattr(config, "decoder_start_token_id", None)
         if start is None:
             start = getattr(getattr(self.model, "generation_config", None),
@@ -210,7 +210,7 @@ class BleurtScorer(BatchedPairModel):
         self.tokenizer = tokenizer_cls.from_pretrained(self.location)
         self.tokenizer.padding_side = "right"
         self.model = model_cls.from_pretrained(self.location, dtype=self.dtype).to(self.device).eval()
-        self.max_length = _fix_model_max_length(self.tokenizer, self.model.config)
+        self.max_length = fix_model_max_length(self.tokenizer, self.model.config)
 
     def _encode(self, pairs: list[tuple[str, str]]) -> list[Row]:
         return encoding_rows(self.tokenizer([r for r, _ in pairs], [c for _, c in pairs],

@@ -13,7 +13,7 @@ reports 1e30, which the Rust tokeniser cannot take as a truncation length (Overf
 on every text). When the value is missing or larger than the model's position table, it
 is set to the model's limit (`max_position_embeddings`, minus the two reserved positions
 of RoBERTa-style models; 512 when the config has none), so over-long texts are truncated
-rather than crashing the model (`_fix_model_max_length`).
+rather than crashing the model (`fix_model_max_length`).
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def default_num_layers(model_location: str) -> int:
     )
 
 
-def _fix_model_max_length(tokenizer, config) -> int:
+def fix_model_max_length(tokenizer, config) -> int:
     """Give the tokenizer a usable truncation length (see the module docstring)."""
     positions = getattr(config, "max_position_embeddings", None)
     if positions:
@@ -86,7 +86,7 @@ def get_bertscorer(model_location: str, num_layers: int | None, device: str = "c
             from bert_score import BERTScorer
 
             scorer = BERTScorer(model_type=location, num_layers=layers, device=device)
-            _fix_model_max_length(scorer._tokenizer, scorer._model.config)
+            fix_model_max_length(scorer._tokenizer, scorer._model.config)
             _SCORERS[key] = scorer
     return scorer
 
