@@ -9,11 +9,13 @@ import pytest
 
 from rexeval.pipelines.generate.prompted.config import PromptedJob
 from rexeval.pipelines.generate.prompted.job import run_prompted
+from rexeval.pipelines.generate.prompted.methods import method_names
 from tests.doubles.planted_shop import planted_ingest
 
 pytestmark = pytest.mark.slow  # its fixture runs the whole prompted job once: the full tier only
 
-ALL = ["user_based", "item_based", "review_extract", "review_summary", "preference_logic", "item_only"]
+# Every registered method, the built-ins and any added in one file (checked by the same contract).
+ALL = method_names()
 GOOD = "This fits the way you play, so you will enjoy every practice session and every gig with it."
 
 
