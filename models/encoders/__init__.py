@@ -9,8 +9,8 @@ probability that they are paraphrases. The NLI engine (`NLIScorer`, role `nli`) 
 P(entailment, neutral, contradiction) per (premise, hypothesis) pair; both pair models
 share the batching of `pair_batching.py`. The models behind seed 000's other model-based
 metrics live here too (their maths is in `metrics/`): AlignScore (`alignscore.py`),
-BERTScore's (`bertscore_model.py`), BARTScore's and BLEURT's (`bart_bleurt.py`) and
-QuestEval's T5s (`seq2seq.py`). Torch, transformers and sentence-transformers are
+BERTScore's (`bertscore_model.py`), BARTScore's and BLEURT's (`bart_bleurt.py`),
+QuestEval's T5s (`seq2seq.py`) and SummaC-Conv's trained head (`summac_head.py`). Torch, transformers and sentence-transformers are
 imported only when a model is built, and vLLM never on this side.
 """
 from rexeval.models.encoders.embedder import (  # noqa: F401

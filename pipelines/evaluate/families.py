@@ -250,7 +250,7 @@ class SummacConv(Family):
     uses_nli = True
 
     def setup(self):
-        from rexeval.metrics.summac import load_conv_head
+        from rexeval.models.encoders.summac_head import load_conv_head
 
         self.scorer = self.ctx.nli_client()
         self.head = load_conv_head(self.ctx.locations["summac_conv"], device=self.ctx.device)

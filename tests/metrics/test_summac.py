@@ -9,6 +9,7 @@ import pytest
 
 from rexeval.metrics import statement_level as sl
 from rexeval.metrics import summac as sm
+from rexeval.models.encoders import summac_head as head_mod
 from rexeval.metrics.registry import get_metric
 from tests.doubles.nli import ScriptedNLI
 
@@ -75,7 +76,7 @@ def even4_head(device="cpu"):
     state = {"mlp.weight": torch.tensor([[0.0, 1.0, 2.0, 3.0]]), "mlp.bias": torch.zeros(1),
              "layer_final.weight": torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]),
              "layer_final.bias": torch.zeros(2)}
-    return sm.SummaCConvHead.from_state_dict(state, bins="even4", nli_labels="e", device=device)
+    return head_mod.SummaCConvHead.from_state_dict(state, bins="even4", nli_labels="e", device=device)
 
 
 def test_conv_by_hand():
@@ -97,7 +98,7 @@ def test_histograms_match_numpy(bins, labels):
     rng = np.random.default_rng(0)
     n, m = np.array([3, 1, 2]), np.array([4, 5, 1])
     p = rng.dirichlet(np.ones(3), size=int((n * m).sum()))
-    edges = sm.bin_edges(bins)
+    edges = head_mod.bin_edges(bins)
     p[:8, 0] = edges[:8]  # exact edges, the top edge too
     p[8, 0] = 1.0
     hist = sm.conv_histograms(p, n, m, edges, labels)
@@ -177,14 +178,14 @@ def test_registry_and_head_errors(tmp_path):
     state = {"mlp.weight": torch.zeros(1, 23), "mlp.bias": torch.zeros(1),
              "layer_final.weight": torch.zeros(2, 3), "layer_final.bias": torch.zeros(2)}
     torch.save(state, tmp_path / "head.bin")
-    head = sm.load_conv_head(str(tmp_path / "head.bin"), device="auto")  # percentile, "e"
+    head = head_mod.load_conv_head(str(tmp_path / "head.bin"), device="auto")  # percentile, "e"
     assert head.n_features == 23 and head.device == "cpu"
     with pytest.raises(ValueError, match="bins='even50'"):
-        sm.load_conv_head(str(tmp_path / "head.bin"), bins="even50")
+        head_mod.load_conv_head(str(tmp_path / "head.bin"), bins="even50")
     with pytest.raises(ValueError, match="nli_labels"):
-        sm.load_conv_head(str(tmp_path / "head.bin"), nli_labels="x")
+        head_mod.load_conv_head(str(tmp_path / "head.bin"), nli_labels="x")
     with pytest.raises(ValueError, match="missing"):
-        sm.SummaCConvHead.from_state_dict({"mlp.weight": torch.zeros(1, 23)})
+        head_mod.SummaCConvHead.from_state_dict({"mlp.weight": torch.zeros(1, 23)})
     with pytest.raises(ValueError, match="zs_score"):
         sm.summac_zs_scores(["a."], ["b."], ScriptedNLI(), zs_score="c")
 
@@ -277,7 +278,7 @@ def test_conv_equals_summac_package(package, our_scorer, tmp_path, bins, labels)
     # the package reads the file back through its own start_file mechanism
     model = package.SummaCConv(start_file=str(path), **kwargs)
     want = np.array(model.score(EQ_REF, EQ_GEN)["scores"], dtype=np.float64)
-    head = sm.load_conv_head(str(path), bins=bins, nli_labels=labels)
+    head = head_mod.load_conv_head(str(path), bins=bins, nli_labels=labels)
     got = sm.summac_conv_scores(EQ_GEN, EQ_REF, our_scorer, head, split=sm.summac_sentences)
     assert np.ptp(want) > 0.01
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)

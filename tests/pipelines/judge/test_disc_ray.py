@@ -15,7 +15,7 @@ import pytest
 from rexeval.models.encoders import reward
 from rexeval.pipelines.judge import disc
 from rexeval.pipelines.judge.config import PairwiseJobConfig
-from rexeval.pipelines.judge.evaluators.disc import disc_verdicts as _disc_verdicts
+from rexeval.pipelines.judge.evaluators.disc import disc_verdicts
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +63,7 @@ def test_the_reward_model_scores_on_actors_as_in_one_process(tmp_path, monkeypat
     monkeypatch.setattr(disc, "PAIRS_PER_BATCH", 5, raising=False)  # several batches: several actor calls
     with monkeypatch.context() as m:
         forbid_the_model(m)
-        verdicts, usage = _disc_verdicts(cfg, pairs, progress=lambda line: None)
+        verdicts, usage = disc_verdicts(cfg, pairs, progress=lambda line: None)
     assert list(verdicts.columns) == list(want.verdicts.columns)
     assert verdicts["pair_id"].tolist() == pairs["pair_id"].tolist()
     verdict_cols = [c for c in verdicts.columns if c.startswith("verdict")]

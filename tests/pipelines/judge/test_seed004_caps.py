@@ -10,7 +10,7 @@ import pytest
 from rexeval.models.profiles import AnswerCaps, load_profile
 from rexeval.pipelines.judge.config import DetectJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.detect import generate_planned, judge_layout, plan_conditions
-from rexeval.pipelines.judge.evaluators.gen import pairwise_settings as _pairwise_settings
+from rexeval.pipelines.judge.evaluators.gen import pairwise_settings
 from rexeval.pipelines.judge.jobs import detect_suite
 from rexeval.pipelines.judge.pairwise import PairwiseConfig, judge_pairwise
 from tests.doubles.llm import ScriptedLLM
@@ -46,7 +46,7 @@ def test_detect_writes_and_judges_with_the_profiles_caps(tmp_path, profile, gen_
     # paper keeps the whole answer (seed 004 caps no words); local keeps what fits in 60 words
     assert (pairs["original"] == LONG).all() if profile == "paper" else (pairs["original"].str.split().str.len() <= 60).all()
     judge = ScriptedLLM.make(default='{"reasoning": "A fits.", "verdict": "[[A]]"}')
-    judge_pairwise(judge, judge_layout(pairs), PairwiseConfig(**_pairwise_settings(cfg)["pairwise"]))
+    judge_pairwise(judge, judge_layout(pairs), PairwiseConfig(**pairwise_settings(cfg)["pairwise"]))
     assert judge.calls and {(c.sampling.max_tokens, c.sampling.temperature) for c in judge.calls} == {(judge_tokens, 0.7)}
 
 
@@ -67,6 +67,6 @@ def test_pairwise_judges_with_the_profiles_cap(tmp_path, profile, tokens):
                   "explanation": ["x"]}).to_parquet(expl)
     given = dict(explanations=[str(expl)], baseline="s", out=str(tmp_path / "o"), profile=profile)
     cfg = PairwiseJobConfig(**given, temperature=0.7)
-    settings = PairwiseConfig(**_pairwise_settings(cfg)["pairwise"])
+    settings = PairwiseConfig(**pairwise_settings(cfg)["pairwise"])
     assert (settings.max_tokens, settings.temperature) == (tokens, 0.7)
     assert PairwiseJobConfig(**given, max_tokens=256).max_tokens == 256
