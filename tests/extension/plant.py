@@ -38,8 +38,20 @@ CONTRACTS = [
 
 
 def tracked_files(repo: Path = REPO) -> list[str]:
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=repo, check=True, capture_output=True).stdout
-    return [f for f in out.decode().split("\0") if f]
+    """The checkout's files: git's tracked ones, or, outside a git checkout, every file but
+    hidden folders, caches and build outputs."""
+    res = subprocess.run(["git", "ls-files", "-z"], cwd=repo, capture_output=True)
+    if res.returncode == 0:
+        return [f for f in res.stdout.decode().split("\0") if f]
+    skip = {"__pycache__", "site", "build", "dist"}
+    return [str(f.relative_to(repo)) for f in sorted(repo.rglob("*")) if f.is_file()
+            and not any(part.startswith(".") or part in skip or part.endswith(".egg-info")
+                        for part in f.relative_to(repo).parts)]
+
+
+def planted_here(repo: Path = REPO) -> bool:
+    """True inside a scratch copy: the planted files are in their places already."""
+    return any((repo / place).exists() for place in PLACES.values())
 
 
 def scratch_checkout(dest: Path, repo: Path = REPO) -> Path:

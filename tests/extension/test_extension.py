@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.extension.plant import PLACES, PLANTED, REPO, scratch_checkout
+from tests.extension.plant import PLACES, PLANTED, REPO, planted_here, scratch_checkout
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(planted_here(), reason="a scratch copy with the planted files: nothing to plant")]
 
 
 def test_each_planted_kind_is_one_new_file_in_its_folder(tmp_path):

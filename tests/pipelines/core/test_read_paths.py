@@ -51,7 +51,10 @@ def test_every_study_job_declares_the_paths_it_reads():
         "expscore_score": ["inputs", "reviews", "languagetool", "model"],
     }
     got = {name: read_settings(STUDY_JOBS.get(name).config) for name in STUDY_JOBS.names()}
-    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in want.items()}
+    # The built-ins as pinned; a job added in one file is checked by the contract tests
+    # below, not against this list.
+    assert set(want) <= set(got), sorted(set(want) - set(got))
+    assert {k: sorted(got[k]) for k in want} == {k: sorted(v) for k, v in want.items()}
 
 
 def test_read_settings_names_every_read_field_of_every_job_config():

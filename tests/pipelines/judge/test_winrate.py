@@ -133,7 +133,7 @@ def test_folders_per_system_batch_are_joined(tmp_path):
 def test_clear_errors(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ValueError, match=r"empty: holds neither verdicts.parquet nor verdicts_disc.parquet"):
+    with pytest.raises(ValueError, match=r"empty: holds (neither|none of) verdicts.parquet(,| nor) verdicts_disc.parquet"):
         read_runs([empty])
     a = write_run(tmp_path / "a", systems=("sysA",))
     b = write_run(tmp_path / "b", systems=("sysB",), baseline="other")
