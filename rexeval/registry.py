@@ -1,7 +1,7 @@
 """The one registry class behind every "name -> implementation" table in rexeval.
 
-Metrics, evaluation metric families, LLM backends, statement rankers, pair scorers and
-judge tasks are each one `Registry` instance, in the module that defines their
+Metrics, evaluation metric families, LLM backends, statement rankers, pair scorers, judge
+tasks and the pairwise judges' evaluators are each one `Registry` instance, in the module that defines their
 interface. Adding an implementation is one new file with `@REGISTRY.register("name")`;
 using one is `REGISTRY.lookup("name")`. Every registry behaves the same way:
 
