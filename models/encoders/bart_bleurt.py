@@ -36,9 +36,7 @@ with a ValueError naming the folder and its num_labels: BLEURT is a regression.
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
@@ -53,6 +51,7 @@ from rexeval.models.encoders.pair_batching import (
     read_config_json,
     resolve_checkpoint,
 )
+from rexeval.models.process_cache import ProcessCache
 from rexeval.models.refs import ModelUnavailable
 
 
@@ -136,24 +135,15 @@ class BartScorer(BatchedPairModel):
         return self._run(check_pairs(pairs), batch_size).astype(np.float64)
 
 
-_BART: dict[tuple[str, str], BartScorer] = {}
-_BLEURT: dict[tuple[str, str], Any] = {}
-_LOCK = threading.Lock()
+_BART: ProcessCache[BartScorer] = ProcessCache()  # by (location, device)
+_BLEURT: ProcessCache[BleurtScorer] = ProcessCache()
 
 
-def _cached(cache: dict, location: str, device: str, build):
+def _cached(cache: ProcessCache, location: str, device: str, build):
     from rexeval.models.encoders.embedder import resolve_device
 
     key = (str(location), resolve_device(device))
-    model = cache.get(key)
-    if model is not None:
-        return model
-    with _LOCK:
-        model = cache.get(key)
-        if model is None:
-            model = build(key[0], key[1])
-            cache[key] = model
-    return model
+    return cache.get(key, lambda: build(*key))
 
 
 def get_bartscorer(model_location: str, device: str = "cpu") -> BartScorer:
@@ -167,9 +157,8 @@ def get_bartscorer(model_location: str, device: str = "cpu") -> BartScorer:
 
 def clear_learned_cache() -> None:
     """Forget every cached BARTScore / BLEURT model."""
-    with _LOCK:
-        _BART.clear()
-        _BLEURT.clear()
+    _BART.clear()
+    _BLEURT.clear()
 
 
 # --------------------------------------------------------------------------- BLEURT

@@ -18,8 +18,8 @@ rather than crashing the model (`fix_model_max_length`).
 from __future__ import annotations
 
 import os
-import threading
-from typing import Any
+
+from rexeval.models.process_cache import ProcessCache
 
 # A tokenizer limit above this is transformers' "no limit known" sentinel, not a real one.
 _ABSURD_MAX_LENGTH = 1_000_000
@@ -58,8 +58,7 @@ def fix_model_max_length(tokenizer, config) -> int:
     return int(tokenizer.model_max_length)
 
 
-_SCORERS: dict[tuple[str, int, str], Any] = {}
-_SCORERS_LOCK = threading.Lock()
+_SCORERS: ProcessCache = ProcessCache()  # bert_score.BERTScorer by (location, layers, device)
 
 
 def get_bertscorer(model_location: str, num_layers: int | None, device: str = "cpu"):
@@ -76,22 +75,17 @@ def get_bertscorer(model_location: str, num_layers: int | None, device: str = "c
     if layers < 0:
         raise ValueError(f"num_layers must be >= 0, got {num_layers}")
     device = resolve_device(device)
-    key = (location, layers, device)
-    scorer = _SCORERS.get(key)
-    if scorer is not None:
-        return scorer
-    with _SCORERS_LOCK:
-        scorer = _SCORERS.get(key)
-        if scorer is None:
-            from bert_score import BERTScorer
 
-            scorer = BERTScorer(model_type=location, num_layers=layers, device=device)
-            fix_model_max_length(scorer._tokenizer, scorer._model.config)
-            _SCORERS[key] = scorer
-    return scorer
+    def build():
+        from bert_score import BERTScorer
+
+        scorer = BERTScorer(model_type=location, num_layers=layers, device=device)
+        fix_model_max_length(scorer._tokenizer, scorer._model.config)
+        return scorer
+
+    return _SCORERS.get((location, layers, device), build)
 
 
 def clear_bertscorer_cache() -> None:
     """Forget every cached scorer (frees their models once nothing else holds them)."""
-    with _SCORERS_LOCK:
-        _SCORERS.clear()
+    _SCORERS.clear()

@@ -18,12 +18,11 @@ a missing one is a `ModelUnavailable` that says to pass local folders.
 """
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from typing import Any
 
-_SEQ2SEQ: dict[tuple[str, str], Any] = {}
-_LOCK = threading.Lock()
+from rexeval.models.process_cache import ProcessCache
+
+_SEQ2SEQ: ProcessCache[Seq2SeqGenerator] = ProcessCache()  # by (location, device)
 
 
 class Seq2SeqGenerator:
@@ -141,28 +140,22 @@ def get_seq2seq_generator(location: str, device: str = "cpu") -> Seq2SeqGenerato
     from rexeval.models.refs import ModelUnavailable
 
     key = (str(location), resolve_device(device))
-    model = _SEQ2SEQ.get(key)
-    if model is not None:
-        return model
-    with _LOCK:
-        model = _SEQ2SEQ.get(key)
-        if model is None:
-            def unavailable(ref: str, why: str) -> ModelUnavailable:
-                return ModelUnavailable(
-                    f"QuestEval needs T5 question-generation and question-answering "
-                    f"checkpoints; {ref!r} cannot be used ({why}). No PyPI package ships "
-                    "them: pass local Hugging Face folders (or hub ids with hub access).")
 
-            path = resolve_checkpoint(key[0], unavailable)
-            model = Seq2SeqGenerator(path, model_ref=key[0], device=key[1])
-            _SEQ2SEQ[key] = model
-    return model
+    def unavailable(ref: str, why: str) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"QuestEval needs T5 question-generation and question-answering "
+            f"checkpoints; {ref!r} cannot be used ({why}). No PyPI package ships "
+            "them: pass local Hugging Face folders (or hub ids with hub access).")
+
+    def build() -> Seq2SeqGenerator:
+        return Seq2SeqGenerator(resolve_checkpoint(key[0], unavailable), model_ref=key[0], device=key[1])
+
+    return _SEQ2SEQ.get(key, build)
 
 
 def clear_questeval_cache() -> None:
     """Forget the cached spaCy pipelines and seq2seq models."""
     from rexeval.models.spacy_pipelines import clear_spacy_cache
 
-    with _LOCK:
-        _SEQ2SEQ.clear()
+    _SEQ2SEQ.clear()
     clear_spacy_cache()

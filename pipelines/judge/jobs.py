@@ -185,7 +185,7 @@ def run_pairwise(cfg: PairwiseJobConfig, progress: Callable[[str], None] = print
         report.update(ev.report_fields(cfg, judged))
         report.update({f"win_rates{ev.tag}": wins.to_dict("records"),
                        f"win_rates_per_criterion{ev.tag}": _per_criterion(verdicts), f"usage{ev.tag}": judged.usage})
-        md_parts.append(pairwise_markdown(wins, ev.position_bias(judged), cfg.baseline, judge=ev.who(cfg, judged)))
+        md_parts.append(pairwise_markdown(wins, ev.position_bias(cfg, judged), cfg.baseline, judge=ev.who(cfg, judged)))
         md_parts += ev.notes(report)
     md = "\n".join(md_parts)
     (root / PAIRWISE_OUTPUTS.table).write_text(md)

@@ -56,7 +56,7 @@ class Judged:
     verdicts: pd.DataFrame
     usage: dict | None = None
     detail: pd.DataFrame | None = None
-    extra: dict = field(default_factory=dict)  # what its own hooks read back (e.g. the position bias)
+    extra: dict = field(default_factory=dict)  # what its own hooks keep (e.g. the position bias, measured once)
 
 
 class Evaluator(abc.ABC):
@@ -105,7 +105,7 @@ class Evaluator(abc.ABC):
         """Its own fields in a pairwise report.json, before its win rates and usage."""
         return {}
 
-    def position_bias(self, judged: Judged) -> dict:
+    def position_bias(self, cfg, judged: Judged) -> dict:
         """Its position-bias statistics per criterion ({} when it does not measure them)."""
         return {}
 

@@ -57,7 +57,7 @@ class LLMJudge(Evaluator):
             "pairwise", TASKS.lookup("pairwise"), pairs, folder, ["verdicts", "detail"], pairwise_settings(cfg), spec,
             addr, cfg, run.progress))
         return Judged(out.read("verdicts").to_pandas(), usage_totals([out], cfg.price_table, spec["model"]),
-                      detail=out.read("detail").to_pandas(), extra={"both_orders": cfg.both_orders})
+                      detail=out.read("detail").to_pandas())
 
     def who(self, cfg, judged: Judged) -> str:
         return f"LLM judge `{judged.usage['model']}`"
@@ -67,12 +67,12 @@ class LLMJudge(Evaluator):
         model = usage.get("model")
         return f"ALERT-Gen ({model})" if model else "ALERT-Gen"
 
-    def position_bias(self, judged: Judged) -> dict:
+    def position_bias(self, cfg, judged: Judged) -> dict:
         from rexeval.pipelines.judge.pairwise import order_bias
 
         if "position_bias" not in judged.extra:  # measured once, for the report and the table
-            judged.extra["position_bias"] = order_bias(judged.detail) if judged.extra.get("both_orders") else {}
+            judged.extra["position_bias"] = order_bias(judged.detail) if cfg.both_orders else {}
         return judged.extra["position_bias"]
 
     def report_fields(self, cfg, judged: Judged) -> dict:
-        return {"position_bias": self.position_bias(judged)}
+        return {"position_bias": self.position_bias(cfg, judged)}
