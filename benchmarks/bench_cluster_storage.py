@@ -59,7 +59,7 @@ def run_measured(cmd: list[str], env: dict[str, str], cwd: str | Path | None = N
 
 
 def stored(root: str) -> dict:
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     files = location(root).walk_files()
     return {"objects": len(files), "bytes": sum(f.size() for f in files)}

@@ -18,10 +18,10 @@ sibling folder and renamed into place, so a process sees either no folder or a w
 one. A URI is taken to name fixed content: to load a new checkpoint, give it a new URI
 (or delete the cached folder).
 
-Kept on `pyarrow.fs` directly, not on `pipelines/core/storage.py` (models may not import
-pipelines), with the endpoint and credentials read the same way: the AWS variables,
-`AWS_ENDPOINT_URL` included, for S3 and S3-compatible stores; Google's default
-credentials for GCS.
+Files are copied with `pyarrow.fs` through the filesystems of `rexeval/storage.py`
+(the lowest layer), so endpoints and credentials are read as for every job's data: the
+AWS variables, `AWS_ENDPOINT_URL` included, for S3 and S3-compatible stores; Google's
+default credentials for GCS.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rexeval.models.gguf_cache import _locked, models_cache_dir  # one lock: flock on a fresh open file
 
@@ -57,33 +57,12 @@ def _normal(uri: str) -> str:
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path within it) for a URI. S3 is configured from the AWS variables
-    here, so that an `http://` endpoint (MinIO, a test server) is reached over HTTP."""
-    import pyarrow.fs as pafs  # here, so that resolving a path or hub id never loads pyarrow
+    """(filesystem, path within it) for a model URI, through the storage module (which
+    configures S3 from the AWS variables); imported here, so that resolving a local path
+    or a hub id never loads pyarrow."""
+    from rexeval.storage import filesystem_for
 
-    uri = _normal(uri)
-    scheme, _, rest = uri.partition("://")
-    if scheme.lower() not in ("s3", "s3a"):
-        return pafs.FileSystem.from_uri(uri)
-    return s3_from_env(), rest
-
-
-def s3_from_env():
-    """An S3 filesystem configured from the environment (the storage module uses it too).
-    `AWS_ENDPOINT_URL` is read here as well as by pyarrow itself, so that an `http://`
-    endpoint (MinIO, a local test server) is reached over plain HTTP."""
-    import pyarrow.fs as pafs
-
-    kwargs: dict[str, Any] = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint:
-        proto, _, host = endpoint.partition("://")
-        kwargs["endpoint_override"] = host.rstrip("/") if host else endpoint
-        kwargs["scheme"] = proto if host else "https"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        kwargs["region"] = region
-    return pafs.S3FileSystem(**kwargs)
+    return filesystem_for(_normal(uri))
 
 
 def fetched_dir(uri: str, cache_dir: str | os.PathLike | None = None) -> Path:

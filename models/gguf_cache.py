@@ -27,7 +27,7 @@ MARKER = ".rexeval-gguf-source.json"
 def cache_root() -> Path:
     """Root of rexeval's local cache on this node: ``$REXEVAL_CACHE`` or
     ``~/.cache/rexeval``. A URI ``$REXEVAL_CACHE`` (a cluster's shared LLM-call cache,
-    `pipelines/core/llm/cache.py`) is not a place models are converted to: a converted
+    `models/llm/cache.py`) is not a place models are converted to: a converted
     model is loaded from a local folder, so each node keeps its own under the default."""
     env = os.environ.get("REXEVAL_CACHE")
     if env and "://" in env and not env.startswith("file://"):

@@ -33,7 +33,7 @@ class Where(click.ParamType):
         self.exists, self.file_okay, self.dir_okay = exists, file_okay, dir_okay
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from rexeval.pipelines.core.storage import location
+        from rexeval.storage import location
 
         text = str(value)
         if not self.exists and self.file_okay and self.dir_okay:
@@ -205,7 +205,7 @@ config_option = click.option(
 def read_yaml_settings(config_file: str) -> dict[str, Any]:
     """A YAML settings file (a path or a URI) as a mapping; a file that is not UTF-8, not
     YAML or not a mapping is an InputMistake naming the file (and the line)."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     try:
         loaded = yaml.safe_load(location(config_file).read_text())

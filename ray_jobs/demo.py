@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 
 from rexeval.pipelines.core.io import remove_entries
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.study.config import load_study
 from rexeval.pipelines.study.plan import STATE_FILE, build_plan
 from rexeval.pipelines.study.report import build_report, write_report

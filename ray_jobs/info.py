@@ -10,7 +10,7 @@ from rexeval.pipelines.core.inputs import given_text, resolved_text, reviews_inp
 from rexeval.pipelines.core.io import table_files
 from rexeval.pipelines.core.runtime import key_groups, read_dataset
 from rexeval.pipelines.core.schema import SPLIT_NAMES
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.ingest.stats import dataset_stats_ray, format_table
 from rexeval.ray_jobs.common import Where, columns_option, echo_json, user_errors
 

@@ -111,7 +111,7 @@ def cluster_report_cmd(runs, dataset, csv_path):
     Example: rexeval cluster-report runs/mi/clusters-extra runs/mi/clusters --dataset MI
     """
     from rexeval.pipelines.paraphrase.quality import format_table3
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     rows = []
     for run in runs:

@@ -6,7 +6,7 @@ from functools import partial
 
 import click
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings, TrainJob as StarTrainJob
 from rexeval.ray_jobs.common import (
     defaults_from,

@@ -100,7 +100,7 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_
 def study_stage_cmd(call):
     """Run one stage of a study inside its Ray job: what `study run` submits for a stage
     (CALL: the call file the study wrote, OUT/_stage_jobs/<instance>/call.json)."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.study.stage_job import run_call
 
     location(call).read_json()  # a missing or broken call file is the caller's mistake: one line, exit 2

@@ -41,7 +41,7 @@ def study_report_cmd(directory, out):
 
       rexeval study report s3://bucket/studies/paper
     """
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.study.report import build_report, write_report
 
     report = build_report(directory)

@@ -11,6 +11,7 @@ under this one namespace (imports run from the first to the last, never back up)
     rexeval.prompts    prompt templates, rubrics and topic tables
     rexeval.registry   (this folder, below them all) the one registry class every layer uses,
     rexeval.failures   a worker's failure as one line a user can act on,
+    rexeval.storage    the one module every layer reads and writes data through (paths, URIs),
     rexeval.threads    and the cap on a process's CPU threads (REXEVAL_MAX_THREADS)
 
 `setup.py` maps the folders with `package_dir`, so an installed rexeval (a wheel or an

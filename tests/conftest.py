@@ -212,7 +212,7 @@ def s3_env():
     with s3_server() as env:
         old = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
-        from rexeval.pipelines.core import storage
+        from rexeval import storage
 
         storage._FS_CACHE.clear()
         try:

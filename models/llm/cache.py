@@ -1,19 +1,45 @@
-"""The LLM-call cache: a re-run of a job costs no model calls for what it already asked.
+"""The LLM-call cache, whole: the stores, the backend in front of them, and where a job's
+cache lives. A re-run of a job costs no model calls for what it already asked.
 
-Only deterministic calls (greedy, temperature 0) are cached: a sampled call is
-meant to vary, so answering it from a cache would change the experiment. The key is a
-hash of (model id, messages, sampling params, JSON schema); error results are never
-stored, so a re-run retries them.
+Only deterministic calls (greedy, temperature 0) are cached: a sampled call is meant to
+vary, so answering it from a cache would change the experiment. The key is a hash of
+(model id, messages, sampling params, JSON schema); error results and transport failures
+are never stored, so a re-run retries them.
 
 Two stores, both a `CallStore`, which `CachedBackend` takes either of:
 - a local path: one SQLite file in WAL mode with a 60 s busy timeout (`LLMCache`), which
   several processes on one machine (Ray workers, parallel jobs) read and write at once;
-- a URI (`s3://`, `gs://`): one immutable object per call (`ObjectCallCache`), which any
-  node reads. SQLite locking is not reliable over network file systems, so a cluster
-  whose nodes share no disk keeps its cache at a URI; `pipelines/core/llm/cache.py` says
-  where a job's goes. It lives here, on `pyarrow.fs` (through `models/fetch.py`'s
-  filesystems, as the model copies do), not on the pipelines' storage module, because the
-  judge deployment's replicas (the serve layer, below the pipelines) open it too.
+  on one machine it is the faster store, and nothing changes for a laptop;
+- a URI (`s3://`, `gs://`; `--cache s3://bucket/cache`, or `REXEVAL_CACHE` set to a URI):
+  one immutable object per call, `<root>/<key[:2]>/<key>.json` (`ObjectCallCache`), which
+  any node reads. Nodes of a cluster share no disk and SQLite's locks cannot be trusted
+  over a network file system, so with the SQLite file a job re-run on another node (a
+  retried Ray task, a new cluster, a resumed study) would pay for every call again. An
+  object is written once, by a single PUT, which is atomic: no locks, no half-written
+  entries; two nodes that make the same call write the same answer and the last PUT wins
+  harmlessly. A batch of lookups (or writes) runs in parallel threads, one round trip
+  each; the two-character prefix spreads the keys over folders (object stores rate-limit
+  per prefix).
+
+Where a job's cache is (`resolve_cache`, decided once in the driver; issue 32):
+- the given cache (`--cache`), else a URI `REXEVAL_CACHE` (an operator who set one wants
+  every job to share it);
+- else, when the job writes to a URI, `<out>/_llm_cache/`: the node-local default would be
+  on whichever node the driver or actor ran, so a re-run elsewhere would repeat the calls;
+  under the output the cache lives exactly as long as the output, every node reaches it,
+  and `--overwrite` with other settings (which clears the folder) clears it too;
+- else the SQLite file in rexeval's local cache folder.
+
+Serve-routed calls (a judge deployment or app, `backend: serve`, `--judge-service`) go
+through the job's cache too: each worker asks it before the deployment and writes what
+the deployment answered, so a re-run makes no call for finished work wherever the
+replicas land. A deployment may keep a cache of its own (`serve/judge.py`'s `cache`, a URI
+too), shared by every client that calls it; the app a job starts for itself keeps a
+node-local one (`node_cache`).
+
+One module for every layer: the stores address URIs through `rexeval/storage.py`, the
+lowest layer, so the judge deployment's replicas (serve), the pipelines' LLM stages and
+the models' own tools open the same cache the same way.
 """
 from __future__ import annotations
 
@@ -28,6 +54,12 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from rexeval.models.llm.base import BackendSpec, ChatRequest, LLMBackend, LLMResult, build_backend
+from rexeval.storage import PathLike, filesystem_for, is_uri, location
+
+CACHE_DIR = "_llm_cache"
+"""The cache's folder under a job's output when the output is a URI."""
+ENV_DIR = "llm-calls"
+"""The cache's folder under a URI `REXEVAL_CACHE`."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS llm_calls (
@@ -59,12 +91,6 @@ class CallStore(Protocol):
     def put_many(self, items: Iterable[tuple[str, LLMResult]], model_id: str = "") -> int: ...
 
     def close(self) -> None: ...
-
-
-def is_uri(where: str | os.PathLike) -> bool:
-    """`s3://...`, `gs://...` and the like (a `file://` URL is a local path)."""
-    scheme, sep, _ = os.fspath(where).partition("://")
-    return bool(sep) and scheme.isidentifier() and scheme != "file"
 
 
 class LLMCache:
@@ -144,7 +170,7 @@ class LLMCache:
 
 class ObjectCallCache:
     """Key -> successful LLMResult, one JSON object per key under a URI,
-    `<root>/<key[:2]>/<key>.json` (`pipelines/core/llm/cache.py` gives the reasons).
+    `<root>/<key[:2]>/<key>.json` (the module docstring gives the reasons).
 
     An entry is written once by a single PUT, which an object store makes atomic: no
     locks, no half-written entries, and two nodes that make the same call write the same
@@ -171,9 +197,7 @@ class ObjectCallCache:
         """(filesystem, base path, thread pool) of this process, made on first use."""
         with self._lock:
             if self._fs is None or self._pid != os.getpid():
-                from rexeval.models.fetch import filesystem
-
-                self._fs = filesystem(self.root)
+                self._fs = filesystem_for(self.root)
                 self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="llm-cache")
                 self._pid = os.getpid()
             return (*self._fs, self._pool)
@@ -310,9 +334,46 @@ class CachedBackend(LLMBackend):
 
 
 def build_cached_backend(backend: str, model: str, options: dict,
-                         cache: str | os.PathLike | CallStore | None):
-    """A backend behind the call cache when one is given (a URI, a local SQLite path, or
-    an open `CallStore`: `open_call_cache`); built once per actor or replica."""
+                         cache: PathLike | CallStore | None):
+    """A backend behind the call cache when one is given (a URI, a local SQLite path, a
+    `Location`, or an open `CallStore`: `open_call_cache`); built once per actor or
+    replica."""
     llm = build_backend(BackendSpec(backend=backend, model=model, options=dict(options)))
-    store = open_call_cache(cache) if isinstance(cache, (str, os.PathLike)) else cache
+    store = cache if hasattr(cache, "get_many") else open_call_cache(None if cache is None else str(cache))
     return CachedBackend(llm, store) if store is not None else llm
+
+
+def default_cache() -> str:
+    """The cache when nothing else says: under a URI `REXEVAL_CACHE`, else the SQLite
+    file in rexeval's local cache folder."""
+    env = os.environ.get("REXEVAL_CACHE")
+    if env and is_uri(env):
+        return str(location(env) / ENV_DIR)
+    from rexeval.models.gguf_cache import cache_root
+
+    return str(cache_root() / "llm-calls.sqlite")
+
+
+def node_cache(cache: str | None) -> str | None:
+    """The replicas' own cache of a judge app that a job starts for itself: `cache` when
+    local, else the node's default file. Not the job's URI cache: the job's workers
+    already keep that one in front of the app (see the module docstring), and other jobs
+    that join the app would write their calls into this job's output."""
+    if not cache or not is_uri(cache):
+        return cache
+    env = os.environ.get("REXEVAL_CACHE")
+    root = Path(env).expanduser() if env and not is_uri(env) else Path.home() / ".cache" / "rexeval"
+    return str((root / "llm-calls.sqlite").resolve())
+
+
+def resolve_cache(cache: str | None, out: PathLike | None = None) -> str:
+    """Where a job's calls are cached, decided once in the driver (see the module
+    docstring): the given cache (a local path made absolute), else a URI
+    `REXEVAL_CACHE`, else `<out>/_llm_cache` when `out` is a URI, else the local file."""
+    if cache:
+        return str(location(cache)) if is_uri(cache) else str(Path(cache.removeprefix("file://")).resolve())
+    env = os.environ.get("REXEVAL_CACHE")
+    if not (env and is_uri(env)) and out is not None and is_uri(out):
+        return str(location(out) / CACHE_DIR)
+    chosen = default_cache()
+    return chosen if is_uri(chosen) else str(Path(chosen).resolve())

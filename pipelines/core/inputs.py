@@ -6,7 +6,7 @@ the same way, through these functions; tables that several capabilities read
 (explanations above all: evaluate, the judges, the prompted generators' tests) are read
 in any format by `read_parts` and `read_explanation_rows`. Every input may be a local
 path or a URI
-(`pipelines/core/storage.py`); `runtime.reads_here` says where a task reading one must run.
+(`rexeval/storage.py`); `runtime.reads_here` says where a task reading one must run.
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.core.io import json_lines, read_parquet, read_raw, table_files, told_format, validated
 from rexeval.pipelines.core.schema import SchemaError, is_text_type
-from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.storage import Location, PathLike, is_uri, location
 
 
 def given_text(path: PathLike) -> str:

@@ -1,6 +1,6 @@
 """Parquet in and out: whole-or-nothing writes, resumable sharded outputs and manifests.
 
-Every path here may be a local path or a URI (`pipelines/core/storage.py`). A job's
+Every path here may be a local path or a URI (`rexeval/storage.py`). A job's
 output folder holds one sub-folder per table (`reviews/`, `errors/`, ...) with numbered
 shards `part-00000.parquet`, a `_done/` folder with one marker per finished shard, and
 `manifest.json` (job, config, config hash, counts). A shard's files are written at
@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.read_paths import READ_SETTINGS
 from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
-from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.storage import Location, PathLike, is_uri, location
 
 MANIFEST = "manifest.json"
 DONE_DIR = "_done"

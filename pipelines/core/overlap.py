@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from rexeval.pipelines.core.read_paths import NOT_A_PATH, WEB, read_settings
-from rexeval.pipelines.core.storage import is_uri
+from rexeval.storage import is_uri
 
 _SCHEMES = {"s3a": "s3", "s3n": "s3", "gcs": "gs"}
 CACHE_SETTINGS = ("cache",)
@@ -110,7 +110,7 @@ class OutputIsAFile(ValueError):
 def check_output_apart(cfg: BaseModel, out_setting: str = "out") -> None:
     """A job's `out` before anything is written: not an existing file, and apart from
     every input its settings name (`check_apart`)."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     out = getattr(cfg, out_setting, None)
     if not out:

@@ -36,7 +36,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from rexeval.pipelines.core.storage import PathLike, is_uri, location
+from rexeval.storage import PathLike, is_uri, location
 
 PROBE_PREFIX = ".rexeval-reach-"
 ANSWER_SECONDS = 120.0  # a node's task must answer within this (a worker may have to start)

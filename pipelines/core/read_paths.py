@@ -59,7 +59,7 @@ def why_missing(path: str) -> str | None:
     """None when `path` (a local path or a URI) exists, else why it cannot be read: it
     "does not exist", or its store "cannot be reached" (a URI's scheme no filesystem
     serves is left to the job: None)."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     if "://" not in path:
         return None if Path(path).exists() else "does not exist"

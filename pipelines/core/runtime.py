@@ -366,7 +366,7 @@ def reads_here(paths: Iterable) -> dict:
     folder is another matter: on a cluster it must be one every node mounts, which
     `pipelines/core/reach.py` checks, so its readers and writers are not pinned.)
     """
-    from rexeval.pipelines.core.storage import is_uri
+    from rexeval.storage import is_uri
 
     local = [str(p) for p in paths if not is_uri(p)]
     if not local:
@@ -396,7 +396,7 @@ def read_dataset(path, schema: str | pa.Schema, columns: list[str] | None = None
     `read_table` concatenates them, for jobs where input order settles ties."""
     from rexeval.pipelines.core.io import read_raw, table_files, told_format, validated
     from rexeval.pipelines.core.schema import TABLES
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     files = [location(p) for p in path] if isinstance(path, list) else table_files(path)
     sch = TABLES[schema] if isinstance(schema, str) else schema

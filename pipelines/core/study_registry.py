@@ -143,7 +143,7 @@ def has_field(config: type[BaseModel], name: str) -> bool:
 def write_manifest(cfg, job: str, counts: dict[str, Any], file: str = MANIFEST, **extra: Any) -> dict:
     """The manifest of a job the study runs itself (JSON-safe), written to OUT/`file`."""
     from rexeval.pipelines.core.io import config_hash, unset_fields, write_json_atomic
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     manifest = {"job": job, "status": "complete", "config": cfg.model_dump(),
                 "config_hash": config_hash(cfg.model_dump(exclude={"out"} | unset_fields(cfg, "columns"))),

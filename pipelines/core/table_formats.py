@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 
 FORMATS = ("parquet", "csv", "tsv", "jsonl")
 _SUFFIXES = {"parquet": "parquet", "pq": "parquet", "csv": "csv", "tsv": "tsv", "tab": "tsv",

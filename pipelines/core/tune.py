@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 if TYPE_CHECKING:  # torch is imported where it runs: the CLI and study plans import this module
     import torch

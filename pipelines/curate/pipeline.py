@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.core.io import write_bytes_atomic
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.curate import rules
 from rexeval.pipelines.curate.config import CURATE_OUTPUTS, CurateConfig
 

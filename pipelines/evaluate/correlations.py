@@ -31,7 +31,7 @@ from rexeval.metrics.correlation import (
 )
 from rexeval.pipelines.core.io import read_table, write_bytes_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SCORE_AGGREGATES, SCORES
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as OUT
 
 DEFAULT_DATASET = "all"  # the dataset label when the job was given no --dataset

@@ -35,7 +35,7 @@ from rexeval.pipelines.extract.ground_truth import polarity, statement_sentence
 from rexeval.pipelines.core.inputs import ID_COLUMNS, given_text, read_parts
 from rexeval.pipelines.core.io import columns_found, json_lines, told_format
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SchemaError, error_rows
-from rexeval.pipelines.core.storage import PathLike, is_uri, location
+from rexeval.storage import PathLike, is_uri, location
 from rexeval.pipelines.evaluate.config import FLIP_OUTPUTS
 
 STAGE = "evaluate"

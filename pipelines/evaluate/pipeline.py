@@ -19,7 +19,7 @@ and seed 000's tables out.
    driver writes the tables, Figure 2 and the report.
 
 The output folder and every input may be a local path or a URI: all reads and writes go
-through `pipelines/core/storage.py`, and a shard counts only once its marker is there.
+through `rexeval/storage.py`, and a shard counts only once its marker is there.
 
 Families that cannot run (no model for a role in the profile, missing data, no
 statement sets for a system) are listed in the report with the reason; no other model
@@ -52,7 +52,7 @@ from rexeval.pipelines.core.io import ShardedOutput, read_table, write_json_atom
 from rexeval.pipelines.core.schema import EXPLANATION_STATEMENTS, SCORE_AGGREGATES, SCORES, validate_table
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, Stage, worker_resources
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 
 JOB = "evaluate"
 

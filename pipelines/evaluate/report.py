@@ -9,7 +9,7 @@ import pandas as pd
 
 from rexeval.metrics.aggregate import format_results_table
 from rexeval.metrics.registry import higher_is_better
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 # (title, [(metric, label)]): the seed's tables, in its order and naming. A metric
 # registered with `table=`/`label=` (metrics.registry) joins these in `tables_for`.

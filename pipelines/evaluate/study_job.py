@@ -67,7 +67,7 @@ def run_metric_table(cfg: MetricTableConfig, progress: Callable[[str], None] = p
     import pyarrow as pa
 
     from rexeval.pipelines.core.io import read_parquet, write_parquet_atomic
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS
 
     run = location(cfg.run)

@@ -31,7 +31,7 @@ from rexeval.metrics.expscore_factors import words
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, read_table, told_format
 from rexeval.pipelines.core.schema import SchemaError, is_text_type
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
 
 

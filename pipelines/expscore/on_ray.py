@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.metrics.expscore_factors import term_frequencies, words
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.expscore.config import ExpScoreInputs
 
 ORDER = "_order"

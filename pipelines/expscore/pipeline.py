@@ -65,7 +65,7 @@ from rexeval.pipelines.core.io import (
     write_json_atomic,
     write_parquet_atomic,
 )
-from rexeval.pipelines.core.storage import Location, local_copy, location
+from rexeval.storage import Location, local_copy, location
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
 

@@ -9,7 +9,7 @@ written by a worker with a done-marker as soon as its reviews have settled. A re
 call already made, so a job killed half-way resumes and ends with the same files as an
 uninterrupted run. Reviews whose calls failed in transport are never written as errors:
 their shards wait for a re-run. Input and output may be URIs; with an output at a URI
-and no cache given, the calls are cached under it (`pipelines/core/llm/cache.py`).
+and no cache given, the calls are cached under it (`models/llm/cache.py`).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from rexeval.pipelines.core.llm.calls_plan import CallPlan, job_plan
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.inputs import resolved_text, reviews_input, reviews_path
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 REVIEW_COLUMNS = ["review_id", "user_id", "item_id", "text", "category", "source", "line"]
 COUNTERS = ("llm_calls", "cached_calls", "retries", "repaired_answers", "truncated_reviews",

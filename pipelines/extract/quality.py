@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 from rexeval.models.llm.base import SamplingParams, check_model_here
 from rexeval.pipelines.extract.config import QUALITY_OUTPUTS, QualityConfig
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.extract.rows import TableParts
 from rexeval.pipelines.extract.outputs import QUALITY

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.io import table_files
 from rexeval.pipelines.core.schema import TABLES, SchemaError, validate_table
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 
 
 def _footer(path: str) -> pq.FileMetaData:

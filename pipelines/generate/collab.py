@@ -24,7 +24,7 @@ import torch
 
 from rexeval.models.recommenders.lightgcn import LightGCN
 from rexeval.pipelines.core.inputs import resolved_text
-from rexeval.pipelines.core.storage import PathLike
+from rexeval.storage import PathLike
 from rexeval.pipelines.core.tune import fit_epochs, fit_one, minibatch_epoch
 from rexeval.pipelines.generate.data import GenData
 from rexeval.threads import cpu_threads

@@ -17,7 +17,7 @@ embedding), cuts targets to `max_words`, and writes `<out>/data/`:
 
 The folder is written once per settings and reused by every trial and by `generate run`.
 The split, the ground truth and the output may be local folders or URIs
-(`pipelines/core/storage.py`): a Tune trial or a decoding actor on any node loads the
+(`rexeval/storage.py`): a Tune trial or a decoding actor on any node loads the
 prepared folder from where the driver wrote it.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ from rexeval.models.generators.vocab import Vocabulary, tokenize
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import config_hash, read_table, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import SPLIT_NAMES, error_rows
-from rexeval.pipelines.core.storage import Location, PathLike, local_copy, location
+from rexeval.storage import Location, PathLike, local_copy, location
 
 STAGE = "generate-data"
 EXTRAS = "extras.npz"

@@ -14,7 +14,7 @@ to `errors/` too, so every review of the split is in the output or an error row.
 manifest holds the counts and, for rating models, RMSE and MAE. A re-run skips done shards.
 
 The checkpoint (and the data folder it names) and the output may be local folders or
-URIs (`pipelines/core/storage.py`): each actor copies the checkpoint's state down itself
+URIs (`rexeval/storage.py`): each actor copies the checkpoint's state down itself
 and writes its shards to the output, and the driver reads only the prepared folder's
 index and error rows, the markers and the two rating columns.
 """
@@ -35,7 +35,7 @@ from rexeval.pipelines.core.schema import EXPLANATIONS, error_rows
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.core.stage import (Resources, Stage, actor_count, cpu_share, custom_resources, memory_bytes,
                                           use_cpus)
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 from rexeval.pipelines.core.tune import STATE_FILE
 from rexeval.pipelines.generate.config import GENERATE_RUN_OUTPUTS, RunConfig
 from rexeval.pipelines.generate.data import data_errors, read_index

@@ -18,7 +18,7 @@ Output folder:
 - `train.json`: settings, the best trial and epoch, its validation numbers, every trial.
 
 The split, the ground truth and the output folder may be local folders or URIs
-(`pipelines/core/storage.py`): the trials (on any node) load `data/` and keep their
+(`rexeval/storage.py`): the trials (on any node) load `data/` and keep their
 checkpoints in Tune's storage under `tune/`, and the best one is copied to `best/` there.
 The driver plans from `data/index.json` and does not load the arrays.
 """
@@ -39,7 +39,7 @@ from rexeval.pipelines.core.io import (config_hash, parquet_schema, read_table, 
 from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import SPLIT_NAMES, validate_table
 from rexeval.pipelines.core.stage import cpu_share
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.core.tune import best_checkpoint, read_checkpoint, trial_table
 from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS, TrainJob
 from rexeval.pipelines.generate.data import EXTRAS, GenData, prepare, read_index, write_npz

@@ -8,7 +8,7 @@ common LLM backends, greedily so the call cache makes a re-run free. A failed or
 answer is an error row and a profile row without text: every user and item ends in
 exactly one row.
 
-The split and the output may be local folders or URIs (`pipelines/core/storage.py`).
+The split and the output may be local folders or URIs (`rexeval/storage.py`).
 The driver plans the shards from counts alone (how many distinct users and items the
 training reviews have); each worker reads the training reviews from storage itself, once
 per job, and works out the same sorted entities, so no table passes through the driver.
@@ -34,7 +34,7 @@ from rexeval.pipelines.core.llm.job import LLMJobSettings
 from rexeval.pipelines.core.schema import TABLES, error_rows, validate_table
 from rexeval.pipelines.core.sharded import shard_line
 from rexeval.pipelines.core.sharded import ShardedJob
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 
 PROFILES = pa.schema([
     pa.field("kind", pa.string(), nullable=False),  # "user" | "item"

@@ -39,7 +39,7 @@ import torch
 from rexeval.models.generators.base import PAD, build_optimizer, generator_class
 from rexeval.models.generators.presets import DEFAULT_PRESET
 from rexeval.pipelines.core.inputs import resolved_text
-from rexeval.pipelines.core.storage import PathLike, local_copy, location
+from rexeval.storage import PathLike, local_copy, location
 from rexeval.pipelines.core.tune import STATE_FILE, fit_epochs, read_checkpoint
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
 from rexeval.pipelines.generate.data import GenData

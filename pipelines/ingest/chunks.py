@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import pyarrow.parquet as pq
 
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 from rexeval.pipelines.ingest.formats import READ_BLOCK, Layout, gunzip, is_gzip
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 
 # Our field -> the source field, per layout. A tuple lists alternatives, first wins.
 AMAZON2014_FIELDS = {

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rexeval.pipelines.core.inputs import given_text
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.ingest.formats import open_bytes, parse_record
 
 _ID_KEYS = ("parent_asin", "asin", "item_id")

@@ -18,7 +18,7 @@ from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.runtime import reads_here
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, write_parquet_atomic
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
-from rexeval.pipelines.core.storage import as_text, location
+from rexeval.storage import as_text, location
 from rexeval.pipelines.ingest.chunks import number_chunks, plan_file
 from rexeval.pipelines.ingest.config import INGEST_OUTPUTS, IngestConfig
 from rexeval.pipelines.ingest.formats import detect_layout

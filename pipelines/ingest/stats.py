@@ -402,7 +402,7 @@ def split_stats(path, name: str = "all") -> dict:
     from rexeval.pipelines.core.inputs import table_rows
     from rexeval.pipelines.core.io import table_files
     from rexeval.pipelines.core.runtime import key_groups, read_dataset
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     root = location(path)
     parts = {n: read_dataset(root / n, "reviews") for n in SPLIT_NAMES}

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.core.io import read_parquet, write_parquet_atomic
 from rexeval.pipelines.core.schema import error_rows
 from rexeval.pipelines.core.stage import Resources, Stage
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 from rexeval.pipelines.ingest.chunks import Chunk
 from rexeval.pipelines.ingest.parse import parse_chunk
 from rexeval.pipelines.ingest.parsed import STAGE

@@ -46,7 +46,7 @@ def run_statement_stats(cfg: StatementStatsConfig, progress: Callable[[str], Non
     from rexeval.pipelines.core.io import table_files, write_bytes_atomic
     from rexeval.pipelines.core.runtime import key_groups, read_dataset
     from rexeval.pipelines.core.schema import SPLIT_NAMES
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.ingest.stats import dataset_stats_ray, format_table
 
     # Read and counted by Ray workers (`stats.dataset_stats_ray`): this driver holds counts.

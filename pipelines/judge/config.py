@@ -86,7 +86,7 @@ class LikertJobConfig(JudgeJobSettings):
 def _known_rubric(ref: str) -> str:
     """A rubric name or .yaml file the job can read, checked with the settings (the chunks
     read it on the workers, after the job has started its models); a URI is read there."""
-    from rexeval.pipelines.core.storage import is_uri
+    from rexeval.storage import is_uri
     from rexeval.prompts.rubrics import load_rubric
 
     if not is_uri(ref):

@@ -1,7 +1,7 @@
 """What the judge jobs read: explanations, the recommendation context, and the pairs
 a pairwise judge compares.
 
-Every input may be a local path or a URI (`pipelines/core/storage.py`); the driver
+Every input may be a local path or a URI (`rexeval/storage.py`); the driver
 reads these small tables, and the chunks read their rows from the job's payload.
 
 Contexts (the shopper's purchase history, the item's description) come from a file that
@@ -25,7 +25,7 @@ import pyarrow as pa
 from rexeval.pipelines.core.inputs import given_text, reviews_path
 from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, read_table, told_format
 from rexeval.pipelines.core.schema import SchemaError
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.core.context import CONTEXT_COLUMNS
 from rexeval.pipelines.core.schema import ERRORS
 

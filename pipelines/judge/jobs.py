@@ -10,7 +10,7 @@
   worse ones for the same interactions; the judges must prefer the good one
   (accuracy per condition; a coin flip scores 0.5).
 
-Inputs and `out` may be local paths or URIs (`pipelines/core/storage.py`): the driver
+Inputs and `out` may be local paths or URIs (`rexeval/storage.py`): the driver
 reads the inputs and writes the chunks' rows to `out`, the chunk actors read them from
 there and commit their shards there (each with its marker last), and the driver reads
 back the finished shards, never a worker's local disk.
@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_parquet_atomic
-from rexeval.pipelines.core.storage import is_uri, location
+from rexeval.storage import is_uri, location
 from rexeval.pipelines.judge.config import (DETECT_OUTPUTS, LIKERT_OUTPUTS, PAIRWISE_OUTPUTS, DetectJobConfig,
                                             LikertJobConfig, PairwiseJobConfig)
 from rexeval.pipelines.core.llm.chunks import llm_spec, run_chunks, usage_totals, write_report

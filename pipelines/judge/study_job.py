@@ -74,7 +74,7 @@ def run_likert_pool(cfg: LikertPoolConfig, progress: Callable[[str], None] = pri
     import pyarrow as pa
 
     from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.judge.inputs import read_likert_scores
     from rexeval.pipelines.judge.jobs import likert_table
 

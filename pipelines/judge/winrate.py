@@ -31,7 +31,7 @@ folder:
   averaged over the pairs of runs, Krippendorff's alpha with every run a coder) on the
   overall verdicts. The win rates are those of `runs` alone.
 
-The folders and the output may be local paths or URIs (`pipelines/core/storage.py`).
+The folders and the output may be local paths or URIs (`rexeval/storage.py`).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, write_json_atomic
 from rexeval.pipelines.core.outputs import REPORT_OUTPUT, Output, Outputs
 from rexeval.pipelines.core.read_paths import ReadPaths
-from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.judge.evaluators import evaluator, evaluator_names
 
 # What it writes (pipelines/core/outputs.py; see the module docstring).

@@ -16,7 +16,7 @@ import pyarrow as pa
 from rexeval.metrics.agreement import Target
 from rexeval.metrics.ensemble import SUBSET_COLUMNS, SWEEP_COLUMNS, ensemble_sweep
 from rexeval.pipelines.core.io import write_bytes_atomic, write_parquet_atomic
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.meta_evaluate.config import META_EVALUATE_OUTPUTS as OUT, MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.report import ensemble_markdown
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 from rexeval.metrics.agreement import LABELS, TIE, Target
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import FORMAT_NAMES, json_lines, read_parquet, read_raw, table_files
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.core.schema import SchemaError
 from rexeval.pipelines.core.table_formats import UnknownTableFormat, table_format
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig

@@ -35,7 +35,7 @@ from rexeval.metrics.agreement import (
 )
 from rexeval.pipelines.core.inputs import given_text
 from rexeval.pipelines.core.io import config_hash, is_atomic_leftover, write_json_atomic, write_parquet_atomic
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.meta_evaluate.inputs import (
     InputTable,
     STAGE,

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from rexeval.pipelines.core.io import ShardedOutput, parquet_schema, read_parquet, table_files
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, Stage, pool_size, use_cpus
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 
 TABLE = "embeddings"
 _RESULT = pa.schema([("shard", pa.int64()), ("rows", pa.int64()), ("dim", pa.int64())])

@@ -14,7 +14,7 @@ method "extra" (the EXTRA baseline of Table 3): heuristic sentence candidates fr
 reviews (or the given statements as they are) grouped by MinHash-LSH over n-grams
 (`extra`, `minhash`); embeddings are computed only to measure SSE/SSB.
 
-Every path may be a local folder or a URI (`pipelines/core/storage.py`). The driver
+Every path may be a local folder or a URI (`rexeval/storage.py`). The driver
 only orchestrates: it reads the input's footers (for the settings hash), markers and
 manifests, and small results. The steps that hold whole tables (statements -> nodes,
 the neighbour search, the graph and the outputs) run as Ray tasks on a worker
@@ -35,7 +35,7 @@ from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS, ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, table_files, unset_fields
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.stage import Resources, cpu_share, worker_resources
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 
 JOB = "cluster"
 TABLES = [CLUSTER_OUTPUTS.clusters, CLUSTER_OUTPUTS.canonical, CLUSTER_OUTPUTS.errors]

@@ -27,7 +27,7 @@ import pandas as pd
 
 from rexeval.pipelines.paraphrase.graph import _groups, _label_ranges, _rows_per_block, _segment_sums, _sum_rows
 from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS as OUT
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 
 
 # ----------------------------------------------------------------------------- SSE / SSB

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.core.io import ShardedOutput, read_parquet, read_table
 from rexeval.pipelines.core.stage import Resources, Stage, use_cpus
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 
 NODES = "nodes.parquet"
 EXTRA_STATEMENTS = "extra-statements.parquet"

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from rexeval.models.recommenders.base import TrainGraph
 from rexeval.pipelines.core.io import read_parquet, table_files
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.star.build import BUILD_TABLES, SPLIT_CODES
 
 LEVELS = ("global", "item", "user")

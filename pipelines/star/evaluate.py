@@ -24,7 +24,7 @@ import pyarrow as pa
 import torch
 
 from rexeval.metrics.ranking import pad_positives, ranking_metrics, relevance, summarise, top_k
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.star.config import KS
 from rexeval.pipelines.star.data import LEVELS, StarData
 from rexeval.pipelines.star.outputs import METHOD_SUMMARY, PER_INTERACTION, RESULTS

@@ -22,7 +22,7 @@ from rexeval.pipelines.core.io import (
     unset_fields,
     write_json_atomic,
 )
-from rexeval.pipelines.core.storage import is_uri, local_copy, location
+from rexeval.storage import is_uri, local_copy, location
 from rexeval.pipelines.core.sharded import ShardedJob
 from rexeval.pipelines.star.data import StarData
 from rexeval.pipelines.star.evaluate import evaluate, write_results

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import pandas as pd
 
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.star.outputs import PER_INTERACTION, RESULTS
 
 from rexeval.metrics.significance import compare

@@ -32,7 +32,7 @@ import torch
 
 from rexeval.models.recommenders.base import ranker_class
 from rexeval.pipelines.core.tune import build_tuner as core_build_tuner
-from rexeval.pipelines.core.storage import Location, is_uri, location
+from rexeval.storage import Location, is_uri, location
 from rexeval.pipelines.core.tune import fit_epochs, read_checkpoint
 from rexeval.pipelines.star.config import TrainSettings
 from rexeval.pipelines.star.data import StarData

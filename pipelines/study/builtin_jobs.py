@@ -181,7 +181,7 @@ STATS_OUTPUTS = Outputs(
                     description="seed 000 Table II of a split (`rexeval info`)")
 def _stats(cfg, progress):
     from rexeval.pipelines.core.io import write_bytes_atomic
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.pipelines.ingest.stats import format_table, split_stats
 
     stats = split_stats(cfg.input, cfg.name)  # counted by Ray workers: this driver holds no table
@@ -208,7 +208,7 @@ ANNOTATIONS_OUTPUTS = Outputs(statements=EXTRACT_OUTPUTS.statements, manifest=MA
 def _annotations(cfg, progress):
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.pipelines.core.io import write_parquet_atomic
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     table = statements_from_annotations(cfg.input, stage=cfg.stage)
     write_parquet_atomic(location(cfg.out) / EXTRACT_OUTPUTS.statements / "part-00000.parquet", table)

@@ -59,7 +59,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
-from rexeval.pipelines.core.storage import is_uri
+from rexeval.storage import is_uri
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from rexeval.pipelines.core.io import content_identity
 from rexeval.pipelines.core.read_paths import path_values, read_settings, why_missing
-from rexeval.pipelines.core.storage import Location, is_uri, location
+from rexeval.storage import Location, is_uri, location
 from rexeval.pipelines.study.config import StudyError, StudyFile
 from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob, build_config, has_field
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from rexeval.pipelines.core.outputs import Output, Outputs
-from rexeval.pipelines.core.storage import Location, PathLike, location
+from rexeval.storage import Location, PathLike, location
 from rexeval.pipelines.study.report_model import (JOB_ORDER, STUDY_FILE, Builder, Report, Section, Skip, Table, _time,
                                                   inline_html, inline_plain, instance_provenance, md_safe, md_text,
                                                   read_study)

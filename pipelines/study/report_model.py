@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT as MANIFEST, REPORT_OUTPUT as REPORT
-from rexeval.pipelines.core.storage import Location, PathLike, is_uri, location
+from rexeval.storage import Location, PathLike, is_uri, location
 from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS
 from rexeval.pipelines.judge.config import DETECT_OUTPUTS
 from rexeval.pipelines.star.outputs import STAR_BASELINES_OUTPUTS, STAR_TRAIN_OUTPUTS

@@ -14,7 +14,7 @@ from typing import Any
 from rexeval.pipelines.paraphrase.config import CLUSTER_OUTPUTS as CLUSTER
 from rexeval.pipelines.core.io import read_parquet
 from rexeval.pipelines.core.outputs import MANIFEST_OUTPUT as MANIFEST, REPORT_OUTPUT as REPORT
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS as EVALUATE
 from rexeval.pipelines.expscore.config import EXPSCORE_SCORE_OUTPUTS, EXPSCORE_TRAIN_OUTPUTS
 from rexeval.pipelines.extract.config import QUALITY_OUTPUTS

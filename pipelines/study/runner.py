@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from rexeval.pipelines.core.io import write_json_atomic
-from rexeval.pipelines.core.storage import Location
+from rexeval.storage import Location
 from rexeval.pipelines.core.study_registry import ServeNeed, build_config
 from rexeval.pipelines.study.plan import STATE_FILE, Plan, read_state, status_of
 

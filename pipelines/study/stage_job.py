@@ -41,7 +41,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from rexeval.pipelines.core.storage import Location, location
+from rexeval.storage import Location, location
 from rexeval.pipelines.study.config import STAGES_AS, DriverResources
 from rexeval.pipelines.study.stage_process import StageCall, StageFailed, is_transport
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.doubles.local_cluster import local_cluster, wait_for
 from tests.doubles.s3 import fresh_prefix
 from tests.ray_jobs.test_no_shared_disk import tables_of

@@ -17,7 +17,7 @@ from typing import Any
 
 from ray.job_submission import JobInfo, JobStatus
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 
 @dataclass

@@ -13,7 +13,7 @@ import pytest
 
 from rexeval.models import fetch
 from rexeval.models.refs import ModelUnavailable, is_available_offline, resolve
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 
 def files_of(folder: Path) -> dict[str, bytes]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.inputs import statements_from_annotations
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
 from rexeval.ray_jobs.evaluate import evaluate_cmd
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.ray_jobs.extract import extract_cmd
 from rexeval.ray_jobs.ground_truth import ground_truth_cmd
 from tests.pipelines.extract.test_ground_truth import make_extract

@@ -109,7 +109,7 @@ def test_generate_llm_through_the_cli(tmp_path, ray_session):
 def test_train_and_run_take_uris(tmp_path, s3_root, ray_session):
     """Inputs and outputs may be URIs: they are checked in the bucket, not refused as
     missing local paths, and the job's own messages name them."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     _, truth = planted_split(tmp_path)
     location(f"{s3_root}/truth").upload(truth)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.ray_jobs.cli import cli
 from tests.doubles.planted_split import planted_split
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.ray_jobs.cli import cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "pipelines" / "sample"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.ray_jobs.cli import cli
 from tests.pipelines.judge.test_winrate import write_run
 

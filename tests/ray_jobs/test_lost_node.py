@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from rexeval.pipelines.core.io import read_table, table_files
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.doubles.local_cluster import LocalCluster, local_cluster, wait_for
 from tests.ray_jobs.test_job_submit import REPO, RUNTIME_ENV_JSON
 

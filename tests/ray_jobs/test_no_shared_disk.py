@@ -31,7 +31,7 @@ import pyarrow as pa
 import pytest
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.doubles.local_cluster import can_isolate, local_cluster, wait_for
 from tests.doubles.s3 import fresh_prefix
 from tests.conftest import SHARED

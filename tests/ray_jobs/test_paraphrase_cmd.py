@@ -60,7 +60,7 @@ def test_yaml_config_flags_win_and_report_compares_runs(tmp_path, ray_session):
 
 @pytest.mark.slow
 def test_input_out_and_report_may_be_uris(tmp_path, s3_root, ray_session):
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     src = f"{s3_root}/in/st.parquet"
     location(src).upload(_statements(tmp_path / "st.parquet"))

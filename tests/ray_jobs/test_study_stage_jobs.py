@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.doubles.local_cluster import can_isolate, local_cluster
 
 # The worker node runs in namespaces of its own (`hide=[]`: it sees every folder but the

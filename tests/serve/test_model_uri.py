@@ -10,7 +10,7 @@ import pytest
 
 from rexeval.models import fetch
 from rexeval.models.refs import ModelUnavailable
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.serve.nli import NLIServeConfig, ServeNLIClient, start_nli_service
 from tests.doubles.ports import free_port
 

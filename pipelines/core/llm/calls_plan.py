@@ -87,7 +87,7 @@ class LocalCaller:
     Transient failures come back as they are: the stream retries them."""
 
     def __init__(self, plan: CallPlan):
-        from rexeval.pipelines.core.llm.cache import build_cached_backend
+        from rexeval.models.llm.cache import build_cached_backend
         from rexeval.pipelines.core.stage import use_cpus
 
         use_cpus(plan.resources)

@@ -20,7 +20,7 @@ chunk, on workers, never calling a model itself:
 
 A call that failed in transport is retried and, if it keeps failing, leaves its chunk
 unwritten: the job then raises `AwaitingRerun` after saving the rest, and a plain re-run
-does the rest. The output folder may be a URI (`pipelines/core/storage.py`): the payload,
+does the rest. The output folder may be a URI (`rexeval/storage.py`): the payload,
 the shards and the report go there, and every worker reads the payload from there.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.core.io import ShardedOutput, write_json_atomic
 from rexeval.pipelines.core.job_metrics import record_llm_usage
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.core.sharded import ShardedJob, shard_line
 from rexeval.pipelines.core.llm.calls_plan import CallPlan
 from rexeval.pipelines.core.llm.job import ChunkedLLMSettings
@@ -69,7 +69,7 @@ class JudgeService:
 
     def __init__(self, cfg: ChunkedLLMSettings, spec: dict, progress: Callable[[str], None]):
         from rexeval.models.llm.base import BackendSpec
-        from rexeval.pipelines.core.llm.cache import node_cache
+        from rexeval.models.llm.cache import node_cache
         from rexeval.serve.judge import JudgeServeConfig
         from rexeval.serve.judge_client import JudgeService as Service
 

@@ -306,7 +306,7 @@ class EngineClient:
 
     def _build(self):
         from rexeval.failures import reason_of
-        from rexeval.pipelines.core.llm.cache import build_cached_backend
+        from rexeval.models.llm.cache import build_cached_backend
 
         s = self.spec
         try:

@@ -4,8 +4,8 @@
 profile/backend/cache settings, and where their model runs (actors, vLLM engines, a judge
 deployment or an OpenAI-compatible server) is decided in one place for all of them
 (`pipelines/core/llm/placement.py`); each model actor builds its
-LLM with `rexeval.pipelines.core.llm.cache.build_cached_backend` from these settings
-(the cache may be a local SQLite file or a URI: `pipelines/core/llm/cache.py`).
+LLM with `rexeval.models.llm.cache.build_cached_backend` from these settings
+(the cache may be a local SQLite file or a URI: `models/llm/cache.py`).
 """
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class LLMJobSettings(BaseModel):
             return None
         if self.cache:
             return self.cache
-        from rexeval.pipelines.core.llm.cache import default_cache
+        from rexeval.models.llm.cache import default_cache
 
         return default_cache()
 
@@ -67,10 +67,10 @@ class LLMJobSettings(BaseModel):
         """A copy whose cache is decided, in the driver, so that every worker uses the
         driver's cache whatever its own environment says: a local path made absolute, a
         URI kept. A job that passes its output `out` gets `<out>/_llm_cache` when that
-        is a URI and no cache was given (`pipelines/core/llm/cache.py` says why)."""
+        is a URI and no cache was given (`models/llm/cache.py` says why)."""
         if not self.use_cache:
             return self
-        from rexeval.pipelines.core.llm.cache import resolve_cache
+        from rexeval.models.llm.cache import resolve_cache
 
         return self.model_copy(update={"cache": resolve_cache(self.cache, out)})
 

@@ -4,7 +4,7 @@ before them, with the test interaction's own review kept out.
 Seed 004 explains one purchase per user and builds its generators from "the historical
 interactions of users and items present in the evaluation dataset, excluding their
 mutual interactions". `load_inputs` reads, from a local folder or a URI
-(`pipelines/core/storage.py`), either
+(`rexeval/storage.py`), either
 
 - an ingest folder, or a reviews table of yours (Parquet, CSV, TSV or JSON lines,
   gzipped or not, its columns mapped to ours by `columns`): the interactions to explain
@@ -34,7 +34,7 @@ import pandas as pd
 from rexeval.pipelines.core.inputs import resolved_text, reviews_path
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import SPLIT_NAMES
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 
 TARGET_COLUMNS = ("example_id", "user_id", "item_id", "timestamp", "rating", "reference")
 REVIEW_COLUMNS = ("review_id", "user_id", "item_id", "rating", "timestamp", "text", "summary", "item_title",

@@ -21,7 +21,7 @@ to an explanations table that `rexeval evaluate` and `rexeval judge` read as is.
    usage, provenance) and `generate.md`. Every interaction of every method ends in one of
    the two tables; the job checks it.
 
-The input and `out` may be local folders or URIs (`pipelines/core/storage.py`): every
+The input and `out` may be local folders or URIs (`rexeval/storage.py`): every
 file goes through storage, and the chunk actors read their prompts from `<method>/calls/`
 and write their answers there, so no node needs another's disk.
 """
@@ -35,7 +35,7 @@ import pyarrow as pa
 
 from rexeval.pipelines.core.io import config_hash, write_json_atomic, write_parquet_atomic
 from rexeval.pipelines.core.schema import ERRORS, EXPLANATIONS
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.generate.prompted.config import PROMPTED_OUTPUTS, PromptedJob
 
 STAGE = "generate_llm"

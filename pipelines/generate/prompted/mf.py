@@ -11,7 +11,7 @@ trained on (`selection_rows`): a split folder's validation reviews, which leave 
 training rows, or else a seeded share of the known ratings held out from training.
 `train_biased_mf` indexes the users and items,
 writes the ratings to one .npz under the storage folder (a local path or a URI: the
-trial reads it through `pipelines/core/storage.py`, wherever it runs), runs (or restores) the
+trial reads it through `rexeval/storage.py`, wherever it runs), runs (or restores) the
 experiment through `pipelines/core/tune.py` and returns the best epoch's factors with
 the ids they belong to (`MFResult`), whose rows `nearest` ranks by cosine.
 """
@@ -31,7 +31,7 @@ import torch
 from rexeval.models.recommenders.biased_mf import BiasedMF, nearest
 from rexeval.pipelines.core.inputs import resolved_text
 from rexeval.pipelines.core.io import write_bytes_atomic
-from rexeval.pipelines.core.storage import PathLike, location
+from rexeval.storage import PathLike, location
 from rexeval.pipelines.core.tune import fit_epochs, fit_one, minibatch_epoch
 from rexeval.threads import cpu_threads
 

@@ -27,7 +27,7 @@ def pairwise_settings(cfg) -> dict:
 
 def rubric_ref(ref: str) -> str:
     """A rubric as the workers find it: a name or URI as given, a local .yaml file resolved."""
-    from rexeval.pipelines.core.storage import is_uri
+    from rexeval.storage import is_uri
 
     if is_uri(ref):
         return ref

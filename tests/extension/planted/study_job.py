@@ -24,7 +24,7 @@ class ScratchCountConfig(BaseModel):
 def run_scratch_count(cfg: ScratchCountConfig, progress: Callable[[str], None] = print) -> dict:
     from rexeval.pipelines.core.inputs import reviews_path
     from rexeval.pipelines.core.io import read_table
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     rows = read_table(reviews_path(cfg.input), "reviews").num_rows
     out = location(cfg.out)

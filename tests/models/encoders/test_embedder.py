@@ -143,7 +143,7 @@ def test_an_actor_loads_a_model_uri_from_its_own_nodes_checked_copy(tiny_bert, s
     import ray
 
     from rexeval.models import fetch
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     src = tiny_bert[1]
     uri = f"{s3_root}/models/tiny-embedder"

@@ -140,7 +140,7 @@ def test_a_model_uri_reaches_the_engines_as_the_uri(tiny_model_dir, s3_root, ray
     import huggingface_hub.constants
 
     from rexeval.models import fetch
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))

@@ -13,7 +13,7 @@ from rexeval.pipelines.core.inputs import (
     statement_files, statements_from_annotations)
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import STATEMENTS, SchemaError
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 
 SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample" / "statements.jsonl"
 

@@ -177,7 +177,7 @@ def test_a_tune_experiment_on_s3_keeps_its_checkpoints_there_and_resumes_from_th
     checkpoints are objects under it (a trial on any node, a restore from any node, finds
     them), and a trial that crashed resumes from its checkpoint there, giving the
     uninterrupted curve."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     result, plan = run(s3_root, BY_EPOCHS, crash_at=[2], marker_dir=tmp_path)
     assert result.error is not None and not plan["restored"]  # no retries left: the crash ends the run

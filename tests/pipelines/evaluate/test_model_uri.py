@@ -7,7 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.inputs import statements_from_annotations
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.evaluate.config import EvaluateConfig
 from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
 from rexeval.pipelines.evaluate.pipeline import run_evaluate

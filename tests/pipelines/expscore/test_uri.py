@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.expscore import pipeline as ep
 from tests.doubles.encoder import HashingEncoder
 from tests.pipelines.expscore.test_pipeline import data, train_cfg  # noqa: F401  (the module's fixture)

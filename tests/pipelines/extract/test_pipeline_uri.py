@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.schema import REVIEWS, STATEMENTS, SchemaError
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.extract.config import ExtractConfig, GroundTruthConfig, QualityConfig
 from rexeval.pipelines.extract.pipeline import ShardReader, review_parts, run_extract
 from rexeval.pipelines.extract.quality import SamplePlan, run_quality, sample_statements

@@ -9,7 +9,7 @@ import pytest
 
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import REVIEWS, SchemaError
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.extract.rows import TableParts
 
 

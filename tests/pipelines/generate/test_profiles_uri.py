@@ -10,7 +10,7 @@ import pytest
 
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.llm.job import LLMJobSettings
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.generate import profiles
 from rexeval.pipelines.generate.profiles import read_profiles, write_profiles
 from tests.doubles.planted_split import planted_split

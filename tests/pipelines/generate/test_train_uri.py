@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rexeval.pipelines.core.io import read_table
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.generate.config import RunConfig, TrainJob
 from rexeval.pipelines.generate.decode import read_ratings, run_generate
 from rexeval.pipelines.generate.pipeline import run_train

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.io import read_table
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.ingest.config import IngestConfig, SplitConfig
 from rexeval.pipelines.ingest.pipeline import run_ingest
 from rexeval.pipelines.ingest.split_pipeline import run_split

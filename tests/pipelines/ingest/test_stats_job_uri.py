@@ -9,7 +9,7 @@ import pytest
 
 from rexeval.pipelines.core.io import read_table, write_parquet_atomic
 from rexeval.pipelines.core.schema import REVIEWS
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.study.builtin_jobs import AnnotationsConfig, StatsConfig, _annotations, _stats
 
 SAMPLE = Path(__file__).resolve().parents[3] / "pipelines" / "sample"

@@ -13,7 +13,7 @@ import pytest
 
 from rexeval.pipelines.core.io import write_parquet_atomic
 from rexeval.pipelines.core.schema import EXPLANATIONS, REVIEWS
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.judge.config import LikertJobConfig, PairwiseJobConfig
 from rexeval.pipelines.judge.jobs import run_pairwise
 

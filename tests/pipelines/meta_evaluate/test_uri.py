@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.meta_evaluate.config import MetaEvaluateConfig
 from rexeval.pipelines.meta_evaluate.pipeline import run_meta_evaluate
 from tests.metrics.test_ensemble import C

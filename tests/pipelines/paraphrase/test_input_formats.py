@@ -17,7 +17,7 @@ from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.paraphrase.pipeline import describe_input
 from rexeval.pipelines.paraphrase.steps import read_statements
 from rexeval.pipelines.core.schema import REVIEWS, SchemaError, validate_table
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.pipelines.extract.test_ground_truth import SMALL, statements_table
 
 ROWS = SMALL + [("s6", "r3", "The cable is long", "negative", "verified"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rexeval.models import fetch
 from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.paraphrase.pipeline import resolve_encoders
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.doubles.tiny_encoders import build_tiny_bert
 
 

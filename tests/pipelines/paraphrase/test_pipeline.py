@@ -148,7 +148,7 @@ def test_the_steps_threads_come_from_the_settings_not_the_clusters_nodes(tmp_pat
     import ray
 
     import rexeval.pipelines.paraphrase.pipeline as pl
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     def refuse(*_a, **_k):
         raise AssertionError("the cluster's nodes or resources were read")

@@ -158,7 +158,7 @@ def report_root(request, tmp_path):
 def test_write_report_files(report_root):
     import io
 
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     labels, reps, texts = make_clusters()
     rng = np.random.default_rng(2)

@@ -15,7 +15,7 @@ from rexeval.pipelines.paraphrase.config import ClusterConfig
 from rexeval.pipelines.paraphrase.pipeline import run_cluster
 from rexeval.pipelines.core.io import read_table
 from rexeval.pipelines.core.schema import REVIEWS
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.pipelines.paraphrase.test_pipeline import _statements
 
 pytestmark = pytest.mark.usefixtures("ray_session")

@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.io import read_parquet, write_parquet_atomic
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.core.tune import STATE_FILE
 from rexeval.pipelines.star.config import BuildConfig, EvalSettings
 from rexeval.pipelines.star.data import StarData

@@ -83,7 +83,7 @@ def reads(monkeypatch) -> list[tuple[str, tuple | None]]:
     while the test runs."""
     import rexeval.pipelines.core.io as io
     import rexeval.pipelines.study.report_sections as sections
-    from rexeval.pipelines.core.storage import Location, location
+    from rexeval.storage import Location, location
 
     seen: list[tuple[str, tuple | None]] = []
     info, read_bytes, open_input, read_parquet = Location._info, Location.read_bytes, Location.open_input, \

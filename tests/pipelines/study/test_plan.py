@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.study.config import StudyError, load_study
 from rexeval.pipelines.study.plan import build_plan, status_of
 

@@ -9,7 +9,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from tests.pipelines.study.test_report import study  # noqa: F401  (the planted study, a fixture)
 
 

@@ -14,7 +14,7 @@ import yaml
 from click.testing import CliRunner
 from ray.job_submission import JobStatus
 
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.study import stage_job as sj
 from rexeval.pipelines.study.config import DriverResources, load_study
 from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob

@@ -11,7 +11,7 @@ import yaml
 from click.testing import CliRunner
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.study.config import StudyError, load_study
 from rexeval.pipelines.core.study_registry import STUDY_JOBS, StudyJob
 from rexeval.pipelines.study.plan import build_plan, read_state, status_of

@@ -22,7 +22,7 @@ class TotalConfig(BaseModel):
 
 def lines(cfg: LinesConfig, progress) -> dict:
     """Every non-empty line of the inputs, numbered, as OUT/table/part-00000.parquet."""
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     texts = [line for f in cfg.inputs for line in location(f).read_text().splitlines() if line.strip()]
     out = location(cfg.out)
@@ -37,7 +37,7 @@ def lines(cfg: LinesConfig, progress) -> dict:
 def total(cfg: TotalConfig, overwrite, progress) -> dict:
     """The sum of the upstream table's `chars`, as OUT/total.json."""
     from rexeval.pipelines.core.io import read_parquet
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
 
     parts = location(cfg.input) / "table"
     table = pa.concat_tables([read_parquet(p) for p in parts.glob("*.parquet")])

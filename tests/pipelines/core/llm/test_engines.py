@@ -295,7 +295,7 @@ def test_a_serve_routed_rerun_on_a_fresh_replica_makes_no_call(tmp_path, s3_root
     from rexeval.models.llm.base import BackendSpec
     from rexeval.pipelines.judge.config import PairwiseJobConfig
     from rexeval.pipelines.judge.jobs import run_pairwise
-    from rexeval.pipelines.core.storage import location
+    from rexeval.storage import location
     from rexeval.serve.judge import JudgeServeConfig, start_judge_service
     from tests.pipelines.judge.test_jobs_uri import CHUNK, SCRIPTED, _calls, _planted
 

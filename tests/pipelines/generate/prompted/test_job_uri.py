@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rexeval.pipelines.core.io import read_parquet
-from rexeval.pipelines.core.storage import location
+from rexeval.storage import location
 from rexeval.pipelines.generate.prompted.config import PromptedJob
 from rexeval.pipelines.generate.prompted.job import run_prompted
 from tests.doubles.planted_split import planted_split

@@ -1,6 +1,6 @@
 """The LLM-call cache at a URI (one object per call on the test S3 endpoint,
-`models/llm/cache.py`'s `ObjectCallCache`), where the cache of a job goes
-(`pipelines/core/llm/cache.py`), and that a local path keeps the SQLite file."""
+`ObjectCallCache`), where the cache of a job goes (`resolve_cache`), and that a local
+path keeps the SQLite file (`models/llm/cache.py`, all three)."""
 from __future__ import annotations
 
 import json
@@ -14,13 +14,11 @@ from pathlib import Path
 import pytest
 
 from rexeval.models.llm import BackendSpec, ChatRequest, LLMBackend, LLMResult, SamplingParams
-from rexeval.models.llm.cache import CachedBackend, LLMCache, ObjectCallCache, open_call_cache, request_key
-from rexeval.models.llm.cache import build_cached_backend as models_build_cached_backend
-from rexeval.pipelines.core.llm.cache import build_cached_backend, node_cache, resolve_cache
-from rexeval.pipelines.core.llm.job import LLMJobSettings
-from rexeval.pipelines.core.storage import location
+from rexeval.models.llm.cache import (CachedBackend, LLMCache, ObjectCallCache, build_cached_backend, node_cache,
+                                      open_call_cache, request_key, resolve_cache)
+from rexeval.storage import location
 
-ROOT = Path(__file__).resolve().parents[4]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 class Counting(LLMBackend):
@@ -28,7 +26,7 @@ class Counting(LLMBackend):
     makes the whole call raise (a transport failure). Counts the requests it got."""
 
     def __init__(self, spec: BackendSpec | None = None):
-        super().__init__(spec or BackendSpec(backend="tests.pipelines.core.llm.test_cache:Counting",
+        super().__init__(spec or BackendSpec(backend="tests.models.llm.test_cache_uri:Counting",
                                              model="fake-model"))
         self.asked: list[str] = []
 
@@ -119,8 +117,8 @@ def test_a_batch_of_lookups_runs_in_parallel_threads(s3_root, monkeypatch):
 _OTHER_PROCESS = """
 import json, sys
 from rexeval.models.llm import ChatRequest
-from rexeval.pipelines.core.llm.cache import build_cached_backend
-llm = build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "fake-model", {}, sys.argv[1])
+from rexeval.models.llm.cache import build_cached_backend
+llm = build_cached_backend("tests.models.llm.test_cache_uri:Counting", "fake-model", {}, sys.argv[1])
 out = llm.generate([ChatRequest(messages=[{"role": "user", "content": f"review {i}"}]) for i in range(6)])
 print(json.dumps({"asked": llm.inner.asked, "cached": [r.cached for r in out]}))
 """
@@ -137,17 +135,19 @@ def test_a_fresh_process_reads_what_another_wrote(s3_root):
     assert second == {"asked": [], "cached": [True] * 6}
 
 
-def test_a_local_path_keeps_the_sqlite_file_and_models_open_a_uri(tmp_path, monkeypatch):
+def test_a_local_path_keeps_the_sqlite_file_and_a_uri_opens_the_object_store(tmp_path, monkeypatch):
     assert isinstance(open_call_cache(tmp_path / "sub" / "c.sqlite"), LLMCache)
     assert open_call_cache(None) is None and open_call_cache("") is None
-    llm = build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, str(tmp_path / "c.sqlite"))
+    llm = build_cached_backend("tests.models.llm.test_cache_uri:Counting", "m", {}, str(tmp_path / "c.sqlite"))
     assert isinstance(llm.cache, LLMCache) and (tmp_path / "c.sqlite").is_file()
-    assert not isinstance(build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, None),
+    assert not isinstance(build_cached_backend("tests.models.llm.test_cache_uri:Counting", "m", {}, None),
                           CachedBackend)
-    # models/ opens a URI as the object store too (the judge replicas, in the serve layer,
-    # build their backends there), never as a local folder named "s3:".
+    # A URI opens the object store (the judge replicas, in the serve layer, build their
+    # backends here too), never a local folder named "s3:"; a Location is taken as well.
     monkeypatch.chdir(tmp_path)
-    llm = models_build_cached_backend("tests.pipelines.core.llm.test_cache:Counting", "m", {}, "s3://b/cache")
+    assert isinstance(build_cached_backend("tests.models.llm.test_cache_uri:Counting", "m", {},
+                                           location("s3://b/cache")).cache, ObjectCallCache)
+    llm = build_cached_backend("tests.models.llm.test_cache_uri:Counting", "m", {}, "s3://b/cache")
     assert isinstance(llm.cache, ObjectCallCache) and llm.cache.root == "s3://b/cache"
     assert not (tmp_path / "s3:").exists()
     with pytest.raises(ValueError, match="lives at a URI"):
@@ -159,21 +159,16 @@ def test_where_a_job_caches_its_calls(tmp_path, monkeypatch):
     local_default = str((tmp_path / "home" / "llm-calls.sqlite").resolve())
     # Local output: the node's SQLite file, as before.
     assert resolve_cache(None, str(tmp_path / "out")) == local_default
-    assert LLMJobSettings().with_resolved_cache().cache == local_default
     # An output at a URI: the cache lives under it.
     assert resolve_cache(None, "s3://b/runs/x/") == "s3://b/runs/x/_llm_cache"
-    assert LLMJobSettings().with_resolved_cache("s3://b/runs/x").cache == "s3://b/runs/x/_llm_cache"
     # A given cache wins: a URI as given, a local path made absolute.
     assert resolve_cache("s3://b/cache", "s3://b/runs/x") == "s3://b/cache"
     monkeypatch.chdir(tmp_path)
     assert resolve_cache("c.sqlite", "s3://b/runs/x") == str(tmp_path.resolve() / "c.sqlite")
-    # No cache at all.
-    assert LLMJobSettings(use_cache=False).with_resolved_cache("s3://b/x").cache is None
     # A URI REXEVAL_CACHE is the cluster's cache: every job shares it.
     monkeypatch.setenv("REXEVAL_CACHE", "s3://b/cache")
     assert resolve_cache(None, "s3://b/runs/x") == "s3://b/cache/llm-calls"
     assert resolve_cache(None, str(tmp_path / "out")) == "s3://b/cache/llm-calls"
-    assert LLMJobSettings().cache_path() == "s3://b/cache/llm-calls"
     # A judge app a job starts keeps the node's own file: the job's workers keep the job's
     # cache in front of it.
     assert node_cache("s3://b/cache/llm-calls") == str((Path.home() / ".cache" / "rexeval" / "llm-calls.sqlite").resolve())

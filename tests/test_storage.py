@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from rexeval.pipelines.core.io import ShardedOutput, read_table, table_files
-from rexeval.pipelines.core.storage import is_uri, local_copy, location
+from rexeval.storage import is_uri, local_copy, location
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -95,7 +95,7 @@ def test_written_files_honour_the_umask(tmp_path):
     import os
     import stat
 
-    from rexeval.pipelines.core.storage import current_umask, location
+    from rexeval.storage import current_umask, location
 
     location(tmp_path / "a.json").write_json({"x": 1})
     location(tmp_path / "b.parquet").write_parquet(__import__("pyarrow").table({"x": [1]}))
@@ -104,7 +104,7 @@ def test_written_files_honour_the_umask(tmp_path):
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == want
     old = os.umask(0o027)
     try:
-        import rexeval.pipelines.core.storage as storage
+        import rexeval.storage as storage
 
         storage._UMASK.clear()  # read again, as a new process would
         location(tmp_path / "c.json").write_json({})

@@ -40,8 +40,6 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from rexeval.models.fetch import s3_from_env
-
 PathLike = Union[str, os.PathLike, "Location"]
 
 _FS_CACHE: dict[tuple[str, str], pafs.FileSystem] = {}
@@ -70,6 +68,22 @@ def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
             fs = s3_from_env() if scheme in ("s3", "s3a") else pafs.FileSystem.from_uri(uri)[0]
             _FS_CACHE[key] = fs
     return fs, rest.rstrip("/")
+
+
+def s3_from_env():
+    """An S3 filesystem configured from the environment. `AWS_ENDPOINT_URL` is read here
+    as well as by pyarrow itself, so that an `http://` endpoint (MinIO, a local test
+    server) is reached over plain HTTP."""
+    kwargs: dict[str, Any] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        proto, _, host = endpoint.partition("://")
+        kwargs["endpoint_override"] = host.rstrip("/") if host else endpoint
+        kwargs["scheme"] = proto if host else "https"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        kwargs["region"] = region
+    return pafs.S3FileSystem(**kwargs)
 
 
 class NotText(UnicodeDecodeError):
