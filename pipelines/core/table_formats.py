@@ -4,8 +4,8 @@ local or by URI, and their column names mapped to ours.
 A researcher's own system writes its explanations as CSV or JSON lines as often as
 Parquet, under its own column names. `table_format` tells the format from the file's name
 (`.parquet`, `.csv`, `.tsv`, `.jsonl`/`.ndjson`/`.json`, each optionally `.gz`) and checks
-it against the first bytes (Parquet's magic, a JSON object's brace), so a mislabelled
-file is named rather than misread; `read_any` reads it with Arrow's own readers
+it against the first bytes (Parquet's magic, a JSON object's brace, a JSON array's
+bracket), so a mislabelled file is named rather than misread; `read_any` reads it with Arrow's own readers
 (pyarrow.csv, pyarrow.json: no parser of ours), and `renamed` maps `ours=theirs` column
 names. Schema checks stay with the readers (`io.read_part`, `schema.validate_table`).
 """
@@ -53,11 +53,19 @@ def table_format(path: PathLike) -> str:
     if named == "parquet":
         raise UnknownTableFormat(f"{path}: not a readable Parquet file (named .parquet, but its bytes do not "
                                  "start with Parquet's magic number)")
+    if text.startswith(b"[") and named in ("jsonl", None):
+        # One JSON array of records (pandas' `to_json(orient="records")`): Arrow reads JSON
+        # lines only, so say how to get them rather than misread it.
+        raise UnknownTableFormat(f"{path}: holds one JSON array, not JSON lines; rexeval reads one JSON "
+                                 "object per line (`jq -c '.[]'` writes the array's objects so)")
     if named == "jsonl" or (named is None and text.startswith(b"{")):
         if text and not text.startswith(b"{"):
             raise UnknownTableFormat(f"{path}: named as JSON lines but its first line is not a JSON object")
         return "jsonl"
     if named in ("csv", "tsv"):
+        if text.startswith(b'{"'):  # no header of ours starts so: JSON lines under a CSV name
+            raise UnknownTableFormat(f"{path}: named .{named} but holds JSON lines (its first line is a JSON "
+                                     "object); name it .jsonl")
         return named
     raise UnknownTableFormat(f"{path}: not a table in a format rexeval reads ({', '.join(FORMATS)}, "
                              "optionally .gz); name it by its format, e.g. explanations.csv")

@@ -277,6 +277,9 @@ def _sniff(loc: Location, path: str, name: str, columns: dict[str, str]) -> str:
         if "parent_asin" in keys or {"user_id", "rating"} <= keys:
             return "amazon2023"
         raise ValueError(f"{path}: JSON lines with unknown keys {sorted(keys)[:12]}; pass --format")
+    if head.lstrip(b" \t\r\n" + BOM).startswith(b"["):  # records as one array: not CSV, not lines
+        raise ValueError(f"{path}: holds one JSON array, not JSON lines; rexeval reads reviews one JSON "
+                         "object per line (`jq -c '.[]'` writes the array's objects so)")
     if head.lstrip(b" \t\r\n" + BOM).startswith(b"{"):  # a JSON line cut short is no CSV row
         raise ValueError(f"{path}: looks like JSON lines, but none of its first {_DETECT_RECORDS} "
                          "records decodes; pass --format amazon2014 or amazon2023 to read it "

@@ -80,6 +80,18 @@ def test_a_mislabelled_or_unknown_file_is_named_with_the_format_tried(tmp_path):
         bad = tmp_path / "e.csv.gz"
         bad.write_text("a,b\n")
         table_format(bad)
+    # JSON lines under a CSV name, and one JSON array of records under a JSON name: each
+    # named for what it holds (read as CSV, the first would have a column per JSON field).
+    lines = tmp_path / "e.csv"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    with pytest.raises(SchemaError, match=r"e\.csv: named \.csv but holds JSON lines.*name it \.jsonl"):
+        read_table(lines, "explanations")
+    for name in ("e.json", "e.jsonl.gz", "e"):
+        array = tmp_path / name
+        body = ("\n  " + json.dumps(ROWS)).encode()
+        array.write_bytes(gzip.compress(body) if name.endswith(".gz") else body)
+        with pytest.raises(UnknownTableFormat, match=rf"{name}: holds one JSON array, not JSON lines.*jq -c"):
+            table_format(array)
 
 
 def test_a_missing_column_names_the_file_the_field_and_the_columns_found(tmp_path):

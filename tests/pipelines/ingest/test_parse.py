@@ -400,6 +400,15 @@ def test_a_binary_file_is_refused_with_one_message_naming_it(tmp_path):
     assert all(e["line"] >= 1 and e["source"] == str(noise) for e in errors.to_pylist())
 
 
+def test_one_json_array_of_reviews_is_named_as_such_not_read_as_csv(tmp_path):
+    """Before: "CSV layout not recognised (first row has 4 fields)" for a `.json` file."""
+    records = [{"reviewerID": "u1", "asin": "i1", "overall": 5.0, "reviewText": "warm tone"}]
+    path = tmp_path / "reviews.json"
+    path.write_text("\ufeff  " + json.dumps(records, indent=1))
+    with pytest.raises(ValueError, match=rf"^{path}: holds one JSON array, not JSON lines.*jq -c"):
+        detect_layout(path)
+
+
 def test_a_5mb_line_without_a_newline(tmp_path):
     """Detection reads a bounded prefix (the csv module raised on the long field); the
     parser makes the line one error row, its raw text clipped."""
