@@ -66,7 +66,7 @@ def check_schemas(files: list[PathLike], rename: dict[str, str] | None = None, s
 
     for f in files:
         fmt = told_format(f, schema, head=True)
-        validated(read_raw(f, schema, rename, schema, head=True, fmt=fmt), schema, str(f), schema, fmt)
+        validated(read_raw(f, schema, rename, schema, head=True, fmt=fmt), schema, str(f), schema, fmt, rename)
 
 
 def resolve_stage(files: list[PathLike], stage: str, rename: dict[str, str] | None = None) -> str:
@@ -262,7 +262,8 @@ def read_parts(path: PathLike, schema: str | pa.Schema, name: str, sub: str | No
         fmt = told_format(f, name)  # a file in no format we read is named there
         raw = read_raw(f, schema, rename, name, fmt=fmt)
         check_column_types(raw.schema, source, name)
-        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None, fmt)))
+        parts.append((source, validated(raw, schema, source, name if isinstance(schema, str) else None, fmt,
+                                        rename)))
     return parts
 
 

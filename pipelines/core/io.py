@@ -236,7 +236,7 @@ def read_part(path: PathLike, schema: str | pa.Schema, columns: list[str] | None
     missing or unexpected column is a SchemaError naming the part and the columns found."""
     name = schema if isinstance(schema, str) else None
     fmt = told_format(path, name or "table")
-    t = validated(read_raw(path, schema, rename, name or "table", fmt=fmt), schema, str(path), name, fmt)
+    t = validated(read_raw(path, schema, rename, name or "table", fmt=fmt), schema, str(path), name, fmt, rename)
     return t.select(columns) if columns is not None else t
 
 
@@ -244,15 +244,27 @@ FORMAT_NAMES = {"parquet": "Parquet", "csv": "CSV", "tsv": "TSV", "jsonl": "JSON
 
 
 def validated(raw: pa.Table, schema: str | pa.Schema, source: str, name: str | None = None,
-              fmt: str | None = None) -> pa.Table:
+              fmt: str | None = None, rename: dict[str, str] | None = None) -> pa.Table:
     """`schema.validate_table`, a missing or unexpected column also naming the format the
-    file was read as (`fmt`), the columns it has and how to map them."""
+    file was read as (`fmt`), the columns it has and how to map them, and first any
+    mapping of `rename` (ours -> theirs, as given to `read_raw`) that named no column of
+    the file: a misspelt `--columns` entry, said as such."""
     try:
         return validate_table(raw, schema, source=source, name=name)
     except SchemaError as exc:
         if exc.problem.startswith(("required column is missing", "unexpected column")):
-            exc.problem += columns_found(raw.column_names, fmt)
+            exc.problem += unmatched_mapping(raw.column_names, schema, rename) + columns_found(raw.column_names, fmt)
         raise
+
+
+def unmatched_mapping(names: Iterable[str], schema: str | pa.Schema, rename: dict[str, str] | None) -> str:
+    """The message's part for `--columns` entries of this table's columns whose column
+    is in the file under neither name (after `read_raw` renamed what it found)."""
+    sch = TABLES[schema] if isinstance(schema, str) else schema
+    have = set(names)
+    bad = [f"{ours}={theirs}" for ours, theirs in (rename or {}).items()
+           if ours in sch.names and ours not in have and theirs not in have]
+    return f"; --columns {', '.join(bad)}: the file has no such column" if bad else ""
 
 
 def columns_found(names: Iterable[str], fmt: str | None = None) -> str:

@@ -403,7 +403,8 @@ def read_dataset(path, schema: str | pa.Schema, columns: list[str] | None = None
     name = schema if isinstance(schema, str) else None
     for f in files:
         fmt = told_format(f, name or "table", head=True)
-        validated(read_raw(f, schema, rename, name or "table", head=True, fmt=fmt), schema, str(f), name, fmt)
+        validated(read_raw(f, schema, rename, name or "table", head=True, fmt=fmt), schema, str(f), name, fmt,
+                  rename)
     ray = init_ray()
     if not files:
         empty = sch.empty_table() if columns is None else sch.empty_table().select(columns)

@@ -101,6 +101,13 @@ def test_a_missing_column_names_the_file_the_field_and_the_columns_found(tmp_pat
     msg = str(err.value)
     assert "mine.csv" in msg and "columns found: id, model, user_id, item_id, text, reference" in msg
     assert "--columns" in msg
+    # A mapping entry that names no column of the file is said as such (here a misspelt
+    # "txt"), before the columns found; entries that matched are not repeated.
+    with pytest.raises(SchemaError) as err:
+        read_table(p, "explanations", rename={**THEIRS, "explanation": "txt"})
+    msg = str(err.value)
+    assert "--columns explanation=txt: the file has no such column; CSV file, columns found: example_id, system," in msg
+    assert "example_id=id" not in msg
 
 
 def test_columns_mapping_parsing():
