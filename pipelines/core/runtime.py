@@ -35,6 +35,9 @@ IDLE_WORKERS_KEPT = 8  # at least, on a local Ray: `idle_workers_kept`
 # The raylet's notice that a node runs many worker processes (`WorkerPool::WarnAboutSize`,
 # published to every driver of the node, printed by each driver's error listener).
 POOL_SIZE_NOTICE = "worker processes have been started on node"
+# What the raylet publishes when a job stops its own Serve (the judge or NLI app a command
+# started): the controller's pending calls fail because it was killed, on purpose.
+SERVE_STOPPED_NOTICE = ("Task ServeController.", "killed by `ray.kill`")
 
 LOCAL_RAY_ENV = "REXEVAL_LOCAL_RAY"
 """Set by a local start in the starting process (and so in every process it starts): the
@@ -102,8 +105,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         for name in ("ray.data", "ray.data._internal.progress",
                      "ray.data._internal.execution.streaming_executor"):
             logging.getLogger(name).setLevel(logging.ERROR)
-        # Serve's INFO lines ("Started Serve in namespace ...") say what our jobs say.
-        logging.getLogger("ray.serve").setLevel(logging.WARNING)
+        quiet_serve_logger()
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
@@ -111,10 +113,33 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
     return ray
 
 
+class _BelowWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING
+
+
+def quiet_serve_logger() -> None:
+    """Serve's INFO lines on a quiet driver ("Started Serve in namespace ...", "Application
+    ... is ready") say what our jobs say, so only its warnings and errors print. A filter
+    on the logger, not its level: importing `ray.serve` (later, when a job starts an app)
+    resets that logger's level and handlers, but not its filters."""
+    logger = logging.getLogger("ray.serve")
+    logger.setLevel(logging.WARNING)
+    if not any(isinstance(f, _BelowWarning) for f in logger.filters):
+        logger.addFilter(_BelowWarning())
+
+
+def _routine(line: str) -> bool:
+    """A raylet line a quiet driver sends to the log: the worker-count notice, and the
+    failed calls of a Serve controller this job stopped."""
+    return POOL_SIZE_NOTICE in line or all(part in line for part in SERVE_STOPPED_NOTICE)
+
+
 def pool_size_notice_to_log() -> None:
-    """Send the raylet's "N worker processes have been started on node" notice to the
-    `ray` logger (INFO) instead of the terminal, leaving every other error line as Ray
-    prints it.
+    """Send the raylet's "N worker processes have been started on node" notice, and the
+    "Task ServeController.... failed ... killed by `ray.kill`" lines that follow a job's
+    stop of its own Serve, to the `ray` logger (INFO) instead of the terminal, leaving
+    every other error line as Ray prints it.
 
     Why: the raylet warns every driver of a node once its worker processes pass four
     times its start-up concurrency plus Ray's IO workers (16 on 2 CPUs). A study keeps
@@ -131,9 +156,10 @@ def pool_size_notice_to_log() -> None:
 
     def print_to_stdstream(data, ignore_prefix: bool):
         lines = data.get("lines") or []
-        if data.get("pid") == "raylet" and any(POOL_SIZE_NOTICE in str(line) for line in lines):
-            logging.getLogger("ray").info("(raylet) %s", " ".join(map(str, lines)))
-            return None
+        if data.get("pid") == "raylet" and any(_routine(str(line)) for line in lines):
+            logging.getLogger("ray").info("(raylet) %s", " ".join(str(x) for x in lines if _routine(str(x))))
+            rest = [x for x in lines if not _routine(str(x))]
+            return show({**data, "lines": rest}, ignore_prefix) if rest else None
         return show(data, ignore_prefix)
 
     print_to_stdstream._rexeval_quiet = True

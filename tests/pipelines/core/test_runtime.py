@@ -2,6 +2,7 @@
 reads a local input runs where the file is."""
 import json
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -257,5 +258,47 @@ def test_the_raylets_worker_count_notice_goes_to_the_log_not_the_terminal(ray_se
     other = "The node ran low on memory: a worker was killed."
     ray_worker.print_to_stdstream({"lines": [other], "pid": "raylet", "is_err": False}, ignore_prefix=False)
     assert other in capsys.readouterr().out
+    # A job that stops its own Serve app: the controller's pending calls fail, killed on
+    # purpose. The lines as `rexeval judge pairwise` printed them; in one message with
+    # another line, only that other line prints.
+    stopped = ["Task ServeController.graceful_shutdown failed. There are infinite retries remaining, so the task "
+               "will be retried. Error: The actor is dead because it was killed by `ray.kill`.",
+               "Task ServeController.listen_for_change failed. There are infinite retries remaining, so the task "
+               "will be retried. Error: The actor is dead because it was killed by `ray.kill`."]
+    with caplog.at_level(logging.INFO, logger="ray"):
+        ray_worker.print_to_stdstream({"lines": stopped, "pid": "raylet", "is_err": False}, ignore_prefix=False)
+        assert capsys.readouterr().out == ""
+        another = "The node ran low on disk: spilling objects."  # not `other`: Ray's dedup holds repeats back
+        ray_worker.print_to_stdstream({"lines": [stopped[0], another], "pid": "raylet", "is_err": False},
+                                      ignore_prefix=False)
+    printed = capsys.readouterr().out
+    assert another in printed and "graceful_shutdown" not in printed
+    assert sum("graceful_shutdown" in r.getMessage() for r in caplog.records) == 2
     runtime.pool_size_notice_to_log()  # again: still one wrapper, not two
     assert getattr(ray_worker.print_to_stdstream, "_rexeval_quiet", False)
+
+
+_SERVE_LATER = """
+import logging
+from rexeval.pipelines.core.runtime import quiet_serve_logger
+quiet_serve_logger()
+from ray import serve  # noqa: F401  (its import resets the logger's level and handlers)
+log = logging.getLogger("ray.serve")
+log.info("serve-info-line")
+log.warning("serve-warning-line")
+"""
+
+
+def test_a_quiet_driver_keeps_serves_info_lines_off_the_terminal_when_serve_is_imported_after():
+    """`rexeval judge pairwise` printed "INFO ... Started Serve in namespace" and "Application
+    'rexeval-judge' is ready": init_ray set the logger's level, and the later import of
+    ray.serve set it back to INFO. Serve's warnings still print."""
+    import subprocess
+    import sys
+
+    root = str(Path(__file__).resolve().parents[3])
+    proc = subprocess.run([sys.executable, "-c", _SERVE_LATER], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shown = proc.stdout + proc.stderr
+    assert "serve-warning-line" in shown and "serve-info-line" not in shown
