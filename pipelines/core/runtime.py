@@ -109,7 +109,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False
         ctx.print_on_execution_start = False
-        pool_size_notice_to_log()
+        routine_raylet_lines_to_log()
     return ray
 
 
@@ -135,7 +135,7 @@ def _routine(line: str) -> bool:
     return POOL_SIZE_NOTICE in line or all(part in line for part in SERVE_STOPPED_NOTICE)
 
 
-def pool_size_notice_to_log() -> None:
+def routine_raylet_lines_to_log() -> None:
     """Send the raylet's "N worker processes have been started on node" notice, and the
     "Task ServeController.... failed ... killed by `ray.kill`" lines that follow a job's
     stop of its own Serve, to the `ray` logger (INFO) instead of the terminal, leaving

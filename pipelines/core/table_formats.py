@@ -19,6 +19,9 @@ FORMATS = ("parquet", "csv", "tsv", "jsonl")
 _SUFFIXES = {"parquet": "parquet", "pq": "parquet", "csv": "csv", "tsv": "tsv", "tab": "tsv",
              "jsonl": "jsonl", "ndjson": "jsonl", "json": "jsonl"}
 PARQUET_MAGIC = b"PAR1"
+JSON_ARRAY = ("holds one JSON array, not JSON lines; rexeval reads one JSON object per line "
+              "(`jq -c '.[]'` writes the array's objects so)")
+"""What a file of one JSON array of records is told (here, and by ingest's layout detection)."""
 
 
 class UnknownTableFormat(ValueError):
@@ -56,8 +59,7 @@ def table_format(path: PathLike) -> str:
     if text.startswith(b"[") and named in ("jsonl", None):
         # One JSON array of records (pandas' `to_json(orient="records")`): Arrow reads JSON
         # lines only, so say how to get them rather than misread it.
-        raise UnknownTableFormat(f"{path}: holds one JSON array, not JSON lines; rexeval reads one JSON "
-                                 "object per line (`jq -c '.[]'` writes the array's objects so)")
+        raise UnknownTableFormat(f"{path}: {JSON_ARRAY}")
     if named == "jsonl" or (named is None and text.startswith(b"{")):
         if text and not text.startswith(b"{"):
             raise UnknownTableFormat(f"{path}: named as JSON lines but its first line is not a JSON object")

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, Iterator
 
 from rexeval.pipelines.core.inputs import given_text
+from rexeval.pipelines.core.table_formats import JSON_ARRAY
 from rexeval.storage import Location, PathLike, location
 
 # Our field -> the source field, per layout. A tuple lists alternatives, first wins.
@@ -278,8 +279,7 @@ def _sniff(loc: Location, path: str, name: str, columns: dict[str, str]) -> str:
             return "amazon2023"
         raise ValueError(f"{path}: JSON lines with unknown keys {sorted(keys)[:12]}; pass --format")
     if head.lstrip(b" \t\r\n" + BOM).startswith(b"["):  # records as one array: not CSV, not lines
-        raise ValueError(f"{path}: holds one JSON array, not JSON lines; rexeval reads reviews one JSON "
-                         "object per line (`jq -c '.[]'` writes the array's objects so)")
+        raise ValueError(f"{path}: {JSON_ARRAY}")
     if head.lstrip(b" \t\r\n" + BOM).startswith(b"{"):  # a JSON line cut short is no CSV row
         raise ValueError(f"{path}: looks like JSON lines, but none of its first {_DETECT_RECORDS} "
                          "records decodes; pass --format amazon2014 or amazon2023 to read it "

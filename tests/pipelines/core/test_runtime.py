@@ -274,7 +274,7 @@ def test_the_raylets_worker_count_notice_goes_to_the_log_not_the_terminal(ray_se
     printed = capsys.readouterr().out
     assert another in printed and "graceful_shutdown" not in printed
     assert sum("graceful_shutdown" in r.getMessage() for r in caplog.records) == 2
-    runtime.pool_size_notice_to_log()  # again: still one wrapper, not two
+    runtime.routine_raylet_lines_to_log()  # again: still one wrapper, not two
     assert getattr(ray_worker.print_to_stdstream, "_rexeval_quiet", False)
 
 
