@@ -6,7 +6,7 @@ A job's stage imports torch and transformers when it sets up (as the NLI, embedd
 and generator stages do). An actor pool starts a fresh worker process per actor, so
 every job pays those imports again; Ray tasks run on the session's pooled worker
 processes, which keep their imports from the jobs before. Many jobs in one Ray session
-are small (a study's stages, a test session, a resumed run with a shard or two left).
+are small (a study's steps, a test session, a resumed run with a shard or two left).
 
 One Ray session (2 CPUs), jobs of 2 shards each, in two orders:
 - "in a row": JOBS actor-pool jobs, then JOBS task jobs (a test session's or a study's

@@ -5,7 +5,7 @@ putting a local Ray's variables into the starting process's environment.
 A runtime env, even one of variables alone, makes Ray start each worker through its
 setup process (`ray/_private/workers/setup_worker.py`: an interpreter that imports Ray,
 then execs the worker, which imports it again). Every actor pool, every task worker of a
-new job, every stage's driver joining a study's Ray pays it once per process.
+new job, every step's driver joining a study's Ray pays it once per process.
 
 Each arm is a process with its own local Ray (2 CPUs) that starts WORKERS fresh workers
 (tasks with `max_calls=1`, so none is reused) and reports the wall time and the CPU time

@@ -1,6 +1,6 @@
 """Where the test suite's CPU goes: every process's CPU time sampled while the suite runs,
 summed by kind of process (a Ray worker by the task or actor it ran, Ray's own daemons,
-the pytest workers, the study stages' drivers) and by the test file it served.
+the pytest workers, the study steps' drivers) and by the test file it served.
 
 Issue 50 asks for the full tier under 20 minutes on 2 cores. The suite is CPU-bound
 there (`vmstat` shows 0-4 % idle all through a run), so the way down is less CPU work,
@@ -9,7 +9,7 @@ per test, which on a saturated machine measures the neighbours as much as the te
 `py-spy` follows one process tree, not the hundreds of short-lived Ray workers a suite
 starts.
 
-How a process is attributed: a Ray worker, a stage's driver or a CLI run descends from
+How a process is attributed: a Ray worker, a study step's driver or a CLI run descends from
 the pytest worker (xdist's `gw0`, `gw1`) that started its Ray or ran its command; its CPU
 is spread over the tests that worker ran while the process lived (a session's raylet
 over the whole session, an actor over its test). Processes outside those trees (nodes of
@@ -119,7 +119,7 @@ def sample(out: Path, period: float) -> None:
 def kind_of(comm: str, cmd: str) -> str:
     """A process's kind for the table: Ray's daemons and agents by name, a Ray worker by
     the task or actor it ran (Ray names worker processes `ray::<what>`, at most 15
-    characters), a worker before it took a task, the pytest workers, the study stages'
+    characters), a worker before it took a task, the pytest workers, the study steps'
     drivers (forked from the study's template process), anything else by its name."""
     if comm.startswith("ray::"):
         what = comm[5:]
@@ -136,7 +136,7 @@ def kind_of(comm: str, cmd: str) -> str:
     if " -m pytest" in cmd:
         return "pytest (xdist's controller)"
     if "forkserver" in cmd or "multiprocessing" in cmd:
-        return "study stage driver"
+        return "study step driver"
     return "other: " + comm
 
 

@@ -1,6 +1,6 @@
 """`rexeval demo`: the whole platform, offline, on the sample shipped with the project.
 
-The demo is a study, `studies/demo.yaml` (one way to chain stages, not two): ingest (the
+The demo is a study, `studies/demo.yaml` (one way to chain steps, not two): ingest (the
 sample plus a file of deliberately broken rows) -> temporal split -> Table II -> triplet
 and STAR extraction with the local LLM on part of the sample -> ground truth ->
 paraphrase clusters and the EXTRA baseline (Table 3) -> the STAR ranking benchmark on the
@@ -30,7 +30,7 @@ from rexeval.ray_jobs.common import summary, user_errors
 DEMO_STUDY = Path(__file__).resolve().parents[1] / "studies" / "demo.yaml"
 
 NOTES = [
-    "SmolLM2-135M exercises the LLM stages (extraction, St2Exp, the judges, seed 004's generators); its "
+    "SmolLM2-135M exercises the LLM steps (extraction, St2Exp, the judges, seed 004's generators); its "
     "statements, ratings, verdicts and explanations are not of paper quality (give real models with "
     "`models:` in a study, or --model to the commands)",
     "clustering is bi-encoder only: the local profile has no cross-encoder "
@@ -46,7 +46,7 @@ NOTES = [
 
 def _start_over(out: Path, plan) -> list[str]:
     """--overwrite: remove what an earlier demo wrote in `out` (its state file, logs,
-    report and stage folders) and nothing else; the names of what stays. A folder that
+    report and step folders) and nothing else; the names of what stays. A folder that
     holds files but no demo state is refused."""
     if not out.exists():
         return []
@@ -84,12 +84,12 @@ def headline(plan, root: Path) -> list[str]:
         means = scores.groupby("system")["score"].mean().dropna()
         lines += ["", "Likert judge (seed 001; 1-5, mean of the four aspects): "
                   + ", ".join(f"{s} {v:.2f}" for s, v in means.items())]
-    for stage in ("pairwise", "seed004_pairwise"):
-        rep = root / "sample" / stage / "report.json"
+    for step in ("pairwise", "seed004_pairwise"):
+        rep = root / "sample" / step / "report.json"
         if rep.is_file():
             data = json.loads(rep.read_text())
             wins = ", ".join(f"{w['system']} {w['win_rate']:.0%} of {w['n']}" for w in data.get("win_rates", []))
-            base = plan.instances[f"{stage}@sample"].settings.get("baseline")
+            base = plan.instances[f"{step}@sample"].settings.get("baseline")
             lines.append(f"Pairwise judge (seed 004) against {base}: {wins or 'no pair judged'}")
     return lines
 
@@ -98,7 +98,7 @@ def headline(plan, root: Path) -> list[str]:
 @click.option("--out", "-o", default="runs/demo", show_default=True, help="Output folder.")
 @click.option("--overwrite", is_flag=True, help="Start over instead of resuming.")
 @click.option("--extract-reviews", default=4, show_default=True, type=int,
-              help="Reviews sent to the local LLM (0 skips the LLM stages; SmolLM2 on a CPU "
+              help="Reviews sent to the local LLM (0 skips the LLM steps; SmolLM2 on a CPU "
                    "answers in tens of seconds per batch).")
 @click.option("--evaluate-examples", default=24, show_default=True, type=int,
               help="Examples per system in the evaluation step (St2Exp asks the local LLM about "
@@ -111,14 +111,14 @@ def headline(plan, root: Path) -> list[str]:
                    "step (each costs the local LLM a few seconds per call).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Print every job's progress lines and Ray's own output too (they are always in "
-                   "OUT/logs/<stage>.log).")
+                   "OUT/logs/<step>.log).")
 @user_errors
 def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_examples, verbose):
     """Run the demo study (studies/demo.yaml) on the embedded review sample, offline.
 
     The same as `rexeval study run studies/demo.yaml` with the vars these flags set,
     followed by `rexeval study report` (OUT/report/index.html). The terminal shows each
-    stage as it starts and ends, then the headline results and where the report is;
+    step as it starts and ends, then the headline results and where the report is;
     every job's own lines are in OUT/logs/.
 
     Example: rexeval demo --out runs/demo
@@ -133,7 +133,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
         kept = _start_over(root, plan)
         if kept:
             click.echo(f"--overwrite left what is not the demo's as it is: {', '.join(kept)}")
-    click.echo(f"rexeval demo: {DEMO_STUDY.name} on the embedded sample -> {root} (each stage's log in "
+    click.echo(f"rexeval demo: {DEMO_STUDY.name} on the embedded sample -> {root} (each step's log in "
                f"{root / 'logs'}{'' if verbose else '; --verbose prints them here'})")
     res = run_study(plan, progress=click.echo, job_lines=click.echo if verbose else (lambda _: None),
                     verbose=verbose, show_plan=verbose)
@@ -149,7 +149,7 @@ def demo_cmd(out, overwrite, extract_reviews, evaluate_examples, nli, judge_exam
     notes += [f"{k} failed{'' if k in hard else ' (optional)'}: {why}" for k, why in res["failed"].items()]
     notes += [f"{k} skipped: {why}" for k, why in res["skipped"].items()]
     html = paths["html"].resolve()
-    summary("demo", {"stage instances": len(plan.order), "ran": len(res["ran"]),
+    summary("demo", {"step instances": len(plan.order), "ran": len(res["ran"]),
                      "already complete": len(res["done"]), "off": len(plan.off), "failed": len(res["failed"])},
             started, {"report": str(html), "open it": f"in a browser, file://{html} (or: xdg-open {html})",
                       "markdown": str(paths["md"].resolve()), "state": str(root / STATE_FILE),

@@ -6,7 +6,7 @@ import time
 import click
 
 from rexeval.failures import AwaitingRerun
-from rexeval.pipelines.study.config import STAGES_AS, load_study, parse_sets
+from rexeval.pipelines.study.config import STEPS_AS, load_study, parse_sets
 from rexeval.pipelines.core.study_registry import STUDY_JOBS
 from rexeval.pipelines.study.plan import build_plan
 from rexeval.pipelines.study.runner import hard_failures, run_study
@@ -16,9 +16,9 @@ from rexeval.ray_jobs.study_report import study_report_cmd
 
 @click.group("study")
 def study_group():
-    """A whole benchmark from one study file: datasets, stages, models (see studies/).
+    """A whole benchmark from one study file: datasets, steps, models (see studies/).
 
-    Each stage runs an existing rexeval job with that job's settings; stages run in
+    Each step runs an existing rexeval job with that job's settings; steps run in
     dependency order, independent ones at once, on the local Ray or the cluster named
     by RAY_ADDRESS (or under `ray job submit`). A re-run does only what is missing or
     changed, and says why.
@@ -29,34 +29,34 @@ def study_group():
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--out", "-o", help="Output folder or URI (s3://bucket/x; default: the file's `out`, else "
                                    "runs/<name>). On a cluster whose nodes share no disk: a URI.")
-@click.option("--only", multiple=True, metavar="STAGE",
-              help="Run only this stage (or instance, e.g. extract@mi); repeatable. Its inputs must be done.")
-@click.option("--dry-run", is_flag=True, help="Show every stage instance, whether it would run and why; run nothing.")
-@click.option("--max-parallel", type=int, help="Independent stage instances at once (default: the file's, 2).")
+@click.option("--only", multiple=True, metavar="STEP",
+              help="Run only this step (or instance, e.g. extract@mi); repeatable. Its inputs must be done.")
+@click.option("--dry-run", is_flag=True, help="Show every step instance, whether it would run and why; run nothing.")
+@click.option("--max-parallel", type=int, help="Independent step instances at once (default: the file's, 2).")
 @click.option("--set", "sets", multiple=True, metavar="NAME=VALUE",
               help="Override one of the study's vars (VALUE read as YAML: 3, true, null, [a, b]); repeatable.")
 @click.option("--verbose", "-v", is_flag=True,
-              help="Also print Ray's and the libraries' own output of every stage (always in OUT/logs/).")
-@click.option("--stages-as", type=click.Choice(STAGES_AS),
-              help="Each stage's driver as a process of this one, or as a Ray job of its own that may run on any "
+              help="Also print Ray's and the libraries' own output of every step (always in OUT/logs/).")
+@click.option("--steps-as", type=click.Choice(STEPS_AS),
+              help="Each step's driver as a process of this one, or as a Ray job of its own that may run on any "
                    "node (with the study's driver_resources); auto: jobs on a running cluster with a job server. "
-                   "Default: REXEVAL_STAGES_AS, else the file's stages_as, else auto.")
+                   "Default: REXEVAL_STEPS_AS, else the file's steps_as, else auto.")
 @user_errors
-def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_as):
-    """Check the study file, then run the stages that are missing or changed.
+def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, steps_as):
+    """Check the study file, then run the steps that are missing or changed.
 
     Everything a user can fix is reported before anything runs: unknown keys, unknown
-    jobs, references to no stage, a cycle, missing input files, settings a job refuses,
-    a model role the profile lacks. Each stage instance runs in a driver of its own (its
+    jobs, references to no step, a cycle, missing input files, settings a job refuses,
+    a model role the profile lacks. Each step instance runs in a driver of its own (its
     log in OUT/logs/<instance>.log): on a running Ray cluster a Ray job submitted with
     the study's `driver_resources` (so it can run on a worker node), else a process of
-    this driver (--stages-as); stages that call the same judge share one judge
-    deployment, started once. The state of each stage instance is kept in
+    this driver (--steps-as); steps that call the same judge share one judge
+    deployment, started once. The state of each step instance is kept in
     OUT/study.json; `rexeval study report OUT` turns the results into one HTML page.
 
-    OUT may be a URI (s3://, gs://): the state, every stage's folder, the logs and the
+    OUT may be a URI (s3://, gs://): the state, every step's folder, the logs and the
     report are written there. A local OUT that some node of the Ray cluster cannot see
-    is refused before any stage runs (use a URI or a folder every node mounts).
+    is refused before any step runs (use a URI or a folder every node mounts).
 
     Examples:
 
@@ -73,7 +73,7 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_
     started = time.time()
     plan = build_plan(load_study(file, parse_sets(sets)), file, out)
     res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo,
-                    verbose=verbose, stages_as=stages_as)
+                    verbose=verbose, steps_as=steps_as)
     if dry_run:
         return res
     hard = set(hard_failures(plan, res))
@@ -85,7 +85,7 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_
     if left:
         notes.append("every failure was in transport (a lost node, calls that failed): run the same command "
                      "again to finish")
-    summary(f"study {plan.study.name}", {"stage instances": len(plan.order), "ran": len(res["ran"]),
+    summary(f"study {plan.study.name}", {"step instances": len(plan.order), "ran": len(res["ran"]),
                                          "already complete": len(res["done"]), "failed": len(res["failed"]),
                                          "skipped": len(res["skipped"])},
             started, {"state": str(plan.out / "study.json"), "logs": str(plan.out / "logs")}, notes=notes)
@@ -94,14 +94,14 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, stages_
     return res
 
 
-@study_group.command("stage", hidden=True)
+@study_group.command("step", hidden=True)
 @click.argument("call")
 @user_errors
-def study_stage_cmd(call):
-    """Run one stage of a study inside its Ray job: what `study run` submits for a stage
-    (CALL: the call file the study wrote, OUT/_stage_jobs/<instance>/call.json)."""
+def study_step_cmd(call):
+    """Run one step of a study inside its Ray job: what `study run` submits for a step
+    (CALL: the call file the study wrote, OUT/_step_jobs/<instance>/call.json)."""
     from rexeval.storage import location
-    from rexeval.pipelines.study.stage_job import run_call
+    from rexeval.pipelines.study.step_job import run_call
 
     location(call).read_json()  # a missing or broken call file is the caller's mistake: one line, exit 2
     raise SystemExit(run_call(call))
@@ -109,7 +109,7 @@ def study_stage_cmd(call):
 
 @study_group.command("jobs")
 def study_jobs_cmd():
-    """List the jobs a stage can run (`job:` in a study file) and their config classes."""
+    """List the jobs a step can run (`job:` in a study file) and their config classes."""
     for name in sorted(STUDY_JOBS):
         job = STUDY_JOBS[name]
         click.echo(f"{name:16s} {job.description}  [settings: {job.config.__module__}.{job.config.__name__}]")

@@ -17,15 +17,15 @@ def study_report_cmd(directory, out):
 
     DIR is the output folder of `rexeval study run` (it holds study.json), a local
     folder or a URI (s3://bucket/studies/x); OUT may be either too. Every
-    complete stage's output folder is read as its command wrote it, and its tables are
+    complete step's output folder is read as its command wrote it, and its tables are
     laid out by the same builders the commands use, in the seeds' layouts: seed 000
     Table II and Tables III-VI (with each mean's bootstrap interval), seed 002 Tables
     1, 2, 3 and 6, seed 004 Tables 1 and 4 and Figure 5, seed 001 Table 1 / seed 004
     Table 2, the Likert and pairwise judges' summaries, and a generic section (counts,
-    tables, figures) for any other job. Under every table and figure: the stage
+    tables, figures) for any other job. Under every table and figure: the step
     instance, job, models, prompt versions, sampling, settings hash and finish time
-    it came from. A "Stages" table lists every instance with its status and time, and
-    "Skipped and why" every stage that failed, was skipped or has not run, and every
+    it came from. A "Steps" table lists every instance with its status and time, and
+    "Skipped and why" every step that failed, was skipped or has not run, and every
     metric family or factor a job itself left out, with the reason. A missing or
     unreadable file is a note in its section.
 
@@ -47,7 +47,7 @@ def study_report_cmd(directory, out):
     report = build_report(directory)
     paths = write_report(report, out if out else location(directory) / "report")
     notes = len(report.notes) + sum(len(s.notes) for s in report.sections)
-    click.echo(f"study {report.name}: {len(report.instances)} stage instance(s), {len(report.sections)} "
+    click.echo(f"study {report.name}: {len(report.instances)} step instance(s), {len(report.sections)} "
                f"section(s), {len(report.tables())} table(s), {len(report.figures())} figure(s), "
                f"{len(report.skipped)} skipped item(s), {notes} note(s)")
     for k in ("html", "md", "tables"):

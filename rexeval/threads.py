@@ -4,7 +4,7 @@ REXEVAL_MAX_THREADS caps it.
 
 Why a cap: every place that sets a thread count sizes it to what that one process was
 given, as if it had the machine to itself. Where several processes compute at once on
-few cores (two jobs on a laptop, a study's stages beside another study, two pytest
+few cores (two jobs on a laptop, a study's steps beside another study, two pytest
 workers on 2 cores), their threads outnumber the cores and take turns: a second thread
 gains nothing there, and for a trainer's small matrix products its hand-offs cost CPU
 (PETER: 1.18x; benchmarks/bench_thread_cap.py). The cap is one number

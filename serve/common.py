@@ -270,7 +270,7 @@ class AppLease:
     is leased (a Serve left behind on one port breaks later starts on other ports).
 
     Holders are counted across every driver of the cluster (`serve/leases.py`: a detached
-    actor keeps the book), so the stages of a study, and two `ray job submit` drivers,
+    actor keeps the book), so the steps of a study, and two `ray job submit` drivers,
     share an application: the first starts it, the others use it, and it goes when the
     last of them ends, not while another still sends requests. An app that ran before
     any lease (a standing `rexeval serve` endpoint) is never deleted."""

@@ -279,6 +279,6 @@ def test_the_own_system_page_study_plans_on_a_csv_under_other_names(tmp_path):
     (tmp_path / "mine.csv").write_text("id,model,user_id,item_id,text\nr1,mine,u1,i1,Bright and sturdy.\n")
     (tmp_path / "reviews.jsonl.gz").write_bytes(gzip.compress(b'{"reviewerID": "u1", "asin": "i1"}\n'))
     plan = build_plan(load_study(study), study, tmp_path / "runs" / "mine")
-    assert set(yaml.safe_load(block)["stages"]) <= {k.split("@")[0] for k in plan.order}
+    assert set(yaml.safe_load(block)["steps"]) <= {k.split("@")[0] for k in plan.order}
     assert plan.instances["evaluate@mine"].settings["columns"] == {"example_id": "id", "system": "model",
                                                                     "explanation": "text"}

@@ -1,6 +1,6 @@
 """docs/seeds.md, the map of the five seeds' tables and figures, cannot go stale: it has a
-row for every table and figure each paper names, and a row that says a stage produces
-something names a stage of that seed's study whose job declares the file it names."""
+row for every table and figure each paper names, and a row that says a step produces
+something names a step of that seed's study whose job declares the file it names."""
 from __future__ import annotations
 
 import re
@@ -26,7 +26,7 @@ EXPECTED = (_items("000", 14, 2, roman=True) | _items("001", 2, 4) | _items("002
             | _items("003", 4, 4) | _items("004", 6, 7))
 
 _ITEM = re.compile(r"^(\d{3}) (Table|Fig\.) ([0-9IVX]+)$")
-_PRODUCER = re.compile(r"^`seed(\d{3})` stage `([a-z0-9_]+)`$")
+_PRODUCER = re.compile(r"^`seed(\d{3})` step `([a-z0-9_]+)`$")
 _OUTPUT = re.compile(r"^`([a-z0-9_]+)/([^`]+)`$")
 _DEMO = re.compile(r"^demo \(`([a-z0-9_]+)`\)$")
 
@@ -60,7 +60,7 @@ def test_the_expected_items_are_the_ones_the_papers_name():
     assert named == EXPECTED
 
 
-def test_a_produced_row_names_a_file_its_stage_declares():
+def test_a_produced_row_names_a_file_its_step_declares():
     from rexeval.pipelines.core.study_registry import STUDY_JOBS
     from rexeval.pipelines.study.config import load_study
 
@@ -78,36 +78,36 @@ def test_a_produced_row_names_a_file_its_stage_declares():
         status = row["status"]
         if status.startswith("n/a:"):
             if row["by"] != "—" or row["output"] != "—" or len(status) < len("n/a: ") + 8:
-                problems.append(f"{item}: not produced, so no stage or file, and a reason")
+                problems.append(f"{item}: not produced, so no step or file, and a reason")
             continue
         demo = _DEMO.match(status)
         if status != "real models" and not demo:
-            problems.append(f"{item}: status {status!r} is none of 'demo (`stage`)', 'real models', 'n/a: reason'")
+            problems.append(f"{item}: status {status!r} is none of 'demo (`step`)', 'real models', 'n/a: reason'")
             continue
         jobs = {}
         for part in row["by"].split("; "):
             m = _PRODUCER.match(part)
             if not m or m[1] != seed:
-                problems.append(f"{item}: {part!r} is not a stage of studies/seed{seed}.yaml")
+                problems.append(f"{item}: {part!r} is not a step of studies/seed{seed}.yaml")
                 continue
-            spec = study(f"seed{seed}").stages.get(m[2])
+            spec = study(f"seed{seed}").steps.get(m[2])
             if spec is None:
-                problems.append(f"{item}: studies/seed{seed}.yaml has no stage {m[2]!r}")
+                problems.append(f"{item}: studies/seed{seed}.yaml has no step {m[2]!r}")
                 continue
             jobs[m[2]] = spec.job
         for part in row["output"].split("; "):
             m = _OUTPUT.match(part)
             if not m or m[1] not in jobs:
-                problems.append(f"{item}: output {part!r} is not `stage/file` of a stage the row names")
+                problems.append(f"{item}: output {part!r} is not `step/file` of a step the row names")
                 continue
             declared = STUDY_JOBS[jobs[m[1]]].outputs.values()
             if not any(out.matches(m[2]) for out in declared):
-                problems.append(f"{item}: the {jobs[m[1]]} job of stage {m[1]!r} declares no {m[2]!r} "
+                problems.append(f"{item}: the {jobs[m[1]]} job of step {m[1]!r} declares no {m[2]!r} "
                                 f"(it writes {sorted(map(str, declared))})")
         if demo:
-            spec = study("demo").stages.get(demo[1])
+            spec = study("demo").steps.get(demo[1])
             if spec is None or spec.job not in jobs.values():
-                problems.append(f"{item}: studies/demo.yaml has no stage {demo[1]!r} running {sorted(jobs.values())}")
+                problems.append(f"{item}: studies/demo.yaml has no step {demo[1]!r} running {sorted(jobs.values())}")
     assert problems == []
 
 

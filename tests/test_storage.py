@@ -67,7 +67,7 @@ def test_an_object_replaced_while_read_is_read_again_whole(s3_root):
     import pyarrow as pa
 
     f = location(f"{s3_root}/torn/study.json")
-    f.write_json({"stages": {"a": "complete", "b": "running"}})
+    f.write_json({"steps": {"a": "complete", "b": "running"}})
 
     class ReplacedWhileRead:
         """The real store, but its first read returns the bytes of a shorter, older size."""
@@ -85,7 +85,7 @@ def test_an_object_replaced_while_read_is_read_again_whole(s3_root):
             return self.fs.get_file_info(path)
 
     f.fs = ReplacedWhileRead(f.fs)
-    assert f.read_json() == {"stages": {"a": "complete", "b": "running"}} and f.fs.torn == 0
+    assert f.read_json() == {"steps": {"a": "complete", "b": "running"}} and f.fs.torn == 0
 
 
 def test_written_files_honour_the_umask(tmp_path):

@@ -1,7 +1,7 @@
 """Named settings tables of the trained generators: `paper` (each original paper and its
 authors' code) and `seed000` (what seed 000 ran to produce its Tables III-VII).
 
-`generate train --preset NAME` (and `preset:` in a study stage) starts from one of them;
+`generate train --preset NAME` (and `preset:` in a study step) starts from one of them;
 `--set key=value` then overrides single values. Every value carries its source: a file
 and line of seed 000's released code (the authors' `factual_explainable_recommendation`
 repository, `baselines/<model>/main.sh|main.py|module.py`) or the paper/code it comes

@@ -75,7 +75,7 @@ def content_identity(value: Any, keys: Iterable[str] = READ_SETTINGS,
     writing (a call log, a cache) changes with every run. Folders and URIs stay as they
     are: a folder is an upstream job's output (its own markers say what is done) and a
     URI names the same object from every node. `counts(path)`: which files count so (a
-    study leaves out its own stages' outputs, whose upstream fingerprints stand for them)."""
+    study leaves out its own steps' outputs, whose upstream fingerprints stand for them)."""
     keys = frozenset(keys)
     if isinstance(value, dict):
         return {k: _by_content(v, counts) if k in keys else content_identity(v, keys, counts)

@@ -11,7 +11,7 @@ where cheap, the columns a reader may rely on:
         ...)
 
 The job writes `root / EVALUATE_OUTPUTS.aggregates`, and every reader (the study
-report, the study plan's check of the paths a stage reads from another stage's folder,
+report, the study plan's check of the paths a step reads from another step's folder,
 a downstream job) names the file the same way, so the name is written once. An `Output`
 is the name itself (a `str`: `folder / output` and f-strings read exactly as the literal
 did); a name with `{field}` is a template the job fills (`.format(name=...)`), one with

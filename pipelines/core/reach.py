@@ -4,7 +4,7 @@ Why: on a cluster whose nodes share no disk, a job given `--out runs/x` writes i
 shards on whichever node ran each actor, and the driver, reading markers on its own
 disk, finds half of them missing hours later. A URI (`s3://`, `gs://`) or a folder every
 node mounts (NFS, a shared volume) is what such a cluster needs, and this check says so
-before the first stage starts, naming the path and the nodes that cannot see it.
+before the first job or study step starts, naming the path and the nodes that cannot see it.
 
 How: the driver writes a small probe file with random content under the folder, then
 one tiny task pinned to each other alive node (`NodeAffinitySchedulingStrategy`, not

@@ -3,7 +3,7 @@
 A config field typed `ReadPath` (one), `OptionalReadPath` (one or none) or `ReadPaths`
 (a list) is a path the job opens. A study plan checks those settings before anything runs
 (`pipelines/study/plan.py`), so a missing input is found at once instead of when the
-stage's turn comes (a URI is checked through the storage module, like a local path);
+step's turn comes (a URI is checked through the storage module, like a local path);
 a setting of the same name that holds a model name or a method (say
 `model: nrt`) is never taken for a path, because only the field's own declaration counts.
 """

@@ -42,13 +42,13 @@ SERVE_STOPPED_NOTICE = ("Task ServeController.", "killed by `ray.kill`")
 LOCAL_RAY_ENV = "REXEVAL_LOCAL_RAY"
 """Set by a local start in the starting process (and so in every process it starts): the
 GCS address and the variables that Ray's workers there inherit, so that a driver joining
-that cluster (a study's stage, a command run beside it) passes only those that differ."""
+that cluster (a study's step, a command run beside it) passes only those that differ."""
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: bool = True,
              runtime_env: dict | None = None):
     """Start a local Ray or join a cluster; a no-op when Ray is already up. A driver that
-    joins with `runtime_env` (a study's stage joining the study's cluster) uses that
+    joins with `runtime_env` (a study's step joining the study's cluster) uses that
     environment as its own: the same code and variables on the workers as its parent's."""
     import ray
 
@@ -56,7 +56,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         return ray
     address = address or os.environ.get("RAY_ADDRESS") or None
     # On a cluster (joined by address) the workers' output reaches the driver, so that
-    # `ray job logs` and a study stage's log show a worker's errors; a laptop run keeps
+    # `ray job logs` and a study step's log show a worker's errors; a laptop run keeps
     # its terminal to the job's own progress lines.
     kwargs: dict = {"ignore_reinit_error": True,
                     "logging_level": logging.WARNING if quiet else logging.INFO,
@@ -67,7 +67,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None, quiet: boo
         env = dict(runtime_env or {})
         if runtime_env:
             # A process of a submitted job (`ray job submit`) that joins as a driver of its
-            # own (a study's stage) carries the job's runtime env in its environment, and
+            # own (a study's step) carries the job's runtime env in its environment, and
             # Ray refuses a ray.init env that repeats any of its keys; this env is that
             # job's own plus the forwarded variables, so it may override it.
             os.environ.setdefault("RAY_OVERRIDE_JOB_RUNTIME_ENV", "1")
@@ -143,8 +143,8 @@ def routine_raylet_lines_to_log() -> None:
 
     Why: the raylet warns every driver of a node once its worker processes pass four
     times its start-up concurrency plus Ray's IO workers (16 on 2 CPUs). A study keeps
-    its finished stages' drivers, and with them their jobs' idle workers, for the next
-    stages (`study/stage_process.py`), so a 2-CPU laptop reaches that on purpose, and
+    its finished steps' drivers, and with them their jobs' idle workers, for the next
+    steps (`study/step_process.py`), so a 2-CPU laptop reaches that on purpose, and
     the notice lands in the middle of the study's progress lines. Ray has no setting for
     it; its error listener looks `print_to_stdstream` up at each message, so wrapping
     that one function is enough."""
@@ -197,7 +197,7 @@ def beyond_local(address: str, runtime_env: dict) -> dict:
 
 
 def _mark_one_machine(ray, num_cpus: int | None) -> None:
-    """Say (in this process's environment, which a local study's stages inherit) that
+    """Say (in this process's environment, which a local study's steps inherit) that
     the Ray at this address is this machine alone, started here with these CPUs: jobs
     on it share the machine's CPUs by default (`stage.machine_cpus`). Without
     `num_cpus`, what Ray found on the node it just started; a cluster joined by address

@@ -72,7 +72,7 @@ Model stages on a cluster should say `cpus_per_worker`; its threads follow it.""
 
 ONE_MACHINE_ENV = "REXEVAL_ONE_MACHINE"
 """Set by `runtime.init_ray` when it starts Ray in-process: "<GCS address> <CPUs>". A
-process (or a child of it: a local study's stage) joined to that Ray sizes by the machine."""
+process (or a child of it: a local study's step) joined to that Ray sizes by the machine."""
 
 GIB = 1024 ** 3
 

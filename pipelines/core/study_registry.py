@@ -1,6 +1,6 @@
 """What a study job is, and the registry of them (`STUDY_JOBS`, name -> StudyJob).
 
-A study stage runs one job (`pipelines/study/`). A job is the existing command's config
+A study step runs one job (`pipelines/study/`). A job is the existing command's config
 class and run function, the model roles and Serve applications it needs, and what it
 writes (`outputs`, `pipelines/core/outputs.py`): the study report and the study plan read
 that declaration instead of repeating file names.
@@ -17,7 +17,7 @@ built-in jobs) before it lists its names (`names()`, iterating) or reports one u
 `rexeval study jobs`; nothing else names it. (`name in STUDY_JOBS` and `STUDY_JOBS[name]`
 see what is imported already: ask `names()` first, as the study plan does.) The module must be cheap to import (a study plan imports it:
 heavy imports go inside the run function), and the function must sit at module level:
-each stage runs in a process of its own, which imports it by name.
+each step runs in a process of its own, which imports it by name.
 
 This module lives in `pipelines/core/` so that a capability's `study_job` module can
 import it without importing `pipelines/study` (which imports every capability).
@@ -56,16 +56,16 @@ def study_job_modules() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class ServeNeed:
-    """A Serve application a stage's job would start for itself (and stop at its end).
+    """A Serve application a step's job would start for itself (and stop at its end).
 
-    mode "shared": the study starts it once, before the first stage that needs it, and
-    keeps it for every stage that needs the same one (`key`, a hash of what it serves);
+    mode "shared": the study starts it once, before the first step that needs it, and
+    keeps it for every step that needs the same one (`key`, a hash of what it serves);
     the jobs find it running and use it. `open(progress)` starts it (or joins one that
     runs) and returns its release; it must pickle (a partial of a module-level function):
     the study runs it in a process that holds the application. Mode "own": the job
     starts and stops it itself (the
     NLI service, which the evaluate job brings up only for its last families; several
-    judges in one job); no other stage that needs the application runs meanwhile, since
+    judges in one job); no other step that needs the application runs meanwhile, since
     the first to finish would stop it under the other."""
 
     app: str
@@ -76,7 +76,7 @@ class ServeNeed:
 
 @dataclass(frozen=True)
 class StudyJob:
-    """One kind of stage. `config` builds the job's config from the settings; `target` is
+    """One kind of step. `config` builds the job's config from the settings; `target` is
     the job's run function (or "module:function", imported when it runs), called with the
     config, `overwrite` where it takes it, and `progress`; `roles(cfg)` are
     the model roles it needs from the profile; `serves(cfg)` the Serve applications it
@@ -123,8 +123,8 @@ def register_study_job(name: str, config: type[BaseModel], *, roles: Callable[[A
                        keeps_changed_settings: bool = False, description: str = "",
                        serves: Callable[[Any], list[ServeNeed]] | None = None, outputs: Outputs | None = None):
     """Register `fn(cfg, [overwrite,] progress) -> dict` as the study job `name`. The
-    function must be importable by name (module level): each stage runs in a process of
-    its own (`pipelines.study.stage_process`)."""
+    function must be importable by name (module level): each step runs in a process of
+    its own (`pipelines.study.step_process`)."""
     def wrap(fn):
         STUDY_JOBS.add(name, StudyJob(name, config, fn, roles or (lambda cfg: []), keeps_changed_settings,
                                       description, serves or (lambda cfg: []), outputs or Outputs()))

@@ -1,7 +1,7 @@
 """The study job `alert_curate`: seed 004's dataset (section 3.1) from ingested Amazon
 Reviews 2023 purchases, before the generators:
 
-    stages:
+    steps:
       curate:   {job: alert_curate, with: {input: "{ingest}"}}
       generate: {job: generate_llm, with: {input: "{curate}", ...}}
 

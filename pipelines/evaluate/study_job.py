@@ -7,7 +7,7 @@ per (example, system, metric); `meta_evaluate` reads a wide table whose columns
 `<evaluator>_<aspect>` meet `human_<aspect>`. A metric scores the text once, whatever the
 aspect, so its value is repeated under each aspect asked for:
 
-    stages:
+    steps:
       references: {job: evaluate, with: {explanations: [...], metrics: [sentence-bleu-1, rouge-l-f]}}
       reference_table: {job: metric_table, with: {run: "{references}", aspects: [persuasiveness, accuracy]}}
       table1: {job: meta_evaluate, with: {scores: "{reference_table}/metric_scores.parquet", human: ratings.csv,

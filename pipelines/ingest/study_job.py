@@ -3,9 +3,9 @@
 The study's `stats` job counts a split's users, items, interactions and reviews; the
 paper's Table II also counts the statements extracted from the reviews (per interaction,
 user and item; unique; total), which only `rexeval info SPLIT --statements FILE` printed.
-This job is that command as a study stage:
+This job is that command as a study step:
 
-    stages:
+    steps:
       table2: {job: statement_stats, with: {input: "{split}", statements: "{triplets}", name: "{dataset}"}}
 
 It is a study job in one file: the study finds every `rexeval.pipelines.<capability>.study_job`

@@ -1,13 +1,13 @@
 """The study job `likert_pool`: several `judge likert` outputs as one scores table.
 
-A Likert stage runs its judges on one backend (the open models on vLLM, the API models
+A Likert step runs its judges on one backend (the open models on vLLM, the API models
 through an OpenAI-compatible client), but seed 001 compares all six judges in one Table 1
 and averages five of them in Figure 4 (section 5 leaves Llama2-7B out). This job puts the
-stages' `likert_scores.parquet` side by side, keeps the judges named (default: every one),
-and leaves out the `ensemble(...)` rows each multi-judge stage added: an ensemble-size sweep
-averages the members itself, and a stage's own mean would enter it as one more "judge".
+steps' `likert_scores.parquet` side by side, keeps the judges named (default: every one),
+and leaves out the `ensemble(...)` rows each multi-judge step added: an ensemble-size sweep
+averages the members itself, and a step's own mean would enter it as one more "judge".
 
-    stages:
+    steps:
       pool: {job: likert_pool, with: {runs: ["{likert_open}", "{likert_api}"], judges: [...]}}
 
 A run may also be a scores table of yours: Parquet, CSV, TSV or JSON lines, gzipped or
@@ -29,7 +29,7 @@ from rexeval.pipelines.core.study_registry import register_study_job, write_mani
 from rexeval.pipelines.judge.config import LIKERT_OUTPUTS
 
 OUTPUTS = Outputs(scores=LIKERT_OUTPUTS.scores, table=LIKERT_OUTPUTS.table, manifest=MANIFEST_OUTPUT)
-ENSEMBLE_PREFIX = "ensemble("  # the judge name `likert.ensemble` gives a stage's own mean
+ENSEMBLE_PREFIX = "ensemble("  # the judge name `likert.ensemble` gives a step's own mean
 KEYS = ["judge", "example_id", "system", "aspect"]
 
 

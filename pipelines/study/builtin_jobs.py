@@ -1,6 +1,6 @@
-"""The jobs a study stage can run: each is the existing job's config class and run
+"""The jobs a study step can run: each is the existing job's config class and run
 function, called exactly as its command calls it (no second implementation of any
-stage), the model roles it cannot run without, and what it writes (`outputs`).
+step), the model roles it cannot run without, and what it writes (`outputs`).
 
 `STUDY_JOBS` is a registry (name -> StudyJob, `pipelines/core/study_registry.py`). The jobs
 here are the built-in ones; a new job is one file of its own, a module
@@ -10,7 +10,7 @@ here are the built-in ones; a new job is one file of its own, a module
 fields typed `ReadPath`/`OptionalReadPath`/`ReadPaths` (`pipelines/core/read_paths.py`)
 are the files and folders it reads, checked for existence when the plan is built; its
 `outputs` (`pipelines/core/outputs.py`) are the files it writes, which the study report
-reads and the plan checks a downstream stage's paths against.
+reads and the plan checks a downstream step's paths against.
 """
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""A study file -> the graph of stage instances it runs, checked before anything runs.
+"""A study file -> the graph of step instances it runs, checked before anything runs.
 
-Each stage becomes one instance per dataset ("extract@mi") or one instance ("winrate").
+Each step becomes one instance per dataset ("extract@mi") or one instance ("winrate").
 References in its settings are resolved to output folders, which gives the edges; the
 graph must be acyclic. Every problem a user can fix is found here, before any job
-starts: an unknown job, a reference to no stage or dataset, a cycle, a missing input
-file, a file read from another stage's folder that its job does not write (the jobs
+starts: an unknown job, a reference to no step or dataset, a cycle, a missing input
+file, a file read from another step's folder that its job does not write (the jobs
 declare their outputs), settings the job's config refuses (its ranges included), a model
 role the profile lacks. Every check runs whatever the others found, and one StudyError
-lists all the problems, one line each naming the stage and the setting.
+lists all the problems, one line each naming the step and the setting.
 
 The study's folder may be a URI (`s3://bucket/studies/x`): every instance's folder is
 then under it, and input files named by URI are checked and fingerprinted through the
@@ -45,10 +45,10 @@ STATE_FILE = "study.json"
 
 @dataclass
 class Instance:
-    """One run of one stage (for one dataset, or for the study)."""
+    """One run of one step (for one dataset, or for the study)."""
 
     key: str
-    stage: str
+    step: str
     job: StudyJob
     dataset: str | None
     out: Location
@@ -62,7 +62,7 @@ class Instance:
 class Plan:
     study: StudyFile
     file: Path
-    out: Location  # a local folder or a URI (every stage's folder, the state and the logs are under it)
+    out: Location  # a local folder or a URI (every step's folder, the state and the logs are under it)
     instances: dict[str, Instance]
     order: list[str]
     off: dict[str, str] = field(default_factory=dict)  # instance -> why it does not run (`when`)
@@ -78,29 +78,29 @@ class Plan:
         return out
 
     def chains(self) -> dict[str, int]:
-        """Instance -> the most stages that must still run after it, one after another
-        (0 for a stage nothing waits on): the study's critical path, counted in stages,
-        so the runner starts the stage that holds up the most work first."""
+        """Instance -> the most steps that must still run after it, one after another
+        (0 for a step nothing waits on): the study's critical path, counted in steps,
+        so the runner starts the step that holds up the most work first."""
         below: dict[str, int] = {}
         for key in reversed(self.order):  # every dependent comes later in `order`
             below[key] = max((below[o] + 1 for o, inst in self.instances.items() if key in inst.deps), default=0)
         return below
 
 
-def _instances_of(study: StudyFile, stage: str) -> list[str | None]:
-    spec = study.stages[stage]
+def _instances_of(study: StudyFile, step: str) -> list[str | None]:
+    spec = study.steps[step]
     per = spec.per_dataset if spec.per_dataset is not None else bool(study.datasets)
     if not per:
         return [None]
     return list(spec.datasets or study.datasets)
 
 
-def instance_key(stage: str, dataset: str | None) -> str:
-    return stage if dataset is None else f"{stage}@{dataset}"
+def instance_key(step: str, dataset: str | None) -> str:
+    return step if dataset is None else f"{step}@{dataset}"
 
 
 class _Said(LookupError):
-    """A reference to a stage or dataset whose own problem is reported already."""
+    """A reference to a step or dataset whose own problem is reported already."""
 
 
 class _Resolver:
@@ -125,37 +125,37 @@ class _Resolver:
             return self.study.vars[name]
         if ref == "dataset" or ref.startswith("dataset."):
             return self._dataset(ref)
-        stage, _, at = ref.partition("@")
+        step, _, at = ref.partition("@")
         try:
-            return self._stage(ref, stage, at)
+            return self._step(ref, step, at)
         except LookupError:
-            if stage in self.quiet or f"stages.{stage}" in self.study.dropped or f"datasets.{at}" in self.study.dropped:
+            if step in self.quiet or f"steps.{step}" in self.study.dropped or f"datasets.{at}" in self.study.dropped:
                 raise _Said(ref) from None
             raise
 
-    def _stage(self, ref: str, stage: str, at: str) -> Any:
-        """The output folder(s) `{stage}`, `{stage@name}` or `{stage@*}` names."""
-        if stage not in self.study.stages:
-            raise LookupError(f"{{{ref}}} names no stage (stages: {', '.join(self.study.stages)})")
+    def _step(self, ref: str, step: str, at: str) -> Any:
+        """The output folder(s) `{step}`, `{step@name}` or `{step@*}` names."""
+        if step not in self.study.steps:
+            raise LookupError(f"{{{ref}}} names no step (steps: {', '.join(self.study.steps)})")
         if at == "*":
-            keys = [k for k in self.outs if k == stage or k.startswith(f"{stage}@")]
+            keys = [k for k in self.outs if k == step or k.startswith(f"{step}@")]
             self.deps.update(keys)
             return [str(self.outs[k]) for k in keys]
         target = at or None
-        if target is None and self.dataset is not None and f"{stage}@{self.dataset}" in self.outs:
+        if target is None and self.dataset is not None and f"{step}@{self.dataset}" in self.outs:
             target = self.dataset
-        key = instance_key(stage, target)
+        key = instance_key(step, target)
         if key not in self.outs:
-            if target is None and any(k.startswith(f"{stage}@") for k in self.outs):
-                raise LookupError(f"{{{ref}}}: {stage} runs per dataset; name one ({{{stage}@NAME}}) or all "
-                                  f"({{{stage}@*}})")
-            raise LookupError(f"{{{ref}}}: stage {stage} has no instance {key}")
+            if target is None and any(k.startswith(f"{step}@") for k in self.outs):
+                raise LookupError(f"{{{ref}}}: {step} runs per dataset; name one ({{{step}@NAME}}) or all "
+                                  f"({{{step}@*}})")
+            raise LookupError(f"{{{ref}}}: step {step} has no instance {key}")
         self.deps.add(key)
         return str(self.outs[key])
 
     def _dataset(self, ref: str) -> Any:
         if self.dataset is None:
-            raise LookupError(f"{{{ref}}} in a stage that does not run per dataset")
+            raise LookupError(f"{{{ref}}} in a step that does not run per dataset")
         if ref == "dataset":
             return self.dataset
         spec = self.study.datasets[self.dataset]
@@ -239,9 +239,9 @@ def _uri_file(uri: str) -> bool:
 
 
 def _missing_reads(instances: dict[str, Instance], root: Location, known: set[str] = frozenset()) -> list[str]:
-    """A file or folder a stage reads, named outside the study's folder, that does not
-    exist: found now rather than when the stage's turn comes, hours into a study. Paths
-    inside the study's folder are stages' outputs (they appear as it runs); web
+    """A file or folder a step reads, named outside the study's folder, that does not
+    exist: found now rather than when the step's turn comes, hours into a study. Paths
+    inside the study's folder are steps' outputs (they appear as it runs); web
     addresses, patterns and `none` are left to the job; a URI is asked through storage.
     Which settings are paths the job reads, each job's config declares (`ReadPath` &
     co., `pipelines/core/read_paths.py`). A path in `known` is reported already (a
@@ -255,12 +255,12 @@ def _missing_reads(instances: dict[str, Instance], root: Location, known: set[st
             why = why_missing(v)
             if why is not None:
                 ds = f" (dataset {inst.dataset})" if inst.dataset else ""
-                problems.append(f"stages.{inst.stage}.with.{name}{ds}: {v} {why}")
+                problems.append(f"steps.{inst.step}.with.{name}{ds}: {v} {why}")
     return problems
 
 
 def _undeclared_reads(instances: dict[str, Instance]) -> list[str]:
-    """A path a stage reads inside an upstream stage's folder that the upstream job does
+    """A path a step reads inside an upstream step's folder that the upstream job does
     not write (`{flip}/explanation.parquet` for `explanations.parquet`): found now rather
     than when the reader fails. What a job writes, its `outputs` declare
     (`pipelines/core/outputs.py`); a path inside a declared folder counts as declared,
@@ -275,8 +275,8 @@ def _undeclared_reads(instances: dict[str, Instance]) -> list[str]:
                     continue
                 if rel and up.job.outputs and not up.job.outputs.declares(rel):
                     ds = f" (dataset {inst.dataset})" if inst.dataset else ""
-                    problems.append(f"stages.{inst.stage}.with.{name}{ds}: {v}: job {up.job.name} (stage "
-                                    f"{up.stage}) writes no {rel}; it writes {', '.join(up.job.outputs.paths())}")
+                    problems.append(f"steps.{inst.step}.with.{name}{ds}: {v}: job {up.job.name} (step "
+                                    f"{up.step}) writes no {rel}; it writes {', '.join(up.job.outputs.paths())}")
                 break
     return problems
 
@@ -313,7 +313,7 @@ def _cycle(instances: dict[str, Instance]) -> list[str] | None:
 
 
 def _topological(instances: dict[str, Instance], declared: list[str]) -> list[str]:
-    """Dependency order; ties keep the study file's order (stage, then dataset)."""
+    """Dependency order; ties keep the study file's order (step, then dataset)."""
     rank = {k: i for i, k in enumerate(declared)}
     done: list[str] = []
     left = set(instances)
@@ -340,17 +340,17 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
     root = study_root(out or study.out or f"runs/{study.name}")
     problems: list[str] = list(study.load_problems)
     if root.is_file():
-        problems.append(f"out: {root} is a file; the study writes a folder there (its stages, state and logs)")
+        problems.append(f"out: {root} is a file; the study writes a folder there (its steps, state and logs)")
     missing = _dataset_problems(study, problems)
-    quiet = {d.split(".", 1)[1] for d in study.dropped if d.startswith("stages.")}
+    quiet = {d.split(".", 1)[1] for d in study.dropped if d.startswith("steps.")}
     outs, declared = _instance_folders(study, root, problems, quiet)
     instances, off, unresolved = _instances(study, root, here, outs, declared, problems, quiet)
     declared = [k for k in declared if k not in off]
     if not instances and (off or not problems):
-        problems.append("every stage is off (see the stages' when:)" if off else
-                        "no stage instance to run (a stage that runs per dataset needs datasets)")
+        problems.append("every step is off (see the steps' when:)" if off else
+                        "no step instance to run (a step that runs per dataset needs datasets)")
     if cycle := _cycle(instances):
-        problems.append(f"stages: a cycle: {' -> '.join(cycle)} (each needs the next's output)")
+        problems.append(f"steps: a cycle: {' -> '.join(cycle)} (each needs the next's output)")
     configs = _configs(instances, unresolved, problems)
     checked = {k: replace(i, settings={n: v for n, v in i.settings.items() if n not in unresolved[k]})
                for k, i in instances.items()}
@@ -379,7 +379,7 @@ def build_plan(study: StudyFile, file: str | Path, out: str | Path | Location | 
 
 def _dataset_problems(study: StudyFile, problems: list[str]) -> set[str]:
     """Add a problem for each dataset file that is not there; returns those paths (the
-    stages that read them are not told the same thing again)."""
+    steps that read them are not told the same thing again)."""
     missing = set()
     for name, ds in study.datasets.items():
         for kind in ("inputs", "meta"):
@@ -392,34 +392,34 @@ def _dataset_problems(study: StudyFile, problems: list[str]) -> set[str]:
 
 def _instance_folders(study: StudyFile, root: Location, problems: list[str],
                       quiet: set[str]) -> tuple[dict[str, Location], list[str]]:
-    """Each stage instance's output folder, in the study file's order, and the problems
-    of the stages' own keys. A stage whose job is unknown has no instance, and one that
+    """Each step instance's output folder, in the study file's order, and the problems
+    of the steps' own keys. A step whose job is unknown has no instance, and one that
     names a dataset there is not has none for it: references to either join `quiet` (the
-    problem is said once, at the stage)."""
+    problem is said once, at the step)."""
     outs: dict[str, Location] = {}
     declared: list[str] = []
     jobs = STUDY_JOBS.names()  # the built-in jobs and every study_job module's
-    for stage, spec in study.stages.items():
+    for step, spec in study.steps.items():
         if spec.job not in jobs:
-            problems.append(f"stages.{stage}.job: unknown job {spec.job!r} (jobs: {', '.join(jobs)})")
-            quiet.add(stage)
+            problems.append(f"steps.{step}.job: unknown job {spec.job!r} (jobs: {', '.join(jobs)})")
+            quiet.add(step)
             continue
         for ds in spec.datasets or []:
             if ds not in study.datasets:
-                quiet.add(stage)
+                quiet.add(step)
                 if f"datasets.{ds}" not in study.dropped:
-                    problems.append(f"stages.{stage}.datasets: no dataset {ds!r} (datasets: "
+                    problems.append(f"steps.{step}.datasets: no dataset {ds!r} (datasets: "
                                     f"{', '.join(study.datasets) or 'none'})")
         for d in spec.after:
-            if d not in study.stages and f"stages.{d}" not in study.dropped:
-                problems.append(f"stages.{stage}.after: no stage {d!r}")
+            if d not in study.steps and f"steps.{d}" not in study.dropped:
+                problems.append(f"steps.{step}.after: no step {d!r}")
         if "out" in spec.with_:
-            problems.append(f"stages.{stage}.with.out: the study sets each stage's output folder")
-        for ds in _instances_of(study, stage):
+            problems.append(f"steps.{step}.with.out: the study sets each step's output folder")
+        for ds in _instances_of(study, step):
             if ds is not None and ds not in study.datasets:
                 continue
-            key = instance_key(stage, ds)
-            outs[key] = root / ds / stage if ds else root / stage
+            key = instance_key(step, ds)
+            outs[key] = root / ds / step if ds else root / step
             declared.append(key)
     return outs, declared
 
@@ -434,10 +434,10 @@ def _instances(study: StudyFile, root: Location, here: Path, outs: dict[str, Loc
     off: dict[str, str] = {}
     unresolved: dict[str, set] = {}
     for key in declared:
-        stage, _, ds = key.partition("@")
-        spec = study.stages[stage]
+        step, _, ds = key.partition("@")
+        spec = study.steps[step]
         job = STUDY_JOBS[spec.job]
-        r = _Resolver(root, here, study, outs, ds or None, f"stages.{stage}" + (f" (dataset {ds})" if ds else ""),
+        r = _Resolver(root, here, study, outs, ds or None, f"steps.{step}" + (f" (dataset {ds})" if ds else ""),
                       problems, quiet)
         when = r.resolve(spec.when, "when") if isinstance(spec.when, str) else spec.when
         if when in FALSE:
@@ -451,9 +451,9 @@ def _instances(study: StudyFile, root: Location, here: Path, outs: dict[str, Loc
         deps = set(r.deps)
         for a in spec.after:
             deps.update(k for k in outs if k == a or k.startswith(f"{a}@") and (ds == "" or k == f"{a}@{ds}"))
-        instances[key] = Instance(key, stage, job, ds or None, outs[key], settings, deps)
+        instances[key] = Instance(key, step, job, ds or None, outs[key], settings, deps)
         unresolved[key] = r.bad - {"when"}
-    # A stage that reads the output of a stage that is off is off too.
+    # A step that reads the output of a step that is off is off too.
     changed = True
     while changed:
         changed = False
@@ -469,11 +469,11 @@ def _instances(study: StudyFile, root: Location, here: Path, outs: dict[str, Loc
 def _configs(instances: dict[str, Instance], unresolved: dict[str, set], problems: list[str]) -> dict:
     """Each instance's settings built with its job's own config class (whose validators
     are the job's checks: a range, a combination, a name), one problem per refusal,
-    naming the stage and the setting. Settings whose references did not resolve are
+    naming the step and the setting. Settings whose references did not resolve are
     reported already."""
     configs = {}
     for key, inst in instances.items():
-        where = f"stages.{inst.stage}.with" + (f" (dataset {inst.dataset})" if inst.dataset else "")
+        where = f"steps.{inst.step}.with" + (f" (dataset {inst.dataset})" if inst.dataset else "")
         try:
             configs[key] = build_config(inst.job, inst.settings)
         except ValidationError as exc:
@@ -487,7 +487,7 @@ def _configs(instances: dict[str, Instance], unresolved: dict[str, set], problem
 
 
 def _overlapping_outputs(instances: dict[str, Instance], configs: dict) -> list[str]:
-    """A stage whose folder is, holds or lies inside a file or folder it reads (a
+    """A step whose folder is, holds or lies inside a file or folder it reads (a
     dataset file kept under the study's output, say): the job would refuse it when its
     turn came (`overlap.check_output_apart`), so the plan says so first."""
     from rexeval.pipelines.core.overlap import check_output_apart
@@ -498,13 +498,13 @@ def _overlapping_outputs(instances: dict[str, Instance], configs: dict) -> list[
             check_output_apart(cfg)
         except ValueError as exc:
             inst = instances[key]
-            problems.append(f"stages.{inst.stage}" + (f" (dataset {inst.dataset})" if inst.dataset else "")
+            problems.append(f"steps.{inst.step}" + (f" (dataset {inst.dataset})" if inst.dataset else "")
                             + f": {exc}")
     return problems
 
 
 def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: dict) -> list[str]:
-    """A model role a stage needs and its profile lacks: one message per stage and role."""
+    """A model role a step needs and its profile lacks: one message per step and role."""
     from rexeval.models.profiles import load_profile
 
     problems, seen = [], set()
@@ -515,20 +515,20 @@ def _model_problems(study: StudyFile, instances: dict[str, Instance], configs: d
         try:
             prof = load_profile(profile, overrides)
         except (ValueError, KeyError) as exc:
-            problems.append(f"stages.{inst.stage}: profile {profile!r}: {exc}")
+            problems.append(f"steps.{inst.step}: profile {profile!r}: {exc}")
             continue
         given = [r for r, ref in dict(overrides or {}).items() if ref]  # models named outright: checked too
         for role in dict.fromkeys([*inst.job.roles(cfg), *given]):
-            if (inst.stage, role) in seen:
+            if (inst.step, role) in seen:
                 continue
             ref = prof.ref(role)
             if ref is None:
-                seen.add((inst.stage, role))
-                problems.append(f"stages.{inst.stage}: job {inst.job.name} needs a {role!r} model and profile "
+                seen.add((inst.step, role))
+                problems.append(f"steps.{inst.step}: job {inst.job.name} needs a {role!r} model and profile "
                                 f"{profile!r} has none: give one under models (e.g. models: {{{role}: /path}})")
             elif (why := _unusable(ref)) is not None:
-                seen.add((inst.stage, role))
-                problems.append(f"stages.{inst.stage}: the {role!r} model: {why}")
+                seen.add((inst.step, role))
+                problems.append(f"steps.{inst.step}: the {role!r} model: {why}")
     return problems
 
 
@@ -550,16 +550,28 @@ def _unusable(ref: str) -> str | None:
 def read_state(root: str | Path | Location) -> dict[str, Any]:
     path = location(root) / STATE_FILE
     if not path.is_file():
-        return {"stages": {}}
-    return json.loads(path.read_text())
+        return {"steps": {}}
+    return state_in_todays_names(json.loads(path.read_text()))
+
+
+def state_in_todays_names(state: Any) -> Any:
+    """study.json as written before a step was renamed from "stage" (issue 51): its
+    "stages" mapping and each record's "stage" read as "steps" and "step", so a study
+    folder from an older rexeval resumes and reports rather than running afresh."""
+    if isinstance(state, dict) and "stages" in state and "steps" not in state:
+        state["steps"] = state.pop("stages")
+        for rec in state["steps"].values() if isinstance(state["steps"], dict) else ():
+            if isinstance(rec, dict) and "stage" in rec and "step" not in rec:
+                rec["step"] = rec.pop("stage")
+    return state
 
 
 def status_of(plan: Plan, state: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """instance -> ("done" | "run", why) for every instance of the plan."""
     out: dict[str, tuple[str, str]] = {}
-    stages = state.get("stages", {})
+    steps = state.get("steps", {})
     for key in plan.order:
-        inst, rec = plan.instances[key], stages.get(key)
+        inst, rec = plan.instances[key], steps.get(key)
         if rec is None:
             out[key] = ("run", "never run")
         elif rec.get("status") == "complete" and rec.get("fingerprint") == inst.fingerprint:

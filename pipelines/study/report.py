@@ -1,9 +1,9 @@
 """`rexeval study report DIR`: one self-contained HTML page (plus Markdown and CSV)
 summarising a study's results, in the seeds' layouts.
 
-Three steps, each a plain function:
+Built in three plain functions:
 
-1. `build_report(DIR)` reads `DIR/study.json` (the study runner's state: every stage
+1. `build_report(DIR)` reads `DIR/study.json` (the study runner's state: every step
    instance with its job, output folder, status, settings and timing) and each complete
    instance's output folder, exactly as the existing command wrote it, into a `Report`:
    sections of tables and figures, each with its provenance.
@@ -24,7 +24,7 @@ likert.md / pairwise.md / detection.md, ...), read back from the Markdown they w
 addition is the bootstrap interval that `rexeval evaluate` stores beside each mean
 (aggregates.parquet), appended to its cell as "mean±std [lo, hi]".
 
-Sections (where the study has such a stage): seed 000 Table II (stats) and Tables III-VI
+Sections (where the study has such a step): seed 000 Table II (stats) and Tables III-VI
 (evaluate); seed 002 Tables 2 (extract_quality), 3 (cluster), 6 (star_build) and 1
 (star_baselines / star_train, one table per ranking folder set); seed 004 Table 1
 (judge_detect), Table 4 and Figure 5 (judge_winrate); seed 001 Table 1 / seed 004
@@ -62,25 +62,25 @@ STUDY_REPORT_OUTPUTS = Outputs(
 
 
 def build_report(directory: PathLike) -> Report:
-    """Read DIR/study.json and every complete stage's outputs into a `Report` (DIR, and
-    the stages' folders, may be URIs)."""
+    """Read DIR/study.json and every complete step's outputs into a `Report` (DIR, and
+    the steps' folders, may be URIs)."""
     directory = location(directory)
     data, instances, notes = read_study(directory)
     rank = {j: k for k, j in enumerate(JOB_ORDER)}
-    instances.sort(key=lambda i: (rank.get(i.job, len(rank)), i.stage, i.dataset or "", i.name))
+    instances.sort(key=lambda i: (rank.get(i.job, len(rank)), i.step, i.dataset or "", i.name))
     b = Builder(directory, instances)
-    stage_rows = [[md_text(i.name), md_text(i.job), md_text(i.dataset), md_text(i.status),
+    step_rows = [[md_text(i.name), md_text(i.job), md_text(i.dataset), md_text(i.status),
                    "–" if i.seconds is None else f"{i.seconds:.1f}", md_text(i.finished), md_text(i.reason)]
                   for i in instances]
-    stages = b.table(("stages", "table"), "Stages", columns=["instance", "job", "dataset", "status", "seconds", "finished",
-                                                     "reason"], rows=stage_rows,
+    steps = b.table(("steps", "table"), "Steps", columns=["instance", "job", "dataset", "status", "seconds", "finished",
+                                                     "reason"], rows=step_rows,
                      align=["left", "left", "left", "left", "right", "left", "left"],
                      sources=[directory / STUDY_FILE], instances=[])
     for i in instances:
         if i.status in ("failed", "skipped"):
-            b.skipped.append(Skip(i.name, f"stage {i.status}", i.reason or "no reason recorded"))
+            b.skipped.append(Skip(i.name, f"step {i.status}", i.reason or "no reason recorded"))
         elif i.status == "pending":
-            b.skipped.append(Skip(i.name, "stage pending", i.reason or "not run yet"))
+            b.skipped.append(Skip(i.name, "step pending", i.reason or "not run yet"))
     provenance = {i.name: instance_provenance(i) for i in instances}
     sections: list[Section] = []
     jobs = list(JOB_ORDER) + sorted({i.job for i in instances} - set(JOB_ORDER))
@@ -107,7 +107,7 @@ def build_report(directory: PathLike) -> Report:
     return Report(name=str(data.get("name") or directory.name), directory=str(directory),
                   file=_time(data.get("file")), profile=_time(data.get("profile")), created=_time(data.get("created")),
                   updated=_time(data.get("updated")),
-                  generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), stages=stages,
+                  generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), steps=steps,
                   instances=instances, provenance=provenance, sections=sections, skipped=b.skipped, notes=notes)
 
 
@@ -133,7 +133,7 @@ margin:.3rem 0 0;padding:.35rem .6rem;background:#f6f8fa;border-left:3px solid #
 dl.prov dt{font-weight:600}dl.prov dd{margin:0;word-break:break-word}
 .note{background:#fff6e0;border-left:3px solid #e0a800;padding:.3rem .6rem;margin:.3rem 0}
 figure{margin:1rem 0}figure img{max-width:min(100%,900px);height:auto;border:1px solid #e3e7eb}
-table[data-table=stages] td:nth-child(6){white-space:nowrap}
+table[data-table=steps] td:nth-child(6){white-space:nowrap}
 figcaption{color:#333;font-weight:600;margin:.2rem 0}
 pre{background:#f6f8fa;padding:.6rem;overflow-x:auto}
 code{background:#f2f5f8;padding:0 .2em;border-radius:3px}
@@ -161,21 +161,21 @@ _HTML = """<!DOCTYPE html>
 </p>
 {% for n in r.notes %}<p class="note" data-note>{{ n }}</p>{% endfor %}
 <nav><strong>Contents</strong><ol>
-<li><a href="#stages">Stages</a></li>
+<li><a href="#steps">Steps</a></li>
 <li><a href="#skipped">Skipped and why</a></li>
 {% for s in r.sections %}<li><a href="#{{ s.key }}">{{ s.title }}</a></li>{% endfor %}
 </ol></nav>
 
-<section id="stages">
-<h2>Stages</h2>
-{{ table(r.stages, prov=False) }}
+<section id="steps">
+<h2>Steps</h2>
+{{ table(r.steps, prov=False) }}
 </section>
 
 <section id="skipped">
 <h2>Skipped and why</h2>
 {% if r.skipped %}<ul class="skipped">
 {% for s in r.skipped %}<li data-skip="{{ s.where }}"><strong>{{ s.where }}</strong> — {{ s.what }}: {{ s.why }}</li>
-{% endfor %}</ul>{% else %}<p>Nothing was skipped: every stage completed and no job left anything out.</p>{% endif %}
+{% endfor %}</ul>{% else %}<p>Nothing was skipped: every step completed and no job left anything out.</p>{% endif %}
 </section>
 
 {% for s in r.sections %}
@@ -217,7 +217,7 @@ _TABLE = """<div class="block" id="block-{{ t.key }}">
 _PROV = """<dl class="prov" data-prov-for="{{ x.key }}">
 <dt>source</dt><dd>{% for s in x.sources %}<code>{{ s }}</code>{% if not loop.last %}, {% endif %}{% endfor %}</dd>
 {% for name in x.instances %}{% set p = provenance.get(name, {}) %}
-<dt>stage instance</dt><dd><strong>{{ name }}</strong> (job {{ p.get("job", "?") }}{% if p.get("dataset") and p.get("dataset") != "–" %}, dataset {{ p.get("dataset") }}{% endif %}), finished {{ p.get("finished", "–") }}</dd>
+<dt>step instance</dt><dd><strong>{{ name }}</strong> (job {{ p.get("job", "?") }}{% if p.get("dataset") and p.get("dataset") != "–" %}, dataset {{ p.get("dataset") }}{% endif %}), finished {{ p.get("finished", "–") }}</dd>
 <dt>models</dt><dd>{{ p.get("models", "–") }}</dd>
 <dt>prompt versions</dt><dd>{{ p.get("prompt versions", "–") }}</dd>
 <dt>sampling</dt><dd>{{ p.get("sampling", "–") }}</dd>
@@ -285,11 +285,11 @@ def render_markdown(report: Report, figure_dir: str = STUDY_REPORT_OUTPUTS.figur
             f"updated {report.updated}" if report.updated else "", f"report generated {report.generated}"]
     out += [" · ".join(m for m in meta if m), ""]
     out += [f"> **Note:** {md_text(n)}\n" for n in report.notes]
-    out += ["## Stages", "", *_md_table(report.stages), "", "## Skipped and why", ""]
+    out += ["## Steps", "", *_md_table(report.steps), "", "## Skipped and why", ""]
     if report.skipped:
         out += [f"- **{md_text(s.where)}** — {md_text(s.what)}: {md_text(s.why)}" for s in report.skipped]
     else:
-        out.append("Nothing was skipped: every stage completed and no job left anything out.")
+        out.append("Nothing was skipped: every step completed and no job left anything out.")
     for s in report.sections:
         out += ["", f"## {md_safe(inline_plain(s.title))}", ""]
         if s.intro:

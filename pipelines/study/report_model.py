@@ -21,7 +21,7 @@ from rexeval.pipelines.generate.config import GENERATE_TRAIN_OUTPUTS
 from rexeval.pipelines.judge.config import DETECT_OUTPUTS
 from rexeval.pipelines.star.outputs import STAR_BASELINES_OUTPUTS, STAR_TRAIN_OUTPUTS
 from rexeval.pipelines.study.builtin_jobs import STATS_OUTPUTS
-from rexeval.pipelines.study.plan import STATE_FILE as STUDY_FILE
+from rexeval.pipelines.study.plan import STATE_FILE as STUDY_FILE, state_in_todays_names
 
 STATUSES = ("complete", "failed", "skipped", "pending")
 # Section order: the order of a study's data flow (and of the seeds' tables).
@@ -38,10 +38,10 @@ MAX_SAMPLE_TEXT = 400
 
 @dataclass
 class Instance:
-    """One stage instance of study.json."""
+    """One step instance of study.json."""
 
     name: str
-    stage: str
+    step: str
     job: str
     dataset: str | None
     out: Location | None  # a local folder or a URI
@@ -102,8 +102,8 @@ class Section:
 
 @dataclass
 class Skip:
-    where: str  # a stage instance
-    what: str   # the stage itself, or a metric family / factor the job left out
+    where: str  # a step instance
+    what: str   # the step itself, or a metric family / factor the job left out
     why: str
 
 
@@ -116,7 +116,7 @@ class Report:
     created: str | None
     updated: str | None
     generated: str
-    stages: Table
+    steps: Table
     instances: list[Instance]
     provenance: dict[str, dict[str, str]]
     sections: list[Section]
@@ -124,7 +124,7 @@ class Report:
     notes: list[str]
 
     def tables(self) -> list[Table]:
-        return [self.stages] + [t for s in self.sections for t in s.tables]
+        return [self.steps] + [t for s in self.sections for t in s.tables]
 
     def figures(self) -> list[Figure]:
         return [f for s in self.sections for f in s.figures]
@@ -328,8 +328,8 @@ def _number(value: Any) -> float | None:
 
 
 def read_study(directory: PathLike) -> tuple[dict, list[Instance], list[str]]:
-    """study.json's header, its stage instances (in file order) and notes on entries
-    that could not be read. `directory` may be a URI; so may each stage's folder."""
+    """study.json's header, its step instances (in file order) and notes on entries
+    that could not be read. `directory` may be a URI; so may each step's folder."""
     directory = location(directory)
     path = directory / STUDY_FILE
     if not path.is_file():
@@ -339,26 +339,27 @@ def read_study(directory: PathLike) -> tuple[dict, list[Instance], list[str]]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not readable JSON ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object with name and stages")
+        raise ValueError(f"{path}: expected a JSON object with name and steps")
+    data = state_in_todays_names(data)
     notes, instances = [], []
-    stages = data.get("stages")
-    if not isinstance(stages, dict):
-        notes.append(f"{STUDY_FILE} has no stages mapping: no stage can be reported")
-        stages = {}
-    for name, rec in stages.items():
+    steps = data.get("steps")
+    if not isinstance(steps, dict):
+        notes.append(f"{STUDY_FILE} has no steps mapping: no step can be reported")
+        steps = {}
+    for name, rec in steps.items():
         if not isinstance(rec, dict):
-            notes.append(f"stage instance {name!r}: not an object in {STUDY_FILE}; left out")
+            notes.append(f"step instance {name!r}: not an object in {STUDY_FILE}; left out")
             continue
         out = rec.get("out")
         out_path = None
         if isinstance(out, str) and out:
             out_path = location(out) if is_uri(out) or Path(out).is_absolute() else directory / out
-        stage = str(rec.get("stage") or name.split("@", 1)[0])
+        step = str(rec.get("step") or name.split("@", 1)[0])
         status = str(rec.get("status") or "pending")
         if status not in STATUSES:
-            notes.append(f"stage instance {name!r}: unknown status {status!r}")
+            notes.append(f"step instance {name!r}: unknown status {status!r}")
         instances.append(Instance(
-            name=str(name), stage=stage, job=str(rec.get("job") or "?"),
+            name=str(name), step=step, job=str(rec.get("job") or "?"),
             dataset=rec.get("dataset") if rec.get("dataset") not in ("", None) else
             (name.split("@", 1)[1] if "@" in name else None),
             out=out_path, status=status, reason=rec.get("reason"), fingerprint=rec.get("fingerprint"),
@@ -478,7 +479,7 @@ def _column_values(path: Location, columns: tuple[str, ...], limit: int = 6) -> 
 def instance_provenance(inst: Instance) -> dict[str, str]:
     """What made an instance's numbers: job, models, prompt versions, sampling, the
     settings hash its job recorded (manifest.json / report.json), when it finished."""
-    prov = {"stage instance": inst.name, "job": inst.job, "dataset": inst.dataset or "–", "status": inst.status,
+    prov = {"step instance": inst.name, "job": inst.job, "dataset": inst.dataset or "–", "status": inst.status,
             "finished": inst.finished or "–", "output": str(inst.out) if inst.out else "–"}
     manifest = report = None
     subs: list[tuple[str, dict]] = []
@@ -535,7 +536,7 @@ class Builder:
         self.directory = directory
         self.instances = instances
         self.by_name = {i.name: i for i in instances}
-        self.keys: set[str] = {"stages", "skipped"}  # the fixed sections' ids
+        self.keys: set[str] = {"steps", "skipped"}  # the fixed sections' ids
         self.skipped: list[Skip] = []
         self.reader = Reader()
 

@@ -1,5 +1,5 @@
 """The report's sections, one builder per job (or per group of jobs whose tables combine,
-such as Table 3 over every cluster stage), in the seeds' layouts; `PER_INSTANCE` and
+such as Table 3 over every cluster step), in the seeds' layouts; `PER_INSTANCE` and
 `COMBINED` map jobs to them (see report.py for the rules every section follows)."""
 from __future__ import annotations
 
@@ -413,7 +413,7 @@ def section_star_ranking(b: Builder) -> list[Section]:
                   intro="P/R/NDCG@10 per method at global and item level; under each learned model its gain "
                         "over the best popularity baseline with paired t-test stars (`rexeval star report`, "
                         "pipelines/star/report.py).")
-    # A study gives every stage its own folder: one dataset's baselines and trained
+    # A study gives every step its own folder: one dataset's baselines and trained
     # models sit in several run folders, which Table 1 reads as one (a merged view of
     # their results/<METHOD>/ folders).
     by_dataset: dict[str, dict[Location, list[Instance]]] = {}

@@ -1,14 +1,14 @@
 """Running a study's plan: what is missing, in dependency order, independent instances
 at once, each through its existing job in a driver of its own (Tune, Serve and Ray Data
-keep per-process state that two stages in one process would share): a process forked
-by the study's driver (`stage_process`), or on a running cluster a Ray job of its own
-that can run on any node (`stage_job`; `stages_as` in the study file); the state file
+keep per-process state that two steps in one process would share): a process forked
+by the study's driver (`step_process`), or on a running cluster a Ray job of its own
+that can run on any node (`step_job`; `steps_as` in the study file); the state file
 records each outcome.
 
-- The judge Serve application is started once for all the stages that call the same
-  judge (`StudyApps`), not once per stage.
-- Free slots go to the critical path first (`start_order`): the stage with the longest
-  chain of stages waiting on it.
+- The judge Serve application is started once for all the steps that call the same
+  judge (`StudyApps`), not once per step.
+- Free slots go to the critical path first (`start_order`): the step with the longest
+  chain of steps waiting on it.
 - An instance whose fingerprint is unchanged since it completed is skipped (a second
   run does nothing and says so).
 - An instance whose settings changed since its folder was written is re-run with the
@@ -19,13 +19,13 @@ records each outcome.
 - A failed instance is recorded with its reason; what depends on it is skipped, saying
   why; independent instances go on; the run's result says which failed, and which of
   them failed in transport (left for a re-run: the command then exits 75).
-- Stages run as Ray jobs are stopped when the study is interrupted (Ctrl-C, or SIGTERM
+- Steps run as Ray jobs are stopped when the study is interrupted (Ctrl-C, or SIGTERM
   from `ray job stop`), and a job an earlier, killed run left running is stopped before
-  its stage runs again.
+  its step runs again.
 
-The study's folder may be a URI (`s3://bucket/studies/x`): the state, every stage's
-folder and the logs are written there through the storage module (`StageLogs`), and a
-local folder that some node of the cluster cannot see is refused before any stage runs
+The study's folder may be a URI (`s3://bucket/studies/x`): the state, every step's
+folder and the logs are written there through the storage module (`StepLogs`), and a
+local folder that some node of the cluster cannot see is refused before any step runs
 (`pipelines.core.reach`).
 """
 from __future__ import annotations
@@ -63,28 +63,28 @@ class StudyState:
         self.data.update({"name": plan.study.name, "file": str(plan.file.resolve()), "profile": plan.study.profile,
                           "out": str(plan.out)})
         self.data.setdefault("created", _now())
-        self.data.setdefault("stages", {})
+        self.data.setdefault("steps", {})
         self.lock = threading.Lock()
 
     def record(self, key: str, **fields: Any) -> None:
         inst = self.plan.instances[key]
         with self.lock:
-            rec = self.data["stages"].setdefault(key, {})
-            rec.update({"stage": inst.stage, "job": inst.job.name, "dataset": inst.dataset, "out": str(inst.out),
+            rec = self.data["steps"].setdefault(key, {})
+            rec.update({"step": inst.step, "job": inst.job.name, "dataset": inst.dataset, "out": str(inst.out),
                         "fingerprint": inst.fingerprint, "settings": inst.settings}, **fields)
             self.data["updated"] = _now()
             self.plan.out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, self.data)
 
 
-class StageLogs:
-    """Where the stages' and Serve holders' logs go: OUT/logs/<name>.log.
+class StepLogs:
+    """Where the steps' and Serve holders' logs go: OUT/logs/<name>.log.
 
     A process streams its log to a local file as it runs. For a local study folder that
     file is OUT/logs/<name>.log itself. An object store cannot be appended to, so for a
     URI the process writes to a local temporary file (primed with the log an earlier run
     left, as a local log is appended to), which `publish` copies to OUT/logs/<name>.log
-    when the stage ends, failed or not."""
+    when the step ends, failed or not."""
 
     def __init__(self, out: Location):
         self.folder = out / "logs"
@@ -107,7 +107,7 @@ class StageLogs:
 
     def publish(self, name: str, say: Callable[[str], None]) -> None:
         """Copy a URI study's log of `name` to OUT/logs (nothing to do for a local one);
-        a failed copy is said, never raised (it must not hide the stage's outcome)."""
+        a failed copy is said, never raised (it must not hide the step's outcome)."""
         if self.tmp is None or not (self.tmp / f"{name}.log").is_file():
             return
         try:
@@ -122,7 +122,7 @@ class StageLogs:
 
 def plan_lines(plan: Plan, status: dict[str, tuple[str, str]], only: set[str] | None = None) -> list[str]:
     """What `--dry-run` prints: every instance in order, whether it runs, and why."""
-    lines = [f"study {plan.study.name}: {len(plan.order)} stage instance(s) -> {plan.out}"]
+    lines = [f"study {plan.study.name}: {len(plan.order)} step instance(s) -> {plan.out}"]
     for key in plan.order:
         inst = plan.instances[key]
         what, why = status[key]
@@ -131,16 +131,16 @@ def plan_lines(plan: Plan, status: dict[str, tuple[str, str]], only: set[str] | 
         deps = f" after {', '.join(sorted(inst.deps))}" if inst.deps else ""
         lines.append(f"  [{what:4s}] {key:32s} {inst.job.name:16s}{deps}: {why}")
     for key, why in plan.off.items():
-        lines.append(f"  [off ] {key:32s} {plan.study.stages[key.partition('@')[0]].job:16s}: {why}")
+        lines.append(f"  [off ] {key:32s} {plan.study.steps[key.partition('@')[0]].job:16s}: {why}")
     todo = sum(1 for k in plan.order if status[k][0] == "run" and (only is None or k in only))
     lines.append(f"{todo} to run, {len(plan.order) - todo} not" + (f", {len(plan.off)} off" if plan.off else ""))
     return lines
 
 
 def hard_failures(plan: Plan, result: dict[str, Any]) -> list[str]:
-    """Failed or skipped instances that fail the study: all but the `optional` stages'
+    """Failed or skipped instances that fail the study: all but the `optional` steps'
     failures and what only they held up."""
-    soft = {k for k in result["failed"] if plan.study.stages[plan.instances[k].stage].optional}
+    soft = {k for k in result["failed"] if plan.study.steps[plan.instances[k].step].optional}
     for key in plan.order:  # in order: a skipped instance's blockers are decided before it
         if key in result["skipped"]:
             blockers = {d for d in plan.instances[key].deps if d in result["failed"] or d in result["skipped"]}
@@ -150,26 +150,26 @@ def hard_failures(plan: Plan, result: dict[str, Any]) -> list[str]:
 
 
 def selected(plan: Plan, only: list[str] | None) -> set[str] | None:
-    """Instances picked by --only (stage names or instance keys); None: all."""
+    """Instances picked by --only (step names or instance keys); None: all."""
     if not only:
         return None
     keys = set()
     for name in only:
-        got = {k for k, i in plan.instances.items() if k == name or i.stage == name}
+        got = {k for k, i in plan.instances.items() if k == name or i.step == name}
         if not got:
-            raise ValueError(f"--only {name}: no such stage or instance (stages: {', '.join(plan.study.stages)})")
+            raise ValueError(f"--only {name}: no such step or instance (steps: {', '.join(plan.study.steps)})")
         keys |= got
     return keys
 
 
 class StudyApps:
-    """The Serve applications the study holds for its stages (`jobs.ServeNeed`).
+    """The Serve applications the study holds for its steps (`jobs.ServeNeed`).
 
-    A "shared" application (the judge) is started before the first stage that needs it
-    and kept while any running or waiting stage needs the same one, so every judge stage
-    of a run uses one deployment; a stage that needs another under the same name waits
-    until no running stage uses it, then it is replaced. An application a job starts
-    itself ("own") is used by one running stage at a time."""
+    A "shared" application (the judge) is started before the first step that needs it
+    and kept while any running or waiting step needs the same one, so every judge step
+    of a run uses one deployment; a step that needs another under the same name waits
+    until no running step uses it, then it is replaced. An application a job starts
+    itself ("own") is used by one running step at a time."""
 
     def __init__(self, say: Callable[[str], None], hold: Callable[..., Callable[[], None]]):
         self.say, self.hold = say, hold  # hold(opener, app, progress) -> release
@@ -204,8 +204,8 @@ class StudyApps:
             self.users.setdefault(n.app, set()).add(key)
 
     def open(self, needs: list[ServeNeed]) -> None:
-        """In the stage's thread, before its process starts: bring the shared applications
-        up (the first stage that needs one starts it; the others find it up)."""
+        """In the step's thread, before its process starts: bring the shared applications
+        up (the first step that needs one starts it; the others find it up)."""
         for n in needs:
             if n.mode != "shared":
                 continue
@@ -215,7 +215,7 @@ class StudyApps:
                     held["release"] = self.hold(n.open, n.app, lambda line: self.say(f"[serve] {line.strip()}"))
 
     def done(self, key: str, needs: list[ServeNeed], still_needed: set[tuple[str, str]]) -> None:
-        """`key` finished; stop what no running or waiting stage needs any more."""
+        """`key` finished; stop what no running or waiting step needs any more."""
         for n in needs:
             self.users.get(n.app, set()).discard(key)
             if self.own.get(n.app) == key:
@@ -241,7 +241,7 @@ FIRST_COUNTS = ("in", "reviews_in", "statements_in", "interactions", "out", "exp
 
 
 def counts_line(counts: dict[str, Any], most: int = 4) -> str:
-    """A stage's main counts for its "done" line: what went in, came out, failed."""
+    """A step's main counts for its "done" line: what went in, came out, failed."""
     keys = [k for k in FIRST_COUNTS if k in counts]
     keys += [k for k in counts if k not in keys and not any(w in k for w in ("token", "cached", "seconds", "calls"))]
     return ", ".join(f"{k} {counts[k]:,}" if isinstance(counts[k], int) else f"{k} {counts[k]}" for k in keys[:most])
@@ -249,12 +249,12 @@ def counts_line(counts: dict[str, Any], most: int = 4) -> str:
 
 def start_order(plan: Plan, ready: Iterable[str], cost: Callable[[str], int],
                 chains: dict[str, int]) -> list[str]:
-    """Which ready stages take the free slots first. Stages that use an application
+    """Which ready steps take the free slots first. Steps that use an application
     already up before those that would start one (a Serve replica holds its CPUs or
-    GPUs only while it is needed); then the critical path: the stage with the longest
-    chain of stages waiting on it (`Plan.chains`: the demo's split -> peter ->
+    GPUs only while it is needed); then the critical path: the step with the longest
+    chain of steps waiting on it (`Plan.chains`: the demo's split -> peter ->
     peter_test -> evaluate) before a leaf such as stats, which would hold a slot (and,
-    beside an LLM stage, wait for a CPU) while the long chain waits; then the study
+    beside an LLM step, wait for a CPU) while the long chain waits; then the study
     file's order."""
     return sorted(ready, key=lambda k: (cost(k), -chains[k], plan.order.index(k)))
 
@@ -267,9 +267,9 @@ def _needs(plan: Plan, key: str) -> list[ServeNeed]:
         return []
 
 
-def _stage_jobs(wanted: str, plan: Plan, runtime_env: dict[str, Any], progress: Callable[[str], None]):
-    """A `stage_job.StageJobs` when the stages run as Ray jobs, else None (processes)."""
-    from rexeval.pipelines.study.stage_job import StageJobs, describe, job_client, resolve_mode
+def _step_jobs(wanted: str, plan: Plan, runtime_env: dict[str, Any], progress: Callable[[str], None]):
+    """A `step_job.StepJobs` when the steps run as Ray jobs, else None (processes)."""
+    from rexeval.pipelines.study.step_job import StepJobs, describe, job_client, resolve_mode
 
     mode, why = resolve_mode(wanted)
     if mode == "job":
@@ -277,22 +277,22 @@ def _stage_jobs(wanted: str, plan: Plan, runtime_env: dict[str, Any], progress: 
             client = job_client()
         except Exception as exc:  # noqa: BLE001  (auto falls back to processes, saying why)
             if wanted == "job":
-                raise ValueError(f"stages as Ray jobs: cannot reach the cluster's job server: "
+                raise ValueError(f"steps as Ray jobs: cannot reach the cluster's job server: "
                                  f"{type(exc).__name__}: {exc}") from None
             mode, why = "process", f"the cluster's job server does not answer ({type(exc).__name__})"
         else:
-            progress(f"study {plan.study.name}: stages run as Ray jobs ({why}); a stage's driver asks for "
-                     f"{describe(plan.study.driver_resources)} unless the stage says otherwise")
-            return StageJobs(client, plan.out, runtime_env)
+            progress(f"study {plan.study.name}: steps run as Ray jobs ({why}); a step's driver asks for "
+                     f"{describe(plan.study.driver_resources)} unless the step says otherwise")
+            return StepJobs(client, plan.out, runtime_env)
     if wanted != "process" and why != "Ray was started by this study":
-        progress(f"study {plan.study.name}: stages run as processes of this driver ({why})")
+        progress(f"study {plan.study.name}: steps run as processes of this driver ({why})")
     return None
 
 
 @contextmanager
 def _sigterm_interrupts(on: bool) -> Iterator[None]:
     """`ray job stop` ends a study's driver with SIGTERM: taken as an interrupt, it stops
-    the stages' Ray jobs on its way out (they would run on, orphaned, otherwise)."""
+    the steps' Ray jobs on its way out (they would run on, orphaned, otherwise)."""
     if not on or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -309,7 +309,7 @@ def _sigterm_interrupts(on: bool) -> Iterator[None]:
 
 @contextmanager
 def _stopping_on_interrupt(jobs, progress: Callable[[str], None]) -> Iterator[None]:
-    """Stop the running stages' Ray jobs when the study is interrupted (inside the thread
+    """Stop the running steps' Ray jobs when the study is interrupted (inside the thread
     pool, so that its threads, following those jobs, see them end)."""
     try:
         yield
@@ -322,22 +322,22 @@ def _stopping_on_interrupt(jobs, progress: Callable[[str], None]) -> Iterator[No
 def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = False,
               max_parallel: int | None = None, progress: Callable[[str], None] = print,
               job_lines: Callable[[str], None] | None = None, verbose: bool = False,
-              show_plan: bool = True, stages_as: str | None = None) -> dict[str, Any]:
+              show_plan: bool = True, steps_as: str | None = None) -> dict[str, Any]:
     """Run what is missing; returns {"ran": [...], "done": [...], "failed": {key: reason},
     "skipped": {key: reason}, "transport": [failed keys left for a re-run]}.
 
     Each instance runs in a driver of its own, its log in OUT/logs/<instance>.log (OUT
     may be a URI; a local OUT that a node of the cluster cannot see is refused before
-    any stage runs: `reach.UnreachablePath`): a process of this driver
-    (`stage_process`) or a Ray job (`stage_job`), as `stages_as` says ("auto",
-    "process", "job"; default: REXEVAL_STAGES_AS, else the study file's). `progress`
-    gets the study's lines (the plan, each stage's start and end); `job_lines` each
+    any step runs: `reach.UnreachablePath`): a process of this driver
+    (`step_process`) or a Ray job (`step_job`), as `steps_as` says ("auto",
+    "process", "job"; default: REXEVAL_STEPS_AS, else the study file's). `progress`
+    gets the study's lines (the plan, each step's start and end); `job_lines` each
     job's own progress lines, prefixed with the instance (default: `progress`).
-    `verbose`: the stages' drivers print Ray's and the libraries' own output too.
+    `verbose`: the steps' drivers print Ray's and the libraries' own output too.
     `show_plan` False: the plan in two lines, not one per instance."""
-    from rexeval.pipelines.study.stage_job import wanted_mode
+    from rexeval.pipelines.study.step_job import wanted_mode
 
-    wanted = wanted_mode(stages_as, plan.study.stages_as)
+    wanted = wanted_mode(steps_as, plan.study.steps_as)
     picked = selected(plan, only)
     status = status_of(plan, read_state(plan.out))
     shown = plan_lines(plan, status, picked)
@@ -355,21 +355,21 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                 raise ValueError(f"--only: {key} needs {', '.join(sorted(missing))} first (run the study without "
                                  "--only, or add them)")
     if not todo:
-        progress(f"study {plan.study.name}: nothing to do, every stage is complete for these settings")
+        progress(f"study {plan.study.name}: nothing to do, every step is complete for these settings")
         return result
 
     from rexeval.pipelines.core.reach import require_reachable
     from rexeval.pipelines.core.runtime import init_ray
-    from rexeval.pipelines.study.stage_process import (StageCall, StageFailed, StagePool, hold_service,
-                                                        ray_connection, run_stage)
+    from rexeval.pipelines.study.step_process import (StepCall, StepFailed, StepPool, hold_service,
+                                                        ray_connection, run_step)
 
     init_ray(quiet=not verbose)
     require_reachable(plan.out, what="the study's out")
     address, runtime_env = ray_connection()
-    jobs = _stage_jobs(wanted, plan, runtime_env, progress)
+    jobs = _step_jobs(wanted, plan, runtime_env, progress)
     lines = job_lines or progress
     state = StudyState(plan)
-    previous = {k: dict(v) for k, v in state.data["stages"].items()}
+    previous = {k: dict(v) for k, v in state.data["steps"].items()}
     for key in todo if jobs is not None else []:
         old = previous.get(key) or {}
         if old.get("status") == "running" and old.get("ray_job"):
@@ -380,7 +380,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
     finished = set(result["done"])
     needs = {k: _needs(plan, k) for k in todo}
     chains = plan.chains()
-    logs = StageLogs(plan.out)
+    logs = StepLogs(plan.out)
 
     def hold(opener, app: str, say: Callable[[str], None]) -> Callable[[], None]:
         name = f"serve-{app}"
@@ -399,7 +399,7 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         return release_and_publish
 
     apps = StudyApps(progress, hold)
-    stage_pool = StagePool()  # finished stages' processes, for the next stages (stage_process)
+    step_pool = StepPool()  # finished steps' processes, for the next steps (step_process)
 
     def run_one(key: str) -> dict:
         inst = plan.instances[key]
@@ -414,14 +414,14 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
         state.record(key, status="running", started=_now(), reason=None, ray_job=None, node=None)
         t0 = time.time()
         apps.open(needs[key])
-        call = StageCall(key, inst.job.target, inst.job.config, inst.settings, overwrite,
+        call = StepCall(key, inst.job.target, inst.job.config, inst.settings, overwrite,
                          logs.local(key), address, runtime_env, verbose, log_shown=logs.where(key))
         node = None
         try:
             if jobs is None:
-                counts = run_stage(call, lambda line: lines(f"[{key}] {line}"), stage_pool)
+                counts = run_step(call, lambda line: lines(f"[{key}] {line}"), step_pool)
             else:
-                counts, node = jobs.run(call, plan.study.driver_of(inst.stage), lambda line: lines(f"[{key}] {line}"),
+                counts, node = jobs.run(call, plan.study.driver_of(inst.step), lambda line: lines(f"[{key}] {line}"),
                                         lambda sid: state.record(key, ray_job=sid))
         finally:
             logs.publish(key, progress)
@@ -465,23 +465,23 @@ def run_study(plan: Plan, *, only: list[str] | None = None, dry_run: bool = Fals
                         finished.add(key)
                         result["ran"].append(key)
                     else:
-                        reason = exc.reason if isinstance(exc, StageFailed) else f"{type(exc).__name__}: {exc}"
-                        details = (exc.details if isinstance(exc, StageFailed)
+                        reason = exc.reason if isinstance(exc, StepFailed) else f"{type(exc).__name__}: {exc}"
+                        details = (exc.details if isinstance(exc, StepFailed)
                                    else "".join(traceback.format_exception(exc)))
-                        transport = isinstance(exc, StageFailed) and exc.transport
+                        transport = isinstance(exc, StepFailed) and exc.transport
                         result["failed"][key] = reason
                         if transport:
                             result["transport"].append(key)
                         state.record(key, status="failed", reason=reason, finished=_now(),
                                      traceback=details[-4000:], log=logs.where(key), transport=transport)
-                        optional = plan.study.stages[plan.instances[key].stage].optional
-                        progress(f"[{key}] FAILED{' (optional stage: the study goes on)' if optional else ''}"
+                        optional = plan.study.steps[plan.instances[key].step].optional
+                        progress(f"[{key}] FAILED{' (optional step: the study goes on)' if optional else ''}"
                                  f"{' in transport (left for a re-run)' if transport else ''}: {reason}")
                     still = {(n.app, n.key) for k in waiting for n in needs[k]}
                     apps.done(key, needs[key], still)
     finally:
         try:
-            stage_pool.close()
+            step_pool.close()
             apps.close()
         finally:
             logs.close()

@@ -26,7 +26,7 @@ WORKER = "/v/bin/python /v/lib/python3.11/site-packages/ray/_private/workers/def
     ("python", "/v/bin/python -u /v/ray/_private/log_monitor.py --gcs-address=x", "ray daemon: log_monitor"),
     ("python", "/v/bin/python -u /v/ray/autoscaler/_private/monitor.py --logs-dir=x", "ray daemon: autoscaler_monitor"),
     ("python", "/v/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest worker"),
-    ("python", "/v/bin/python -c from multiprocessing.forkserver import main; main(8)", "study stage driver"),
+    ("python", "/v/bin/python -c from multiprocessing.forkserver import main; main(8)", "study step driver"),
     ("rexeval", "/v/bin/python3 /v/bin/rexeval study run /tmp/pytest-of-root/s.yaml", "other: rexeval"),
 ])
 def test_kinds(comm, cmd, kind):

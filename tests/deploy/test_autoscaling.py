@@ -1,5 +1,5 @@
 """rexeval on an autoscaling cluster (issue 47): a study on S3 sized by its settings, its
-stage drivers on workers the autoscaler starts, the same tables as on one node.
+step drivers on workers the autoscaler starts, the same tables as on one node.
 
 The cluster is Ray's own autoscaler on this machine (tests/doubles/local_cluster.py
 `autoscaling=`: the monitor with the fake multi-node provider that
@@ -12,8 +12,8 @@ The cluster is Ray's own autoscaler on this machine (tests/doubles/local_cluster
 
 The study (ingest -> extract with the hf backend -> paraphrase clusters -> evaluate, the
 inputs and `--out` in the moto S3 the suite runs) asks for the accelerator in its settings
-(`resources_per_worker`) for its model actors, and 1 CPU per stage driver. What is pinned:
-the autoscaler adds nodes of both types as the stages ask, every stage's driver runs on a
+(`resources_per_worker`) for its model actors, and 1 CPU per step driver. What is pinned:
+the autoscaler adds nodes of both types as the steps ask, every step's driver runs on a
 worker (a Ray job of its own), the tables equal the same study's on one node (the session's
 Ray), and the workers are stopped again once the study is over (0 -> n -> 0).
 """
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "pipelines" / "sample"
 WORKER_TYPES = {
     "cpu": {"resources": {"CPU": 2}, "max_workers": 2},
-    # Two CPUs: a stage's driver (1 CPU) may land there beside the model actor it starts.
+    # Two CPUs: a step's driver (1 CPU) may land there beside the model actor it starts.
     "accel": {"resources": {"CPU": 2, "accel": 1}, "max_workers": 1},
 }
 IDLE_S = 8  # a worker idle this long is stopped
@@ -48,7 +48,7 @@ ONE_NODE = {"cpus_per_worker": 1}  # the session's Ray has no `accel`
 
 
 def study_yaml(inputs: str, placed: dict) -> str:
-    """The study: every model stage with `placed` (on the cluster: the accelerator type),
+    """The study: every model step with `placed` (on the cluster: the accelerator type),
     one CPU (one torch thread) per actor, so that both runs compute the same floats."""
     accel = json.dumps(placed)[1:-1]
     return f"""
@@ -60,7 +60,7 @@ datasets:
     inputs: [{inputs}/reviews.jsonl]
     meta: [{inputs}/items.jsonl]
     vars: {{statements: {inputs}/statements.jsonl}}
-stages:
+steps:
   ingest: {{job: ingest, with: {{inputs: "{{dataset.inputs}}", meta: "{{dataset.meta}}"}}}}
   triplets:
     job: extract
@@ -146,7 +146,7 @@ def one_node(inputs, ray_session, tmp_path_factory) -> str:
 def test_a_study_on_a_cold_autoscaling_cluster_grows_it_runs_off_the_head_and_shrinks_it(
         study_file, one_node, s3_env, tmp_path, capsys):
     """The cluster's run is submitted as a user submits a study (`ray job submit`: its own
-    driver, which needs no CPU, on the head); `stages_as: auto` then submits each stage
+    driver, which needs no CPU, on the head); `steps_as: auto` then submits each step
     as a Ray job asking for one CPU, which only a worker has."""
     out = fresh_prefix() + "/autoscaled"
     # Its own call cache: the cluster's LLM actors must answer, not the reference's cache.
@@ -167,12 +167,12 @@ def test_a_study_on_a_cold_autoscaling_cluster_grows_it_runs_off_the_head_and_sh
         logs = client.get_job_logs(study)
         assert info.status == "SUCCEEDED", f"{info.message}\n{logs[-6000:]}"
 
-        # Every stage ran as a Ray job of its own, its driver on a worker, not the head.
-        stages = [j for j in client.list_jobs() if j.submission_id != study]
-        assert len(stages) == 5, [j.entrypoint for j in stages]
-        assert all(j.status == "SUCCEEDED" for j in stages), [(j.entrypoint, j.status) for j in stages]
-        assert all(j.driver_node_id and j.driver_node_id != head for j in stages), \
-            [(j.entrypoint, j.driver_node_id) for j in stages]
+        # Every step ran as a Ray job of its own, its driver on a worker, not the head.
+        steps = [j for j in client.list_jobs() if j.submission_id != study]
+        assert len(steps) == 5, [j.entrypoint for j in steps]
+        assert all(j.status == "SUCCEEDED" for j in steps), [(j.entrypoint, j.status) for j in steps]
+        assert all(j.driver_node_id and j.driver_node_id != head for j in steps), \
+            [(j.entrypoint, j.driver_node_id) for j in steps]
 
         # The autoscaler added both types, and stops them once they are idle.
         assert watch.most("cpu") >= 1 and watch.most("accel") == 1, watch.rows

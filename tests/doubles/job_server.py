@@ -1,9 +1,9 @@
-"""Ray's job server without a cluster: what a study's `StageJobs` talks to, for tests of
-how a stage becomes a job and how its end is read back.
+"""Ray's job server without a cluster: what a study's `StepJobs` talks to, for tests of
+how a step becomes a job and how its end is read back.
 
 `JobServer` answers the calls `ray.job_submission.JobSubmissionClient` makes. A
 submitted job runs at once, in this process: by default its entrypoint itself (`rexeval
-study stage CALL`, whose `run_call` reads the call the study wrote and writes the result
+study step CALL`, whose `run_call` reads the call the study wrote and writes the result
 beside it), its printed lines becoming the job's log; or, scripted (`ends`), with the
 log, status and result file a test gives, as when a node is lost.
 """
@@ -60,12 +60,12 @@ class JobServer:
     @staticmethod
     def _call_of(entry: str) -> dict[str, Any]:
         *command, call = shlex.split(entry)
-        assert command == ["rexeval", "study", "stage"], entry
+        assert command == ["rexeval", "study", "step"], entry
         return location(call).read_json()
 
     def _run(self, entry: str) -> Ending:
         """The entrypoint run here, as the job's driver would run it."""
-        from rexeval.pipelines.study.stage_job import run_call
+        from rexeval.pipelines.study.step_job import run_call
 
         *_, call = shlex.split(entry)
         out = io.StringIO()
@@ -97,7 +97,7 @@ class JobServer:
 
 
 def calls_fail_in_transport(cfg, progress):
-    """A stage whose LLM calls all failed in transport: its work is left for a re-run."""
+    """A step whose LLM calls all failed in transport: its work is left for a re-run."""
     from rexeval.failures import AwaitingRerun
 
     progress("3 row(s) left for a re-run")

@@ -1,5 +1,5 @@
 """Study jobs for the runner's tests. Module-level, as every study job must be: each
-stage runs in a process of its own, which imports its job by name."""
+step runs in a process of its own, which imports its job by name."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,12 @@ from pathlib import Path
 
 
 def boom(cfg, overwrite, progress):
-    """A stage whose job fails as a real one does (its service is down)."""
+    """A step whose job fails as a real one does (its service is down)."""
     raise RuntimeError("the model server is down")
 
 
 def whoami(cfg, progress):
-    """Where the stage ran: its process, its Ray job, what else ran in that process, and
+    """Where the step ran: its process, its Ray job, what else ran in that process, and
     what `tamper` left in its Ray Data context."""
     import ray
     import ray.data
@@ -30,7 +30,7 @@ def whoami(cfg, progress):
 
 
 def tamper(cfg, progress):
-    """`whoami`, then a change to the process's Ray Data context the next stage must not see."""
+    """`whoami`, then a change to the process's Ray Data context the next step must not see."""
     import ray.data
 
     counts = whoami(cfg, progress)
@@ -49,7 +49,7 @@ class Held:
 
 
 def holds_an_actor(cfg, progress):
-    """`whoami`, then an actor of the stage's job that outlives the stage (its handle kept)."""
+    """`whoami`, then an actor of the step's job that outlives the step (its handle kept)."""
     import ray
 
     counts = whoami(cfg, progress)

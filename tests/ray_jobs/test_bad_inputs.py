@@ -14,7 +14,7 @@ setting.
 `test_every_command_has_a_bad_input` walks the click group, so a new command without a
 case here fails it. The inputs are tiny and every case must be refused before any model
 loads: where real work starts (an LLM stream, an encoder, Ray Tune, a Serve app, a
-study's stages; `WORK_STARTS`) the test raises StartedWork, so such a command fails at
+study's steps; `WORK_STARTS`) the test raises StartedWork, so such a command fails at
 once and says so instead of loading a model for minutes.
 """
 from __future__ import annotations
@@ -282,14 +282,14 @@ CASES: list[Case] = [
     Case("study run", "folder-not-file", ["{empty}", *OUT], "/empty"),
     Case("study run", "bad-set", ["{unknown_yaml}", "--set", "novalue", *OUT], "--set"),
     Case("study run", "out-is-a-file", ["{local_study}", "--out", "{occupied}"], "occupied"),
-    Case("study stage", "missing-call", ["{missing_dir}/call.json"], "call.json"),
-    Case("study stage", "garbage-call", ["{garbage_jsonl}"], "garbage.jsonl"),
+    Case("study step", "missing-call", ["{missing_dir}/call.json"], "call.json"),
+    Case("study step", "garbage-call", ["{garbage_jsonl}"], "garbage.jsonl"),
     Case("study report", "missing-folder", ["{missing_dir}"], "/missing_dir"),
     Case("study report", "empty-folder", ["{empty}"], "/empty"),
     Case("study report", "garbage-state", ["{garbage_run}"], "study.json"),
     Case("study report", "out-is-a-file", ["{study_dir}", "--out", "{occupied}"], "occupied"),
     Case("study jobs", "extra-argument", ["nosuch"], "nosuch"),
-    # -- demo (refused before any stage runs) ------------------------------------------
+    # -- demo (refused before any step runs) -------------------------------------------
     Case("demo", "out-is-a-file", ["--out", "{occupied}"], "occupied"),
     Case("demo", "overwrite-a-foreign-folder", ["--out", "{foreign}", "--overwrite"], "/foreign"),
     Case("demo", "overwrite-garbage-state", ["--out", "{garbage_run}", "--overwrite"], "study.json"),
@@ -392,9 +392,9 @@ def bad_files(tmp_path_factory) -> dict[str, str]:
     paths["pairwise_run"] = root / "pairwise_run"  # a `judge pairwise` folder whose verdicts are garbage
     paths["pairwise_run"].mkdir()
     (paths["pairwise_run"] / "verdicts.parquet").write_bytes(garbage)
-    paths["study_dir"] = root / "study"  # a study's output folder, no stage run yet
+    paths["study_dir"] = root / "study"  # a study's output folder, no step run yet
     paths["study_dir"].mkdir()
-    (paths["study_dir"] / "study.json").write_text('{"name": "tiny", "stages": {}}\n')
+    (paths["study_dir"] / "study.json").write_text('{"name": "tiny", "steps": {}}\n')
     paths["sample_jsonl"] = SAMPLE_JSONL
     paths["local_study"] = LOCAL_STUDY
     return {k: str(v) for k, v in paths.items()}
@@ -408,15 +408,15 @@ def _ray(ray_session):
 
 class StartedWork(Exception):
     """A command began its real work (a model, an LLM stream, a Tune run, a Serve app, a
-    study's stages) before refusing its bad input."""
+    study's steps) before refusing its bad input."""
 
 
 # Where the commands' real work starts, in this process: each raises StartedWork here, so
 # that a command which would load a model or train before checking its input fails at
 # once, saying so, instead of spending minutes (or hanging on two shared cores).
 WORK_STARTS = {
-    "rexeval.ray_jobs.demo.run_study": "the demo's stages",
-    "rexeval.ray_jobs.study.run_study": "the study's stages",
+    "rexeval.ray_jobs.demo.run_study": "the demo's steps",
+    "rexeval.ray_jobs.study.run_study": "the study's steps",
     "rexeval.pipelines.core.llm.stream.run_stream": "the LLM stream (its actors load the model)",
     "rexeval.pipelines.paraphrase.embed.embed_texts": "the embedder",
     "rexeval.models.encoders.embedder.Embedder.__init__": "a sentence encoder",
@@ -442,7 +442,7 @@ def _import_owner(target: str) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_real_work(monkeypatch):
-    """A bad input is refused before any model loads or any stage runs."""
+    """A bad input is refused before any model loads or any step runs."""
     # Every target's module is imported before any is patched: a module first imported
     # while another's function is patched (serve/judge_client.py imports serve/judge.py's
     # start_judge_service by name) would keep the stand-in after the test, for the

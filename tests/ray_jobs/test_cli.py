@@ -70,24 +70,24 @@ SMALL_DEMO = ["--extract-reviews", "1", "--evaluate-examples", "4", "--judge-exa
 @pytest.mark.slow
 def test_demo_runs_offline(tmp_path, ray_session):
     """`rexeval demo` = the demo study (studies/demo.yaml) and its report. The terminal
-    gets a short summary (progress per stage, the headline results, where the report
+    gets a short summary (progress per step, the headline results, where the report
     is); the full report is in the files. Smaller than the default run (fewer LLM calls:
-    one review to extract, four examples to evaluate, one to judge), every stage runs."""
+    one review to extract, four examples to evaluate, one to judge), every step runs."""
     out = tmp_path / "demo"
     res = CliRunner().invoke(cli, ["demo", "--out", str(out), *SMALL_DEMO])
     assert res.exit_code == 0, res.output
     screen = res.output
     assert len(screen.splitlines()) < 120, screen
-    # Progress per stage, the headline table, the judges, where the report is.
+    # Progress per step, the headline table, the judges, where the report is.
     assert "[evaluate@sample] done in" in screen and "[peter@sample] done in" in screen
     assert "| metric | flipped | ground_truth | peter |" in screen and "| BERT-F1 ↑ |" in screen
     assert "Likert judge (seed 001" in screen and "Pairwise judge (seed 004) against ground_truth" in screen
     html = (out / "report" / "index.html").resolve()
     assert f"file://{html}" in screen and html.is_file()
-    # One judge deployment for all the judge stages, started and stopped by the study.
+    # One judge deployment for all the judge steps, started and stopped by the study.
     assert screen.count("starting the Serve deployment 'rexeval-judge'") == 1
     assert screen.count("stopped the Serve application 'rexeval-judge'") == 1
-    # No Ray internals on the terminal: they are in the stages' logs.
+    # No Ray internals on the terminal: they are in the steps' logs.
     for noise in ("core_worker.cc", "(raylet)", "graceful_shutdown", "Traceback"):
         assert noise not in screen, noise
     assert (out / "logs" / "evaluate@sample.log").is_file()
@@ -95,15 +95,15 @@ def test_demo_runs_offline(tmp_path, ray_session):
     assert "using the running Serve application 'rexeval-judge'" in likert_log
 
     text = (out / "report" / "report.md").read_text()
-    state = json.loads((out / "study.json").read_text())["stages"]
+    state = json.loads((out / "study.json").read_text())["steps"]
     assert len(state) == 22
-    # Every stage completed; only the optional win-rate chart may lack a pair to draw.
+    # Every step completed; only the optional win-rate chart may lack a pair to draw.
     assert {k for k, v in state.items() if v["status"] != "complete"} <= {"seed004_winrate@sample"}
     # Table II per domain; the broken rows became error rows.
     for domain in ("toys", "clothes", "beauty", "sports", "cellphones"):
         assert domain in text
     assert "| Interactions | 282 |" in text and state["ingest@sample"]["summary"]["errors"] == 5
-    # The LLM stages ran on part of the sample and ended in rows, not crashes.
+    # The LLM steps ran on part of the sample and ended in rows, not crashes.
     assert state["triplets@sample"]["summary"]["in"] == 1 and state["ground_truth@sample"]["status"] == "complete"
     # Clustering of the verified statements and EXTRA, as Table 3; ranking as Tables 6 and 1.
     assert "| sample | STAR |" in text and "| EXTRA |" in text
@@ -127,7 +127,7 @@ def test_demo_runs_offline(tmp_path, ray_session):
     if figure.exists():
         assert "Win rates against the baseline `review_extract`" in text
     assert "not which generator is better" in screen
-    # Every complete stage's job recorded the hash of its settings (the report's provenance).
+    # Every complete step's job recorded the hash of its settings (the report's provenance).
     from rexeval.pipelines.study.report_model import instance_provenance, read_study
 
     _, instances, _ = read_study(out)

@@ -99,7 +99,7 @@ print(json.dumps(report))
 
 
 def test_no_study_dry_run_imports_torch_transformers_or_serve(tmp_path, monkeypatch):
-    """Every study's --dry-run (which validates every stage's settings, the generators'
+    """Every study's --dry-run (which validates every step's settings, the generators'
     and the metric families' included) on planted inputs, one after the other in one
     fresh interpreter: the first study after which a heavy module is loaded loaded it."""
     from rexeval.pipelines.study.config import load_study

@@ -13,7 +13,7 @@ What is pinned:
     driver on the worker node (`--entrypoint-resources`), resumes from the state and the
     markers in the bucket and finishes with every table identical to the same study run
     on one node into a local folder, with work done on both nodes;
-  * a local `--out` that the worker node cannot see is refused before any stage runs,
+  * a local `--out` that the worker node cannot see is refused before any step runs,
     naming the path and saying to use a URI or a shared mount;
   * the isolation itself: a file the head writes in the run folder is not on the worker
     node, and a file the worker writes there is not on the head, so a job that wrote its
@@ -61,10 +61,10 @@ def cluster(s3_env, run_root, shared_csv):
 
 
 def runtime_env(extra: dict[str, str] | None = None) -> str:
-    # Stages as processes of the study's driver: this test is about resuming on a node that
-    # shares no disk; stage drivers as Ray jobs are tests/ray_jobs/test_study_stage_jobs.py's.
+    # Steps as processes of the study's driver: this test is about resuming on a node that
+    # shares no disk; step drivers as Ray jobs are tests/ray_jobs/test_study_step_jobs.py's.
     return json.dumps({"excludes": RUNTIME_ENV_EXCLUDES, "env_vars": {
-        "REXEVAL_SHARED": str(SHARED), "REXEVAL_STAGES_AS": "process",
+        "REXEVAL_SHARED": str(SHARED), "REXEVAL_STEPS_AS": "process",
         **(extra or {})}})
 
 
@@ -75,17 +75,17 @@ def counted(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if k not in NOT_COUNTS}
 
 
-def killed(out: str, stage_dir: str, shard: int, stage: str) -> None:
-    """What a driver killed while `stage` wrote `shard` leaves: that shard's files and
+def killed(out: str, step_dir: str, shard: int, step: str) -> None:
+    """What a driver killed while `step` wrote `shard` leaves: that shard's files and
     marker not written, the job's manifest still running, the study's state "running"."""
-    folder = location(out) / stage_dir
+    folder = location(out) / step_dir
     for f in folder.walk_files():
         if f.name == f"part-{shard:05d}.parquet" or f.relative_to(folder) == f"_done/part-{shard:05d}.json":
             f.unlink()
     manifest = (folder / "manifest.json").read_json()
     (folder / "manifest.json").write_json({**manifest, "status": "running", "counts": {}})
     state = (location(out) / "study.json").read_json()
-    state["stages"][stage]["status"] = "running"
+    state["steps"][step]["status"] = "running"
     (location(out) / "study.json").write_json(state)
 
 
@@ -141,7 +141,7 @@ def local_run(run_root, shared_csv, ray_session):
 def test_the_local_study_on_one_node_then_has_nothing_to_do_and_reports(local_run, shared_csv, monkeypatch):
     """studies/local.yaml as a user runs it on a laptop (the sample and the shared
     reviews, the local profile), with one review for the local LLM instead of four: every
-    stage ran, a second run does nothing, the report has its tables."""
+    step ran, a second run does nothing, the report has its tables."""
     from rexeval.pipelines.study.config import load_study
     from rexeval.pipelines.study.plan import build_plan
     from rexeval.pipelines.study.report import build_report, write_report
@@ -149,7 +149,7 @@ def test_the_local_study_on_one_node_then_has_nothing_to_do_and_reports(local_ru
 
     monkeypatch.setenv("REXEVAL_SHARED", str(shared_csv.parents[1]))
     f = REPO / "studies" / "local.yaml"
-    state = json.loads((local_run / "study.json").read_text())["stages"]
+    state = json.loads((local_run / "study.json").read_text())["steps"]
     assert len(state) == 12 and all(s["status"] == "complete" for s in state.values())
     assert state["ingest@mi"]["summary"]["in"] == 5050 and state["truth@sample"]["summary"]["out"] > 0
     lines: list[str] = []
@@ -207,10 +207,10 @@ def test_the_worker_node_sees_none_of_the_heads_files(cluster, run_root):
     assert not (run_root / "from_worker.txt").exists()  # ... and the worker's write stays there
 
 
-def stage_status(out: str) -> dict[str, str]:
-    """Each started stage instance's status in the study's state in the bucket."""
+def step_status(out: str) -> dict[str, str]:
+    """Each started step instance's status in the study's state in the bucket."""
     f = location(out) / "study.json"
-    return {k: v["status"] for k, v in f.read_json()["stages"].items()} if f.exists() else {}
+    return {k: v["status"] for k, v in f.read_json()["steps"].items()} if f.exists() else {}
 
 
 def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_one_node_tables(cluster, local_run):
@@ -223,10 +223,10 @@ def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_
     command = ("rexeval", "study", "run", "studies/local.yaml", "--out", out, "--set", f"llm_reviews={LLM_REVIEWS}")
     first = cluster.submit(*command, cwd=REPO, runtime_env_json=runtime_env())
 
-    # Kill the driver once both datasets are ingested and stages are still to come
+    # Kill the driver once both datasets are ingested and steps are still to come
     # (`ray job stop`: SIGTERM, then SIGKILL, to the driver's whole process group).
     def mid_way() -> dict[str, str] | None:
-        status = stage_status(out)
+        status = step_status(out)
         ingested = status.get("ingest@sample") == status.get("ingest@mi") == "complete"
         return status if ingested or cluster.job_client().get_job_status(first).is_terminal() else None
 
@@ -235,11 +235,11 @@ def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_
     info, logs = cluster.wait_job(first, 60)
     assert info.status == "STOPPED", f"the study was not killed half-way ({info.status}, {stopped.stdout}):\n" \
                                      f"{logs[-4000:]}"
-    complete = sorted(k for k, v in stage_status(out).items() if v == "complete")
+    complete = sorted(k for k, v in step_status(out).items() if v == "complete")
     assert len(complete) < 12, f"the study had finished when it was killed: {at_kill}"
-    # ... and a shard of a finished stage lost its marker (killed between its files and
-    # its marker): that stage must redo this shard only.
-    killed(out, "sample/ingest", shard=1, stage="ingest@sample")
+    # ... and a shard of a finished step lost its marker (killed between its files and
+    # its marker): that step must redo this shard only.
+    killed(out, "sample/ingest", shard=1, step="ingest@sample")
 
     again = cluster.submit(*command, cwd=REPO, runtime_env_json=runtime_env(), entrypoint_resources=DRIVER_HERE)
     try:
@@ -262,13 +262,13 @@ def test_the_local_study_on_s3_killed_on_the_head_finishes_from_the_worker_with_
     for stats in sorted(f.relative_to(local_run) for f in location(local_run).walk_files() if f.name == "table2.md"):
         assert (location(out) / stats).read_text() == (location(local_run) / stats).read_text()
     state = (location(out) / "study.json").read_json()
-    assert state["out"] == out and all(s["status"] == "complete" for s in state["stages"].values()), state["stages"]
+    assert state["out"] == out and all(s["status"] == "complete" for s in state["steps"].values()), state["steps"]
     # The counts every job summed from its shards' markers: the same (LLM calls and
     # timings aside: the local run's cache may answer what the cluster run asks).
-    local_state = json.loads((local_run / "study.json").read_text())["stages"]
-    assert {k: counted(v["summary"]) for k, v in state["stages"].items()} == \
+    local_state = json.loads((local_run / "study.json").read_text())["steps"]
+    assert {k: counted(v["summary"]) for k, v in state["steps"].items()} == \
         {k: counted(v["summary"]) for k, v in local_state.items()}
-    assert all((location(out) / "logs").glob("*.log")), "the stages' logs are not under the out URI"
+    assert all((location(out) / "logs").glob("*.log")), "the steps' logs are not under the out URI"
     # Ray tasks of the study ran on both nodes.
     nodes = {t.get("node_id") for t in cluster.state("tasks") if t.get("state") == "FINISHED"} - {None}
     assert nodes == {worker, cluster.node_id(cluster.head)}, nodes

@@ -1,5 +1,5 @@
 """`rexeval study run FILE --dry-run` on a study file with six mistakes names all six
-in one run (one line each, naming the stage and the setting), before anything runs."""
+in one run (one line each, naming the step and the setting), before anything runs."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,12 +17,12 @@ def test_a_dry_run_reports_every_problem_at_once(tmp_path):
         "name": "six",
         "datasets": {"a": {"inputs": [str(SAMPLE / "reviews.jsonl")]},
                      "b": {"inputs": [str(tmp_path / "missing.jsonl")]}},               # 1: missing input
-        "stages": {
+        "steps": {
             "ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}", "min_rating": 5,
                                                  "max_rating": 1}},                      # 2: reversed scale
             "split": {"job": "split", "datasets": ["a"], "wth": {},                      # 3: unknown key
                       "with": {"input": "{ingest}", "train": 1.5}},                      # 4: out of range
-            "stats": {"job": "stats", "datasets": ["a"], "with": {"input": "{splt}"}},   # 5: no such stage
+            "stats": {"job": "stats", "datasets": ["a"], "with": {"input": "{splt}"}},   # 5: no such step
             "x": {"job": "stats", "datasets": ["a"], "with": {"input": "{y}"}},          # 6: a cycle
             "y": {"job": "stats", "datasets": ["a"], "with": {"input": "{x}"}},
         },
@@ -32,10 +32,10 @@ def test_a_dry_run_reports_every_problem_at_once(tmp_path):
     res = CliRunner().invoke(cli, ["study", "run", str(f), "--out", str(tmp_path / "out"), "--dry-run"])
     assert res.exit_code != 0 and "problems:" in res.output, res.output
     for expected in (f"datasets.b.inputs: {tmp_path / 'missing.jsonl'} does not exist",
-                     "stages.ingest.with (dataset a): min_rating (5) is above max_rating (1)",
-                     "stages.split.wth: unknown key",
-                     "stages.split.with (dataset a).train: Input should be less than 1",
-                     "stages.stats (dataset a).with.input: {splt} names no stage",
-                     "stages: a cycle: x@a -> y@a -> x@a"):
+                     "steps.ingest.with (dataset a): min_rating (5) is above max_rating (1)",
+                     "steps.split.wth: unknown key",
+                     "steps.split.with (dataset a).train: Input should be less than 1",
+                     "steps.stats (dataset a).with.input: {splt} names no step",
+                     "steps: a cycle: x@a -> y@a -> x@a"):
         assert expected in res.output, res.output
     assert not (tmp_path / "out").exists()

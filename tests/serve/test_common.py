@@ -242,7 +242,7 @@ def test_a_jobs_own_app_on_gpus_starts_with_a_replica_and_may_fall_to_zero():
 
 
 def test_the_judge_a_job_starts_on_a_gpu_may_fall_to_zero(monkeypatch):
-    """`JudgeService` (what judge jobs and study stages start) deploys the idle-to-zero
+    """`JudgeService` (what judge jobs and study steps start) deploys the idle-to-zero
     settings; the config the job hashes (which app it joins) stays the job's own."""
     from rexeval.models.llm.base import BackendSpec
     from rexeval.serve import judge_client

@@ -81,8 +81,8 @@ def test_the_study_job_runs_in_a_study(ray_session, tmp_path):
 
     study = {"name": "scratch", "max_parallel": 2,
              "datasets": {"sample": {"inputs": [str(SAMPLE / "reviews.jsonl")]}},
-             "stages": {"ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}"}},
-                        "rows": {"job": "scratch_count", "with": {"input": "{ingest}"}}}}
+             "steps": {"ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}"}},
+                       "rows": {"job": "scratch_count", "with": {"input": "{ingest}"}}}}
     res = run_study(plan_of(tmp_path, study), progress=lambda _: None)
     assert res["failed"] == {} and "rows@sample" in res["ran"]
     ingested = json.loads((tmp_path / "out" / "sample" / "ingest" / "manifest.json").read_text())

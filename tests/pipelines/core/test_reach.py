@@ -120,7 +120,7 @@ def no_node_asked(probe, token):
 
 
 def test_a_local_out_is_refused_on_a_cold_autoscaling_cluster_with_one_node_up(tmp_path):
-    """The head alone is up (a cold cluster): the workers that will run the stages are not
+    """The head alone is up (a cold cluster): the workers that will run the steps are not
     there to be asked, so the folder is refused, saying what to use instead."""
     out = tmp_path / "runs" / "study"
     with pytest.raises(NodesToCome) as err:

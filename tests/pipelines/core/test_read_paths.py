@@ -27,7 +27,7 @@ def test_declared_fields_are_found_with_their_other_constraints_kept():
 
 def test_every_study_job_declares_the_paths_it_reads():
     """Pinned by hand from each job's inputs: a job that gains an input must declare it
-    (or its missing file is found only when the stage runs)."""
+    (or its missing file is found only when the step runs)."""
     from rexeval.pipelines.core.study_registry import STUDY_JOBS
 
     want = {

@@ -218,7 +218,7 @@ def test_a_local_ray_keeps_idle_workers_for_the_next_operator_unless_the_user_sa
 
 
 def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack(monkeypatch):
-    """A study's stage (or a command beside it) joining the local Ray its parent started
+    """A study's step (or a command beside it) joining the local Ray its parent started
     sends no runtime env when the cluster's workers already have its variables; one it
     changed, or any other cluster, still travels."""
     from rexeval.pipelines.core.runtime import LOCAL_RAY_ENV, beyond_local
@@ -240,7 +240,7 @@ def test_a_driver_joining_a_local_ray_passes_only_the_variables_its_workers_lack
 def test_the_raylets_worker_count_notice_goes_to_the_log_not_the_terminal(ray_session, capsys, caplog):
     """Every driver prints what the raylet publishes; a quiet driver (every rexeval
     command's) sends the "N worker processes have been started" notice, which a study's
-    kept stage drivers reach on purpose on 2 CPUs, to the `ray` logger, and still prints
+    kept step drivers reach on purpose on 2 CPUs, to the `ray` logger, and still prints
     every other raylet line. The notice's text is the one CI printed in the demo."""
     import logging
 

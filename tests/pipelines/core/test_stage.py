@@ -140,7 +140,7 @@ def test_on_this_machine_a_pool_starts_as_many_as_it_holds(ray_session, monkeypa
 
 @pytest.mark.slow
 def test_a_process_that_joins_this_machines_ray_sizes_by_the_machine(ray_session):
-    """A local study's stages are processes joined to the Ray the study started here:
+    """A local study's steps are processes joined to the Ray the study started here:
     they inherit its mark and share the machine; one told nothing takes it for a cluster."""
     import ray
 

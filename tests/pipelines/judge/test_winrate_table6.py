@@ -87,8 +87,8 @@ def test_the_study_report_shows_table6(tmp_path):
     run_winrate(WinrateConfig(runs=[str(runs[0])], repeats=[str(r) for r in runs[1:]], out=str(d / "table6"),
                               resamples=0), progress=lambda _: None)
     write_json_atomic(d / "study.json", {
-        "name": "planted", "file": "/x/s.yaml", "profile": "paper", "out": str(d), "stages": {
-            "table6": {"stage": "table6", "job": "judge_winrate", "dataset": None, "out": str(d / "table6"),
+        "name": "planted", "file": "/x/s.yaml", "profile": "paper", "out": str(d), "steps": {
+            "table6": {"step": "table6", "job": "judge_winrate", "dataset": None, "out": str(d / "table6"),
                        "status": "complete", "fingerprint": "f", "settings": {},
                        "finished": "2025-11-25T10:00:00+00:00"}}})
     report = build_report(d)

@@ -149,9 +149,10 @@ def test_without_the_sweep_the_config_and_its_hash_are_unchanged(tmp_path):
     assert not any((tmp_path / "out" / f).exists() for f in SWEEP_FILES)
 
 
-def test_a_study_stage_reaches_the_settings():
+def test_a_study_step_reaches_the_settings():
     from rexeval.pipelines.core.study_registry import STUDY_JOBS, build_config
 
+    STUDY_JOBS.names()  # imports the built-in jobs, as the study plan does: alone, this file imports none
     cfg = build_config(STUDY_JOBS["meta_evaluate"], {"scores": "s.parquet", "out": "o", "ensemble_sweep": True,
                                                       "ensemble_cap": 50, "seed": 3})
     assert (cfg.ensemble_sweep, cfg.ensemble_cap, cfg.seed) == (True, 50, 3)

@@ -265,7 +265,7 @@ def test_output_folder_guards_and_stale_errors(tmp_path):
 
 
 def test_a_run_killed_before_its_report_is_taken_over(tmp_path):
-    """Killed between its tables and report.json (a study resumes such a stage): the
+    """Killed between its tables and report.json (a study resumes such a step): the
     folder holds only this job's own files, so the re-run writes into it; one foreign
     file beside them still stops it."""
     src = write(tmp_path / "one.csv", ONE_TABLE)

@@ -1,8 +1,8 @@
 """Jobs declare what they write (`pipelines/core/outputs.py`), and the study reads those
-declarations: every file the report reads from a stage's folder is one its job
+declarations: every file the report reads from a step's folder is one its job
 declares (recorded while the planted study of test_report.py is reported), the report's
 sections name no file themselves, what the real jobs wrote there is declared, and a plan
-refuses a path into an upstream stage's folder that its job does not write."""
+refuses a path into an upstream step's folder that its job does not write."""
 from __future__ import annotations
 
 import ast
@@ -119,7 +119,7 @@ def reads(monkeypatch) -> list[tuple[str, tuple | None]]:
 
 
 def _plant_more(d: Path) -> list[tuple[str, str, str]]:
-    """Stage folders test_report's study lacks: metric agreement (evaluate), the ensemble
+    """Step folders test_report's study lacks: metric agreement (evaluate), the ensemble
     sweep (meta_evaluate), a reward model's cost (judge_pairwise)."""
     from tests.pipelines.study import test_report_correlations as corr
     from tests.pipelines.study import test_report_judge_cost as cost
@@ -141,13 +141,13 @@ def test_every_file_the_report_reads_is_declared_by_the_job_that_wrote_it(study,
     from rexeval.pipelines.study.report import build_report
 
     d = tmp_path / "more"
-    stages = {name: {"job": job, "out": str(d / out), "status": "complete"} for job, name, out in _plant_more(d)}
-    write_json_atomic(d / "study.json", {"name": "more", "stages": stages})
+    steps = {name: {"job": job, "out": str(d / out), "status": "complete"} for job, name, out in _plant_more(d)}
+    write_json_atomic(d / "study.json", {"name": "more", "steps": steps})
     reads.clear()
     folders: dict[str, str] = {}
     for root in (study["dir"], d):
         state = json.loads((root / "study.json").read_text())
-        folders.update({str(Path(rec["out"])): rec["job"] for rec in state["stages"].values()})
+        folders.update({str(Path(rec["out"])): rec["job"] for rec in state["steps"].values()})
         build_report(root)
     assert len(reads) > 50
     checked, undeclared = set(), []
@@ -181,7 +181,7 @@ def test_what_the_real_jobs_wrote_is_declared(study):  # noqa: F811
                 assert STUDY_JOBS[job].outputs.declares(rel), f"{job} wrote {rel}, which it does not declare"
 
 
-# ------------------------------------------------------------------ the plan checks paths into other stages
+# ------------------------------------------------------------------ the plan checks paths into other steps
 
 
 def flip_study(explanations: str) -> dict:
@@ -191,10 +191,10 @@ def flip_study(explanations: str) -> dict:
                 "with": {"explanations": [explanations], "references": "{flip}/ground_truth"}})
 
 
-def test_a_path_a_stage_reads_from_another_must_be_one_that_stage_writes(tmp_path):
+def test_a_path_a_step_reads_from_another_must_be_one_that_step_writes(tmp_path):
     msg = problems(tmp_path, flip_study("{flip}/explanation.parquet"))
-    assert "stages.scores.with.explanations (dataset a): " in msg
-    assert ("explanation.parquet: job flip_benchmark (stage flip) writes no explanation.parquet; it writes "
+    assert "steps.scores.with.explanations (dataset a): " in msg
+    assert ("explanation.parquet: job flip_benchmark (step flip) writes no explanation.parquet; it writes "
             "ground_truth, explanations.parquet, statements.parquet, manifest.json") in msg
     plan = plan_of(tmp_path, flip_study("{flip}/explanations.parquet"))
     assert plan.instances["scores@a"].deps == {"flip@a"}

@@ -1,4 +1,4 @@
-"""`rexeval study report` on a planted study folder, built without Ray: each stage's
+"""`rexeval study report` on a planted study folder, built without Ray: each step's
 output folder is written by the job's own pure functions (aggregate_scores and the
 evaluate tables, quality_summary + write_report, build_star + format_table6, the
 popularity baselines + write_results, run_winrate, run_meta_evaluate, ...) or, where the
@@ -124,7 +124,7 @@ def plant_star_build(folder: Path) -> dict:
 
 def plant_star_ranking(baselines: Path, train: Path) -> None:
     """`rexeval star baselines` for real on a planted benchmark (write_results), and, in
-    the train stage's own folder as a study lays it out, a `star train` run's
+    the train step's own folder as a study lays it out, a `star train` run's
     results/EXPGCN/, train-expgcn.json and sensitivity plot as it writes them."""
     import rexeval.models.recommenders.popularity  # noqa: F401
     from rexeval.models.recommenders.base import ranker_class
@@ -300,7 +300,7 @@ def study(tmp_path_factory) -> dict:
     facts["likert"] = plant_likert(d / "likert")
     facts["meta"] = plant_meta(d / "meta", root)
     facts["generate"] = plant_generate_llm(d / "generate_llm@mi")
-    # A complete evaluate whose tables are gone, a complete stage whose folder is gone,
+    # A complete evaluate whose tables are gone, a complete step whose folder is gone,
     # a job this report does not know.
     (d / "evaluate@toys").mkdir()
     write_json_atomic(d / "evaluate@toys" / "report.json", {"counts": {"examples": 3}, "skipped": {}})
@@ -308,20 +308,20 @@ def study(tmp_path_factory) -> dict:
     custom.finish(0, counts={"widgets": 7})
     (d / "custom" / "notes.md").write_text("| a | b |\n|---|---|\n| 1 | 2 |\n")
 
-    def rec(job, out, status="complete", dataset=None, reason=None, settings=None, stage=None):
-        return {"stage": stage or job, "job": job, "dataset": dataset, "out": str(d / out), "status": status,
+    def rec(job, out, status="complete", dataset=None, reason=None, settings=None, step=None):
+        return {"step": step or job, "job": job, "dataset": dataset, "out": str(d / out), "status": status,
                 "reason": reason, "fingerprint": f"fp-{out}", "settings": settings or {}, "seconds": 1.5,
                 "finished": "2025-11-25T10:00:00+00:00" if status == "complete" else None,
                 "summary": None}
 
-    stages = {
+    steps = {
         "stats@mi": rec("stats", "stats@mi", dataset="mi"),
         "extract@mi": rec("extract", "extract@mi", "failed", "mi", "RuntimeError: the LLM server went away"),
         "cluster@mi": rec("cluster", "cluster@mi", dataset="mi"),
-        "cluster_extra@mi": rec("cluster", "cluster_extra@mi", dataset="mi", stage="cluster_extra"),
+        "cluster_extra@mi": rec("cluster", "cluster_extra@mi", dataset="mi", step="cluster_extra"),
         "star_build@mi": rec("star_build", "star_build@mi", dataset="mi"),
-        "baselines@mi": rec("star_baselines", "mi/baselines", dataset="mi", stage="baselines"),
-        "expgcn@mi": rec("star_train", "mi/expgcn", dataset="mi", stage="expgcn",
+        "baselines@mi": rec("star_baselines", "mi/baselines", dataset="mi", step="baselines"),
+        "expgcn@mi": rec("star_train", "mi/expgcn", dataset="mi", step="expgcn",
                         settings={"data": "/x/bench", "settings": {"model": "expgcn", "epochs": 3}}),
         "generate_llm@mi": rec("generate_llm", "generate_llm@mi", dataset="mi"),
         "evaluate@mi": rec("evaluate", "evaluate@mi", dataset="mi"),
@@ -338,7 +338,7 @@ def study(tmp_path_factory) -> dict:
         "expscore": rec("expscore_train", "expscore", "pending"),
     }
     study = {"name": "planted", "file": "/x/studies/planted.yaml", "profile": "local", "out": str(d),
-             "created": "2025-11-25T09:00:00+00:00", "updated": "2025-11-25T10:05:00+00:00", "stages": stages}
+             "created": "2025-11-25T09:00:00+00:00", "updated": "2025-11-25T10:05:00+00:00", "steps": steps}
     write_json_atomic(d / "study.json", study)
     from rexeval.ray_jobs.study_report import study_report_cmd
 
@@ -381,9 +381,9 @@ def test_every_expected_table_and_figure_is_in_html_md_and_csv(study):
               "Explanations and errors per method (generate_llm@mi)",
               "Table 1: correlation with human ratings (×100) (meta)", "Every cell, with its 95% interval (meta)",
               "Likert means (likert)", "Pairwise win rates (pairwise)", "Sample explanations (generate_llm@mi)",
-              "Cluster examples (cluster@mi)", "Training (expgcn@mi, expgcn)", "Stages"]
+              "Cluster examples (cluster@mi)", "Training (expgcn@mi, expgcn)", "Steps"]
     for title in titles:
-        level = 2 if title == "Stages" else 3
+        level = 2 if title == "Steps" else 3
         assert f"<h{level}>{title}</h{level}>" in html, title
         assert f"{'#' * level} {title}" in md, title
     tables = report.tables()
@@ -403,7 +403,7 @@ def test_every_expected_table_and_figure_is_in_html_md_and_csv(study):
     for f in figures:
         assert (study["dir"] / "report" / "figures" / f"{f.key}{f.suffix}").read_bytes() == f.data
         assert f"figures/{f.key}{f.suffix}" in md
-    assert "study planted: 19 stage instance(s)" in study["output"]
+    assert "study planted: 19 step instance(s)" in study["output"]
 
 
 def test_the_page_is_self_contained(study):
@@ -432,15 +432,15 @@ def test_evaluate_cells_are_the_aggregates_with_their_intervals(study):
 
 
 def test_review_generation_is_its_own_section_titled_table_vii(tmp_path):
-    """An evaluate stage of generators trained on the reviews (report.json task "review")
+    """An evaluate step of generators trained on the reviews (report.json task "review")
     is seed 000's Table VII, with the same cells and intervals as Table VI would have."""
     from rexeval.pipelines.study.report import build_report, render_markdown
 
     d = tmp_path / "study"
     agg = plant_evaluate(d / "eval_review", "mi", task="review").set_index(["metric", "system"])
     write_json_atomic(d / "study.json", {
-        "name": "planted", "file": "/x/s.yaml", "profile": "local", "out": str(d), "stages": {
-            "eval_review@mi": {"stage": "eval_review", "job": "evaluate", "dataset": "mi",
+        "name": "planted", "file": "/x/s.yaml", "profile": "local", "out": str(d), "steps": {
+            "eval_review@mi": {"step": "eval_review", "job": "evaluate", "dataset": "mi",
                                "out": str(d / "eval_review"), "status": "complete", "fingerprint": "f",
                                "settings": {}, "finished": "2025-11-25T10:00:00+00:00"}}})
     report = build_report(d)
@@ -472,7 +472,7 @@ def test_other_tables_hold_the_source_numbers(study):
     # seed 002 Table 1: the values table1() computes from the results folders
     from rexeval.pipelines.star.report import table1
 
-    merged = study["dir"].parent / "merged"  # the two stage folders as one run folder
+    merged = study["dir"].parent / "merged"  # the two step folders as one run folder
     (merged / "results").mkdir(parents=True, exist_ok=True)
     for f in ("baselines", "expgcn"):
         for m in (study["dir"] / "mi" / f / "results").iterdir():
@@ -511,7 +511,7 @@ def test_other_tables_hold_the_source_numbers(study):
 def test_provenance_under_every_table(study):
     html, report = study["html"], study["report"]
     for t in report.tables():
-        if t.key != "stages-table":
+        if t.key != "steps-table":
             assert f'data-prov-for="{t.key}"' in html, t.key
     for f in report.figures():
         assert f'data-prov-for="{f.key}"' in html, f.key
@@ -537,18 +537,18 @@ def test_provenance_under_every_table(study):
     assert ev_hash in study["md"]
 
 
-def test_stages_and_skipped_with_reasons(study):
+def test_steps_and_skipped_with_reasons(study):
     html, md = study["html"], study["md"]
-    stages = section_html(html, "stages")
+    steps = section_html(html, "steps")
     for name in ("stats@mi", "extract@mi", "detect@toys", "expscore", "custom"):
-        assert f">{name}<" in stages
+        assert f">{name}<" in steps
     skipped = section_html(html, "skipped")
     assert "extract@mi" in skipped and "RuntimeError: the LLM server went away" in skipped
     assert "detect@toys" in skipped and "has no judge_llm for detect" in skipped
-    assert "expscore" in skipped and "stage pending" in skipped
+    assert "expscore" in skipped and "step pending" in skipped
     assert "metric family statement_nli" in skipped and "has no model for nli" in skipped
     assert "metric family st2exp for system nrt" in skipped
-    assert "- **extract@mi** — stage failed: RuntimeError: the LLM server went away" in md
+    assert "- **extract@mi** — step failed: RuntimeError: the LLM server went away" in md
 
 
 def test_text_is_escaped(study):
@@ -584,7 +584,7 @@ def test_a_damaged_study_still_reports(tmp_path):
     (d / "winrate" / "report.json").write_text("{broken")
     (d / "cl").mkdir()
     (d / "cl" / "report.json").write_text(json.dumps({"method": "STAR"}))
-    write_json_atomic(d / "study.json", {"name": "damaged", "stages": {
+    write_json_atomic(d / "study.json", {"name": "damaged", "steps": {
         "detect": {"job": "judge_detect", "out": "detect", "status": "complete"},
         "winrate": {"job": "judge_winrate", "out": str(d / "winrate"), "status": "complete"},
         "cl": {"job": "cluster", "out": str(d / "cl"), "status": "complete"},
@@ -593,7 +593,7 @@ def test_a_damaged_study_still_reports(tmp_path):
     html = render_html(report)
     assert "holds no table" in html and "unreadable report.json" in html
     assert "missing figure5.png" in html and "lacks Table 3&#39;s fields" in html
-    assert "stage instance &#39;odd&#39;: not an object" in html
+    assert "step instance &#39;odd&#39;: not an object" in html
     assert "stats: study.json gives no output folder" in html
     res = CliRunner().invoke(study_report_cmd, [str(d), "--out", str(tmp_path / "elsewhere")])
     assert res.exit_code == 0, res.output

@@ -26,7 +26,7 @@ def _plant(folder, with_correlations: bool) -> Instance:
     (folder / "report.json").write_text('{"counts": {"examples": 3}}')
     if with_correlations:
         write_metric_correlations(folder, dataset="toy", progress=lambda s: None)
-    return Instance(name="ev", stage="evaluate", job="evaluate", dataset="toy", out=folder, status="complete",
+    return Instance(name="ev", step="evaluate", job="evaluate", dataset="toy", out=folder, status="complete",
                     reason=None, fingerprint=None, settings={}, seconds=1.0, finished=None, summary=None)
 
 

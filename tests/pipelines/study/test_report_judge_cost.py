@@ -25,7 +25,7 @@ def _plant(folder, report, with_disc):
         md += [pairwise_markdown(WINS, {}, "base", judge="reward model `reward-armo`"), cost_markdown(report)]
     (folder / "pairwise.md").write_text("\n".join(md))
     (folder / "report.json").write_text(json.dumps(report))
-    return Instance(name="pw", stage="pairwise", job="judge_pairwise", dataset=None, out=folder, status="complete",
+    return Instance(name="pw", step="pairwise", job="judge_pairwise", dataset=None, out=folder, status="complete",
                     reason=None, fingerprint=None, settings={}, seconds=1.0, finished=None, summary=None)
 
 

@@ -15,7 +15,7 @@ def _section(tmp_path, sweep: bool):
     folder = tmp_path / "meta"
     run_meta_evaluate(MetaEvaluateConfig(scores=str(src), out=str(folder), bootstrap=0, methods=["pearson"],
                                          judge_prefixes=["a_", "b_", "c_"], ensemble_sweep=sweep))
-    inst = Instance(name="meta", stage="meta", job="meta_evaluate", dataset=None, out=folder, status="complete",
+    inst = Instance(name="meta", step="meta", job="meta_evaluate", dataset=None, out=folder, status="complete",
                     reason=None, fingerprint=None, settings={}, seconds=1.0, finished=None, summary=None)
     return section_meta_evaluate(Builder(tmp_path, [inst]), inst), folder
 

@@ -18,7 +18,7 @@ def _uploaded(local_dir, root: str) -> str:
     remote = location(f"{root}/runs")
     remote.upload(local_dir)
     data = json.loads((local_dir / "study.json").read_text())
-    for rec in data["stages"].values():
+    for rec in data["steps"].values():
         if isinstance(rec, dict) and isinstance(rec.get("out"), str):
             rec["out"] = rec["out"].replace(str(local_dir), str(remote))
     data["out"] = str(remote)

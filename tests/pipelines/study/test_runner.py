@@ -1,5 +1,5 @@
-"""Running studies on Ray: a second run does nothing; a changed setting re-runs its stage
-and what depends on it, nothing else; a failing stage skips its dependants and not the
+"""Running studies on Ray: a second run does nothing; a changed setting re-runs its step
+and what depends on it, nothing else; a failing step skips its dependants and not the
 rest; a driver killed mid-study and run again ends with the same results as a run that
 was never interrupted."""
 from __future__ import annotations
@@ -27,18 +27,18 @@ SAMPLE = REPO / "pipelines" / "sample"
 
 
 def tiny_study(**changes) -> dict:
-    stages = {
+    steps = {
         "ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}", "meta": "{dataset.meta}"}},
         "split": {"job": "split", "with": {"input": "{ingest}"}},
         "stats": {"job": "stats", "with": {"input": "{split}", "name": "{dataset}"}},
         "extract": {"job": "generate_llm", "with": {"input": "{split}", "methods": ["review_extract"],
                                                      "judge_service": "none"}},
     }
-    for stage, settings in changes.items():
-        stages[stage]["with"].update(settings)
+    for step, settings in changes.items():
+        steps[step]["with"].update(settings)
     return {"name": "tiny", "max_parallel": 2,
             "datasets": {"sample": {"inputs": [str(SAMPLE / "reviews.jsonl")], "meta": [str(SAMPLE / "items.jsonl")]}},
-            "stages": stages}
+            "steps": steps}
 
 
 def plan_of(tmp_path, data: dict):
@@ -52,13 +52,13 @@ def run(tmp_path, data: dict, lines: list[str] | None = None, **kw) -> dict:
 
 
 @pytest.mark.slow
-def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_path, ray_session):
+def test_second_run_nothing_changed_setting_reruns_its_step_and_downstream(tmp_path, ray_session):
     first = run(tmp_path, tiny_study())
     assert sorted(first["ran"]) == ["extract@sample", "ingest@sample", "split@sample", "stats@sample"]
     state = json.loads((tmp_path / "out" / "study.json").read_text())
-    assert {k: v["status"] for k, v in state["stages"].items()} == dict.fromkeys(first["ran"], "complete")
-    assert state["stages"]["ingest@sample"]["summary"]["out"] == 305
-    train0 = state["stages"]["split@sample"]["summary"]["train"]
+    assert {k: v["status"] for k, v in state["steps"].items()} == dict.fromkeys(first["ran"], "complete")
+    assert state["steps"]["ingest@sample"]["summary"]["out"] == 305
+    train0 = state["steps"]["split@sample"]["summary"]["train"]
 
     lines: list[str] = []
     again = run(tmp_path, tiny_study(), lines)
@@ -84,51 +84,51 @@ def test_second_run_nothing_changed_setting_reruns_its_stage_and_downstream(tmp_
 
 
 @pytest.mark.slow
-def test_a_failing_stage_skips_its_dependants_only(tmp_path, ray_session):
+def test_a_failing_step_skips_its_dependants_only(tmp_path, ray_session):
     from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom
 
     STUDY_JOBS.add("test_boom", StudyJob("test_boom", StatsConfig, boom))
     try:
         data = tiny_study()
-        data["stages"]["fails"] = {"job": "test_boom", "with": {"input": "{split}"}}
-        data["stages"]["after_fail"] = {"job": "stats", "with": {"input": "{split}"}, "after": ["fails"]}
+        data["steps"]["fails"] = {"job": "test_boom", "with": {"input": "{split}"}}
+        data["steps"]["after_fail"] = {"job": "stats", "with": {"input": "{split}"}, "after": ["fails"]}
         res = run(tmp_path, data)
         assert hard_failures(plan_of(tmp_path, data), res) == ["fails@sample", "after_fail@sample"]
-        data["stages"]["fails"]["optional"] = True  # then neither fails the study
+        data["steps"]["fails"]["optional"] = True  # then neither fails the study
         assert hard_failures(plan_of(tmp_path, data), res) == []
     finally:
         STUDY_JOBS.pop("test_boom")
     assert res["failed"] == {"fails@sample": "RuntimeError: the model server is down"}
     assert res["skipped"] == {"after_fail@sample": "upstream fails@sample did not complete"}
     assert sorted(res["ran"]) == ["extract@sample", "ingest@sample", "split@sample", "stats@sample"]
-    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["steps"]
     assert state["fails@sample"]["status"] == "failed" and "model server" in state["fails@sample"]["reason"]
     assert state["after_fail@sample"]["status"] == "skipped"
 
 
-def _whoami_study(tmp_path, stages: str, **run_kwargs) -> dict:
-    """The tiny study with one `test_whoami` stage per letter of `stages`, run."""
+def _whoami_study(tmp_path, steps: str, **run_kwargs) -> dict:
+    """The tiny study with one `test_whoami` step per letter of `steps`, run."""
     from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import whoami
 
     STUDY_JOBS.add("test_whoami", StudyJob("test_whoami", StatsConfig, whoami))
     try:
         data = tiny_study()
-        del data["stages"]["extract"], data["stages"]["stats"]
-        for name in stages:
-            data["stages"][name] = {"job": "test_whoami", "with": {"input": "{split}"}}
+        del data["steps"]["extract"], data["steps"]["stats"]
+        for name in steps:
+            data["steps"][name] = {"job": "test_whoami", "with": {"input": "{split}"}}
         res = run_study(plan_of(tmp_path, data), **run_kwargs)
     finally:
         STUDY_JOBS.pop("test_whoami")
-    assert res["failed"] == {} and sorted(res["ran"]) == sorted([f"{s}@sample" for s in stages]
+    assert res["failed"] == {} and sorted(res["ran"]) == sorted([f"{s}@sample" for s in steps]
                                                                 + ["ingest@sample", "split@sample"])
-    return {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in stages}
+    return {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in steps}
 
 
 @pytest.mark.slow
-def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
-    """Two independent stages at once: each in a process and a Ray job of its own, never
+def test_steps_run_in_driver_processes_of_their_own(tmp_path, ray_session):
+    """Two independent steps at once: each in a process and a Ray job of its own, never
     in the study driver's (threads of one driver share Tune's, Serve's and Ray Data's
     per-process state). Before the fix both ran as threads of the driver's process."""
     import ray
@@ -140,10 +140,10 @@ def test_stages_run_in_driver_processes_of_their_own(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_a_finished_stages_process_runs_the_next_stage_unless_it_left_an_actor(tmp_path, ray_session):
-    """One stage at a time (a chain): the process and Ray job of a stage that succeeded run
-    the next stage (its job's warm workers too), with the Ray Data context as the first
-    stage found it; a stage that left an actor of its job alive is not followed in its
+def test_a_finished_steps_process_runs_the_next_step_unless_it_left_an_actor(tmp_path, ray_session):
+    """One step at a time (a chain): the process and Ray job of a step that succeeded run
+    the next step (its job's warm workers too), with the Ray Data context as the first
+    step found it; a step that left an actor of its job alive is not followed in its
     process (the actor would hold its CPUs), and neither is a failed one."""
     from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom, holds_an_actor, tamper, whoami
@@ -153,12 +153,12 @@ def test_a_finished_stages_process_runs_the_next_stage_unless_it_left_an_actor(t
         STUDY_JOBS.add(name, StudyJob(name, StatsConfig, fn))
     try:
         data = tiny_study()
-        del data["stages"]["extract"], data["stages"]["stats"]
+        del data["steps"]["extract"], data["steps"]["stats"]
         # a -> b -> c -> d, then e and f both after d (e first: the study file's order).
         chain = [("a", "test_tamper", "split"), ("b", "test_whoami", "a"), ("c", "test_holds", "b"),
                  ("d", "test_whoami", "c"), ("e", "test_boom", "d"), ("f", "test_whoami", "d")]
         for name, job, after in chain:
-            data["stages"][name] = {"job": job, "with": {"input": f"{{{after}}}"}}
+            data["steps"][name] = {"job": job, "with": {"input": f"{{{after}}}"}}
         res = run_study(plan_of(tmp_path, data), progress=lambda _: None, max_parallel=1)
     finally:
         for name in jobs:
@@ -167,19 +167,19 @@ def test_a_finished_stages_process_runs_the_next_stage_unless_it_left_an_actor(t
     got = {s: json.loads((tmp_path / "out" / "sample" / s / "whoami.json").read_text()) for s in "abcdf"}
     assert got["a"]["pid"] == got["b"]["pid"] == got["c"]["pid"] != os.getpid()
     assert got["a"]["ray_job"] == got["b"]["ray_job"] == got["c"]["ray_job"]
-    assert got["b"]["probe"] is None  # tamper's change did not reach the next stage
+    assert got["b"]["probe"] is None  # tamper's change did not reach the next step
     assert got["d"]["pid"] != got["c"]["pid"] and got["d"]["ray_job"] != got["c"]["ray_job"]
     assert got["f"]["pid"] != got["d"]["pid"]  # d's process ran e, which failed
     logs = tmp_path / "out" / "logs"
-    assert (logs / "a@sample.log").read_text().endswith("this process may run a later stage of the study\n")
+    assert (logs / "a@sample.log").read_text().endswith("this process may run a later step of the study\n")
     assert (logs / "c@sample.log").read_text().endswith(
         "this process ends here: 1 actor(s) of its Ray job still alive (Held)\n")
 
 
 @pytest.mark.slow
-def test_a_stages_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
-    """A stage's own lines reach `job_lines` (the terminal under --verbose), the study's
-    lines `progress`; both are in the stage's log file."""
+def test_a_steps_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
+    """A step's own lines reach `job_lines` (the terminal under --verbose), the study's
+    lines `progress`; both are in the step's log file."""
     study_lines: list[str] = []
     job_lines: list[str] = []
     a = _whoami_study(tmp_path, "a", progress=study_lines.append, job_lines=job_lines.append)["a"]
@@ -190,10 +190,10 @@ def test_a_stages_lines_go_to_its_log_and_job_lines(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_one_judge_deployment_serves_every_judge_stage(tmp_path, ray_session):
-    """Two judge stages (Likert, pairwise) calling the same judge: the study starts the
-    judge deployment once, both stages use it, the study stops it at the end; nothing is
-    left running. (Each stage used to start and stop its own.)"""
+def test_one_judge_deployment_serves_every_judge_step(tmp_path, ray_session):
+    """Two judge steps (Likert, pairwise) calling the same judge: the study starts the
+    judge deployment once, both steps use it, the study stops it at the end; nothing is
+    left running. (Each step used to start and stop its own.)"""
     from rexeval.serve.common import running_apps
     from tests.doubles.ports import free_port
 
@@ -202,19 +202,19 @@ def test_one_judge_deployment_serves_every_judge_stage(tmp_path, ray_session):
              "backend_options": {"default": "persuasiveness: 4\ntransparency: 3\naccuracy: 5\nsatisfaction: 2\n"
                                             "The first is better.\n[[A]]"}}
     data = tiny_study()
-    del data["stages"]["extract"], data["stages"]["stats"], data["stages"]["split"]
-    data["stages"]["flip"] = {"job": "flip_benchmark", "with": {"input": str(SAMPLE / "statements.jsonl")}}
+    del data["steps"]["extract"], data["steps"]["stats"], data["steps"]["split"]
+    data["steps"]["flip"] = {"job": "flip_benchmark", "with": {"input": str(SAMPLE / "statements.jsonl")}}
     common = {"explanations": ["{flip}/explanations.parquet"], "reviews": ["{ingest}"], "limit": 2, **judge}
-    data["stages"]["likert"] = {"job": "judge_likert", "with": common}
-    data["stages"]["pairwise"] = {"job": "judge_pairwise", "with": {**common, "baseline": "ground_truth",
-                                                                    "divide": False, "both_orders": False}}
+    data["steps"]["likert"] = {"job": "judge_likert", "with": common}
+    data["steps"]["pairwise"] = {"job": "judge_pairwise", "with": {**common, "baseline": "ground_truth",
+                                                                   "divide": False, "both_orders": False}}
     lines: list[str] = []
     res = run(tmp_path, data, lines)
     assert res["failed"] == {} and {"likert@sample", "pairwise@sample"} <= set(res["ran"]), res
     assert sum("starting the Serve deployment 'rexeval-judge'" in line for line in lines) == 1, lines
     assert sum("stopped the Serve application 'rexeval-judge'" in line for line in lines) == 1, lines
-    for stage in ("likert", "pairwise"):
-        log = (tmp_path / "out" / "logs" / f"{stage}@sample.log").read_text()
+    for step in ("likert", "pairwise"):
+        log = (tmp_path / "out" / "logs" / f"{step}@sample.log").read_text()
         assert "using the running Serve application 'rexeval-judge'" in log, log
     assert "rexeval-judge" not in running_apps()
     scores = pd.read_parquet(tmp_path / "out" / "sample" / "likert" / "likert_scores.parquet")
@@ -224,22 +224,22 @@ def test_one_judge_deployment_serves_every_judge_stage(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_two_tune_stages_at_once(tmp_path, ray_session):
-    """Two generators trained on Ray Tune by two stages at the same time (as seed000.yaml
+def test_two_tune_steps_at_once(tmp_path, ray_session):
+    """Two generators trained on Ray Tune by two steps at the same time (as seed000.yaml
     does): both finish (as threads of one driver, the second could die in Tune's registry
     of trainables, "dictionary changed size during iteration")."""
     data = tiny_study()
-    del data["stages"]["extract"], data["stages"]["stats"]
+    del data["steps"]["extract"], data["steps"]["stats"]
     settings = {"epochs": 2, "batch_size": 64, "max_words": 12}
-    data["stages"]["nrt"] = {"job": "generate_train", "with": {
+    data["steps"]["nrt"] = {"job": "generate_train", "with": {
         "data": "{split}", "target": "review", "model": "nrt",
         "settings": {**settings, "dim": 16, "hidden": 32}}}
-    data["stages"]["peter"] = {"job": "generate_train", "with": {
+    data["steps"]["peter"] = {"job": "generate_train", "with": {
         "data": "{split}", "target": "review", "model": "peter",
         "settings": {**settings, "emsize": 32, "nhid": 64, "nlayers": 1}}}
     res = run(tmp_path, data)
     assert res["failed"] == {} and {"nrt@sample", "peter@sample"} <= set(res["ran"])
-    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["steps"]
     nrt, peter = state["nrt@sample"], state["peter@sample"]
     assert nrt["started"] <= peter["finished"] and peter["started"] <= nrt["finished"]  # they overlapped
     for name in ("nrt", "peter"):
@@ -248,8 +248,8 @@ def test_two_tune_stages_at_once(tmp_path, ray_session):
 
 @pytest.mark.slow
 def test_changing_one_metric_setting_recomputes_that_metric_alone(tmp_path, ray_session):
-    """The NLI model of an evaluate stage changes: the study re-runs that stage only, and
-    the stage recomputes the NLI family only (BLEU/ROUGE stay as they were)."""
+    """The NLI model of an evaluate step changes: the study re-runs that step only, and
+    the step recomputes the NLI family only (BLEU/ROUGE stay as they were)."""
     from rexeval.pipelines.core.inputs import statements_from_annotations
     from rexeval.pipelines.evaluate.inputs import write_flip_benchmark
 
@@ -258,7 +258,7 @@ def test_changing_one_metric_setting_recomputes_that_metric_alone(tmp_path, ray_
 
     def study(nli: str) -> dict:
         data = tiny_study()
-        data["stages"]["evaluate"] = {"job": "evaluate", "per_dataset": False, "with": {
+        data["steps"]["evaluate"] = {"job": "evaluate", "per_dataset": False, "with": {
             "explanations": [bench["explanations"]], "references": bench["references"],
             "statements": [bench["statements"]], "metrics": ["overlap", "statement_nli"], "limit": 12,
             "bootstrap": 50, "chunk_size": 8, "nli_service": "none", "nli_scorer": "tests.doubles.nli:ScriptedNLI",
@@ -293,11 +293,11 @@ def tables(root: Path) -> dict[str, pd.DataFrame]:
 @pytest.mark.slow
 def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
     """`rexeval study run` killed (SIGKILL to its process group: the driver, its Ray and
-    its stages' processes) while a stage runs, then run again, ends with the tables of a
+    its steps' processes) while a step runs, then run again, ends with the tables of a
     run that was never interrupted."""
     data = tiny_study()
-    data["stages"]["clusters"] = {"job": "cluster", "with": {"input": "{ingest}", "method": "extra",
-                                                             "extra_min_count": 1}}
+    data["steps"]["clusters"] = {"job": "cluster", "with": {"input": "{ingest}", "method": "extra",
+                                                            "extra_min_count": 1}}
     f = tmp_path / "study.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
     whole = run_study(build_plan(load_study(f), f, tmp_path / "whole"), progress=lambda _: None)
@@ -311,10 +311,10 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
                             env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
-        while True:  # kill once the cluster stage is running: some stages done, some not
+        while True:  # kill once the cluster step is running: some steps done, some not
             state = out / "study.json"
-            stages = json.loads(state.read_text())["stages"] if state.is_file() else {}
-            if stages.get("clusters@sample", {}).get("status") == "running":
+            steps = json.loads(state.read_text())["steps"] if state.is_file() else {}
+            if steps.get("clusters@sample", {}).get("status") == "running":
                 break
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "cut.log").read_text()[-3000:]
             time.sleep(0.2)
@@ -324,8 +324,8 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
-    stages = json.loads((out / "study.json").read_text())["stages"]
-    assert stages["ingest@sample"]["status"] == "complete" and stages["clusters@sample"]["status"] == "running"
+    steps = json.loads((out / "study.json").read_text())["steps"]
+    assert steps["ingest@sample"]["status"] == "complete" and steps["clusters@sample"]["status"] == "running"
 
     lines: list[str] = []
     again = run_study(build_plan(load_study(f), f, out), progress=lines.append)
@@ -345,19 +345,19 @@ def test_a_killed_driver_resumes_to_the_same_results(tmp_path, ray_session):
 
 
 @pytest.mark.slow
-def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
+def test_expscore_train_and_score_are_study_steps(tmp_path, ray_session):
     """Seed 003 in a study: ExpScore trained on rated explanations (the sample reviews'
-    summary lines, rated with their stars), then a second stage scores the review texts
+    summary lines, rated with their stars), then a second step scores the review texts
     with the trained model through `{train}/model`; the study report shows both."""
     from rexeval.pipelines.study.report import build_report, write_report
 
     data = tiny_study()
-    del data["stages"]["extract"], data["stages"]["stats"], data["stages"]["split"]
+    del data["steps"]["extract"], data["steps"]["stats"], data["steps"]["split"]
     common = {"inputs": [str(SAMPLE / "reviews.jsonl")], "reviews": "{ingest}", "item_column": "asin",
               "rating_column": "overall", "max_reviews_per_item": 5, "ray": "never"}
-    data["stages"]["train"] = {"job": "expscore_train", "with": {
+    data["steps"]["train"] = {"job": "expscore_train", "with": {
         **common, "text_column": "summary", "head": "linear", "max_epochs": 300}}
-    data["stages"]["score"] = {"job": "expscore_score", "with": {
+    data["steps"]["score"] = {"job": "expscore_score", "with": {
         **common, "text_column": "reviewText", "model": "{train}/model"}}
     plan = plan_of(tmp_path, data)
     assert plan.instances["score@sample"].deps == {"train@sample", "ingest@sample"}
@@ -371,7 +371,7 @@ def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
     scored = pq.read_table(out / "score" / "scores.parquet").to_pandas()
     assert len(scored) + json.loads((out / "score" / "report.json").read_text())["counts"]["errors"] == 305
     assert scored["expscore_linear"].notna().all()
-    state = json.loads((tmp_path / "out" / "study.json").read_text())["stages"]
+    state = json.loads((tmp_path / "out" / "study.json").read_text())["steps"]
     assert state["train@sample"]["summary"]["train"] == trained["counts"]["train"]
 
     md = write_report(build_report(tmp_path / "out"), tmp_path / "out" / "report")["md"].read_text()
@@ -381,7 +381,7 @@ def test_expscore_train_and_score_are_study_stages(tmp_path, ray_session):
 
 def test_free_slots_go_to_the_critical_path_first(tmp_path):
     """The demo's longest chain (ingest -> split -> peter -> peter_test -> evaluate) starts
-    before leaves: once ingest is done, split (3 stages wait on it) takes a slot before
+    before leaves: once ingest is done, split (3 steps wait on it) takes a slot before
     the LLM extractions (1) and stats (0), and peter (2) before them too. Before the fix the study file's order ran stats, then both extractions, first: flip
     and peter started four minutes into the demo, evaluate six."""
     from rexeval.pipelines.study.runner import start_order
@@ -400,6 +400,6 @@ def test_free_slots_go_to_the_critical_path_first(tmp_path):
     assert start_order(plan, sorted(after_ingest), free, chains)[:1] == ["split@sample"]
     assert start_order(plan, ["stats@sample", "peter@sample", "triplets@sample"], free, chains) == [
         "peter@sample", "triplets@sample", "stats@sample"]
-    # A stage that would start a Serve application still waits behind those that need none.
+    # A step that would start a Serve application still waits behind those that need none.
     assert start_order(plan, ["likert@sample", "stats@sample"], lambda k: int(k.startswith("likert")), chains) == [
         "stats@sample", "likert@sample"]

@@ -1,6 +1,6 @@
 """studies/seed000.yaml names what exists: each category's topic table (the extraction and
-evaluate stages fail on an unknown domain only once the study reaches them, hours in) and
-a stage for Table II's Statements rows (`statement_stats` over the triplets)."""
+evaluate steps fail on an unknown domain only once the study reaches them, hours in) and
+a step for Table II's Statements rows (`statement_stats` over the triplets)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +18,7 @@ def test_every_category_names_a_topic_table_that_exists():
     assert {n: d for n, d in domains.items() if d not in list_domains()} == {}
 
 
-def test_table_ii_counts_the_statements_of_the_triplets_stage():
-    stage = load_study(STUDY).stages["table2"]
-    assert stage.job == "statement_stats"
-    assert (stage.with_["statements"], stage.with_["input"]) == ("{triplets}", "{split}")
+def test_table_ii_counts_the_statements_of_the_triplets_step():
+    step = load_study(STUDY).steps["table2"]
+    assert step.job == "statement_stats"
+    assert (step.with_["statements"], step.with_["input"]) == ("{triplets}", "{split}")

@@ -1,6 +1,6 @@
 """The five seed studies (studies/seed000.yaml ... seed004.yaml) plan as `--dry-run` shows
 them, on planted inputs of the shape each names (the Amazon 2014 and 2023 dumps, seed 001's
-released ratings, RecoExp's rated explanations), and their first, model-free stages run
+released ratings, RecoExp's rated explanations), and their first, model-free steps run
 on those inputs: so the files a study expects and the settings it passes fit together."""
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def data(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_each_seed_study_plans_its_every_stage_on_planted_inputs(seed, data, tmp_path):
+def test_each_seed_study_plans_its_every_step_on_planted_inputs(seed, data, tmp_path):
     from rexeval.ray_jobs.cli import cli
 
     study_file = REPO / "studies" / f"{seed}.yaml"
@@ -117,19 +117,19 @@ def test_each_seed_study_plans_its_every_stage_on_planted_inputs(seed, data, tmp
     res = CliRunner().invoke(cli, ["study", "run", str(study_file), "--dry-run", "--out", str(tmp_path / "out")])
     assert res.exit_code == 0, res.output
     planned = [line.split()[2] for line in res.output.splitlines() if line.strip().startswith("[run ]")]
-    stages = {p.split("@")[0] for p in planned}
-    assert stages == set(study.stages), res.output
+    steps = {p.split("@")[0] for p in planned}
+    assert steps == set(study.steps), res.output
     assert f"{len(planned)} to run, 0 not" in res.output
 
 
-# The stages of each study that need no model: they run here on the planted files.
+# The steps of each study that need no model: they run here on the planted files.
 MODEL_FREE = {"seed000": ["ingest@toys", "split@toys", "stats@toys"], "seed001": ["given@lu2023"],
               "seed002": ["ingest@toys"], "seed003": ["ingest@recoexp"], "seed004": ["ingest@alert", "curate@alert"]}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", SEEDS)
-def test_each_seed_studys_model_free_stages_run_on_planted_inputs(seed, data, tmp_path, ray_session):
+def test_each_seed_studys_model_free_steps_run_on_planted_inputs(seed, data, tmp_path, ray_session):
     from rexeval.pipelines.study.plan import build_plan
     from rexeval.pipelines.study.runner import run_study
 
@@ -138,7 +138,7 @@ def test_each_seed_studys_model_free_stages_run_on_planted_inputs(seed, data, tm
     plant(data, study)
     lines: list[str] = []
     res = run_study(build_plan(study, study_file, tmp_path / "out"), only=MODEL_FREE[seed],
-                    progress=lines.append, stages_as="process")
+                    progress=lines.append, steps_as="process")
     assert res["failed"] == {} and sorted(res["ran"]) == sorted(MODEL_FREE[seed]), "\n".join(lines)
     if seed == "seed004":  # seven users with six 5-star purchases in each of the 15 categories
         cats = pd.read_csv(tmp_path / "out" / "alert" / "curate" / "categories.csv")

@@ -1,5 +1,5 @@
 """A study job is one file: `rexeval.pipelines.<capability>.study_job` registers it, and
-the study finds it (the plan, `rexeval study jobs`, a stage's own process, the report)
+the study finds it (the plan, `rexeval study jobs`, a step's own process, the report)
 without any other product file naming it. `statement_stats` (pipelines/ingest/study_job.py)
 is such a job: seed 000's Table II with its Statements rows, run here in a small study
 on the shipped sample (its hand-written statements)."""
@@ -56,7 +56,7 @@ def small_study() -> dict:
     return {"name": "table2", "max_parallel": 2,
             "datasets": {"sample": {"inputs": [str(SAMPLE / "reviews.jsonl")],
                                     "vars": {"statements": str(SAMPLE / "statements.jsonl")}}},
-            "stages": {
+            "steps": {
                 "ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}"}},
                 "split": {"job": "split", "with": {"input": "{ingest}"}},
                 "annotated": {"job": "annotations", "with": {"input": "{dataset.statements}"}},
@@ -70,8 +70,8 @@ def test_a_plan_checks_its_settings_like_any_job(tmp_path):
     data = small_study()
     plan = plan_of(tmp_path, data)
     assert plan.instances["table2@sample"].deps == {"split@sample", "annotated@sample"}
-    data["stages"]["table2"]["with"]["statments"] = "{annotated}"
-    with pytest.raises(StudyError, match="stages.table2.with .dataset sample.*statments: unknown key"):
+    data["steps"]["table2"]["with"]["statments"] = "{annotated}"
+    with pytest.raises(StudyError, match="steps.table2.with .dataset sample.*statments: unknown key"):
         plan_of(tmp_path, data)
 
 

@@ -1,5 +1,5 @@
-"""A study whose folder is a URI (the test S3 endpoint, `s3_root`): the plan's stage
-folders, the state, every stage's output, its logs and the report live under the URI;
+"""A study whose folder is a URI (the test S3 endpoint, `s3_root`): the plan's step
+folders, the state, every step's output, its logs and the report live under the URI;
 a run there gives what the same run gives on a local folder, and a second run does
 nothing; input files may be URIs too, checked (and fingerprinted) through storage."""
 from __future__ import annotations
@@ -24,7 +24,7 @@ CHARS = sum(len(line) for line in TEXT.splitlines())
 
 @pytest.fixture
 def jobs():
-    """The storage-only doubles (and a failing stage) as study jobs, for one test."""
+    """The storage-only doubles (and a failing step) as study jobs, for one test."""
     from rexeval.pipelines.study.builtin_jobs import StatsConfig
     from tests.doubles.study_jobs import boom
 
@@ -42,12 +42,12 @@ def study_file(tmp_path: Path, inputs: list[str], *, fail: bool = False, out: st
     (tmp_path / "reviews.txt").write_text(TEXT)
     data = {"name": "uri", "max_parallel": 2,
             "datasets": {"d": {"inputs": inputs}},
-            "stages": {"lines": {"job": "t_lines", "with": {"inputs": "{dataset.inputs}"}},
-                       "total": {"job": "t_total", "with": {"input": "{lines}"}}}}
+            "steps": {"lines": {"job": "t_lines", "with": {"inputs": "{dataset.inputs}"}},
+                      "total": {"job": "t_total", "with": {"input": "{lines}"}}}}
     if out:
         data["out"] = out
     if fail:
-        data["stages"]["fails"] = {"job": "t_boom", "with": {"input": "{lines}"}, "optional": True}
+        data["steps"]["fails"] = {"job": "t_boom", "with": {"input": "{lines}"}, "optional": True}
     f = tmp_path / "study.yaml"
     f.write_text(yaml.safe_dump(data, sort_keys=False))
     return f
@@ -59,10 +59,10 @@ def plan_for(f: Path, out=None):
 
 def outcome(root) -> dict:
     """What a study run left, independent of where: each instance's status and counts,
-    the tables and totals of its stages."""
+    the tables and totals of its steps."""
     root = location(root)
-    state = read_state(root)["stages"]
-    return {"stages": {k: (v["status"], v.get("summary")) for k, v in sorted(state.items())},
+    state = read_state(root)["steps"]
+    return {"steps": {k: (v["status"], v.get("summary")) for k, v in sorted(state.items())},
             "lines": read_parquet(root / "d" / "lines" / "table" / "part-00000.parquet").to_pylist(),
             "total": (root / "d" / "total" / "total.json").read_json(),
             "manifest": (root / "d" / "lines" / "manifest.json").read_json()}
@@ -71,7 +71,7 @@ def outcome(root) -> dict:
 # ------------------------------------------------------------------ plans (no Ray)
 
 
-def test_a_uri_out_gives_uri_stage_folders_and_keeps_uri_inputs(tmp_path, s3_root, jobs):
+def test_a_uri_out_gives_uri_step_folders_and_keeps_uri_inputs(tmp_path, s3_root, jobs):
     remote = f"{s3_root}/inputs/more.txt"
     location(remote).write_text("one more line\n")
     f = study_file(tmp_path, ["reviews.txt", remote], out=f"{s3_root}/from-file")
@@ -86,7 +86,7 @@ def test_a_uri_out_gives_uri_stage_folders_and_keeps_uri_inputs(tmp_path, s3_roo
     assert str(lines.out) == f"{s3_root}/study/d/lines"
     assert total.settings["input"] == f"{s3_root}/study/d/lines" and total.deps == {"lines@d"}
     # Inputs outside the study's folder are fingerprinted, local and URI alike; its own
-    # stages' folders are not.
+    # steps' folders are not.
     assert lines.reads == sorted([str(tmp_path / "reviews.txt"), remote]) and total.reads == []
     assert status_of(plan, read_state(plan.out)) == {"lines@d": ("run", "never run"),
                                                      "total@d": ("run", "never run")}
@@ -105,14 +105,14 @@ def test_missing_uri_inputs_are_found_before_anything_runs(tmp_path, s3_root, jo
         plan_for(f, f"{s3_root}/study")
     assert f"datasets.d.inputs: {gone} does not exist" in str(err.value)
 
-    # A stage's declared read (ReadPath) by URI, outside the study's folder.
+    # A step's declared read (ReadPath) by URI, outside the study's folder.
     f = study_file(tmp_path, ["reviews.txt"])
     data = yaml.safe_load(f.read_text())
-    data["stages"]["elsewhere"] = {"job": "t_total", "with": {"input": f"{s3_root}/other-study/lines"}}
+    data["steps"]["elsewhere"] = {"job": "t_total", "with": {"input": f"{s3_root}/other-study/lines"}}
     f.write_text(yaml.safe_dump(data))
     with pytest.raises(StudyError) as err:
         plan_for(f, f"{s3_root}/study")
-    assert (f"stages.elsewhere.with.input (dataset d): {s3_root}/other-study/lines does not exist"
+    assert (f"steps.elsewhere.with.input (dataset d): {s3_root}/other-study/lines does not exist"
             in str(err.value))
     location(f"{s3_root}/other-study/lines/table/part-00000.parquet").write_bytes(b"x")
     assert "elsewhere@d" in plan_for(f, f"{s3_root}/study").order
@@ -156,15 +156,15 @@ def test_a_study_on_s3_equals_the_local_run_and_a_second_run_does_nothing(tmp_pa
     assert [p for p in local_tmp.iterdir() if p.name.startswith("rexeval-")] == []
     root = location(f"{s3_root}/study")
     state = (root / "study.json").read_json()
-    assert state["out"] == str(root) and state["stages"]["total@d"]["out"] == f"{root}/d/total"
-    # The logs: each stage's, copied when it ended, the failed one's too (and named in the state).
+    assert state["out"] == str(root) and state["steps"]["total@d"]["out"] == f"{root}/d/total"
+    # The logs: each step's, copied when it ended, the failed one's too (and named in the state).
     assert f"total: {CHARS} character(s) in 3 row(s)" in (root / "logs" / "total@d.log").read_text()
     assert "the model server is down" in (root / "logs" / "fails@d.log").read_text()
-    assert state["stages"]["fails@d"]["log"] == f"{root}/logs/fails@d.log"
+    assert state["steps"]["fails@d"]["log"] == f"{root}/logs/fails@d.log"
     assert any(f"[lines@d] t_lines -> {root}/d/lines" in line for line in lines)
 
-    # A second run: the complete stages are skipped, nothing is rewritten; the failed
-    # optional stage is tried again and its log grows, as a local log does.
+    # A second run: the complete steps are skipped, nothing is rewritten; the failed
+    # optional step is tried again and its log grows, as a local log does.
     before = {str(p): p.read_bytes() for p in root.walk_files() if not p.name.startswith("fails@")}
     lines = []
     again = run_study(plan_for(f, f"{s3_root}/study"), progress=lines.append)
@@ -173,12 +173,12 @@ def test_a_study_on_s3_equals_the_local_run_and_a_second_run_does_nothing(tmp_pa
     after = {str(p): p.read_bytes() for p in root.walk_files() if not p.name.startswith("fails@")}
     assert {k: v for k, v in after.items() if not k.endswith("study.json")} == \
            {k: v for k, v in before.items() if not k.endswith("study.json")}
-    assert (root / "logs" / "fails@d.log").read_text().count(": stage fails@d\n") == 2
+    assert (root / "logs" / "fails@d.log").read_text().count(": step fails@d\n") == 2
 
-    # Without the failing stage there is nothing to do at all.
+    # Without the failing step there is nothing to do at all.
     f.write_text(yaml.safe_dump({**yaml.safe_load(f.read_text()),
-                                 "stages": {k: v for k, v in yaml.safe_load(f.read_text())["stages"].items()
-                                            if k != "fails"}}))
+                                 "steps": {k: v for k, v in yaml.safe_load(f.read_text())["steps"].items()
+                                           if k != "fails"}}))
     lines = []
     third = run_study(plan_for(f, f"{s3_root}/study"), progress=lines.append)
     assert third["ran"] == [] and any("nothing to do" in line for line in lines)
@@ -195,17 +195,17 @@ def test_a_study_on_s3_equals_the_local_run_and_a_second_run_does_nothing(tmp_pa
     assert sorted(p.name for p in (root / "report" / "tables").iterdir()) == \
            sorted(f"{t.key}.csv" for t in remote.tables())
 
-    def laid_out(report):  # every table as shown, less the stages' times
-        return [(t.title, t.columns, [r[:4] + r[6:] if t.title == "Stages" else r for r in t.rows])
+    def laid_out(report):  # every table as shown, less the steps' times
+        return [(t.title, t.columns, [r[:4] + r[6:] if t.title == "Steps" else r for r in t.rows])
                 for t in report.tables()]
     assert laid_out(remote) == laid_out(local)
     assert [["3", str(CHARS)]] in [t.rows for t in remote.tables()]  # total.md, read from S3
 
 
-def test_a_local_out_a_node_cannot_see_stops_the_study_before_any_stage(tmp_path, jobs, ray_session, monkeypatch):
+def test_a_local_out_a_node_cannot_see_stops_the_study_before_any_step(tmp_path, jobs, ray_session, monkeypatch):
     """`rexeval study run` on a cluster where one node has no view of the local folder
     (simulated: the session's Ray reports one more node, which no task reaches): one
-    line naming the folder and what to use instead, and no stage ran."""
+    line naming the folder and what to use instead, and no step ran."""
     import ray
 
     from rexeval.ray_jobs.study import study_group

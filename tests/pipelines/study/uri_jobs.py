@@ -1,6 +1,6 @@
 """Two cheap study jobs that read and write only through the storage module, for the
 tests of a study whose folder is a URI: `lines` turns text files into a table, `total`
-sums an upstream table. Module-level, as every study job must be (each stage runs in a
+sums an upstream table. Module-level, as every study job must be (each step runs in a
 process of its own, which imports its job by name)."""
 from __future__ import annotations
 

@@ -1,31 +1,31 @@
-"""One stage instance of a study in a driver process of its own.
+"""One step instance of a study in a driver process of its own.
 
 Why: Ray Tune keeps a process-wide registry of trainables, Serve a client per process
-and Ray Data a context per process. Two stages run as threads of one driver share them
+and Ray Data a context per process. Two steps run as threads of one driver share them
 by accident (two Tune experiments at once raced in Tune's registry: "dictionary changed
 size during iteration"). So every instance runs in a fresh process that joins the
 study driver's Ray cluster as a driver of its own (its own Ray job), runs the job's own
 run function, and sends its progress lines and its counts back through a pipe.
 
 The processes are forked from a template process (multiprocessing's `forkserver`) that
-imported rexeval's jobs, torch and Ray once and never connected to Ray, so a stage
-starts in milliseconds instead of re-importing for seconds. What a stage's process
+imported rexeval's jobs, torch and Ray once and never connected to Ray, so a step
+starts in milliseconds instead of re-importing for seconds. What a step's process
 prints itself (Ray's own log lines, library warnings, Tune's tables) goes to its log
 file beside every progress line; with `verbose` it goes to the terminal as well. The
 log file is local (it is streamed to): OUT/logs/<instance>.log itself, or for a study
-folder under a URI a temporary file the study copies there when the stage ends
-(`runner.StageLogs`); `log_shown` is where the user finds it.
+folder under a URI a temporary file the study copies there when the step ends
+(`runner.StepLogs`); `log_shown` is where the user finds it.
 
-A study keeps a finished stage's process for its next stage (`StagePool`): the process
-stays the same Ray job, so the job's idle workers, which imported the stage's libraries
-already, run the next stage's tasks instead of new workers starting (about a second of
-CPU each, several per stage) and the driver does not join the cluster again. Stages
+A study keeps a finished step's process for its next step (`StepPool`): the process
+stays the same Ray job, so the job's idle workers, which imported the step's libraries
+already, run the next step's tasks instead of new workers starting (about a second of
+CPU each, several per step) and the driver does not join the cluster again. Steps
 still never share a process at once, so the reasons above hold. A process is kept only
-after a stage that succeeded and left no actor of its job alive (an actor would keep its
-CPUs from the next stage), and while it holds under 2 GiB (what a stage left in memory
+after a step that succeeded and left no actor of its job alive (an actor would keep its
+CPUs from the next step), and while it holds under 2 GiB (what a step left in memory
 would otherwise add up); otherwise it ends, and Ray cleans its job up as before. The
-stage's log ends with which. Each stage starts with the process's Ray Data context as
-the first stage found it.
+step's log ends with which. Each step starts with the process's Ray Data context as
+the first step found it.
 """
 from __future__ import annotations
 
@@ -41,17 +41,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# Imported once by the template process: what nearly every stage needs.
+# Imported once by the template process: what nearly every step needs.
 PRELOAD = ["rexeval.pipelines.study.builtin_jobs", "ray", "ray.data", "ray.tune", "ray.serve", "pandas"]
 
 _CONTEXT: list[Any] = []
 _CONTEXT_LOCK = threading.Lock()
 
 
-class StageFailed(RuntimeError):
-    """A stage's job raised, or its process died; `reason` is the one line a user reads
+class StepFailed(RuntimeError):
+    """A step's job raised, or its process died; `reason` is the one line a user reads
     ("TypeName: message"), `details` the traceback or where to look. `transport`: nothing
-    was wrong with the stage (its LLM calls failed in transport, its driver's node was
+    was wrong with the step (its LLM calls failed in transport, its driver's node was
     lost): a plain re-run does it (the study exits 75, as a job left for a re-run does)."""
 
     def __init__(self, reason: str, details: str = "", transport: bool = False):
@@ -67,8 +67,8 @@ def is_transport(exc: BaseException) -> bool:
 
 
 @dataclass
-class StageCall:
-    """Everything the stage's process needs (picklable: the job's run function and config
+class StepCall:
+    """Everything the step's process needs (picklable: the job's run function and config
     class travel by reference, so they must be importable, as registered jobs are)."""
 
     key: str
@@ -101,41 +101,41 @@ def _context():
 
 def ray_connection() -> tuple[str | None, dict[str, Any]]:
     """The running Ray cluster's address and this driver's runtime environment, which a
-    stage's process reuses (the same code and environment variables on the workers)."""
+    step's process reuses (the same code and environment variables on the workers)."""
     import ray
 
     ctx = ray.get_runtime_context()
     return ctx.gcs_address, dict(ctx.runtime_env or {})
 
 
-JOIN_TRIES = 3  # a stage process that dies while joining the cluster is started again
-ACTORS_END_S = 5.0  # how long a finished stage's actors get to end before its process is not kept
-KEEP_RSS_BYTES = 2 * 2**30  # a stage's process holding more than this after its stage is not kept
+JOIN_TRIES = 3  # a step process that dies while joining the cluster is started again
+ACTORS_END_S = 5.0  # how long a finished step's actors get to end before its process is not kept
+KEEP_RSS_BYTES = 2 * 2**30  # a step's process holding more than this after its step is not kept
 
 
 @dataclass
 class _Kept:
-    """A stage's process waiting for its next stage, and the pipe it takes calls on."""
+    """A step's process waiting for its next step, and the pipe it takes calls on."""
 
     proc: Any
     conn: Any
 
 
-def _pool_key(call: StageCall) -> tuple:
-    """Stages that may share a process: the same cluster, runtime env and terminal use."""
+def _pool_key(call: StepCall) -> tuple:
+    """Steps that may share a process: the same cluster, runtime env and terminal use."""
     return call.ray_address, repr(sorted(call.runtime_env.items())), call.verbose
 
 
-class StagePool:
-    """Finished stages' processes, kept for the study's next stages (see the module's
-    docstring); `close()` ends them. Thread-safe: the study runs stages from threads."""
+class StepPool:
+    """Finished steps' processes, kept for the study's next steps (see the module's
+    docstring); `close()` ends them. Thread-safe: the study runs steps from threads."""
 
     def __init__(self):
         self._idle: dict[tuple, list[_Kept]] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def take(self, call: StageCall) -> _Kept | None:
+    def take(self, call: StepCall) -> _Kept | None:
         with self._lock:
             idle = self._idle.get(_pool_key(call), [])
             while idle:
@@ -145,7 +145,7 @@ class StagePool:
                 _end(kept)
         return None
 
-    def give(self, call: StageCall, kept: _Kept) -> None:
+    def give(self, call: StepCall, kept: _Kept) -> None:
         with self._lock:
             if not self._closed:
                 self._idle.setdefault(_pool_key(call), []).append(kept)
@@ -162,7 +162,7 @@ class StagePool:
 
 
 def _end(kept: _Kept, stop: bool = False) -> None:
-    """Let a stage's process go: told to stop (it leaves Ray and exits), or already ending."""
+    """Let a step's process go: told to stop (it leaves Ray and exits), or already ending."""
     try:
         if stop:
             kept.conn.send("stop")
@@ -176,39 +176,39 @@ def _end(kept: _Kept, stop: bool = False) -> None:
             kept.proc.join()
 
 
-def run_stage(call: StageCall, progress: Callable[[str], None], pool: StagePool | None = None) -> dict[str, Any]:
+def run_step(call: StepCall, progress: Callable[[str], None], pool: StepPool | None = None) -> dict[str, Any]:
     """Run `call` in its own process; progress lines reach `progress` as they come; the
-    job's counts are returned. Raises StageFailed (the job raised, or the process died).
+    job's counts are returned. Raises StepFailed (the job raised, or the process died).
 
     A process that dies before it has joined the Ray cluster ran nothing of its job (seen
     on a busy 2-core machine: Ray's core worker aborting in its object-store warm-up as
-    two stages joined at once); that is a transport failure, so the stage is started
+    two steps joined at once); that is a transport failure, so the step is started
     again, up to JOIN_TRIES times in all. With a `pool`, a kept process runs it when one
-    is idle, and the process is kept again when the stage succeeded and left no actor."""
+    is idle, and the process is kept again when the step succeeded and left no actor."""
     for attempt in range(1, JOIN_TRIES + 1):
-        joined, outcome, code = _run_stage_once(call, progress, pool)
+        joined, outcome, code = _run_step_once(call, progress, pool)
         if outcome is not None or joined or attempt == JOIN_TRIES:
             break
-        progress(f"[{call.key}] the stage's process ended (exit code {code}) while joining the Ray "
+        progress(f"[{call.key}] the step's process ended (exit code {code}) while joining the Ray "
                  f"cluster; starting it again ({attempt + 1}/{JOIN_TRIES})")
     if outcome is None:
         how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit code {code}"
-        raise StageFailed(f"StageDied: the stage's process ended ({how}) before it reported a result "
+        raise StepFailed(f"StepDied: the step's process ended ({how}) before it reported a result "
                           f"(out of memory? killed?); its log: {call.log_where}", "")
     if outcome[0] == "error":
-        raise StageFailed(outcome[1], outcome[2], transport=outcome[3])
+        raise StepFailed(outcome[1], outcome[2], transport=outcome[3])
     return outcome[1]
 
 
-def _run_stage_once(call: StageCall, progress: Callable[[str], None],
-                    pool: StagePool | None = None) -> tuple[bool, tuple | None, int | None]:
+def _run_step_once(call: StepCall, progress: Callable[[str], None],
+                    pool: StepPool | None = None) -> tuple[bool, tuple | None, int | None]:
     """One process for `call` (a kept one from `pool` when one is idle): (whether it joined
     the cluster, its outcome message or None when it died first, its exit code)."""
     kept = pool.take(call) if pool is not None else None
     if kept is None:
         ctx = _context()
         conn, child = ctx.Pipe(duplex=True)
-        proc = ctx.Process(target=_stage_main, args=(child, os.getpid()), name="rexeval-stage", daemon=False)
+        proc = ctx.Process(target=_step_main, args=(child, os.getpid()), name="rexeval-step", daemon=False)
         proc.start()
         child.close()
         kept = _Kept(proc, conn)
@@ -248,7 +248,7 @@ def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None
     controller, and when Serve shuts down Ray prints those tasks' failures to that
     driver's terminal; in the holder's process they go to its log. `opener(progress)`
     starts (or joins) the application and returns its release; it must be picklable
-    (a module-level function or a partial of one). Raises StageFailed when it cannot start.
+    (a module-level function or a partial of one). Raises StepFailed when it cannot start.
     `log_shown`: where the user finds the log (default: `log_path`, the file it streams to)."""
     ctx = _context()
     conn, child = ctx.Pipe(duplex=True)
@@ -273,9 +273,9 @@ def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None
         conn.close()
         proc.join()
         if got is None:
-            raise StageFailed(f"ServiceDied: the process holding the Serve application ended (exit code "
+            raise StepFailed(f"ServiceDied: the process holding the Serve application ended (exit code "
                               f"{proc.exitcode}) before it was up; its log: {log_shown or log_path}")
-        raise StageFailed(got[1], got[2])
+        raise StepFailed(got[1], got[2])
 
     def release() -> None:
         try:
@@ -289,7 +289,7 @@ def hold_service(opener: Callable, log_path: str, progress: Callable[[str], None
     return release
 
 
-# -- inside the stage's process ---------------------------------------------------------
+# -- inside the step's process ---------------------------------------------------------
 
 
 def _watch_parent(pid: int) -> None:
@@ -319,9 +319,9 @@ def _open_log(path: str, verbose: bool) -> int:
     return log
 
 
-def _stage_main(conn, parent_pid: int) -> None:
-    """A stage's process: runs the calls it is sent, one at a time, until told to stop, or
-    until a stage fails or the process may not be kept (then it ends, and its Ray job with it)."""
+def _step_main(conn, parent_pid: int) -> None:
+    """A step's process: runs the calls it is sent, one at a time, until told to stop, or
+    until a step fails or the process may not be kept (then it ends, and its Ray job with it)."""
     _watch_parent(parent_pid)
     data_context = None
     try:
@@ -349,10 +349,10 @@ def _stage_main(conn, parent_pid: int) -> None:
             ray.shutdown()
 
 
-def _run_call(call: StageCall, conn, data_context, keep: bool):
-    """One stage in this process, its output in its own log: (whether the process stays
-    for a next stage, the Ray Data context as the first stage of this process found it).
-    Only a `keep` call whose stage succeeded may stay, and only when `why_not_kept` finds
+def _run_call(call: StepCall, conn, data_context, keep: bool):
+    """One step in this process, its output in its own log: (whether the process stays
+    for a next step, the Ray Data context as the first step of this process found it).
+    Only a `keep` call whose step succeeded may stay, and only when `why_not_kept` finds
     nothing; the log says which."""
     from rexeval.pipelines.core.study_registry import StudyJob, build_config, counts_of
 
@@ -368,7 +368,7 @@ def _run_call(call: StageCall, conn, data_context, keep: bool):
 
         from rexeval.pipelines.core.runtime import init_ray
 
-        say(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: stage {call.key}")
+        say(f"{time.strftime('%Y-%m-%d %H:%M:%S')} pid {os.getpid()}: step {call.key}")
         if not ray.is_initialized():
             init_ray(address=call.ray_address, runtime_env=call.runtime_env, quiet=not call.verbose)
             data_context = copy.deepcopy(ray.data.DataContext.get_current())
@@ -387,17 +387,17 @@ def _run_call(call: StageCall, conn, data_context, keep: bool):
             return False, data_context
         why = why_not_kept()
         os.write(log, (f"this process ends here: {why}\n" if why else
-                       "this process may run a later stage of the study\n").encode())
+                       "this process may run a later step of the study\n").encode())
         return why is None, data_context
     finally:
         os.close(log)
 
 
 def why_not_kept(wait_s: float = ACTORS_END_S, max_rss: int = KEEP_RSS_BYTES) -> str | None:
-    """Why this process must not run another stage, or None: an actor its job made
+    """Why this process must not run another step, or None: an actor its job made
     (detached ones aside) is still alive after `wait_s` (Ray ends an actor whose last
-    handle went asynchronously; one that stays would hold its CPUs from the next stage),
-    or the process holds more than `max_rss` bytes (what its stages left in memory)."""
+    handle went asynchronously; one that stays would hold its CPUs from the next step),
+    or the process holds more than `max_rss` bytes (what its steps left in memory)."""
     import psutil
     import ray
     from ray._private import state
