@@ -117,6 +117,16 @@ def group_metrics(group: str, kind: str | None = None) -> tuple[str, ...]:
                  and (kind is None or fn.metric_info.kind == kind))
 
 
+def reads_references(name: str) -> bool:
+    """Whether metric `name` compares an explanation with a reference: one of its declared
+    `inputs` names references, or it declares none (so a metric that says nothing is
+    never scored against a missing reference). A texts-group function is called with
+    the references either way; one whose inputs are the explanations alone
+    (`inputs=("explanation",)`) runs on a table that has none."""
+    inputs = get_metric(name).inputs
+    return not inputs or any("reference" in i for i in inputs)
+
+
 def tabled_metrics() -> list[MetricInfo]:
     """The metrics registered with a `table`, in registration order."""
     return [fn.metric_info for fn in METRICS.values() if fn.metric_info.table]

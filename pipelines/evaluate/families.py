@@ -84,6 +84,13 @@ class Family:
         return self.ctx.only.get(self.name) or self.metrics()
 
     @classmethod
+    def needs_references(cls, asked: tuple[str, ...] = ()) -> bool:
+        """Whether the metrics asked of the family (`asked`; all of them when empty)
+        compare with a reference, so an explanation without one is an error row. Every
+        model family does; the texts family asks its metrics' declared inputs."""
+        return True
+
+    @classmethod
     def unavailable(cls, ctx: EvalContext) -> str | None:
         """Why this family cannot run here beyond missing roles (data, packages), or None."""
         return None
@@ -156,6 +163,12 @@ class Texts(Family):
     in_all = False
     computes_subset = True
     batch_size = 1024
+
+    @classmethod
+    def needs_references(cls, asked=()):
+        from rexeval.metrics.registry import reads_references
+
+        return any(reads_references(m) for m in asked or cls.metrics())
 
     def score(self, batch):
         from rexeval.metrics.registry import METRICS
@@ -417,6 +430,13 @@ def asked_metrics(names: list[str]) -> dict[str, tuple[str, ...]]:
         if x in by_metric and by_metric[x] not in whole:
             out.setdefault(by_metric[x], []).append(x)
     return {f: tuple(dict.fromkeys(ms)) for f, ms in out.items()}
+
+
+def references_needed(families: list[str], asked: dict[str, tuple[str, ...]]) -> bool:
+    """Whether any family of this run compares with references (the corpus metrics do:
+    BLEU against them, DIV and FCR over their features). False only for a run of
+    reference-free metrics alone, which then scores explanations that have none."""
+    return any(f == "corpus" or FAMILIES[f].needs_references(asked.get(f, ())) for f in families)
 
 
 def select_families(names: list[str], skip: list[str]) -> list[str]:

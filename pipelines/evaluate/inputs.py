@@ -253,14 +253,17 @@ def input_warnings(errors: pa.Table) -> list[str]:
 def build_examples(explanations: pa.Table, references: PathLike | None = None,
                    statement_files: Sequence[PathLike] = (), limit: int | None = None,
                    systems: Sequence[str] | None = None, known_systems: Sequence[str] = (),
-                   origins: Sequence[tuple[str, int]] | None = None, columns: dict[str, str] | None = None
-                   ) -> tuple[pa.Table, pa.Table, dict]:
+                   origins: Sequence[tuple[str, int]] | None = None, columns: dict[str, str] | None = None,
+                   require_reference: bool = True) -> tuple[pa.Table, pa.Table, dict]:
     """(EXAMPLES, ERRORS, counts): every explanation row is an example or an error row,
     and so is every statement row and reference sentence. `known_systems` have statement
     sets even where no statement row names them (the extraction stage ran on them and
     found nothing in some explanations). `origins`: (file, 1-based row) of each
     explanation row (`read_explanation_rows`), named by its error rows. `columns`: our
-    column names -> the statements tables' (their own columns' entries)."""
+    column names -> the statements tables' (their own columns' entries).
+    `require_reference` False (no metric asked compares with a reference): an
+    explanation without one is an example with reference "" (counted as
+    `without_reference`), not an error row."""
     ref_text, ref_sent, ref_topics, errors = read_references(references) if references else ({}, {}, {}, [])
     statement_rows = read_statement_rows(statement_files, columns)
     gen_sets, gen_systems, bad_statements = statement_sets(statement_rows)
@@ -272,6 +275,7 @@ def build_examples(explanations: pa.Table, references: PathLike | None = None,
         origins = [("explanations", n) for n in range(1, explanations.num_rows + 1)]
     seen: set[tuple[str, str]] = set()
     per_system: dict[str, int] = {}
+    without_reference = 0
     out: dict[str, list] = {f.name: [] for f in EXAMPLES}
     for (source, line), r in zip(origins, explanations.to_pylist()):
         system, ex = r["system"], r["example_id"]
@@ -288,6 +292,8 @@ def build_examples(explanations: pa.Table, references: PathLike | None = None,
         if limit is not None and per_system.get(system, 0) >= limit:
             continue
         reference = ref_text.get(ex) if references else r.get("reference")
+        if reference is None and not require_reference:
+            reference, without_reference = "", without_reference + 1
         if reference is None:
             where = f"the ground truth in {given_text(references)}" if references else "its `reference` column"
             errors.append({"source": source, "line": line, "row_id": rid, "field": "reference",
@@ -308,7 +314,8 @@ def build_examples(explanations: pa.Table, references: PathLike | None = None,
     examples = pa.table(out, schema=EXAMPLES)
     err = error_rows(STAGE, errors)
     counts = {"examples": examples.num_rows, "errors": err.num_rows, "systems": len(per_system),
-              **{f"examples[{s}]": n for s, n in sorted(per_system.items())}}
+              **{f"examples[{s}]": n for s, n in sorted(per_system.items())},
+              **({"without_reference": without_reference} if without_reference else {})}
     return examples, err, counts
 
 

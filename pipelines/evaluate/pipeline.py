@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 
 from rexeval.pipelines.evaluate.config import EVALUATE_OUTPUTS, EvaluateConfig
 from rexeval.pipelines.evaluate.families import (FAMILIES, EvalContext, Family, corpus_scores,
-                                                 asked_metrics, select_families)
+                                                 asked_metrics, references_needed, select_families)
 from rexeval.pipelines.evaluate.inputs import (
     EXAMPLES,
     build_examples,
@@ -225,11 +225,15 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
             "statements": _file_info(cfg.statements), "extract": cfg.extract, "domain": cfg.domain,
             "systems": cfg.systems, "limit": cfg.limit}
     statement_files = list(cfg.statements)
+    families = select_families(cfg.metrics, cfg.skip)
+    # An explanation without a reference is an error row unless no metric asked compares with one.
+    need_refs = references_needed(families, asked_metrics(cfg.metrics))
     # Every input read (and so checked) before the output is opened: --overwrite removes
     # an earlier evaluation only once this one can start. With --extract the examples
     # are built again below, with the statements the extraction found.
     examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
-                                              cfg.systems, origins=origins, columns=cfg.columns)
+                                              cfg.systems, origins=origins, columns=cfg.columns,
+                                              require_reference=need_refs)
     top = ShardedOutput(root, JOB, conf, [], owns=EVALUATE_OUTPUTS.paths()).open(overwrite=overwrite)
     extract_errors = None
     if cfg.extract:
@@ -239,7 +243,7 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
             statement_files.append(path)
         examples, errors, counts = build_examples(explanations, cfg.references, statement_files, cfg.limit,
                                                   cfg.systems, known_systems=extracted, origins=origins,
-                                                  columns=cfg.columns)
+                                                  columns=cfg.columns, require_reference=need_refs)
     if extract_errors is not None and extract_errors.num_rows:
         errors = pa.concat_tables([errors, extract_errors])
     write_parquet_atomic(root / EVALUATE_OUTPUTS.examples, examples)
@@ -252,8 +256,10 @@ def run_evaluate(cfg: EvaluateConfig, overwrite: bool = False,
         progress(f"  warning: {w}")
     if task == "review":
         progress("  references: the reviews themselves (review generation): text similarity is seed 000's Table VII")
+    if counts.get("without_reference"):
+        progress(f"  references: {counts['without_reference']} example(s) have none; the metrics asked compare "
+                 "with none, so they are scored")
 
-    families = select_families(cfg.metrics, cfg.skip)
     gaps = statement_gaps(examples)
     remote = cfg.nli_service.startswith(("http://", "https://", "serve:"))
     skipped: dict[str, str] = {}

@@ -23,6 +23,28 @@ def test_a_newly_registered_metric_is_dispatched_to_its_family(monkeypatch):
     assert select_families(["sts-extra"], []) == ["sts"]
 
 
+def test_only_a_run_of_metrics_that_read_no_reference_goes_without_references(monkeypatch):
+    """A texts metric whose declared inputs name no reference (Distinct-2) needs none; one
+    that names a reference, or declares nothing, does, and so do every model family and
+    the corpus metrics: one of them in the run puts the references back in."""
+    from rexeval.pipelines.evaluate.families import asked_metrics, references_needed
+
+    registry.METRICS.load_all()
+    monkeypatch.setattr(registry, "METRICS", registry.METRICS.copy())
+    registry.register_metric("t-vs-ref", group="texts", inputs=("explanation", "reference"))(lambda g, r: 0)
+    registry.register_metric("t-unsaid", group="texts")(lambda g, r: 0)
+    assert not registry.reads_references("distinct-2")
+    assert registry.reads_references("t-vs-ref") and registry.reads_references("t-unsaid")
+
+    def needed(*names):
+        names = list(names)
+        return references_needed(select_families(names, []), asked_metrics(names))
+
+    assert needed("distinct-2") is False
+    assert needed("distinct-2", "t-vs-ref") and needed("t-unsaid") and needed("texts")
+    assert needed("distinct-2", "rouge-1-f") and needed("distinct-2", "usr") and needed("all")
+
+
 def test_st2exp_averages_over_the_seeds_population_unless_the_job_says_each():
     import numpy as np
 

@@ -154,6 +154,33 @@ def test_a_metric_from_one_file_runs_when_asked_and_never_by_default(ray_session
     assert "### Repetition inside an explanation" in tables and "| Distinct-2 |" in tables
 
 
+def test_a_reference_free_metric_scores_a_table_that_has_no_references(ray_session, tmp_path):
+    """A CSV of a system's explanations without a reference column: Distinct-2 (whose
+    declared inputs are the explanation alone) scores every row, by hand 2/3 for a
+    looping explanation, 1.0 for none and no value under two words; a run that also
+    asks for a metric that compares with references keeps refusing each row."""
+    table = tmp_path / "mine.csv"
+    table.write_text("system,example_id,user_id,item_id,explanation\n"
+                     "mine,e1,u1,i1,great sound great sound\n"  # bigrams (great sound) x2, (sound great): 2 of 3
+                     "mine,e2,u1,i2,the strings buzz\n"         # 2 bigrams, both distinct
+                     "mine,e3,u2,i1,fine\n")                   # no bigram: no value, never perfect
+    out = tmp_path / "alone"
+    rep = run_evaluate(EvaluateConfig(explanations=[str(table)], out=str(out), metrics=["distinct-2"]),
+                       progress=lambda s: None)
+    assert rep["counts"]["examples"] == 3 and rep["counts"]["errors"] == 0
+    assert rep["counts"]["without_reference"] == 3
+    scores = {r["example_id"]: r["value"] for r in pq.read_table(out / "scores.parquet").to_pylist()}
+    assert scores["e1"] == pytest.approx(2 / 3) and scores["e2"] == 1.0
+    assert scores.get("e3") is None or np.isnan(scores["e3"])
+
+    out = tmp_path / "with_rouge"
+    rep = run_evaluate(EvaluateConfig(explanations=[str(table)], out=str(out), metrics=["distinct-2", "rouge-1-f"]),
+                       progress=lambda s: None)
+    assert rep["counts"]["examples"] == 0 and rep["counts"]["errors"] == 3
+    errors = pq.read_table(out / "errors.parquet").to_pylist()
+    assert {e["error_type"] for e in errors} == {"no_reference"}
+
+
 def test_the_nli_app_the_job_starts_on_a_gpu_may_fall_to_zero(bench, tmp_path, monkeypatch):
     """The job's own NLI deployment (nli_service auto) on GPUs: min_replicas 0 once idle,
     one replica at the start; on CPUs as configured."""
