@@ -41,8 +41,10 @@ def study_group():
               help="Each step's driver as a process of this one, or as a Ray job of its own that may run on any "
                    "node (with the study's driver_resources); auto: jobs on a running cluster with a job server. "
                    "Default: REXEVAL_STEPS_AS, else the file's steps_as, else auto.")
+@click.option("--stages-as", "stages_as", type=click.Choice(STEPS_AS), hidden=True,
+              help="The old name of --steps-as (a step was a \"stage\"), still read.")
 @user_errors
-def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, steps_as):
+def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, steps_as, stages_as):
     """Check the study file, then run the steps that are missing or changed.
 
     Everything a user can fix is reported before anything runs: unknown keys, unknown
@@ -70,6 +72,9 @@ def study_run_cmd(file, out, only, dry_run, max_parallel, sets, verbose, steps_a
 
       rexeval study run studies/demo.yaml --set judge_examples=4 --set nli=/models/deberta-large-mnli
     """
+    if stages_as and steps_as and stages_as != steps_as:
+        raise click.UsageError("--stages-as is the old name of --steps-as: give one of them")
+    steps_as = steps_as or stages_as
     started = time.time()
     plan = build_plan(load_study(file, parse_sets(sets)), file, out)
     res = run_study(plan, only=list(only) or None, dry_run=dry_run, max_parallel=max_parallel, progress=click.echo,

@@ -39,3 +39,26 @@ def test_a_dry_run_reports_every_problem_at_once(tmp_path):
                      "steps: a cycle: x@a -> y@a -> x@a"):
         assert expected in res.output, res.output
     assert not (tmp_path / "out").exists()
+
+
+def test_the_old_name_of_the_steps_as_flag_still_works(tmp_path, monkeypatch):
+    """`--stages-as` (the flag's name when a step was a "stage") reaches the runner as
+    `--steps-as` does, stays out of --help, and beside a different --steps-as is refused."""
+    from rexeval.ray_jobs import study as study_cmd
+
+    got = []
+    monkeypatch.setattr(study_cmd, "run_study", lambda plan, **kw: got.append(kw["steps_as"]) or {})
+    f = tmp_path / "study.yaml"
+    f.write_text(yaml.safe_dump({"name": "one", "datasets": {"a": {"inputs": [str(SAMPLE / "reviews.jsonl")]}},
+                                 "steps": {"ingest": {"job": "ingest", "with": {"inputs": "{dataset.inputs}"}}}}))
+    run = ["study", "run", str(f), "--out", str(tmp_path / "out"), "--dry-run"]
+    for flags, want in ((["--stages-as", "process"], "process"), (["--steps-as", "job"], "job"),
+                        (["--stages-as", "job", "--steps-as", "job"], "job"), ([], None)):
+        res = CliRunner().invoke(cli, run + flags)
+        assert res.exit_code == 0, res.output
+        assert got.pop() == want
+    res = CliRunner().invoke(cli, run + ["--stages-as", "job", "--steps-as", "process"])
+    assert res.exit_code == 2 and "--stages-as is the old name of --steps-as" in res.output
+    assert not got
+    help_text = CliRunner().invoke(cli, ["study", "run", "--help"]).output
+    assert "--steps-as" in help_text and "--stages-as" not in help_text
