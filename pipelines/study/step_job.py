@@ -61,11 +61,11 @@ LOST = ("JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE")  # 
 
 
 def wanted_mode(flag: str | None, in_file: str) -> str:
-    """`--steps-as`, else REXEVAL_STEPS_AS, else the study file's `steps_as`."""
+    """`--steps-as`, else REXEVAL_STEPS_AS (or its old name), else the study file's `steps_as`."""
     got = flag or os.environ.get(STEPS_AS_ENV) or os.environ.get(OLD_STEPS_AS_ENV) or in_file
     if got not in STEPS_AS:
         raise ValueError(f"steps as {got!r}: expected one of {', '.join(STEPS_AS)} "
-                         f"(--steps-as, {STEPS_AS_ENV} or the study's steps_as)")
+                         f"(--steps-as, {STEPS_AS_ENV}, {OLD_STEPS_AS_ENV} or the study's steps_as)")
     return got
 
 
