@@ -13,7 +13,9 @@ How a process is attributed: a Ray worker, a study step's driver or a CLI run de
 the pytest worker (xdist's `gw0`, `gw1`) that started its Ray or ran its command; its CPU
 is spread over the tests that worker ran while the process lived (a session's raylet
 over the whole session, an actor over its test). Processes outside those trees (nodes of
-a test's own cluster that daemonized, the machine's own services) are listed apart.
+a test's own cluster that daemonized, the machine's own services) are listed apart. A
+worker titled `ray::IDLE` is counted in two parts: up to its first task (its start and
+that task's imports) and after one (`worker_phase`).
 
     .venv/bin/python -m benchmarks.suite_cpu                 # the full tier (~37 min on 2 cores)
     .venv/bin/python -m benchmarks.suite_cpu -- tests/serve  # pytest arguments after `--`
@@ -106,6 +108,7 @@ def sample(out: Path, period: float) -> None:
                                           "job": _job_of(pid), "first": now, "prev": cpu if first else 0.0,
                                           "by_comm": {}}
                 delta, rec["prev"], rec["last"] = cpu - rec["prev"], cpu, now
+                comm = worker_phase(comm, rec)
                 if delta > 0:
                     rec["by_comm"][comm] = rec["by_comm"].get(comm, 0.0) + delta
             except (OSError, ValueError, IndexError):
@@ -115,12 +118,35 @@ def sample(out: Path, period: float) -> None:
     out.write_text(json.dumps(list(records.values())))
 
 
+IDLE = "ray::IDLE"
+IDLE_AGAIN = "ray::IDLE again"  # not a name Ray gives: `worker_phase`'s, for an idle worker that has run a task
+
+
+def worker_phase(comm: str, rec: dict) -> str:
+    """Ray titles a worker `ray::IDLE` from its start until it begins running a task (or
+    an actor's constructor), and again between tasks. The first stretch holds the
+    worker's set-up and the import of its first task's function and module (Ray loads
+    the function before it retitles the process: Ray Data, pandas, pyarrow, torch...),
+    the others the idle loop and the imports of later, different tasks. They are told
+    apart: `IDLE_AGAIN` once the process has been seen under any other `ray::` name.
+    (An agent is never IDLE, so marking it changes nothing.)"""
+    if comm == IDLE:
+        return IDLE_AGAIN if rec.get("ran") else IDLE
+    if comm.startswith("ray::"):
+        rec["ran"] = True
+    return comm
+
+
 # -- the analysis (pure: records and test windows in, tables out) ---------------------------
 def kind_of(comm: str, cmd: str) -> str:
     """A process's kind for the table: Ray's daemons and agents by name, a Ray worker by
     the task or actor it ran (Ray names worker processes `ray::<what>`, at most 15
-    characters), a worker before it took a task, the pytest workers, the study steps'
-    drivers (forked from the study's template process), anything else by its name."""
+    characters), a worker before Ray titled it, an IDLE worker by whether it has run a
+    task yet (`worker_phase`), the pytest workers, the study steps' drivers (forked from the study's template process), anything else by its name."""
+    if comm == IDLE:
+        return "ray worker: IDLE, up to its first task"
+    if comm == IDLE_AGAIN:
+        return "ray worker: IDLE, after a task"
     if comm.startswith("ray::"):
         what = comm[5:]
         return "ray agent: " + RAY_AGENTS[what] if what in RAY_AGENTS else "ray worker: " + what

@@ -12,14 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.suite_cpu import attribute, file_windows, kind_of, summary
+from benchmarks.suite_cpu import attribute, file_windows, kind_of, summary, worker_phase
 
 WORKER = "/v/bin/python /v/lib/python3.11/site-packages/ray/_private/workers/default_worker.py --raylet-name=x"
 
 
 @pytest.mark.parametrize("comm, cmd, kind", [
     ("ray::MapWorker(", WORKER, "ray worker: MapWorker("),
-    ("ray::IDLE", WORKER, "ray worker: IDLE"),
+    ("ray::IDLE", WORKER, "ray worker: IDLE, up to its first task"),
+    ("ray::IDLE again", WORKER, "ray worker: IDLE, after a task"),
     ("python", WORKER, "ray worker: starting"),  # its raylet flag does not make it the raylet
     ("ray::DashboardA", "ray::DashboardAgent", "ray agent: dashboard_agent"),
     ("raylet", "/v/ray/core/src/ray/raylet/raylet --gcs-address=x", "ray daemon: raylet"),
@@ -31,6 +32,17 @@ WORKER = "/v/bin/python /v/lib/python3.11/site-packages/ray/_private/workers/def
 ])
 def test_kinds(comm, cmd, kind):
     assert kind_of(comm, cmd) == kind
+
+
+def test_an_idle_workers_cpu_is_told_apart_by_whether_it_has_run_a_task_yet():
+    """Ray titles a worker IDLE both before its first task (its start, its first task's
+    imports) and between tasks: the sampler names the second `ray::IDLE again`."""
+    worker, agent = {}, {}
+    seen = [worker_phase(c, worker) for c in ("python", "ray::IDLE", "ray::IDLE", "ray::Encoder", "ray::IDLE",
+                                              "ray::tokenize", "ray::IDLE")]
+    assert seen == ["python", "ray::IDLE", "ray::IDLE", "ray::Encoder", "ray::IDLE again", "ray::tokenize",
+                    "ray::IDLE again"]
+    assert worker_phase("ray::DashboardA", agent) == "ray::DashboardA" and worker_phase("raylet", {}) == "raylet"
 
 
 def _events(pid: int, tests: list[tuple[float, float, str]]) -> list[dict]:
@@ -57,7 +69,7 @@ def test_a_workers_cpu_goes_to_the_files_its_pytest_worker_ran_while_it_lived():
     assert att["files"]["a.py"]["ray daemon: raylet"] == pytest.approx(5.0)
     assert att["files"]["b.py"]["ray daemon: raylet"] == pytest.approx(3.0)
     assert att["files"]["b.py"]["ray worker: Encoder"] == pytest.approx(3.0)
-    assert att["files"]["c.py"] == {"ray worker: IDLE": 0.5, "pytest worker": 4.0}
+    assert att["files"]["c.py"] == {"ray worker: IDLE, up to its first task": 0.5, "pytest worker": 4.0}
     assert att["worker_starts"] == {"b.py": 1, "c.py": 1}
     assert att["outside_tests"] == {"ray daemon: raylet": 2.0}
     assert att["kinds"]["ray daemon: raylet"] == pytest.approx(10.0)
