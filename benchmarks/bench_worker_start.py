@@ -15,13 +15,17 @@ the whole machine spent meanwhile (/proc/stat). Arms alternate, ROUNDS times:
     before this change);
   * "inherited": `rexeval.pipelines.core.runtime.init_ray`, as the product starts Ray.
 
-    .venv/bin/python -m benchmarks.bench_worker_start     # ~5 min on 2 cores
+    .venv/bin/python -m benchmarks.bench_worker_start     # ~6 min on 2 cores
 
 A second part counts the workers started: the shared reviews ingested in 1 MB chunks
 (a task each) and split, and the embedded sample ingested and clustered (EXTRA), ROUNDS
 times in one local Ray, with Ray's default of as many idle
 workers kept as CPUs (RAY_num_workers_soft_limit=2, exported) or `init_ray`'s
 (`runtime.idle_workers_kept`: 8 on 2 CPUs), each in its own process.
+
+A third part prices the other side of keeping workers: 8 workers left idle (as a
+local Ray keeps them), their own CPU over `--idle-s` seconds, per worker and minute, and
+how many minutes of idling cost what one worker's start costs.
 
 Results: benchmarks/results/worker_start.json.
 """
@@ -103,6 +107,42 @@ print("RESULT", json.dumps({"wall_s": round(time.perf_counter() - t0, 2), "cpu_s
 """
 
 
+IDLE = r"""
+import json, os, sys, time
+import ray
+from rexeval.pipelines.core.runtime import init_ray
+init_ray(num_cpus=2)
+n, seconds = int(sys.argv[1]), float(sys.argv[2])
+
+@ray.remote(num_cpus=0)
+def hold():
+    time.sleep(1.0)  # at once on n workers: n distinct processes
+    return os.getpid()
+
+pids = set(ray.get([hold.remote() for _ in range(n)]))
+time.sleep(5)  # their returns settled; Ray keeps them (runtime.idle_workers_kept)
+hz = os.sysconf("SC_CLK_TCK")
+
+def cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / hz
+
+before = {p: cpu(p) for p in pids}
+time.sleep(seconds)
+spent = sum(cpu(p) - c for p, c in before.items())
+titles = {open(f"/proc/{p}/comm").read().strip() for p in pids}
+print("RESULT", json.dumps({"workers": len(pids), "seconds": seconds, "cpu_s": round(spent, 2), "titles": sorted(titles),
+                            "cpu_s_per_worker_minute": round(spent / len(pids) * 60 / seconds, 3)}))
+"""
+
+
+def run_idle(workers: int, seconds: float) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_num_workers_soft_limit")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    return script_result(IDLE, [str(workers), str(seconds)], env, "idle")
+
+
 def run_churn(arm: str, rounds: int) -> dict:
     import tempfile
 
@@ -124,6 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=40, help="fresh workers per arm and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--idle-s", type=float, default=60.0, help="seconds the kept idle workers are watched")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "worker_start.json"))
     a = ap.parse_args(argv)
     runs: dict[str, list[dict]] = {"runtime_env": [], "inherited": []}
@@ -136,6 +177,8 @@ def main(argv: list[str] | None = None) -> dict:
         for arm in churn:
             churn[arm].append(run_churn(arm, a.rounds))
             print(f"round {r + 1}: idle workers {arm}: {churn[arm][-1]}", flush=True)
+    idle = run_idle(8, a.idle_s)
+    print(f"idle: {idle}", flush=True)
     med = {arm: {k: statistics.median(x[k] for x in v) for k in ("wall_s", "cpu_s")} for arm, v in runs.items()}
     churn_med = {arm: {k: statistics.median(x[k] for x in v) for k in ("wall_s", "cpu_s", "workers_started")}
                  for arm, v in churn.items()}
@@ -153,10 +196,17 @@ def main(argv: list[str] | None = None) -> dict:
                          "cpu_ratio_ray_default_to_kept": round(
                              churn_med["ray_default"]["cpu_s"] / churn_med["kept"]["cpu_s"], 2)},
     }
+    start_s = res["cpu_per_worker_s"]["inherited"]
+    res["kept_idle"] = {
+        "job": "8 workers left idle in a local Ray started as the product starts it, their own CPU watched",
+        **idle,
+        # How long a kept worker may wait before its idling has cost what starting a new one costs.
+        "idle_minutes_that_cost_one_start": round(start_s / max(idle["cpu_s_per_worker_minute"], 1e-9), 1)}
     Path(a.out).write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: res[k] for k in ("median", "cpu_per_worker_s", "cpu_ratio_runtime_env_to_inherited",
                                           "wall_ratio_runtime_env_to_inherited")}, indent=2))
     print(json.dumps({k: res["idle_workers"][k] for k in ("median", "cpu_ratio_ray_default_to_kept")}, indent=2))
+    print(json.dumps(res["kept_idle"], indent=2))
     return res
 
 
