@@ -129,7 +129,8 @@ def worker_phase(comm: str, rec: dict) -> str:
     the function before it retitles the process: Ray Data, pandas, pyarrow, torch...),
     the others the idle loop and the imports of later, different tasks. They are told
     apart: `IDLE_AGAIN` once the process has been seen under any other `ray::` name.
-    (An agent is never IDLE, so marking it changes nothing.)"""
+    A task that starts and ends between two sweeps goes unseen, so the first part
+    leans high. (An agent is never IDLE, so marking it changes nothing.)"""
     if comm == IDLE:
         return IDLE_AGAIN if rec.get("ran") else IDLE
     if comm.startswith("ray::"):
