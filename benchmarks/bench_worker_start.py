@@ -109,6 +109,7 @@ print("RESULT", json.dumps({"wall_s": round(time.perf_counter() - t0, 2), "cpu_s
 
 IDLE = r"""
 import json, os, sys, time
+import psutil
 import ray
 from rexeval.pipelines.core.runtime import init_ray
 init_ray(num_cpus=2)
@@ -119,21 +120,19 @@ def hold():
     time.sleep(1.0)  # at once on n workers: n distinct processes
     return os.getpid()
 
-pids = set(ray.get([hold.remote() for _ in range(n)]))
+workers = [psutil.Process(pid) for pid in set(ray.get([hold.remote() for _ in range(n)]))]
 time.sleep(5)  # their returns settled; Ray keeps them (runtime.idle_workers_kept)
-hz = os.sysconf("SC_CLK_TCK")
 
-def cpu(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / hz
+def cpu(p):
+    t = p.cpu_times()
+    return t.user + t.system
 
-before = {p: cpu(p) for p in pids}
+before = [cpu(p) for p in workers]
 time.sleep(seconds)
-spent = sum(cpu(p) - c for p, c in before.items())
-titles = {open(f"/proc/{p}/comm").read().strip() for p in pids}
-print("RESULT", json.dumps({"workers": len(pids), "seconds": seconds, "cpu_s": round(spent, 2), "titles": sorted(titles),
-                            "cpu_s_per_worker_minute": round(spent / len(pids) * 60 / seconds, 3)}))
+spent = sum(cpu(p) - c for p, c in zip(workers, before))
+titles = {p.name() for p in workers}
+print("RESULT", json.dumps({"workers": len(workers), "seconds": seconds, "cpu_s": round(spent, 2), "titles": sorted(titles),
+                            "cpu_s_per_worker_minute": round(spent / len(workers) * 60 / seconds, 3)}))
 """
 
 
